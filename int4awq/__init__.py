@@ -1,0 +1,1 @@
+"""Host side of the int4-AWQ GEMM example: formats, reference, checks, checkpoints."""

@@ -1,0 +1,52 @@
+# lit configuration: emulator tests run everywhere; NPU2 tests need the features detected below.
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import lit.formats
+
+config.name = "int4-awq-gemm"
+config.test_format = lit.formats.ShTest()
+config.suffixes = [".lit"]
+config.test_source_root = os.path.dirname(__file__)
+repo_root = os.path.dirname(config.test_source_root)
+config.test_exec_root = os.path.join(repo_root, "build", "lit")
+
+# Tests run `make` in the repository root; pass through what the toolchain and XRT need.
+for var in ("PATH", "HOME", "PEANO_INSTALL_DIR", "MLIR_AIE_INSTALL_DIR", "XILINX_XRT",
+            "LD_LIBRARY_PATH", "PYTHONPATH", "AIR_TARGET_DEVICE", "TERM"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+config.substitutions.append(("%PYTHON", sys.executable))
+config.substitutions.append(("%REPO_ROOT", repo_root))
+config.substitutions.append(("FileCheck", "filecheck"))
+
+
+def probe(cmd):
+    """stdout+stderr of cmd, lower-cased; '' when it cannot run (absent tool, driver error, hang)."""
+    try:
+        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+        return res.stdout.decode("utf-8", "replace").lower()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+# ryzen_ai_npu2: `xrt-smi examine` names an XDNA2 part (the model strings mlir-air's lit config matches).
+xrt_bin = os.path.join(os.environ.get("XILINX_XRT", "/opt/xilinx/xrt"), "bin")
+xrt_smi = shutil.which("xrt-smi", path=xrt_bin) or shutil.which("xrt-smi")
+npu2_models = ("npu4", "npu5", "npu6", "strix", "krackan")
+if xrt_smi and any(model in probe([xrt_smi, "examine"]) for model in npu2_models):
+    config.available_features.add("ryzen_ai_npu2")
+    # A failed device probe inside aircc silently builds for npu1: pin the target.
+    config.environment["AIR_TARGET_DEVICE"] = "npu2"
+
+# peano: Peano's llc knows the AI Engine target.
+peano_dir = os.environ.get("PEANO_INSTALL_DIR", "")
+if peano_dir and re.search(r"ai engine", probe([os.path.join(peano_dir, "bin", "llc"), "-mtriple=aie", "--version"])):
+    config.available_features.add("peano")
+config.substitutions.append(("%PEANO_INSTALL_DIR", peano_dir))
+
+print(f"lit features: {sorted(f for f in config.available_features if f in ('ryzen_ai_npu2', 'peano')) or 'none (emulator tests only)'}")
