@@ -1,0 +1,176 @@
+// Host (x86-64) aie_api: aie::mmul and the bfp16 block conversion.
+//
+// Operand orders (aie_api): A is M x K row-major, B is K x N row-major, C is M x N row-major.
+//
+// bf16 x bf16 on AIE2P, as aie_api implements it:
+//   * shapes 4x8x4, 8x8x4, 8x1x8 always, and 4x8x8, 8x8x8 without
+//     AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16: element-wise bf16 MACs into accfloat, k = 0..K-1 in
+//     order; each product is exact in f32 and each step rounds the f32 sum to nearest even.
+//   * 4x8x8 and 8x8x8 with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16: both operands are converted to
+//     bfp16ebs8 (blocks of 8 along K: rows of A, columns of B) and multiplied with the native
+//     8x8x8 block instruction. The host models the conversion as calibrated against NPU2 hardware
+//     (NPU2_FACTS.md, "a bfp16 model"):
+//         e = floor(log2(max |x|)) over the block (f32 subnormal inputs count as 0),
+//         m = round_half_even(x / 2^(e - 6)) saturated to [-128, 127], value = m * 2^(e - 6);
+//     and the block instruction as: for each output, the 8-term dot product of the mantissas is exact
+//     (an integer below 2^17), it is scaled by 2^(eA + eB - 12) (exact), and added to the f32
+//     accumulator with one round-to-nearest-even addition per mac.
+//     NaN / Inf operands are not modelled.
+#pragma once
+
+#include "host_ops.hpp"
+
+namespace aie {
+
+namespace host {
+
+inline float pow2f(int e) {
+    if (e >= -126 && e <= 127) return bits_f32(uint32_t(e + 127) << 23);
+    return float(std::ldexp(1.0, e));
+}
+
+// One bfp16ebs8 block: 8 values at x[0], x[stride], ... -> 8 mantissas and the power of two of one
+// mantissa step (e - 6). A block of zeros (or subnormals) gets mantissas 0 and step exponent 0.
+inline void to_bfp16_block(const float *x, unsigned stride, int8_t *m, int *step_exp) {
+    uint32_t maxmag = 0;
+    for (unsigned i = 0; i < 8; ++i) {
+        uint32_t u = f32_bits(x[i * stride]) & 0x7fffffffu;
+        if (u > maxmag) maxmag = u;
+    }
+    const uint32_t ebits = maxmag >> 23;
+    if (ebits == 0) {  // zero or subnormal block
+        for (unsigned i = 0; i < 8; ++i) m[i] = 0;
+        *step_exp = 0;
+        return;
+    }
+    const int e = int(ebits) - 127;
+    const float inv = pow2f(6 - e);
+    for (unsigned i = 0; i < 8; ++i) {
+        float v = x[i * stride];
+        if ((f32_bits(v) & 0x7f800000u) == 0) v = 0.0f;  // subnormal -> 0
+        float q = std::nearbyint(v * inv);                   // round half to even (default FP env)
+        if (q > 127.0f) q = 127.0f;
+        if (q < -128.0f) q = -128.0f;
+        m[i] = int8_t(q);
+    }
+    *step_exp = e - 6;
+}
+
+#ifdef AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16
+inline constexpr bool kBf16MmulViaBfp16 = true;
+#else
+inline constexpr bool kBf16MmulViaBfp16 = false;
+#endif
+
+template <unsigned M, unsigned K, unsigned N>
+inline constexpr bool bf16_shape_on_aie2p = (M == 4 && K == 8 && N == 4) || (M == 8 && K == 8 && N == 4) ||
+                                            (M == 4 && K == 8 && N == 8) || (M == 8 && K == 8 && N == 8) ||
+                                            (M == 8 && K == 1 && N == 8);
+
+template <typename TA, typename TB, typename Tag>
+inline constexpr bool is_bf16_mmul = std::is_same_v<TA, bfloat16> && std::is_same_v<TB, bfloat16> &&
+                                     (std::is_same_v<Tag, accauto> || std::is_same_v<Tag, accfloat>);
+
+}  // namespace host
+
+template <unsigned M, unsigned K, unsigned N, typename TypeA, typename TypeB = TypeA, typename AccumTag = accauto>
+struct mmul {
+    static_assert(!(std::is_same_v<TypeA, float> || std::is_same_v<TypeB, float>),
+                  "aie::mmul: there is no f32 mmul on AIE2P");
+    static_assert(!(std::is_same_v<TypeA, bfp16ebs8> || std::is_same_v<TypeB, bfp16ebs8>),
+                  "aie::mmul: block-vector (bfp16ebs8) operands are not modelled by the host aie_api");
+    static_assert(std::is_same_v<TypeA, bfloat16> == std::is_same_v<TypeB, bfloat16>,
+                  "aie::mmul: AIE2P has no mixed bf16 x integer mmul");
+    static_assert(!std::is_same_v<TypeA, bfloat16> ||
+                      (std::is_same_v<AccumTag, accauto> || std::is_same_v<AccumTag, accfloat>),
+                  "aie::mmul: bf16 x bf16 accumulates into accfloat (use accauto or accfloat)");
+    static_assert(!std::is_same_v<TypeA, bfloat16> || host::bf16_shape_on_aie2p<M, K, N>,
+                  "aie::mmul: this bf16 x bf16 shape does not exist on AIE2P "
+                  "(shapes: 4x8x4, 8x8x4, 4x8x8, 8x8x8, 8x1x8)");
+    static_assert(host::is_bf16_mmul<TypeA, TypeB, AccumTag>,
+                  "aie::mmul: the host aie_api models bf16 x bf16 mmul only (integer mmul not modelled)");
+
+    static constexpr unsigned size_A = M * K;
+    static constexpr unsigned size_B = K * N;
+    static constexpr unsigned size_C = M * N;
+    static constexpr unsigned size() { return size_C; }
+    using accum_type = accum<accfloat, size_C>;
+
+    // bfp16 emulation applies to the 4x8x8 and 8x8x8 shapes only (aie_api's mmul_bf16_bf16).
+    static constexpr bool via_bfp16 = host::kBf16MmulViaBfp16 && K == 8 && N == 8 && (M == 4 || M == 8);
+
+    float c_[size_C];
+    bool zero_;  // a default-constructed mmul counts as zero for its first mul/mac
+
+    mmul() : zero_(true) { std::memset(c_, host::kPoisonByte, sizeof(c_)); }
+    mmul(const accum_type &acc) : zero_(false) { std::memcpy(c_, acc.d_, sizeof(c_)); }
+    template <typename T>
+    mmul(const vector<T, size_C> &v, int shift = 0) : zero_(false) {
+        accum_type a(v, shift);
+        std::memcpy(c_, a.d_, sizeof(c_));
+    }
+    mmul &operator=(const accum_type &acc) {
+        std::memcpy(c_, acc.d_, sizeof(c_));
+        zero_ = false;
+        return *this;
+    }
+
+    accum_type to_accum() const {
+        accum_type a;
+        if (zero_) {
+            for (unsigned i = 0; i < size_C; ++i) a.d_[i] = 0.0f;
+        } else {
+            std::memcpy(a.d_, c_, sizeof(c_));
+        }
+        return a;
+    }
+    operator accum_type() const { return to_accum(); }
+    template <typename T>
+    vector<T, size_C> to_vector(int shift = 0) const { return to_accum().template to_vector<T>(shift); }
+
+    void mul(const vector<TypeA, size_A> &a, const vector<TypeB, size_B> &b) {
+        zero_ = true;
+        mac(a, b);
+    }
+
+    void mac(const vector<TypeA, size_A> &a, const vector<TypeB, size_B> &b) {
+        if (zero_)
+            for (unsigned i = 0; i < size_C; ++i) c_[i] = 0.0f;
+        zero_ = false;
+        if constexpr (via_bfp16)
+            mac_bfp16(a, b);
+        else
+            mac_elementwise(a, b);
+    }
+
+private:
+    void mac_elementwise(const vector<TypeA, size_A> &a, const vector<TypeB, size_B> &b) {
+        float af[size_A], bf[size_B];
+        for (unsigned i = 0; i < size_A; ++i) af[i] = float(a.d_[i]);
+        for (unsigned i = 0; i < size_B; ++i) bf[i] = float(b.d_[i]);
+        for (unsigned i = 0; i < M; ++i)
+            for (unsigned j = 0; j < N; ++j) {
+                float acc = c_[i * N + j];
+                for (unsigned k = 0; k < K; ++k) acc += af[i * K + k] * bf[k * N + j];
+                c_[i * N + j] = acc;
+            }
+    }
+
+    void mac_bfp16(const vector<TypeA, size_A> &a, const vector<TypeB, size_B> &b) {
+        float af[size_A], bf[size_B];
+        for (unsigned i = 0; i < size_A; ++i) af[i] = float(a.d_[i]);
+        for (unsigned i = 0; i < size_B; ++i) bf[i] = float(b.d_[i]);
+        int8_t ma[M][8], mb[N][8];
+        int ea[M], eb[N];
+        for (unsigned i = 0; i < M; ++i) host::to_bfp16_block(af + i * 8, 1, ma[i], &ea[i]);  // row i of A
+        for (unsigned j = 0; j < N; ++j) host::to_bfp16_block(bf + j, N, mb[j], &eb[j]);      // column j of B
+        for (unsigned i = 0; i < M; ++i)
+            for (unsigned j = 0; j < N; ++j) {
+                int d = 0;
+                for (unsigned k = 0; k < 8; ++k) d += int(ma[i][k]) * int(mb[j][k]);
+                c_[i * N + j] += float(d) * host::pow2f(ea[i] + eb[j]);
+            }
+    }
+};
+
+}  // namespace aie

@@ -1,0 +1,158 @@
+"""The AIE2P kernel from the host: a numpy model of its arithmetic and a ctypes driver of its host build.
+
+kernel_gemm_model(a, w, tile_k) reproduces, bit for bit, what kernels/mv_int4_bf16.cc computes (built
+with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16), under the bfp16 model the host aie_api implements:
+
+  * A rows and (q - z) columns are cut into blocks of 8 along K and converted to bfp16 (shared exponent
+    e = floor(log2 max|x|), mantissa round-half-even(x / 2^(e-6)) saturated to [-128, 127]);
+  * per 8-deep K block the dot product is exact; it is added to the f32 group accumulator G (one
+    round-to-nearest-even addition per block, K blocks in order);
+  * per fold span (a group, or a K-chunk when a group spans chunks) c += hi * s, then c += lo * s in f32,
+    hi = bf16(G), lo = bf16(G - hi), both round-to-nearest-even;
+  * C = bf16(c), round-to-nearest-even.
+
+HostKernel builds the kernel's shared library for a tile configuration (make -C kernels host) and runs a
+whole GEMM through its three entry points, tile by tile, the way a PE would.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from ml_dtypes import bfloat16
+
+from .errors import ConfigError
+from .quant import AwqWeights
+from .record import check_kernel_tiles, check_weight_tiling, kernel_lib_name, pack_weights, record_bytes, w_scratch_elems
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+
+# ------------------------------------------------------------------------------------------ numpy model
+def bfp16_blocks(x: np.ndarray) -> np.ndarray:
+    """bfp16ebs8 value of x (float32, last axis = blocks of 8), as float64 (exact)."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.shape[-1] != 8:
+        raise ConfigError(f"bfp16_blocks: last axis has {x.shape[-1]} values, expected blocks of 8")
+    x = np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0), x)  # subnormals count as 0
+    mx = np.max(np.abs(x), axis=-1, keepdims=True)
+    _, p = np.frexp(mx)  # mx = f * 2^p, f in [0.5, 1): floor(log2 mx) = p - 1
+    step = np.ldexp(1.0, (p - 1 - 6).astype(np.int32))
+    m = np.clip(np.rint(x.astype(np.float64) / step), -128, 127)
+    return np.where(mx > 0, m * step, 0.0)
+
+
+def bf16_rne(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 (round to nearest even) -> float32."""
+    return np.asarray(x, dtype=np.float32).astype(bfloat16).astype(np.float32)
+
+
+def kernel_gemm_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
+    """bf16 [M, N]: the kernel's result for C = A x dequant(W) with K-chunks of tile_k (see module doc)."""
+    m, k = a.shape
+    n, gs = w.n, w.gs
+    span = min(tile_k, gs)
+    a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))  # [M, KB, 8]
+    qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(np.float32)
+    w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))  # [KB, N, 8]
+    s = w.s.astype(np.float32)
+    c = np.zeros((m, n), dtype=np.float32)
+    for f in range(k // span):
+        g_acc = None
+        for kb in range(f * span // 8, (f + 1) * span // 8):
+            d = (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)  # exact
+            g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
+        sc = s[(f * span) // gs][None, :]
+        hi = bf16_rne(g_acc)
+        lo = bf16_rne(g_acc - hi)
+        c = (c + hi * sc).astype(np.float32)
+        c = (c + lo * sc).astype(np.float32)
+    return c.astype(bfloat16)
+
+
+# ------------------------------------------------------------------------------------------ host build
+def build_host_kernel(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Path:
+    """make -C kernels host ... ; returns the path of the shared library."""
+    check_kernel_tiles(tile_m, tile_n, tile_k, gs)
+    dims = [f"DIM_M={tile_m}", f"DIM_N={tile_n}", f"DIM_K_CHUNK={tile_k}", f"DIM_GS={gs}"]
+    proc = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "host", *dims], capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"kernel host build failed:\n{proc.stdout}{proc.stderr}")
+    lib = KERNELS_DIR / "build" / kernel_lib_name(tile_m, tile_n, tile_k, gs, host=True)
+    if not lib.exists():
+        raise RuntimeError(f"kernel host build did not produce {lib}")
+    return lib
+
+
+def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
+    """An uninitialised array whose data starts on an `align`-byte boundary (AIE2P vector alignment)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off : off + nbytes].view(dtype).reshape(shape)
+
+
+def a_tile_blocked(a_tile: np.ndarray) -> np.ndarray:
+    """[TM, TK] -> the kernel's A order: 8x8 blocks (mb, kb) at (mb * TK/8 + kb) * 64, row-major inside."""
+    tm, tk = a_tile.shape
+    return a_tile.reshape(tm // 8, 8, tk // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
+
+
+class HostKernel:
+    """The host-built kernel for one tile configuration, driven through ctypes like a PE would."""
+
+    def __init__(self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None):
+        self.tile_m, self.tile_n, self.tile_k, self.gs = tile_m, tile_n, tile_k, gs
+        self.path = lib or build_host_kernel(tile_m, tile_n, tile_k, gs)
+        self.lib = ctypes.CDLL(str(self.path))
+        vp = ctypes.c_void_p
+        for name, nargs in (("gemm_int4_zero", 1), ("gemm_int4_accumulate", 4), ("gemm_int4_drain", 2)):
+            fn = getattr(self.lib, name)
+            fn.argtypes, fn.restype = [vp] * nargs, None
+        self.misaligned = self.lib.aie_host_misaligned_accesses
+        self.misaligned.argtypes, self.misaligned.restype = [], ctypes.c_ulong
+        tm, tn, tk = tile_m, tile_n, tile_k
+        self.c_acc = aligned_empty((tm * tn,), np.float32)
+        self.c_out = aligned_empty((tm, tn), bfloat16)
+        self.a_buf = aligned_empty((tm * tk,), bfloat16)
+        self.w_buf = aligned_empty((record_bytes(tn, tk, gs),), np.uint8)
+        self.scratch = aligned_empty((w_scratch_elems(tn, tk),), bfloat16)
+
+    def zero(self) -> None:
+        self.lib.gemm_int4_zero(self.c_acc.ctypes.data)
+
+    def accumulate(self, record: np.ndarray, a_blocked: np.ndarray) -> None:
+        self.w_buf[...] = record
+        self.a_buf[...] = a_blocked
+        self.lib.gemm_int4_accumulate(self.w_buf.ctypes.data, self.a_buf.ctypes.data, self.c_acc.ctypes.data,
+                                      self.scratch.ctypes.data)
+
+    def drain(self) -> np.ndarray:
+        self.lib.gemm_int4_drain(self.c_acc.ctypes.data, self.c_out.ctypes.data)
+        return self.c_out.copy()
+
+    def gemm(self, a: np.ndarray, w: AwqWeights, packed: np.ndarray | None = None) -> np.ndarray:
+        """C = A x dequant(W) in bf16, every (M-tile, N-tile) through zero / accumulate per K-chunk / drain."""
+        tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
+        m, k = a.shape
+        check_weight_tiling(k, w.n, w.gs, tn, tk)
+        if m % tm:
+            raise ConfigError(f"M = {m} is not a multiple of tile_m = {tm}")
+        if packed is None:
+            packed = pack_weights(w, tn, tk)
+        # A in kernel order, per (M-tile, K-chunk)
+        a_blk = a.reshape(m // tm, tm // 8, 8, k // tk, tk // 8, 8).transpose(0, 3, 1, 4, 2, 5)
+        a_blk = np.ascontiguousarray(a_blk).reshape(m // tm, k // tk, tm * tk)
+        c = np.empty((m, w.n), dtype=bfloat16)
+        for mt in range(m // tm):
+            for nt in range(w.n // tn):
+                self.zero()
+                for kc in range(k // tk):
+                    self.accumulate(packed[nt, kc], a_blk[mt, kc])
+                c[mt * tm : (mt + 1) * tm, nt * tn : (nt + 1) * tn] = self.drain()
+        return c
+

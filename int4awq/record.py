@@ -1,0 +1,296 @@
+"""The packed Q+S+Z weight record the AIE2P kernel reads, its packer and unpacker, and the kernel's rules.
+
+One record per (N-tile nt, K-chunk kc) holds everything a PE needs for one `gemm_int4_accumulate` call,
+so a single DMA brings it. L3 order: record (nt, kc) at byte offset (nt * (K // tile_k) + kc) * record_bytes.
+
+Inside a record (tile_n = TN, tile_k = TK, group size GS; every section starts on a 64-byte boundary):
+
+    groups held   G   = TK // GS if TK >= GS else 1   (a chunk inside a group carries that group's S, Z)
+    Q   offset 0                      TN * TK / 2 bytes   4-bit codes, two per byte
+    S   offset S_OFF = Q bytes        G * TN bf16          s[g0 + j, n] at S_OFF + 2 * (j * TN + n)
+    Z   offset Z_OFF = S_OFF + pad64(2 * G * TN)          z[g0 + j, n] at Z_OFF + j * TN + n (uint8)
+    total = Z_OFF + pad64(G * TN)                          (g0 = first group of the chunk)
+
+Q is pre-shuffled into the kernel's mmul B-operand order: element (k, n) of the chunk (k < TK, n < TN) is
+nibble  i = ((n // 8) * (TK // 8) + k // 8) * 64 + (k % 8) * 8 + n % 8,  stored in byte i // 2, low
+nibble when i is even (aie_api's cast_to<uint4> order). The kernel dequantises it with contiguous
+64-byte loads straight into w_scratch, whose element i is (q - z) of the same (k, n).
+
+The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
+name of the kernel library built for a configuration (kernel_lib_name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ml_dtypes import bfloat16
+
+from .errors import ConfigError
+from .quant import AwqWeights, check_dims
+
+ALIGN = 64  # section alignment: AIE2P's 512-bit vector loads need 64-byte aligned addresses
+BLOCK = 8  # mmul block edge (8x8x8 bf16 mmul)
+L1_BYTES = 64 * 1024  # data memory of one compute tile, stack included
+KERNEL_STACK_BYTES = 2048  # see kernel_stack_bytes()
+KERNEL_NAME = "mv_int4_bf16"
+
+
+def _pad(x: int) -> int:
+    return -(-x // ALIGN) * ALIGN
+
+
+# ------------------------------------------------------------------------------------------ kernel rules
+def check_kernel_tiles(tile_m: int, tile_n: int, tile_k: int, gs: int) -> None:
+    """Raise ConfigError (naming the numbers) unless the kernel supports this tile configuration.
+
+    tile_m, tile_n: multiples of 16 (2x2 blocks of 8x8 mmul tiles; zero points read 16 columns at once).
+    tile_k (the K-chunk per call) and gs: multiples of 16 (dequantisation converts two 8-deep K blocks per
+    step) and one divides the other: a chunk holds whole groups (tile_k % gs == 0; the scale is folded once
+    per group) or a group spans whole chunks (gs % tile_k == 0; folded once per chunk).
+    The configuration must also fit a PE's 64 KiB L1 (see l1_budget).
+    """
+    check_dims(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gs=gs)
+    for name, v in (("tile_m", tile_m), ("tile_n", tile_n)):
+        if v % 16:
+            raise ConfigError(f"{name} = {v}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)")
+    for name, v in (("tile_k", tile_k), ("gs", gs)):
+        if v % 16:
+            raise ConfigError(f"{name} = {v}: must be a multiple of 16 (dequantisation converts two 8-deep K blocks per step)")
+    if tile_k % gs and gs % tile_k:
+        raise ConfigError(
+            f"tile_k = {tile_k} and gs = {gs}: one must divide the other (a K-chunk holds whole groups, "
+            f"or a group spans whole K-chunks)"
+        )
+    budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False)
+    if budget["total"] > L1_BYTES:
+        parts = ", ".join(f"{k} {v}" for k, v in budget.items() if k != "total")
+        raise ConfigError(
+            f"tile_m x tile_n x tile_k = {tile_m} x {tile_n} x {tile_k} (gs {gs}) needs {budget['total']} bytes of L1 "
+            f"({parts}), more than the {L1_BYTES} a PE has; use a smaller tile_k or tile"
+        )
+
+
+def check_weight_tiling(k: int, n: int, gs: int, tile_n: int, tile_k: int) -> None:
+    """K and N must be whole numbers of K-chunks and N-tiles; groups must align with chunks."""
+    check_dims(K=k, N=n, gs=gs, tile_n=tile_n, tile_k=tile_k)
+    if n % tile_n:
+        raise ConfigError(f"N = {n} is not a multiple of tile_n = {tile_n}")
+    if k % tile_k:
+        raise ConfigError(f"K = {k} is not a multiple of tile_k = {tile_k}")
+    if k % gs:
+        raise ConfigError(f"K = {k} is not a multiple of gs = {gs}")
+    if tile_k % gs and gs % tile_k:
+        raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
+
+
+# ------------------------------------------------------------------------------------------ record layout
+@dataclass(frozen=True)
+class RecordLayout:
+    tile_n: int
+    tile_k: int
+    gs: int
+    groups: int  # groups whose S and Z the record holds
+    q_offset: int
+    q_bytes: int
+    s_offset: int
+    s_bytes: int  # used bytes (section padded to 64)
+    z_offset: int
+    z_bytes: int
+    total: int
+
+
+def record_layout(tile_n: int, tile_k: int, gs: int) -> RecordLayout:
+    check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
+    if tile_n % 16 or tile_k % 16:
+        raise ConfigError(f"tile_n = {tile_n}, tile_k = {tile_k}: both must be multiples of 16")
+    if tile_k % gs and gs % tile_k:
+        raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
+    groups = tile_k // gs if tile_k >= gs else 1
+    q_bytes = tile_n * tile_k // 2
+    s_off = _pad(q_bytes)
+    s_bytes = 2 * groups * tile_n
+    z_off = s_off + _pad(s_bytes)
+    z_bytes = groups * tile_n
+    return RecordLayout(tile_n, tile_k, gs, groups, 0, q_bytes, s_off, s_bytes, z_off, z_bytes, z_off + _pad(z_bytes))
+
+
+def record_bytes(tile_n: int, tile_k: int, gs: int) -> int:
+    """Bytes of one packed record (a multiple of 64)."""
+    return record_layout(tile_n, tile_k, gs).total
+
+
+def w_scratch_elems(tile_n: int, tile_k: int) -> int:
+    """bf16 elements of the kernel's dequantisation scratch (w_scratch): tile_k * tile_n."""
+    return tile_k * tile_n
+
+
+def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
+    return 2 * w_scratch_elems(tile_n, tile_k)
+
+
+def kernel_stack_bytes(tile_m: int = 64, tile_n: int = 64, tile_k: int = 64, gs: int = 128) -> int:
+    """Stack the kernel needs (bytes), for the design's stack_size.
+
+    The kernel keeps no arrays on the stack: its locals are vectors and accumulators (four 8x8 f32 mmul
+    accumulators, four 64-lane bf16 operands, two 128-lane zero-point and two 64-lane scale vectors, fold
+    temporaries), about 3 KiB if every one of them spilled, none of them sized by the tile. The estimate
+    below assumes at most two thirds spill (AIE2P has 2 KiB of accumulator and 3 KiB of vector
+    registers); NOT measured with Peano here, re-check with the compiler's stack report on hardware.
+    """
+    check_dims(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gs=gs)
+    return KERNEL_STACK_BYTES
+
+
+def l1_budget(tile_m: int, tile_n: int, tile_k: int, gs: int, check: bool = True) -> dict[str, int]:
+    """Bytes of L1 one PE needs: the design's buffers (ping-pong ones twice) plus the kernel's stack."""
+    if check:
+        check_kernel_tiles(tile_m, tile_n, tile_k, gs)
+    budget = {
+        "c_acc": 4 * tile_m * tile_n,
+        "c_out": 2 * tile_m * tile_n,
+        "a_tile_x2": 2 * 2 * tile_m * tile_k,
+        "w_record_x2": 2 * record_bytes(tile_n, tile_k, gs),
+        "w_scratch": w_scratch_bytes(tile_n, tile_k),
+        "stack": kernel_stack_bytes(tile_m, tile_n, tile_k, gs),
+    }
+    budget["total"] = sum(budget.values())
+    return budget
+
+
+def kernel_stem(tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
+    return f"{KERNEL_NAME}_m{tile_m}_n{tile_n}_k{tile_k}_gs{gs}"
+
+
+def kernel_lib_name(tile_m: int, tile_n: int, tile_k: int, gs: int, host: bool = False) -> str:
+    """File name of the kernel built for this configuration: <stem>.o (Peano) or <stem>.so (host)."""
+    return kernel_stem(tile_m, tile_n, tile_k, gs) + (".so" if host else ".o")
+
+
+# ------------------------------------------------------------------------------------------ pack / unpack
+def _chunk_groups(k: int, gs: int, tile_k: int) -> np.ndarray:
+    """[K//tile_k, groups-per-record] indices of the groups whose S, Z each record carries."""
+    kc = k // tile_k
+    if tile_k >= gs:
+        per = tile_k // gs
+        return np.arange(kc * per).reshape(kc, per)
+    return ((np.arange(kc) * tile_k) // gs).reshape(kc, 1)
+
+
+def _q_order(q: np.ndarray, tile_n: int, tile_k: int) -> np.ndarray:
+    """q [K, N] -> [NT, KC, TN*TK] codes in record nibble order."""
+    k, n = q.shape
+    kc, nt, kb, nb = k // tile_k, n // tile_n, tile_k // BLOCK, tile_n // BLOCK
+    # axes: (kc, kb, kk, nt, nb, nn) -> (nt, kc, nb, kb, kk, nn)
+    return q.reshape(kc, kb, BLOCK, nt, nb, BLOCK).transpose(3, 0, 4, 1, 2, 5).reshape(nt, kc, tile_n * tile_k)
+
+
+def pack_weights(w: AwqWeights, tile_n: int, tile_k: int) -> np.ndarray:
+    """uint8 [N // tile_n, K // tile_k, record_bytes]: one record per (N-tile, K-chunk), in L3 order."""
+    w.validate()
+    check_weight_tiling(w.k, w.n, w.gs, tile_n, tile_k)
+    lay = record_layout(tile_n, tile_k, w.gs)
+    nt, kc = w.n // tile_n, w.k // tile_k
+    out = np.zeros((nt, kc, lay.total), dtype=np.uint8)
+
+    codes = _q_order(w.q, tile_n, tile_k)
+    out[:, :, : lay.q_bytes] = codes[:, :, 0::2] | (codes[:, :, 1::2] << 4)
+
+    g = _chunk_groups(w.k, w.gs, tile_k)  # [KC, G]
+    def per_record(x: np.ndarray) -> np.ndarray:  # [groups, N] -> [NT, KC, G * TN]
+        sel = x[g]  # [KC, G, N]
+        return sel.reshape(kc, lay.groups, nt, tile_n).transpose(2, 0, 1, 3).reshape(nt, kc, lay.groups * tile_n)
+
+    s_bytes = np.ascontiguousarray(per_record(w.s)).view(np.uint8)  # bf16 little-endian
+    out[:, :, lay.s_offset : lay.s_offset + lay.s_bytes] = s_bytes
+    out[:, :, lay.z_offset : lay.z_offset + lay.z_bytes] = per_record(w.z)
+    return out
+
+
+def unpack_weights(packed: np.ndarray, k: int, n: int, gs: int, tile_n: int, tile_k: int) -> AwqWeights:
+    """Exact inverse of pack_weights."""
+    check_weight_tiling(k, n, gs, tile_n, tile_k)
+    lay = record_layout(tile_n, tile_k, gs)
+    nt, kc = n // tile_n, k // tile_k
+    if not isinstance(packed, np.ndarray) or packed.dtype != np.uint8 or packed.shape != (nt, kc, lay.total):
+        raise ConfigError(
+            f"packed: dtype {getattr(packed, 'dtype', '?')} shape {getattr(packed, 'shape', '?')}, "
+            f"expected uint8 {(nt, kc, lay.total)} for K={k} N={n} gs={gs} tile_n={tile_n} tile_k={tile_k}"
+        )
+    qb = packed[:, :, : lay.q_bytes]
+    codes = np.empty((nt, kc, 2 * lay.q_bytes), dtype=np.uint8)
+    codes[:, :, 0::2] = qb & 0xF
+    codes[:, :, 1::2] = qb >> 4
+    kb, nb = tile_k // BLOCK, tile_n // BLOCK
+    q = codes.reshape(nt, kc, nb, kb, BLOCK, BLOCK).transpose(1, 3, 4, 0, 2, 5).reshape(k, n)
+
+    def groups_of(section: np.ndarray) -> np.ndarray:  # [NT, KC, G*TN] -> [groups, N]
+        x = section.reshape(nt, kc, lay.groups, tile_n).transpose(1, 2, 0, 3).reshape(kc * lay.groups, n)
+        if tile_k >= gs:
+            return x
+        return x[:: gs // tile_k]  # every chunk of a group carries the same S, Z: take the first
+
+    s_raw = np.ascontiguousarray(packed[:, :, lay.s_offset : lay.s_offset + lay.s_bytes]).view(bfloat16)
+    s = groups_of(s_raw)
+    z = groups_of(packed[:, :, lay.z_offset : lay.z_offset + lay.z_bytes])
+    return AwqWeights(np.ascontiguousarray(q), np.ascontiguousarray(z), np.ascontiguousarray(s), gs)
+
+
+# ------------------------------------------------------------------------------------------ benchmark
+LLAMA32_1B_PROJECTIONS = (  # (name, K = in_features, N = out_features), 16 layers each
+    ("q_proj", 2048, 2048),
+    ("k_proj", 2048, 512),
+    ("v_proj", 2048, 512),
+    ("o_proj", 2048, 2048),
+    ("gate_proj", 2048, 8192),
+    ("up_proj", 2048, 8192),
+    ("down_proj", 8192, 2048),
+)
+
+
+def bench_pack(layers: int = 16, tile_n: int = 64, tile_k: int = 64, gs: int = 128, seed: int = 0) -> float:
+    """Seconds to pack every Llama-3.2-1B projection of `layers` layers (weights generated up front)."""
+    rng = np.random.default_rng(seed)
+    shapes = {(k, n) for _, k, n in LLAMA32_1B_PROJECTIONS}
+    pool = {}
+    for k, n in shapes:  # random codes; the packer's speed does not depend on the values
+        pool[(k, n)] = AwqWeights(
+            rng.integers(0, 16, (k, n), dtype=np.uint8),
+            rng.integers(0, 16, (k // gs, n), dtype=np.uint8),
+            rng.uniform(0.001, 0.1, (k // gs, n)).astype(bfloat16),
+            gs,
+        )
+    t0 = time.perf_counter()
+    for _ in range(layers):
+        for _, k, n in LLAMA32_1B_PROJECTIONS:
+            pack_weights(pool[(k, n)], tile_n, tile_k)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="int4-AWQ packed record: layout and packer benchmark")
+    ap.add_argument("--bench", action="store_true", help="time packing all Llama-3.2-1B projections (16 layers)")
+    ap.add_argument("--tile-m", type=int, default=64)
+    ap.add_argument("--tile-n", type=int, default=64)
+    ap.add_argument("--tile-k", type=int, default=64)
+    ap.add_argument("--gs", type=int, default=128)
+    args = ap.parse_args(argv)
+    try:
+        budget = l1_budget(args.tile_m, args.tile_n, args.tile_k, args.gs)
+        lay = record_layout(args.tile_n, args.tile_k, args.gs)
+    except ConfigError as e:
+        print(f"error: {e}")
+        return 2
+    print(f"record {lay}")
+    print("L1 budget (bytes): " + ", ".join(f"{k} {v}" for k, v in budget.items()) + f" of {L1_BYTES}")
+    if args.bench:
+        dt = bench_pack(tile_n=args.tile_n, tile_k=args.tile_k, gs=args.gs)
+        print(f"packed all Llama-3.2-1B projections (16 layers) in {dt:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

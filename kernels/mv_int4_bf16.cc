@@ -1,0 +1,218 @@
+//===- mv_int4_bf16.cc - int4-AWQ GEMM inner kernel for AIE2P (aie_api) ---===//
+//
+// One PE computes a DIM_M x DIM_N tile of C = A x dequant(W), one K-chunk of DIM_K_CHUNK per call:
+//
+//   gemm_int4_zero(c_acc)                                   c_acc = 0
+//   gemm_int4_accumulate(w_record, a_tile, c_acc, w_scratch) c_acc += a_tile x dequant(w_record)
+//   gemm_int4_drain(c_acc, c_out)                           c_out = bf16(c_acc), row-major, RNE
+//
+// dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS.
+//
+// How a call works (the README has the byte-exact record and the buffer layouts):
+//  1. Dequantise the record's Q once into w_scratch as (q - z) in bf16 -- small integers, exact --
+//     already in aie::mmul B-operand order (8x8 blocks, K x N row-major inside). The packer stored
+//     the nibbles in that order, so this is a stream of 64-byte loads and 256-byte stores; the
+//     per-column zero points are laid across the vector with one interleave and a concat.
+//     This is amortised over all DIM_M rows of A.
+//  2. Hot loop: a 2x2 block of independent 8x8x8 bf16 mmul accumulators (bfp16-emulated, 512 MAC
+//     per instruction), nothing but four loads, four pointer increments of 128 bytes and four macs.
+//     Each accumulator G covers one "fold span" of K: a whole group when the chunk holds whole
+//     groups (DIM_K_CHUNK % DIM_GS == 0), the whole chunk when a group spans several chunks
+//     (DIM_GS % DIM_K_CHUNK == 0).
+//  3. Scale fold, once per span: c += G * s. AIE2P has no f32 x f32 vector multiply, so G is split
+//     into hi = bf16(G) and lo = bf16(G - hi) and both are multiplied by the bf16 scale (products
+//     exact in f32) and added to c in f32. hi + lo keeps 16 significant bits of G, so integer-valued
+//     G below 2^16 (exact-mode operands) survive exactly; upstream's single bf16(G) does not.
+//
+// Roundings, in order: A and (q - z) to bfp16 blocks (exact for exact-mode operands), one f32
+// addition per mmul into G, bf16(G) and bf16(G - hi), two f32 additions per fold into c, and the
+// final f32 -> bf16 round-to-nearest-even in the drain.
+//
+// Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P).
+//
+//===----------------------------------------------------------------------===//
+
+#include <aie_api/aie.hpp>
+#include <stdint.h>
+
+// Loop trip-count hint for Peano (clang loop pragma); nothing elsewhere.
+#if defined(__AIECC__)
+#define KERNEL_STR_(x) #x
+#define KERNEL_MIN_ITERS(n) _Pragma(KERNEL_STR_(clang loop min_iteration_count(n)))
+#else
+#define KERNEL_MIN_ITERS(n)
+#endif
+
+#if !defined(DIM_M) || !defined(DIM_N) || !defined(DIM_K_CHUNK) || !defined(DIM_GS)
+#error "define the tile: -DDIM_M=<tile_m> -DDIM_N=<tile_n> -DDIM_K_CHUNK=<tile_k_l1> -DDIM_GS=<group size>"
+#endif
+
+namespace {
+
+constexpr unsigned TM = DIM_M;        // rows of A and C per PE
+constexpr unsigned TN = DIM_N;        // columns of W and C per PE
+constexpr unsigned TK = DIM_K_CHUNK;  // K per call
+constexpr unsigned GS = DIM_GS;       // quantisation group size along K
+
+static_assert(TM > 0 && TM % 16 == 0,
+              "DIM_M (tile_m) must be a positive multiple of 16: the kernel works on 2x2 blocks of 8x8 mmul tiles");
+static_assert(TN > 0 && TN % 16 == 0,
+              "DIM_N (tile_n) must be a positive multiple of 16: 2x2 blocks of 8x8 mmul tiles, and zero points "
+              "are read 16 columns at a time");
+static_assert(TK > 0 && TK % 16 == 0,
+              "DIM_K_CHUNK (tile_k_l1) must be a positive multiple of 16: dequantisation converts two 8-deep K "
+              "blocks (64 bytes of nibbles) per step");
+static_assert(GS > 0 && GS % 16 == 0, "DIM_GS must be a positive multiple of 16 (two 8-deep K blocks)");
+static_assert(TK % GS == 0 || GS % TK == 0,
+              "DIM_K_CHUNK and DIM_GS must divide one another: a chunk holds whole groups, or a group spans "
+              "whole chunks");
+static_assert(TM * TK * 2 <= 65536 && TN * TK * 2 <= 65536 && TM * TN * 4 <= 65536,
+              "tile larger than a PE's 64 KiB data memory");
+
+using MMUL = aie::mmul<8, 8, 8, bfloat16, bfloat16, accauto>;
+static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64);
+
+constexpr unsigned MB = TM / 8;                      // 8-row blocks of A / C
+constexpr unsigned NB = TN / 8;                      // 8-column blocks of W / C
+constexpr unsigned KB = TK / 8;                      // 8-deep K blocks per chunk
+constexpr unsigned SPAN = TK < GS ? TK : GS;         // K covered by one scale fold
+constexpr unsigned SB = SPAN / 8;                    // K blocks per fold
+constexpr unsigned NF = TK / SPAN;                   // folds per call = groups held by the record
+constexpr unsigned BLK = 64;                         // elements per 8x8 block
+
+// Packed record (see int4awq/record.py, which must agree): Q nibbles, then S (bf16), then Z (uint8),
+// each section starting on a 64-byte boundary.
+constexpr unsigned round64(unsigned x) { return (x + 63u) / 64u * 64u; }
+constexpr unsigned Q_BYTES = TN * TK / 2;
+constexpr unsigned S_OFFSET = round64(Q_BYTES);
+constexpr unsigned S_BYTES = round64(NF * TN * 2);
+constexpr unsigned Z_OFFSET = S_OFFSET + S_BYTES;
+constexpr unsigned Z_BYTES = round64(NF * TN);
+constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
+
+// 8 values replicated 8 times: the per-column operand of an 8x8 row-major block.
+inline aie::vector<bfloat16, 64> replicate_row(const aie::vector<bfloat16, 8> &v) {
+    return aie::concat(v, v, v, v, v, v, v, v);
+}
+inline aie::vector<int8, 128> replicate_16(const aie::vector<int8, 16> &v) {
+    return aie::concat(v, v, v, v, v, v, v, v);
+}
+
+// Record Q -> w_scratch: (q - z) as bf16, B-operand blocks (nb, kb) at (nb * KB + kb) * 64 elements,
+// each block [k][n] row-major. Q byte i holds scratch elements 2i (low nibble) and 2i + 1 (high).
+void dequantize(const uint8_t *__restrict record, bfloat16 *__restrict w) {
+    const uint8_t *__restrict zp = record + Z_OFFSET;
+    for (unsigned nb = 0; nb < NB; nb += 2) {
+        for (unsigned f = 0; f < NF; ++f) {
+            // z of columns 8nb .. 8nb+15; zip with itself -> [z(nb) z(nb)] and [z(nb+1) z(nb+1)].
+            const aie::vector<uint8, 16> z16 = aie::load_v<16>(zp + f * TN + nb * 8);
+            const auto zz = aie::interleave_zip(z16, z16, 8);
+            const aie::vector<int8, 128> z0 = replicate_16(zz.first.cast_to<int8>());
+            const aie::vector<int8, 128> z1 = replicate_16(zz.second.cast_to<int8>());
+
+            const unsigned first = nb * KB + f * SB;  // block index of (nb, first kb of this span)
+            const uint8_t *__restrict q0 = record + first * (BLK / 2);
+            const uint8_t *__restrict q1 = q0 + KB * (BLK / 2);
+            bfloat16 *__restrict w0 = w + first * BLK;
+            bfloat16 *__restrict w1 = w0 + KB * BLK;
+            KERNEL_MIN_ITERS(1)
+            for (unsigned kb = 0; kb < SB; kb += 2) {
+                const aie::vector<int8, 128> d0 =
+                    aie::sub(aie::load_v<64>(q0).cast_to<uint4>().unpack_sign<int8>(false), z0);
+                const aie::vector<int8, 128> d1 =
+                    aie::sub(aie::load_v<64>(q1).cast_to<uint4>().unpack_sign<int8>(false), z1);
+                aie::store_v(w0, aie::to_float<bfloat16>(d0, 0));
+                aie::store_v(w1, aie::to_float<bfloat16>(d1, 0));
+                q0 += 64;
+                q1 += 64;
+                w0 += 2 * BLK;
+                w1 += 2 * BLK;
+            }
+        }
+    }
+}
+
+// c (one 8x8 f32 block of the accumulator) += G * s, with G split into bf16 hi + lo.
+inline void fold(const MMUL &g, const aie::vector<bfloat16, 64> &s, float *__restrict c) {
+    const aie::accum<accfloat, 64> gacc = g.to_accum();
+    const aie::vector<bfloat16, 64> hi = gacc.to_vector<bfloat16>();
+    const aie::vector<bfloat16, 64> lo = aie::sub(gacc, hi).to_vector<bfloat16>();
+    aie::accum<accfloat, 64> acc(aie::load_v<64>(c));
+    acc = aie::mac(acc, hi, s);
+    acc = aie::mac(acc, lo, s);
+    aie::store_v(c, acc.to_vector<float>());
+}
+
+}  // namespace
+
+extern "C" {
+
+// c_acc: DIM_M * DIM_N floats, blocked: block (mb, nb) of C at (mb * DIM_N/8 + nb) * 64, row-major inside.
+void gemm_int4_zero(float *c_acc) {
+    const aie::vector<float, 16> z = aie::zeros<float, 16>();
+    KERNEL_MIN_ITERS(16)
+    for (unsigned i = 0; i < TM * TN; i += 16) {
+        aie::store_v(c_acc + i, z);
+    }
+}
+
+// w_record: one packed record (RECORD_BYTES); a_tile: DIM_M x DIM_K_CHUNK bf16 in 8x8 blocks, block
+// (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major inside; w_scratch: DIM_K_CHUNK * DIM_N bf16.
+void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc, bfloat16 *w_scratch) {
+    ::aie::set_rounding(aie::rounding_mode::conv_even);
+    dequantize(w_record, w_scratch);
+
+    const bfloat16 *__restrict scales = reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
+    for (unsigned mb = 0; mb < MB; mb += 2) {
+        for (unsigned nb = 0; nb < NB; nb += 2) {
+            float *__restrict c00 = c_acc + (mb * NB + nb) * BLK;
+            float *__restrict c01 = c00 + BLK;
+            float *__restrict c10 = c00 + NB * BLK;
+            float *__restrict c11 = c10 + BLK;
+            for (unsigned f = 0; f < NF; ++f) {
+                MMUL g00, g01, g10, g11;  // default-constructed: zero for the first mac
+                const bfloat16 *__restrict pa0 = a_tile + (mb * KB + f * SB) * BLK;
+                const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
+                const bfloat16 *__restrict pb0 = w_scratch + (nb * KB + f * SB) * BLK;
+                const bfloat16 *__restrict pb1 = pb0 + KB * BLK;
+                KERNEL_MIN_ITERS(2)
+                for (unsigned kb = 0; kb < SB; ++kb) {
+                    const aie::vector<bfloat16, 64> a0 = aie::load_v<64>(pa0);
+                    const aie::vector<bfloat16, 64> a1 = aie::load_v<64>(pa1);
+                    const aie::vector<bfloat16, 64> b0 = aie::load_v<64>(pb0);
+                    const aie::vector<bfloat16, 64> b1 = aie::load_v<64>(pb1);
+                    pa0 += BLK;
+                    pa1 += BLK;
+                    pb0 += BLK;
+                    pb1 += BLK;
+                    g00.mac(a0, b0);
+                    g01.mac(a0, b1);
+                    g10.mac(a1, b0);
+                    g11.mac(a1, b1);
+                }
+                const bfloat16 *sp = scales + f * TN + nb * 8;
+                const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
+                const aie::vector<bfloat16, 64> s1 = replicate_row(aie::load_v<8>(sp + 8));
+                fold(g00, s0, c00);
+                fold(g01, s1, c01);
+                fold(g10, s0, c10);
+                fold(g11, s1, c11);
+            }
+        }
+    }
+}
+
+// c_out: DIM_M x DIM_N bf16, row-major; round to nearest even.
+void gemm_int4_drain(float *c_acc, bfloat16 *c_out) {
+    ::aie::set_rounding(aie::rounding_mode::conv_even);
+    for (unsigned mb = 0; mb < MB; ++mb) {
+        for (unsigned nb = 0; nb < NB; ++nb) {
+            const aie::accum<accfloat, 64> acc(aie::load_v<64>(c_acc + (mb * NB + nb) * BLK));
+            const aie::vector<bfloat16, 64> v = acc.to_vector<bfloat16>();
+            bfloat16 *__restrict dst = c_out + mb * 8 * TN + nb * 8;
+            for (unsigned i = 0; i < 8; ++i) aie::store_v(dst + i * TN, v.extract<8>(i));
+        }
+    }
+}
+
+}  // extern "C"
