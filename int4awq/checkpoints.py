@@ -278,12 +278,11 @@ def _nibbles(words: np.ndarray) -> np.ndarray:
 class _Plan:
     info: LayerInfo
     tensors: dict  # role -> (tensor name, _Entry)
-    symmetric: bool = False  # compressed-tensors without zero points: zp = 0
     v1_carry_ok: bool = False  # GPTQ v1 written by GPTQModel >= 0.9.0: wrapped zero points are exact
 
 
 _ROLE_SUFFIX = {
-    "awq": ("qweight", "qzeros", "scales", "g_idx", "bias"),
+    "qweight": ("qweight", "qzeros", "scales", "g_idx", "bias"),
     "ct": ("weight_packed", "weight_zero_point", "weight_scale", "weight_g_idx", "weight_shape", "bias"),
 }
 
@@ -296,7 +295,9 @@ def _cfg_get(cfg: dict, *keys, default=None):
 
 
 def _field(ck: _Checkpoint, key: str) -> str:
-    return f"{ck.config_file}: quantization_config.{key}" if ck.config_file == "config.json" else f"{ck.config_file}: {key}"
+    """Where a config value lives, e.g. 'config.json: quantization_config.bits'."""
+    where = "quantization_config." if ck.config_file == "config.json" else ""
+    return f"{ck.config_file}: {where}{key}"
 
 
 def _expect(name: str, e: _Entry | None, dtypes: tuple[str, ...], shape: tuple | None, what: str = "") -> _Entry:
@@ -348,7 +349,7 @@ def _gs_from_shapes(scale_name: str, groups: int, k: int) -> int:
 
 def _plan_qweight(ck: _Checkpoint, layer: str, method: str | None) -> _Plan:
     """AutoAWQ gemm or GPTQ: both name their tensors qweight / qzeros / scales."""
-    t = {r: f"{layer}.{r}" for r in _ROLE_SUFFIX["awq"]}
+    t = {r: f"{layer}.{r}" for r in _ROLE_SUFFIX["qweight"]}
     scales = _expect(t["scales"], ck.entry(t["scales"]), _SCALE_DTYPES, None)
     qweight = _expect(t["qweight"], ck.entry(t["qweight"]), ("I32",), None)
     for nm, e in (("scales", scales), ("qweight", qweight)):
@@ -386,10 +387,10 @@ def _plan_qweight(ck: _Checkpoint, layer: str, method: str | None) -> _Plan:
         if version not in ("gptq", "gptq_v2"):
             raise ConfigError(f"{_field(ck, fkey)} = {version!r}: only the 'gptq' and 'gptq_v2' layouts are supported")
         fmt = version
-        over = _gptq_dynamic(cfg, layer)
-        bkey, bits = ("bits", over["bits"]) if "bits" in over else _cfg_get(cfg, "bits", default=4)
+        dyn, over = _gptq_dynamic(cfg, layer)
+        bkey, bits = (dyn + "bits", over["bits"]) if "bits" in over else _cfg_get(cfg, "bits", default=4)
         k = qweight.shape[0] * 8
-        gkey, gs = ("group_size", over["group_size"]) if "group_size" in over else _cfg_get(cfg, "group_size")
+        gkey, gs = (dyn + "group_size", over["group_size"]) if "group_size" in over else _cfg_get(cfg, "group_size")
         desc_act = over.get("desc_act", cfg.get("desc_act"))
         if desc_act and ck.entry(t["g_idx"]) is None:
             raise ConfigError(f"{_field(ck, 'desc_act')} = true but tensor {t['g_idx']} is missing: act-order is not supported")
@@ -416,22 +417,23 @@ def _plan_qweight(ck: _Checkpoint, layer: str, method: str | None) -> _Plan:
     return _Plan(LayerInfo(layer, fmt, k, n, gs), tensors, v1_carry_ok=v1_carry_ok)
 
 
-def _gptq_dynamic(cfg: dict, layer: str) -> dict:
-    """GPTQModel's per-module overrides: {"+:regex": {...}} or {"regex": {...}} (re.match on the name)."""
+def _gptq_dynamic(cfg: dict, layer: str) -> tuple[str, dict]:
+    """GPTQModel's per-module overrides {"+:regex": {...}} (or a bare regex), re.match on the module name:
+    the field path that names them and the override dict ({} when none applies)."""
     dyn = cfg.get("dynamic") or {}
     if not isinstance(dyn, dict):
-        return {}
+        return "", {}
     for pattern, over in dyn.items():
         if pattern.startswith("-:"):
-            continue
+            continue  # excluded modules stay unquantised: they have no qweight
         rx = pattern[2:] if pattern.startswith("+:") else pattern
         try:
             hit = re.match(rx, layer)
         except re.error:
-            continue
+            raise ConfigError(f"quantization_config.dynamic key {pattern!r}: not a regular expression") from None
         if hit and isinstance(over, dict):
-            return over
-    return {}
+            return f"dynamic[{pattern!r}].", over
+    return "", {}
 
 
 def _gptqmodel_version(cfg: dict) -> tuple[int, ...]:
@@ -528,14 +530,12 @@ def _plan_ct(ck: _Checkpoint, layer: str) -> _Plan:
             gs = k
         else:
             raise ConfigError(f"{f('strategy')} = {strategy!r}: only the 'group' and 'channel' strategies are supported")
-        symmetric = bool(w.get("symmetric", True))
-        if not symmetric and zp is None:
+        if not w.get("symmetric", True) and zp is None:
             raise ConfigError(f"missing tensor {t['weight_zero_point']} ({f('symmetric')} = false)")
         if w.get("actorder") in ("group", "dynamic") and ck.entry(t["weight_g_idx"]) is None:
             raise ConfigError(f"{f('actorder')} = {w['actorder']!r} but tensor {t['weight_g_idx']} is missing")
     else:
-        gs = _gs_from_shapes(t["weight_scale"], scale.shape[1], k)
-        symmetric = zp is None
+        gs = _gs_from_shapes(t["weight_scale"], scale.shape[1], k)  # symmetric exactly when zp is absent
     g = k // gs
     _expect(t["weight_packed"], packed, ("I32",), (n, -(-k // 8)), " = [N, ceil(K/8)]")
     _expect(t["weight_scale"], scale, _SCALE_DTYPES, (n, g), f" = [N, K/gs] for K={k} gs={gs}")
@@ -551,7 +551,7 @@ def _plan_ct(ck: _Checkpoint, layer: str) -> _Plan:
         tensors["g_idx"] = (t["weight_g_idx"], _expect(t["weight_g_idx"], gi, _INT_DTYPES, (k,), " = [K]"))
     if ck.entry(t["bias"]) is not None:
         tensors["bias"] = (t["bias"], ck.entry(t["bias"]))
-    return _Plan(LayerInfo(layer, "compressed-tensors", k, n, gs), tensors, symmetric=zp is None)
+    return _Plan(LayerInfo(layer, "compressed-tensors", k, n, gs), tensors)
 
 
 def _plan(ck: _Checkpoint, layer: str, method: str | None) -> _Plan:

@@ -439,6 +439,8 @@ BAD = [
     ("gptq", None, lambda c: _set(c, "checkpoint_format", "marlin"), r"checkpoint_format = 'marlin'"),
     ("gptq", None, lambda c: _set(c, "bits", 3), r"quantization_config\.bits = 3: only 4-bit"),
     ("gptq", None, lambda c: _set(c, "group_size", 24), r"group_size = 24 does not divide"),
+    ("gptq", None, lambda c: _set(c, "dynamic", {"-:.*mlp.*": {}, r"+:.*\.q_proj": {"bits": 8}}),
+     r"quantization_config\.dynamic\[.*q_proj'\]\.bits = 8: only 4-bit"),
     ("ct", lambda t: t.pop(f"{LAYER}.weight_zero_point"), None, rf"missing tensor {LAYER}\.weight_zero_point .*symmetric = false"),
     ("ct", None, lambda c: _set(c["config_groups"]["group_0"]["weights"], "num_bits", 8), r"group_0\.weights\.num_bits = 8: only 4-bit"),
     ("ct", None, lambda c: _set(c["config_groups"]["group_0"]["weights"], "strategy", "tensor"), r"strategy = 'tensor'"),
