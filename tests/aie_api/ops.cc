@@ -1,0 +1,72 @@
+// Small extern "C" wrappers around single host aie_api operations, for tests/test_aie_api.py (ctypes).
+// Built twice by tests/aie_api/Makefile: with and without AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16.
+#include <aie_api/aie.hpp>
+
+// mmul: c (M*N floats, row-major) += a (M*K) x b (K*N), `steps` times with successive a/b operands.
+template <unsigned M, unsigned K, unsigned N>
+static void mmul_run(const bfloat16 *a, const bfloat16 *b, float *c, int steps, int from_zero) {
+    using MM = aie::mmul<M, K, N, bfloat16, bfloat16, accauto>;
+    MM mm;
+    if (!from_zero) mm = MM(aie::load_v<MM::size_C>(c));
+    for (int s = 0; s < steps; ++s) mm.mac(aie::load_v<MM::size_A>(a + s * MM::size_A), aie::load_v<MM::size_B>(b + s * MM::size_B));
+    aie::store_v(c, mm.template to_vector<float>());
+}
+
+extern "C" {
+
+// 64 bytes -> 128 x uint4 -> int8, zero-extended (uint4) or sign-extended (int4).
+void op_unpack_uint4(const uint8_t *in, int8_t *out) {
+    aie::store_v(out, aie::load_v<64>(in).cast_to<uint4>().unpack_sign<int8>(false));
+}
+void op_unpack_int4(const uint8_t *in, int8_t *out) {
+    aie::store_v(out, aie::load_v<64>(in).cast_to<int4>().unpack());
+}
+
+// 32 x int8 -> bf16 / float, scaled by 2^-shift.
+void op_to_float_bf16(const int8_t *in, int shift, bfloat16 *out) {
+    aie::set_rounding(aie::rounding_mode::conv_even);
+    aie::store_v(out, aie::to_float<bfloat16>(aie::load_v<32>(in), shift));
+}
+
+// 64 floats -> accfloat -> bf16 under rounding mode `mode` (aie::rounding_mode's order: floor, ceil,
+// positive_inf, negative_inf, symmetric_inf, symmetric_zero, conv_even, conv_odd, symmetric_floor,
+// symmetric_ceil).
+void op_to_vector_bf16(const float *in, int mode, bfloat16 *out) {
+    aie::set_rounding(aie::rounding_mode(mode));
+    aie::accum<accfloat, 64> acc(aie::load_v<64>(in));
+    aie::store_v(out, acc.to_vector<bfloat16>());
+}
+
+void op_transpose_bf16(const bfloat16 *in, int rows, int cols, bfloat16 *out) {
+    aie::store_v(out, aie::transpose(aie::load_v<64>(in), rows, cols));
+}
+
+void op_zip_int8(const int8_t *v, const int8_t *w, int chunk, int8_t *out /* 2 x 64 */) {
+    auto [lo, hi] = aie::interleave_zip(aie::load_v<64>(v), aie::load_v<64>(w), chunk);
+    aie::store_v(out, lo);
+    aie::store_v(out + 64, hi);
+}
+void op_unzip_int8(const int8_t *v, const int8_t *w, int chunk, int8_t *out /* 2 x 64 */) {
+    auto [lo, hi] = aie::interleave_unzip(aie::load_v<64>(v), aie::load_v<64>(w), chunk);
+    aie::store_v(out, lo);
+    aie::store_v(out + 64, hi);
+}
+
+float op_reduce_add_f32(const float *in) { return aie::reduce_add(aie::load_v<32>(in)); }
+
+// c (32 floats) += a * b element-wise, bf16 x bf16 -> accfloat.
+void op_mac_bf16(float *c, const bfloat16 *a, const bfloat16 *b) {
+    aie::accum<accfloat, 32> acc(aie::load_v<32>(c));
+    acc = aie::mac(acc, aie::load_v<32>(a), aie::load_v<32>(b));
+    aie::store_v(c, acc.to_vector<float>());
+}
+
+void op_mmul_8x8x8(const bfloat16 *a, const bfloat16 *b, float *c, int steps, int z) { mmul_run<8, 8, 8>(a, b, c, steps, z); }
+void op_mmul_4x8x8(const bfloat16 *a, const bfloat16 *b, float *c, int steps, int z) { mmul_run<4, 8, 8>(a, b, c, steps, z); }
+void op_mmul_8x8x4(const bfloat16 *a, const bfloat16 *b, float *c, int steps, int z) { mmul_run<8, 8, 4>(a, b, c, steps, z); }
+void op_mmul_4x8x4(const bfloat16 *a, const bfloat16 *b, float *c, int steps, int z) { mmul_run<4, 8, 4>(a, b, c, steps, z); }
+
+// Misaligned load: returns the first element actually read (the hardware reads the aligned vector below).
+int op_misaligned_load(const int8_t *base, int offset) { return aie::load_v<64>(base + offset)[0]; }
+
+}  // extern "C"

@@ -1,0 +1,286 @@
+"""The host aie_api against numpy models of aie_api's documented AIE2P semantics.
+
+tests/aie_api/ops.cc wraps single operations in extern "C" functions; it is built (via make) with and
+without AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16. The references below are written independently of the
+header: nibble order, sign handling, rounding modes, reshapes, the bfp16 block rule and mmul operand
+orders. A last group checks that what AIE2P lacks does not compile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+from int4awq.kernel_model import aligned_empty
+
+ROOT = Path(__file__).resolve().parent.parent
+OPS_DIR = ROOT / "tests" / "aie_api"
+BUILD = ROOT / "kernels" / "build" / "aie_api_tests"
+INCLUDE = ROOT / "emulator" / "include"
+
+
+@pytest.fixture(scope="session")
+def libs():
+    proc = subprocess.run(["make", "-s", "-C", str(OPS_DIR)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {}
+    for name in ("bfp16", "bf16"):
+        lib = ctypes.CDLL(str(BUILD / f"ops_{name}.so"))
+        lib.op_reduce_add_f32.restype = ctypes.c_float
+        lib.op_misaligned_load.restype = ctypes.c_int
+        lib.aie_host_misaligned_accesses.restype = ctypes.c_ulong
+        out[name] = lib
+    return out
+
+
+def ptr(a: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def buf(values, dtype) -> np.ndarray:
+    v = np.asarray(values).astype(dtype)
+    b = aligned_empty(v.shape, dtype)
+    b[...] = v
+    return b
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).view(np.uint16)
+
+
+# ----------------------------------------------------------------------------------------------- 4-bit
+def test_uint4_nibble_order_and_unpack(libs):
+    rng = np.random.default_rng(0)
+    raw = buf(rng.integers(0, 256, 64), np.uint8)
+    out = aligned_empty((128,), np.int8)
+    libs["bfp16"].op_unpack_uint4(ptr(raw), ptr(out))
+    expect = np.empty(128, np.int16)
+    expect[0::2] = raw & 0xF  # element 2i: low nibble of byte i
+    expect[1::2] = raw >> 4
+    np.testing.assert_array_equal(out, expect)
+
+
+def test_int4_unpack_sign_extends(libs):
+    raw = buf(np.arange(64) * 4 + 0x8F, np.uint8)  # mixes nibbles >= 8 (negative) and < 8
+    out = aligned_empty((128,), np.int8)
+    libs["bfp16"].op_unpack_int4(ptr(raw), ptr(out))
+    nib = np.empty(128, np.int16)
+    nib[0::2], nib[1::2] = raw & 0xF, raw >> 4
+    np.testing.assert_array_equal(out, np.where(nib >= 8, nib - 16, nib))
+
+
+def test_to_float_int8_with_shift(libs):
+    v = buf(np.arange(-128, 128, 8), np.int8)
+    for shift in (0, 3):
+        out = aligned_empty((32,), bfloat16)
+        libs["bfp16"].op_to_float_bf16(ptr(v), shift, ptr(out))
+        np.testing.assert_array_equal(out.astype(np.float32), v.astype(np.float32) * 2.0**-shift)
+
+
+# ----------------------------------------------------------------------------------------------- rounding
+MODES = ["floor", "ceil", "positive_inf", "negative_inf", "symmetric_inf", "symmetric_zero", "conv_even",
+         "conv_odd", "symmetric_floor", "symmetric_ceil"]
+
+
+def bf16_round_ref(x: np.float32, mode: str) -> float:
+    """Round one float32 to bf16 by the named rule, from first principles (two candidates and a tie rule)."""
+    x = float(x)
+    if x == 0.0:
+        return x
+    toward_zero = float(np.array([x], np.float32).view(np.uint32)[0] & 0xFFFF0000)
+    tz = float(np.array([int(toward_zero)], np.uint32).view(np.float32)[0])
+    if tz == x:
+        return x
+    _, e = math.frexp(abs(tz) if tz != 0 else abs(x))
+    ulp = 2.0 ** (e - 8)
+    away = tz + math.copysign(ulp, x)
+    down, up = min(tz, away), max(tz, away)
+    if mode == "floor":
+        return down
+    if mode == "ceil":
+        return up
+    if mode == "symmetric_floor":
+        return tz
+    if mode == "symmetric_ceil":
+        return away
+    dd, du = x - down, up - x
+    if dd != du:
+        return down if dd < du else up
+    even = down if (int(np.array([down], np.float32).view(np.uint32)[0]) >> 16) % 2 == 0 else up
+    return {"positive_inf": up, "negative_inf": down, "symmetric_inf": away, "symmetric_zero": tz,
+            "conv_even": even, "conv_odd": up if even == down else down}[mode]
+
+
+def test_to_vector_bf16_rounding_modes(libs):
+    base = np.array([1.0, -1.0, 3.0, -3.0, 1.5, -1.5, 1000.0, -0.375], np.float32).view(np.uint32)
+    lows = np.array([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000, 0xC000], np.uint32)
+    x = (base[:, None] | lows[None, :]).reshape(-1).view(np.float32)  # 64 values: ties, near-ties, exact
+    xin = buf(x, np.float32)
+    for m, name in enumerate(MODES):
+        out = aligned_empty((64,), bfloat16)
+        libs["bfp16"].op_to_vector_bf16(ptr(xin), m, ptr(out))
+        expect = np.array([bf16_round_ref(v, name) for v in x], np.float32)
+        np.testing.assert_array_equal(out.astype(np.float32), expect, err_msg=name)
+
+
+# ----------------------------------------------------------------------------------------------- reshape
+@pytest.mark.parametrize("rows,cols", [(8, 8), (4, 16), (16, 4), (2, 32)])
+def test_transpose(libs, rows, cols):
+    v = buf(np.arange(64), bfloat16)
+    out = aligned_empty((64,), bfloat16)
+    libs["bfp16"].op_transpose_bf16(ptr(v), rows, cols, ptr(out))
+    np.testing.assert_array_equal(out.astype(np.float32), np.arange(64).reshape(rows, cols).T.reshape(-1))
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 8, 32])
+def test_interleave_zip_unzip(libs, chunk):
+    v, w = buf(np.arange(64), np.int8), buf(np.arange(64) + 64, np.int8)
+    out = aligned_empty((128,), np.int8)
+    libs["bfp16"].op_zip_int8(ptr(v), ptr(w), chunk, ptr(out))
+    zipped = np.stack([v.reshape(-1, chunk), w.reshape(-1, chunk)], axis=1).reshape(-1)  # v0 w0 v1 w1 ...
+    np.testing.assert_array_equal(out, zipped)
+    back = aligned_empty((128,), np.int8)
+    lo, hi = buf(out[:64], np.int8), buf(out[64:], np.int8)
+    libs["bfp16"].op_unzip_int8(ptr(lo), ptr(hi), chunk, ptr(back))
+    np.testing.assert_array_equal(back[:64], v)
+    np.testing.assert_array_equal(back[64:], w)
+
+
+# ----------------------------------------------------------------------------------------------- arithmetic
+def test_reduce_add_halving_tree(libs):
+    x = np.array([1e8, 1.0, -1e8, 3.0] * 8, np.float32)
+    x[5] = 0.5
+    t = x.copy()
+    n = 32
+    while n > 1:
+        t[: n // 2] = (t[: n // 2] + t[n // 2 : n]).astype(np.float32)
+        n //= 2
+    assert libs["bfp16"].op_reduce_add_f32(ptr(buf(x, np.float32))) == t[0]
+
+
+def test_mac_bf16_exact_product_one_rounding(libs):
+    rng = np.random.default_rng(1)
+    a = buf(rng.standard_normal(32), bfloat16)
+    b = buf(rng.standard_normal(32), bfloat16)
+    c = buf(rng.standard_normal(32) * 1e3, np.float32)
+    expect = (c + a.astype(np.float32) * b.astype(np.float32)).astype(np.float32)
+    libs["bfp16"].op_mac_bf16(ptr(c), ptr(a), ptr(b))
+    np.testing.assert_array_equal(c, expect)
+
+
+# ----------------------------------------------------------------------------------------------- mmul
+SHAPES = [(8, 8, 8), (4, 8, 8), (8, 8, 4), (4, 8, 4)]
+
+
+def run_mmul(lib, shape, a_steps, b_steps, c0=None):
+    m, k, n = shape
+    steps = len(a_steps)
+    a = buf(np.concatenate([x.reshape(-1) for x in a_steps]), bfloat16)
+    b = buf(np.concatenate([x.reshape(-1) for x in b_steps]), bfloat16)
+    c = buf(np.zeros(m * n) if c0 is None else c0.reshape(-1), np.float32)
+    getattr(lib, f"op_mmul_{m}x{k}x{n}")(ptr(a), ptr(b), ptr(c), steps, int(c0 is None))
+    return c.reshape(m, n)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("variant", ["bfp16", "bf16"])
+def test_mmul_operand_orders(libs, shape, variant):
+    """Small integers are exact on every path: C = A (M x K row-major) @ B (K x N row-major) + C0."""
+    m, k, n = shape
+    rng = np.random.default_rng(2)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    b = rng.integers(-15, 16, (k, n)).astype(np.float32)
+    c0 = rng.integers(-100, 100, (m, n)).astype(np.float32)
+    np.testing.assert_array_equal(run_mmul(libs[variant], shape, [a], [b], c0), a @ b + c0)
+    a2 = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    b2 = rng.integers(-15, 16, (k, n)).astype(np.float32)
+    np.testing.assert_array_equal(run_mmul(libs[variant], shape, [a, a2], [b, b2]), a @ b + a2 @ b2)
+
+
+def bfp16_ref(x: np.ndarray) -> np.ndarray:
+    """The calibrated bfp16 rule, one block of 8 at a time."""
+    out = np.zeros_like(x, dtype=np.float64)
+    for i, blk in enumerate(x.reshape(-1, 8).astype(np.float64)):
+        mx = np.max(np.abs(blk))
+        if mx == 0:
+            continue
+        e = math.floor(math.log2(mx))
+        q = np.clip(np.round(blk / 2.0 ** (e - 6)), -128, 127)  # np.round: half to even
+        out.reshape(-1, 8)[i] = q * 2.0 ** (e - 6)
+    return out
+
+
+def test_bfp16_conversion_of_a_through_identity(libs):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((8, 8)).astype(bfloat16).astype(np.float32)
+    a[0] = [1.9921875, 0.5, 2.0**-7, 3 * 2.0**-7, -5 * 2.0**-7, 0, 0, 0]  # saturation and half-even ties
+    a[1] = 0.0  # zero block
+    eye = np.eye(8, dtype=np.float32)
+    c = run_mmul(libs["bfp16"], (8, 8, 8), [a], [eye])
+    np.testing.assert_array_equal(c, bfp16_ref(a))
+    assert c[0, 0] == 127 / 64 and c[0, 2] == 0 and c[0, 3] == 2 / 64 and c[0, 4] == -2 / 64
+    # B is converted in blocks along K (its columns): transpose roles.
+    c = run_mmul(libs["bfp16"], (8, 8, 8), [eye], [a.T.copy()])
+    np.testing.assert_array_equal(c, bfp16_ref(a).T)
+
+
+def test_bfp16_mmul_accumulates_in_f32_per_step(libs):
+    rng = np.random.default_rng(4)
+    a_steps = [rng.standard_normal((8, 8)).astype(bfloat16).astype(np.float32) for _ in range(6)]
+    b_steps = [(rng.standard_normal((8, 8)) * 100).astype(bfloat16).astype(np.float32) for _ in range(6)]
+    c = np.zeros((8, 8), np.float32)
+    for a, b in zip(a_steps, b_steps):
+        c = (c + (bfp16_ref(a) @ bfp16_ref(b.T.copy()).T).astype(np.float32)).astype(np.float32)
+    np.testing.assert_array_equal(run_mmul(libs["bfp16"], (8, 8, 8), a_steps, b_steps), c)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bf16_mmul_elementwise_k_order(libs, shape):
+    """Without the bfp16 macro: c += a[i, k] * b[k, j] for k = 0..K-1, one f32 rounding per step."""
+    m, k, n = shape
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(bfloat16).astype(np.float32)
+    b = (rng.standard_normal((k, n)) * 1e3).astype(bfloat16).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32) * 1e4
+    c = c0.copy()
+    for kk in range(k):
+        c = (c + a[:, kk : kk + 1] * b[kk : kk + 1, :]).astype(np.float32)
+    np.testing.assert_array_equal(run_mmul(libs["bf16"], shape, [a], [b], c0), c)
+
+
+# ----------------------------------------------------------------------------------------------- alignment
+def test_misaligned_vector_access_reads_the_aligned_vector_and_is_counted(libs):
+    lib = libs["bf16"]
+    base = buf(np.arange(128), np.int8)
+    before = lib.aie_host_misaligned_accesses()
+    assert lib.op_misaligned_load(ptr(base), 0) == 0
+    assert lib.aie_host_misaligned_accesses() == before
+    assert lib.op_misaligned_load(ptr(base), 70) == 64  # 512-bit load: address floored to 64 bytes
+    assert lib.aie_host_misaligned_accesses() == before + 1
+
+
+# ----------------------------------------------------------------------------------------------- rejections
+REJECTED = {
+    "narrow_vector": ("aie::vector<int8, 8> v;", "narrower than 128 bits"),
+    "bf16_shape": ("aie::mmul<8, 8, 16, bfloat16, bfloat16, accauto> m;", "does not exist on AIE2P"),
+    "f32_mul": ("auto r = aie::mul(aie::zeros<float, 16>(), aie::zeros<float, 16>());", "f32 x f32"),
+    "to_float_int4": ("auto r = aie::to_float<bfloat16>(aie::zeros<int8, 32>().cast_to<int4>(), 0);", "pitfall 7"),
+    "f32_mmul": ("aie::mmul<8, 8, 8, float, float, accauto> m;", "no f32 mmul"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_compile_time_rejection(tmp_path, case):
+    body, message = REJECTED[case]
+    src = tmp_path / f"{case}.cc"
+    src.write_text(f"#include <aie_api/aie.hpp>\nvoid f() {{ {body} }}\n")
+    proc = subprocess.run(["g++", "-std=c++20", "-fsyntax-only", "-I", str(INCLUDE), str(src)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr[-2000:]
