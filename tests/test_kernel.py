@@ -1,0 +1,225 @@
+"""The int4-AWQ kernel (host build of kernels/mv_int4_bf16.cc) and its packed record.
+
+* the kernel through ctypes on packed records, bit for bit against the numpy model of its arithmetic
+  (int4awq.kernel_model), for 16x16, 64x64 and the largest tile the L1 budget allows, with chunks that
+  hold whole groups and chunks inside a group;
+* exact-mode operands: C bit-identical to the reference rounded to bf16;
+* random operands: within the documented bfp16 error of the f64 reference;
+* zero and drain, alignment, record layout and round trip, tile rules, build naming.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+from int4awq.errors import ConfigError
+from int4awq.kernel_model import KERNELS_DIR, HostKernel, aligned_empty, kernel_gemm_model
+from int4awq.quant import AwqWeights, random_activations, random_weights
+from int4awq.record import (check_kernel_tiles, kernel_lib_name, l1_budget, pack_weights, record_bytes,
+                            record_layout, unpack_weights)
+from int4awq.reference import check, reference_gemm
+
+# (tile_m, tile_n, tile_k, gs): 16x16 with whole groups per chunk and with a group spanning 4 chunks;
+# 64x64 with K-chunk 64 inside GS 128 (the configuration that fits L1 with 64x64); 64x64 with 2 groups
+# per chunk; 64x112, the largest C tile the L1 budget allows (64768 of 65536 bytes).
+CONFIGS = [(16, 16, 32, 32), (16, 16, 32, 128), (64, 64, 64, 128), (64, 64, 64, 32), (64, 112, 32, 128)]
+LARGEST = (64, 112, 32, 128)
+
+
+@pytest.fixture(scope="session")
+def kernels():
+    return {cfg: HostKernel(*cfg) for cfg in CONFIGS}
+
+
+def operands(cfg, exact, seed, m_tiles=2, n_tiles=2, k_chunks=None):
+    tm, tn, tk, gs = cfg
+    k = max(tk, gs) * (k_chunks or 2)
+    a = random_activations(tm * m_tiles, k, seed, exact=exact)
+    w = random_weights(k, tn * n_tiles, gs, seed + 1, exact=exact)
+    return a, w
+
+
+def u16(x):
+    return np.asarray(x).view(np.uint16)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_kernel_matches_model_bit_for_bit(kernels, cfg):
+    a, w = operands(cfg, exact=False, seed=10)
+    hk = kernels[cfg]
+    c = hk.gemm(a, w)
+    np.testing.assert_array_equal(u16(c), u16(kernel_gemm_model(a, w, cfg[2])))
+    assert hk.misaligned() == 0
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_exact_mode_is_bit_identical_to_reference(kernels, cfg):
+    a, w = operands(cfg, exact=True, seed=20, k_chunks=4)
+    c = kernels[cfg].gemm(a, w)
+    ref_f32, ref_bf16 = reference_gemm(a, w)
+    np.testing.assert_array_equal(u16(c), u16(ref_bf16))
+    assert check(c, ref_f32, exact=True).passed
+
+
+def test_exact_mode_large_partial_sums(kernels):
+    """Group sums up to 128 * 4 * 15 = 7680 (13 bits): bf16(G) alone would lose them; hi + lo does not."""
+    cfg = (64, 64, 64, 128)
+    k, n, m = 512, 64, 64
+    a = np.full((m, k), 4, dtype=np.float32).astype(bfloat16)
+    a[1::2] = -3
+    w = AwqWeights(np.full((k, n), 15, np.uint8), np.zeros((k // 128, n), np.uint8),
+                   np.full((k // 128, n), 0.125, np.float32).astype(bfloat16), 128)
+    w.q[::7] = 2
+    c = kernels[cfg].gemm(a, w)
+    np.testing.assert_array_equal(u16(c), u16(reference_gemm(a, w)[1]))
+
+
+@pytest.mark.parametrize("cfg", [(16, 16, 32, 128), (64, 64, 64, 128)])
+def test_random_operands_within_bfp16_error(kernels, cfg):
+    """Documented bfp16 error: mean relative L1 ~ 6.7e-3 (NPU2_FACTS model), correlation > 0.9999."""
+    a, w = operands(cfg, exact=False, seed=30, m_tiles=4, n_tiles=2, k_chunks=8)
+    c = kernels[cfg].gemm(a, w).astype(np.float32)
+    ref = reference_gemm(a, w)[0]
+    rel_l1 = np.abs(c - ref).mean() / np.abs(ref).mean()
+    assert 3e-3 < rel_l1 < 1e-2, rel_l1
+    assert np.corrcoef(c.ravel(), ref.ravel())[0, 1] > 0.9999
+
+
+def test_zero_and_drain(kernels):
+    tm, tn, tk, gs = cfg = (64, 64, 64, 128)
+    hk = kernels[cfg]
+    hk.c_acc[...] = np.nan
+    hk.zero()
+    assert (hk.c_acc.view(np.uint32) == 0).all()
+    rng = np.random.default_rng(5)
+    tile = (rng.standard_normal((tm, tn)) * 1000).astype(np.float32)
+    tile[0, :4] = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 1 + 2**-8 + 2**-20], np.float32)  # ties
+    # c_acc layout: 8x8 blocks (mb, nb) at (mb * tn/8 + nb) * 64, row-major inside
+    hk.c_acc[...] = tile.reshape(tm // 8, 8, tn // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
+    out = hk.drain()
+    np.testing.assert_array_equal(u16(out), u16(tile.astype(bfloat16)))
+    assert out[0, :4].astype(np.float32).tolist() == [1.0, 1 + 2**-6, -1.0, 1 + 2**-7]
+
+
+def test_accumulate_adds_to_existing_c(kernels):
+    cfg = (16, 16, 32, 32)
+    hk = kernels[cfg]
+    a, w = operands(cfg, exact=True, seed=40, m_tiles=1, n_tiles=1, k_chunks=1)
+    packed = pack_weights(w, 16, 32)
+    a_blk = a.reshape(2, 8, 4, 8).transpose(0, 2, 1, 3).reshape(-1)
+    hk.zero()
+    hk.accumulate(packed[0, 0], a_blk)
+    hk.accumulate(packed[0, 0], a_blk)
+    np.testing.assert_array_equal(u16(hk.drain()), u16((2 * reference_gemm(a, w)[0]).astype(bfloat16)))
+
+
+# ----------------------------------------------------------------------------------------------- record
+def test_record_layout_byte_exact():
+    """One nonzero code at (k, n) lands at nibble ((n//8)*(TK//8) + k//8)*64 + (k%8)*8 + n%8; S and Z where documented."""
+    tn, tk, gs, k, n = 16, 64, 32, 128, 32
+    lay = record_layout(tn, tk, gs)
+    assert (lay.groups, lay.q_bytes, lay.s_offset, lay.z_offset, lay.total) == (2, 512, 512, 576, 640)
+    for kk, nn in [(0, 0), (1, 0), (0, 1), (9, 3), (70, 29), (127, 31)]:
+        q = np.zeros((k, n), np.uint8)
+        q[kk, nn] = 0xB
+        s = np.zeros((k // gs, n), np.float32).astype(bfloat16)
+        z = np.zeros((k // gs, n), np.uint8)
+        g = kk // gs
+        s[g, nn] = 1.5
+        z[g, nn] = 7
+        p = pack_weights(AwqWeights(q, z, np.where(s == 0, 1, s).astype(bfloat16), gs), tn, tk)
+        nt, kc, k0, n0 = nn // tn, kk // tk, kk % tk, nn % tn
+        i = ((n0 // 8) * (tk // 8) + k0 // 8) * 64 + (k0 % 8) * 8 + n0 % 8
+        rec = p[nt, kc]
+        expect_q = np.zeros(lay.q_bytes, np.uint8)
+        expect_q[i // 2] = 0xB << (4 * (i % 2))
+        np.testing.assert_array_equal(rec[: lay.q_bytes], expect_q)
+        j = g - kc * (tk // gs)
+        s_at = lay.s_offset + 2 * (j * tn + n0)
+        assert rec[s_at : s_at + 2].view(bfloat16)[0] == 1.5
+        assert rec[lay.z_offset + j * tn + n0] == 7
+        assert not rec[lay.z_offset + lay.z_bytes :].any()
+
+
+@pytest.mark.parametrize("k,n,gs,tn,tk", [(256, 64, 32, 16, 32), (256, 64, 128, 16, 32), (512, 128, 128, 64, 64),
+                                          (256, 128, 32, 64, 128), (1024, 112, 128, 112, 32)])
+def test_record_round_trip(k, n, gs, tn, tk):
+    w = random_weights(k, n, gs, 7)
+    p = pack_weights(w, tn, tk)
+    assert p.shape == (n // tn, k // tk, record_bytes(tn, tk, gs)) and p.dtype == np.uint8
+    assert record_bytes(tn, tk, gs) % 64 == 0
+    u = unpack_weights(p, k, n, gs, tn, tk)
+    np.testing.assert_array_equal(u.q, w.q)
+    np.testing.assert_array_equal(u.z, w.z)
+    np.testing.assert_array_equal(u16(u.s), u16(w.s))
+
+
+def test_record_l3_order():
+    w = random_weights(256, 128, 64, 8)
+    p = pack_weights(w, 64, 64)
+    flat = p.reshape(-1)
+    rb = record_bytes(64, 64, 64)
+    nt, kc = 1, 3
+    np.testing.assert_array_equal(flat[(nt * (256 // 64) + kc) * rb:][:rb], p[nt, kc])
+
+
+# ----------------------------------------------------------------------------------------------- rules
+@pytest.mark.parametrize("args,words", [
+    ((24, 16, 32, 32), ["tile_m = 24", "16"]),
+    ((16, 8, 32, 32), ["tile_n = 8"]),
+    ((16, 16, 24, 24), ["tile_k = 24"]),
+    ((16, 16, 32, 48), ["gs = 48"]),
+    ((16, 16, 64, 96), ["tile_k = 64", "gs = 96"]),
+    ((128, 128, 64, 128), ["128 x 128 x 64", "65536"]),
+    ((64, 64, 128, 128), ["64 x 64 x 128", "65536"]),
+    ((0, 16, 32, 32), ["tile_m"]),
+])
+def test_check_kernel_tiles_rejects(args, words):
+    with pytest.raises(ConfigError) as e:
+        check_kernel_tiles(*args)
+    assert "\n" not in str(e.value)
+    for word in words:
+        assert word in str(e.value)
+
+
+def test_l1_budget_64x64_fits():
+    b = l1_budget(64, 64, 64, 128)
+    assert b == {"c_acc": 16384, "c_out": 8192, "a_tile_x2": 16384, "w_record_x2": 4480, "w_scratch": 8192,
+                 "stack": 2048, "total": 55680}
+    assert l1_budget(*LARGEST)["total"] <= 65536
+
+
+# ----------------------------------------------------------------------------------------------- build
+def test_makefile_naming_matches_record(kernels):
+    out = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "host-path", "DIM_M=64", "DIM_N=64",
+                          "DIM_K_CHUNK=64", "DIM_GS=128"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("/" + kernel_lib_name(64, 64, 64, 128, host=True))
+    out = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "peano-path", "DIM_M=16", "DIM_N=16",
+                          "DIM_K_CHUNK=32", "DIM_GS=32"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("/mv_int4_bf16_m16_n16_k32_gs32.o") == (
+        kernel_lib_name(16, 16, 32, 32) == "mv_int4_bf16_m16_n16_k32_gs32.o")
+    assert kernels[(64, 64, 64, 128)].path.name == "mv_int4_bf16_m64_n64_k64_gs128.so"
+
+
+def test_peano_target_without_peano_fails_with_one_line():
+    proc = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "peano", "PEANO_INSTALL_DIR="],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    ours = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(ours) == 1 and "PEANO_INSTALL_DIR" in ours[0]
+
+
+def test_bad_tile_fails_to_compile_with_a_clear_message(tmp_path):
+    proc = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "host", "DIM_M=24", "DIM_N=16", "DIM_K_CHUNK=32",
+                           "DIM_GS=32", f"BUILD={tmp_path}"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "DIM_M (tile_m) must be a positive multiple of 16" in proc.stderr
+
+
+def test_kernel_buffers_are_aligned():
+    x = aligned_empty((100,), bfloat16)
+    assert x.ctypes.data % 64 == 0
