@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Host-side figures for the kernel (measured on this machine's CPU, not the NPU):
+
+  * the packer's time for every Llama-3.2-1B projection weight of 16 layers
+    (q, o 2048x2048; k, v 2048x512; gate, up 2048x8192; down 8192x2048), budget 10 s;
+  * the host-built kernel's speed for one tile configuration (MAC/s of gemm_int4_accumulate calls,
+    i.e. the emulator's speed), default 64x64 tile, K-chunk 64, GS 128.
+
+Usage: python3 kernels/bench_host.py [--tile-m 64 --tile-n 64 --tile-k 64 --gs 128 --calls 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from int4awq.errors import ConfigError  # noqa: E402
+from int4awq.kernel_model import HostKernel, a_tile_blocked  # noqa: E402
+from int4awq.quant import random_activations, random_weights  # noqa: E402
+from int4awq.record import bench_pack, check_kernel_tiles, pack_weights  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tile-m", type=int, default=64)
+    ap.add_argument("--tile-n", type=int, default=64)
+    ap.add_argument("--tile-k", type=int, default=64)
+    ap.add_argument("--gs", type=int, default=128)
+    ap.add_argument("--calls", type=int, default=2000)
+    args = ap.parse_args()
+    tm, tn, tk, gs = args.tile_m, args.tile_n, args.tile_k, args.gs
+    try:
+        check_kernel_tiles(tm, tn, tk, gs)
+    except ConfigError as e:
+        print(f"error: {e}")
+        return 2
+
+    dt = bench_pack(layers=16, tile_n=tn, tile_k=tk, gs=gs)
+    print(f"packer: all Llama-3.2-1B projections, 16 layers (tile_n {tn}, tile_k {tk}, gs {gs}): {dt:.2f} s")
+
+    hk = HostKernel(tm, tn, tk, gs)
+    k = max(tk, gs)
+    w = random_weights(k, tn, gs, 1)
+    rec = pack_weights(w, tn, tk)[0, 0]
+    hk.zero()
+    hk.accumulate(rec, a_tile_blocked(random_activations(tm, tk, 2)))
+    fn, bufs = hk.lib.gemm_int4_accumulate, (hk.w_buf, hk.a_buf, hk.c_acc, hk.scratch)
+    ptrs = [b.ctypes.data for b in bufs]
+    t0 = time.perf_counter()
+    for _ in range(args.calls):
+        fn(*ptrs)
+    dt = time.perf_counter() - t0
+    macs = args.calls * tm * tn * tk
+    per_call = dt / args.calls
+    print(f"host kernel {tm}x{tn}x{tk} (gs {gs}): {macs / dt / 1e6:.0f} MMAC/s, {per_call * 1e6:.0f} us per "
+          f"gemm_int4_accumulate call; a 2048^3 GEMM ({2048**3 // (tm * tn * tk)} calls) ~ "
+          f"{2048**3 / (macs / dt):.1f} s of kernel time")
+    assert np.isfinite(hk.c_acc).all()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
