@@ -115,13 +115,10 @@ struct mmul {
         return *this;
     }
 
+    // Like the hardware, reading a default-constructed mmul before any mul/mac returns garbage (NaN here).
     accum_type to_accum() const {
         accum_type a;
-        if (zero_) {
-            for (unsigned i = 0; i < size_C; ++i) a.d_[i] = 0.0f;
-        } else {
-            std::memcpy(a.d_, c_, sizeof(c_));
-        }
+        std::memcpy(a.d_, c_, sizeof(c_));
         return a;
     }
     operator accum_type() const { return to_accum(); }

@@ -14,9 +14,10 @@ template <typename Tag, unsigned N> class accum;
 
 namespace host {
 
-// A fresh register holds whatever was there before; the host build fills it with a fixed garbage
-// pattern so that a kernel reading an unset lane gets a visibly wrong answer, not a lucky zero.
-inline constexpr uint8_t kPoisonByte = 0xA5;
+// A fresh register holds whatever was there before; the host build fills it with all-ones bytes (NaN
+// for float and bf16 lanes, -1 for integers) so that a kernel reading an unset lane gets a visibly
+// wrong answer, not a lucky zero.
+inline constexpr uint8_t kPoisonByte = 0xFF;
 
 template <typename T, unsigned N>
 struct vector_storage {
