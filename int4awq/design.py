@@ -1,0 +1,173 @@
+"""One configuration of the AIR design: its validation, derived sizes, memory budgets and CLI options.
+
+The builder (matmul_int4_packed.py), the host program and the Makefile all describe a run with the same
+ten numbers; this module owns what they mean and which combinations are legal, so every entry point
+rejects a bad one with the same message.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from . import record
+from .errors import ConfigError
+from .quant import check_dims, check_group_size
+
+HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
+L1_BYTES = 64 * 1024  # data memory per compute tile, stack included
+MEMTILE_BYTES = 512 * 1024
+MEMTILES = 8
+
+
+@dataclass(frozen=True)
+class DesignConfig:
+    m: int
+    k: int
+    n: int
+    gs: int
+    tile_m: int
+    tile_n: int
+    tile_k_l1: int
+    tile_k_l2: int
+    herd_m: int
+    herd_n: int
+
+    def __post_init__(self):
+        check_dims(M=self.m, K=self.k, N=self.n, tile_m=self.tile_m, tile_n=self.tile_n,
+                   tile_k_l1=self.tile_k_l1, tile_k_l2=self.tile_k_l2, herd_m=self.herd_m, herd_n=self.herd_n)
+        check_group_size(self.k, self.gs)
+        if self.herd_m > HERD_COLS or self.herd_n > HERD_ROWS:
+            raise ConfigError(f"herd {self.herd_m}x{self.herd_n} does not fit the NPU2 array: "
+                              f"herd_m <= {HERD_COLS} (columns), herd_n <= {HERD_ROWS} (compute rows)")
+        record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
+        for what, size, step in (
+            ("M", self.m, self.tile_m * self.herd_m),
+            ("N", self.n, self.tile_n * self.herd_n),
+            ("K", self.k, self.tile_k_l2),
+            ("tile_k_l2", self.tile_k_l2, self.tile_k_l1),
+        ):
+            if size % step:
+                raise ConfigError(f"{what} = {size} is not a multiple of {step} "
+                                  f"({self._step_name(what)}): the design tiles it exactly")
+        l1, l2 = self.l1_total(), self.l2_total()
+        if l1 > L1_BYTES:
+            raise ConfigError(f"per-PE L1 needs {l1} bytes > {L1_BYTES} ({self._table(self.l1_budget())}): "
+                              "use smaller tiles")
+        if l2 > MEMTILES * MEMTILE_BYTES:
+            raise ConfigError(f"segment L2 needs {l2} bytes > {MEMTILES} memtiles x {MEMTILE_BYTES} "
+                              f"({self._table(self.l2_budget())}): use a smaller tile_k_l2")
+
+    @staticmethod
+    def _step_name(what):
+        return {"M": "tile_m * herd_m", "N": "tile_n * herd_n", "K": "tile_k_l2", "tile_k_l2": "tile_k_l1"}[what]
+
+    @staticmethod
+    def _table(items):
+        return ", ".join(f"{name} {size}" for name, size in items)
+
+    # Derived sizes -----------------------------------------------------------------------------------
+    @property
+    def record_bytes(self) -> int:
+        return record.record_bytes(self.tile_n, self.tile_k_l1, self.gs)
+
+    @property
+    def scratch_elems(self) -> int:
+        return record.w_scratch_elems(self.tile_n, self.tile_k_l1)
+
+    @property
+    def stack_bytes(self) -> int:
+        return record.kernel_stack_bytes(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
+
+    @property
+    def kernel_object(self) -> str:
+        return record.kernel_lib_name(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
+
+    @property
+    def a_resident(self) -> bool:
+        """tile_k_l2 == K: a segment reads its rows of A once and sweeps every N block over them."""
+        return self.tile_k_l2 == self.k
+
+    @property
+    def n_blocks_per_segment(self) -> int:
+        return self.n // (self.tile_n * self.herd_n) if self.a_resident else 1
+
+    def ddr_bytes(self) -> int:
+        """Bytes the design moves between DDR and the memtiles (the emulator's counters must agree)."""
+        a = self.m * self.k * 2 * (1 if self.a_resident else self.n // (self.tile_n * self.herd_n))
+        w = (self.n // self.tile_n) * (self.k // self.tile_k_l1) * self.record_bytes * (self.m // (self.tile_m * self.herd_m))
+        return a + w + self.m * self.n * 2
+
+    @property
+    def name(self) -> str:
+        return (f"m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_m}x{self.tile_n}"
+                f"_k{self.tile_k_l1}x{self.tile_k_l2}_h{self.herd_m}x{self.herd_n}")
+
+    def summary(self) -> str:
+        return (f"M={self.m} K={self.k} N={self.n} GS={self.gs} tile_m={self.tile_m} tile_n={self.tile_n} "
+                f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2} herd={self.herd_m}x{self.herd_n}")
+
+    # Budgets -----------------------------------------------------------------------------------------
+    def l1_budget(self) -> list[tuple[str, int]]:
+        """Per-PE L1 bytes (the kernel's rule, record.l1_budget): ping-ponged buffers count twice."""
+        budget = record.l1_budget(self.tile_m, self.tile_n, self.tile_k_l1, self.gs, check=False)
+        return [(name, size) for name, size in budget.items() if name != "total"]
+
+    def l2_budget(self) -> list[tuple[str, int]]:
+        """Per-segment L2 bytes; the refilled A and W blocks are ping-ponged, a resident A is not."""
+        a = 2 * self.herd_m * self.tile_m * self.tile_k_l2
+        return [
+            ("A block bf16 (resident)", a) if self.a_resident else ("A block bf16 x2", 2 * a),
+            ("W records x2", 2 * self.herd_n * (self.tile_k_l2 // self.tile_k_l1) * self.record_bytes),
+            ("C block bf16", 2 * self.herd_m * self.herd_n * self.tile_m * self.tile_n),
+        ]
+
+    def l1_total(self) -> int:
+        return sum(size for _, size in self.l1_budget())
+
+    def l2_total(self) -> int:
+        return sum(size for _, size in self.l2_budget())
+
+    def budget_report(self) -> str:
+        lines = [f"L1 per PE: {self.l1_total()} / {L1_BYTES} bytes"]
+        lines += [f"  {name:<22}{size:>8}" for name, size in self.l1_budget()]
+        lines.append(f"L2 per segment: {self.l2_total()} / {MEMTILES * MEMTILE_BYTES} bytes")
+        lines += [f"  {name:<22}{size:>8}" for name, size in self.l2_budget()]
+        return "\n".join(lines)
+
+
+DESIGN_OPTIONS = ("tile_m", "tile_n", "tile_k_l1", "tile_k_l2", "herd_m", "herd_n")
+
+
+def add_design_arguments(parser: argparse.ArgumentParser, shape_required: bool = True) -> None:
+    parser.add_argument("--m", type=int, required=shape_required, help="rows of A and C")
+    parser.add_argument("--k", type=int, required=shape_required, help="reduction dimension")
+    parser.add_argument("--n", type=int, required=shape_required, help="columns of C")
+    parser.add_argument("--gs", type=int, default=None, help="AWQ group size along K (default 128, or the checkpoint's)")
+    for opt in DESIGN_OPTIONS:
+        parser.add_argument(f"--{opt.replace('_', '-')}", dest=opt, type=int, default=None,
+                            help="default: from int4awq/configs.json or the model's best for the shape")
+
+
+def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) -> tuple[DesignConfig, str]:
+    """(configuration, where it came from). M and N are padded up to whole herd blocks.
+
+    With no tile option given, the shape's entry in the default table (or the model's best legal
+    configuration) is used; tile options given override it one by one.
+    """
+    from .sweep import default_config, pad
+
+    check_dims(M=m, K=k, N=n)
+    given = {opt: getattr(args, opt) for opt in DESIGN_OPTIONS if getattr(args, opt) is not None}
+    if len(given) == len(DESIGN_OPTIONS):
+        tiles, source = given, "command line"
+    else:
+        base, source = default_config(m, k, n, gs)
+        if not given:
+            return base, source
+        tiles = {opt: given.get(opt, getattr(base, opt)) for opt in DESIGN_OPTIONS}
+        source = f"command line over {source}"
+    check_dims(**tiles)
+    cfg = DesignConfig(pad(m, tiles["tile_m"] * tiles["herd_m"]), k, pad(n, tiles["tile_n"] * tiles["herd_n"]),
+                       gs, **tiles)
+    return cfg, source

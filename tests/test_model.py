@@ -1,0 +1,33 @@
+"""The NPU2 traffic model reproduces mlir-air's dense bf16 GEMM measurements (NPU2_FACTS.md)."""
+
+import pytest
+
+from int4awq.model import DENSE_BF16_FLOPS, dense_gemm_ddr_bytes, estimate
+
+# (M, K, N, tile_m, tile_n, measured GFLOPS on NPU2, herd 8x4): mlir-air
+# programming_examples/matrix_multiplication/bf16_in_fp32_out/README.md and kernel_registry GEMM notes.
+MEASURED = [
+    (2048, 2048, 2048, 64, 128, 8508),
+    (2048, 2048, 512, 64, 128, 7342),
+    (2048, 2048, 8192, 64, 128, 8278),
+    (2048, 8192, 2048, 64, 128, 9797),
+    (512, 512, 512, 32, 128, 1791),
+    (1024, 1024, 1024, 64, 128, 6256),
+    (4096, 4096, 4096, 64, 128, 9329),
+    (2048, 2048, 2048, 64, 64, 6367),
+    (2048, 8192, 2048, 64, 64, 6816),
+    (4096, 4096, 4096, 64, 64, 6623),
+]
+
+
+@pytest.mark.parametrize("m, k, n, tm, tn, gflops", MEASURED)
+def test_model_within_10_percent_of_each_measurement(m, k, n, tm, tn, gflops):
+    est = estimate(dense_gemm_ddr_bytes(m, k, n, tm, tn), m, k, n, DENSE_BF16_FLOPS)
+    assert est.tops * 1e3 == pytest.approx(gflops, rel=0.10)
+
+
+def test_traffic_of_the_reference_point():
+    # 2048^3 with 64x128 tiles: A and B each read 4 times, f32 C once = 83.9 MB (NPU2_FACTS.md table).
+    assert dense_gemm_ddr_bytes(2048, 2048, 2048, 64, 128) == 4 * 2 * 2048**2 * 2 + 4 * 2048**2
+    est = estimate(83_886_080, 2048, 2048, 2048, DENSE_BF16_FLOPS)
+    assert est.bound == "DDR" and est.seconds == pytest.approx(83_886_080 / 42.5e9 + 0.08e-3)
