@@ -151,8 +151,10 @@ enum class saturation_mode : unsigned { none = 0, saturate = 1, symmetric = 3 };
 
 namespace host {
 // The core's rounding/saturation control registers. aie_api documents floor as the reset value.
-inline thread_local rounding_mode g_rounding = rounding_mode::floor;
-inline thread_local saturation_mode g_saturation = saturation_mode::none;
+// Hidden: one state per shared library (one kernel = one core), shared by its translation units.
+#define AIE_HOST_PER_LIBRARY __attribute__((visibility("hidden")))
+AIE_HOST_PER_LIBRARY inline thread_local rounding_mode g_rounding = rounding_mode::floor;
+AIE_HOST_PER_LIBRARY inline thread_local saturation_mode g_saturation = saturation_mode::none;
 inline rnd current_rnd() { return rnd(unsigned(g_rounding)); }
 }  // namespace host
 
@@ -203,7 +205,7 @@ template <typename T> using next_int_t = typename next_int<T>::type;
 // Misaligned vector accesses: the AIE load/store unit ignores the low address bits (it accesses the
 // aligned vector that contains the address). The host build does the same, and counts the events so
 // a test can assert the kernel never relies on it. -DAIE_HOST_STRICT_ALIGNMENT aborts instead.
-inline unsigned long g_misaligned = 0;
+AIE_HOST_PER_LIBRARY inline unsigned long g_misaligned = 0;
 
 [[noreturn]] inline void fatal(const char *msg) {
     std::fprintf(stderr, "host aie_api: %s\n", msg);
