@@ -177,7 +177,7 @@ public:
     template <typename Tag2>
     accum(const accum<Tag2, N> &o) { std::memcpy(d_, o.d_, sizeof(d_)); }
     template <typename T>
-    explicit accum(const vector<T, N> &v, int shift = 0) { from_vector(v, shift); }
+    accum(const vector<T, N> &v, int shift = 0) { from_vector(v, shift); }
     template <typename T>
     accum &operator=(const vector<T, N> &v) { from_vector(v); return *this; }
 
