@@ -1,0 +1,1 @@
+"""Backends: `xrt.XRTBackend` and `xrt_runner.XRTRunner`, interpreted on the CPU."""

@@ -1,0 +1,203 @@
+"""XRTBackend for the CPU emulator.
+
+Same constructor, `compile` / `load` / `compile_and_load` / `unload` and
+invoker contract as mlir-air's air.backend.xrt.XRTBackend: the invoker takes the
+numpy arrays (inputs, then outputs) and returns a tuple with one flat array per
+argument, in that argument's dtype.  Instead of aircc and an NPU, `compile`
+traces nothing new -- it checks the design statically (budgets, herd shape,
+DMA limits, call signatures, kernel libraries) and compiles it into closures;
+the invoker interprets it.
+
+Emulator extras:
+    backend.emu_budget   BudgetReport of the last compile (L1 per PE, L2 per segment)
+    backend.emu_stats    Stats of the last run (bytes per level pair, DMAs, calls, herds)
+    backend.emu_progress None = progress line on stderr when it is a TTY; True / False force it
+"""
+
+import os
+
+from .abc import AirBackend, AirBackendError
+
+NPU_MODELS = {
+    "npu1": ["npu1", "Phoenix"],
+    "npu2": ["npu4", "Strix", "npu5", "Strix Halo", "npu6", "Krackan"],
+}
+
+
+def detect_target_device(verbose=False, default="npu2"):
+    """AIR_TARGET_DEVICE if set, else the emulator's default, npu2."""
+    override = os.environ.get("AIR_TARGET_DEVICE", "").strip()
+    if override:
+        if override not in NPU_MODELS:
+            raise ValueError(f"AIR_TARGET_DEVICE={override!r} is not a known NPU generation; "
+                             f"expected one of {sorted(NPU_MODELS)}")
+        return override
+    return default
+
+
+class XRTCompileArtifact:
+    def __init__(self, output_binary, kernel, insts, txn_header=None, program=None):
+        self.output_binary = output_binary
+        self.kernel = kernel
+        self.insts = insts
+        self.txn_header = txn_header
+        self.program = program
+
+
+class XRTBackend(AirBackend):
+    """The xrt backend's interface, interpreted on the CPU."""
+
+    def __init__(
+        self,
+        verbose: bool = False,
+        target_device: str = None,
+        omit_while_true_loop: bool = False,
+        omit_pingpong: str = "",
+        lower_linalg_to_func: str = None,
+        derive_library_call: bool = False,
+        air_loop_fusion: bool = False,
+        runtime_loop_tiling_sizes: list = [],
+        omit_auto_broadcast: bool = False,
+        channel_multiplexing: list = [],
+        use_lock_race_condition_fix: bool = False,
+        use_lock_race_condition_fix_v2: bool = False,
+        coalesce_shim_dma: bool = False,
+        trace_offset: int = 0,
+        trace_size: int = 0,
+        output_format: str = "xclbin",
+        kernel_name: str = "",
+        instance_name: str = "",
+        kernel_id: str = "",
+        xclbin_input: str = "",
+        num_device_cols: int = 0,
+        debug_ir: bool = False,
+        emit_txn_cpp: bool = False,
+        bf16_emulation: bool = False,
+        stack_size: int = 1024,
+        n_perf_iters: int = 0,
+        n_warmup_iters: int = 10,
+    ):
+        super().__init__()
+        self.verbose = verbose
+        self.target_device = target_device
+        self.omit_while_true_loop = omit_while_true_loop
+        if isinstance(omit_pingpong, bool):
+            self.omit_pingpong = "all" if omit_pingpong else ""
+        else:
+            self.omit_pingpong = omit_pingpong
+        if self.omit_pingpong not in ("", "L1", "L2", "all"):
+            raise AirBackendError(f"omit_pingpong={omit_pingpong!r}: expected '', 'L1', 'L2' or 'all'")
+        self.lower_linalg_to_func = lower_linalg_to_func
+        self.derive_library_call = derive_library_call
+        self.air_loop_fusion = air_loop_fusion
+        self.runtime_loop_tiling_sizes = runtime_loop_tiling_sizes
+        self.omit_auto_broadcast = omit_auto_broadcast
+        self.channel_multiplexing = channel_multiplexing
+        if use_lock_race_condition_fix and use_lock_race_condition_fix_v2:
+            raise AirBackendError("use_lock_race_condition_fix and use_lock_race_condition_fix_v2 "
+                                  "are mutually exclusive; enable at most one")
+        self.use_lock_race_condition_fix = use_lock_race_condition_fix
+        self.use_lock_race_condition_fix_v2 = use_lock_race_condition_fix_v2
+        self.coalesce_shim_dma = coalesce_shim_dma
+        self.trace_offset = trace_offset
+        self.trace_size = trace_size
+        self.currently_loaded = False
+        self.output_format = output_format
+        self.kernel_name = kernel_name
+        self.instance_name = instance_name
+        self.kernel_id = kernel_id
+        self.xclbin_input = xclbin_input
+        self.num_device_cols = num_device_cols
+        self.debug_ir = debug_ir
+        self.emit_txn_cpp = emit_txn_cpp
+        self.bf16_emulation = bf16_emulation
+        if not isinstance(n_perf_iters, int) or n_perf_iters < 0:
+            raise ValueError("`n_perf_iters` must be a non-negative integer")
+        if not isinstance(n_warmup_iters, int) or n_warmup_iters < 0:
+            raise ValueError("`n_warmup_iters` must be a non-negative integer")
+        self.n_perf_iters = n_perf_iters
+        self.n_warmup_iters = n_warmup_iters
+        self.last_latency_us = None
+        if not isinstance(stack_size, int) or isinstance(stack_size, bool) or stack_size <= 0:
+            raise ValueError("`stack_size` must be a positive integer")
+        self.stack_size = stack_size
+        self.emu_budget = None
+        self.emu_stats = None
+        self.emu_progress = None
+        self._program = None
+
+    def __del__(self):
+        try:
+            self.unload()
+        except Exception:
+            pass
+
+    def _resolved_target(self):
+        target = self.target_device if self.target_device is not None else detect_target_device(self.verbose)
+        if target not in NPU_MODELS:
+            raise AirBackendError(f"target_device={target!r}: the emulator models {sorted(NPU_MODELS)}")
+        return target
+
+    def compile(self, air_module, output_binary_name="air", kernel="MLIR_AIE", insts="air.insts.bin"):
+        """Check the design statically and compile it for the interpreter.
+
+        Raises an air.emu.DesignError subclass for a design that cannot work on
+        the NPU (budget, herd shape, DMA limits, call types, missing library)."""
+        from ..emu.engine import Options, Program
+
+        if self.currently_loaded:
+            raise AirBackendError("Cannot use XRTBackend to compile while the artifact is currently loaded. "
+                                  "Call unload() first.")
+        target = self._resolved_target()
+        if self.output_format == "elf" and "npu1" in target:
+            raise AirBackendError(f"output_format='elf' is not supported for {target} target.")
+        if self.num_device_cols > 0:
+            max_cols = 4 if target == "npu1" else 8
+            if self.num_device_cols > max_cols - 1:
+                raise AirBackendError(f"Invalid num_device_cols value: {self.num_device_cols}. For {target}, "
+                                      f"valid values are 0 (entire device) or 1-{max_cols - 1}")
+        if self.verbose:
+            print("AIR Module:")
+            print(air_module)
+        module = air_module
+        opts = Options(stack_size=self.stack_size, omit_pingpong=self.omit_pingpong, target_device=target,
+                       num_device_cols=self.num_device_cols, progress=self.emu_progress,
+                       entry=self.instance_name or None)
+        program = Program(module, opts)
+        self.emu_budget = program.budget
+        self._program = program
+        if self.verbose:
+            print(program.budget.table())
+        ext = {"elf": "elf", "txn": "txn", "pdi": "pdi"}.get(self.output_format, "xclbin")
+        return XRTCompileArtifact(f"{output_binary_name}.{ext}", kernel, insts, program=program)
+
+    def load(self, artifact):
+        """Return the invoker: invoker(*arrays) -> tuple of flat arrays (one per argument)."""
+        if self.currently_loaded:
+            raise AirBackendError("Cannot use XRTBackend to compile while the artifact is currently loaded. "
+                                  "Call unload() first.")
+        program = getattr(artifact, "program", None)
+        if program is None:
+            raise AirBackendError("this artifact was not produced by the emulator's XRTBackend.compile")
+        xclbin_mode = not artifact.output_binary.endswith(".elf")
+
+        def invoker(*args):
+            if xclbin_mode and len(args) > 5:
+                raise ValueError("Too many arguments")
+            program.options.progress = self.emu_progress
+            outs = program.run(*args)
+            self.emu_stats = program.stats
+            invoker.emu_stats = program.stats
+            return outs
+
+        invoker.emu_budget = program.budget
+        invoker.emu_stats = None
+        invoker.emu_program = program
+        self.currently_loaded = True
+        return invoker
+
+    def compile_and_load(self, module):
+        return self.load(self.compile(module))
+
+    def unload(self):
+        self.currently_loaded = False

@@ -1,0 +1,1 @@
+"""Dialects of the emulated air package."""

@@ -1,0 +1,293 @@
+"""Static memory budgets: per-PE L1 and per-segment L2.
+
+L1, per herd (every PE of a herd has the same allocations):
+    sum over the memref.alloc ops in the herd body of bytes x (2 if ping-ponged)
+    + stack_size (XRTBackend(stack_size=...), default 1024)   <= 64 KiB
+L2, per segment:
+    sum over the L2 memref.alloc ops in the segment body (outside herds) of
+    bytes x (2 if ping-ponged)   <= 512 KiB x memtiles the segment may use
+    (one memtile per column: 8 on NPU2, 4 on NPU1, or num_device_cols when set).
+
+Ping-pong rule, modelled on aircc's pipeline (air-fuse-alloc-dealloc, then
+air-label-scf-for-to-ping-pong, AIRDependencyScheduleOpt.cpp):
+  * an alloc's home loop is the innermost scf.for (in the same herd / segment
+    body) that contains every use of the buffer (fuse-alloc-dealloc sinks it there);
+  * a loop is labelled (its home allocs are unrolled by 2 and hoisted, i.e. count
+    twice) when: its trip count is not 1 (a one-trip loop is folded away) --
+    unknown trip counts count as > 1; it has home allocs; omit_pingpong does not
+    name their memory space ("L1", "L2", "all"); neither it nor a nested loop
+    carries "unroll" or "air.disable_ping_pong"; the first access to each home
+    alloc in the loop body is a definite write (a dma_memcpy_nd or channel.get
+    into it; a func.call or a herd taking it first makes the loop unsafe); each
+    home alloc is filled at most once per iteration (a fill in a nested loop of
+    more than one trip disqualifies); no nested loop is unsafe; and no nested loop
+    qualifies itself (only the deepest qualifying loop is labelled).
+Bank placement (4 x 16 KiB banks), alignment padding and compiler-generated
+buffers are not modelled.
+"""
+
+from .errors import BudgetError
+from .stats import _table
+from .types import L1, L2, level_of
+
+L1_BYTES = 64 * 1024
+MEMTILE_BYTES = 512 * 1024
+
+_HIER = ("air.launch", "air.segment", "air.herd")
+
+
+def _nbytes(t):
+    from .types import np_dtype
+    return t.num_elements * np_dtype(t.element_type).itemsize
+
+
+def _scope_ops(block, loops, out):
+    """(op, enclosing loops) for every op below `block`, not entering hierarchy ops."""
+    for op in block.operations:
+        out.append((op, loops))
+        if op.OPERATION_NAME in _HIER:
+            continue
+        inner = loops + [op] if op.OPERATION_NAME == "scf.for" else loops
+        for r in op.regions:
+            for b in r.blocks:
+                _scope_ops(b, inner, out)
+    return out
+
+
+def _walk_all(block):
+    """Every op below `block`, pre-order, including inside hierarchy ops."""
+    for op in block.operations:
+        yield op
+        for r in op.regions:
+            for b in r.blocks:
+                yield from _walk_all(b)
+
+
+def _fills(op, v):
+    name = op.OPERATION_NAME
+    if name == "air.dma_memcpy_nd":
+        return op.dst.memref is v
+    if name == "air.channel.get":
+        return op.side.memref is v
+    return False
+
+
+class _PingPong:
+    def __init__(self, scope_block, levels, omit):
+        self.levels = levels
+        self.omit = omit
+        self.ops = _scope_ops(scope_block, [], [])
+        self.loops_of = {id(op): loops for op, loops in self.ops}
+        self.allocs = [op for op, _ in self.ops if op.OPERATION_NAME == "memref.alloc"
+                       and level_of(op.results[0].type) in levels]
+        self.home = {}
+        for a in self.allocs:
+            v = a.results[0]
+            chains = [loops for op, loops in self.ops
+                      if op.OPERATION_NAME != "memref.dealloc" and op is not a
+                      and any(o is v for o in op.operands)]
+            if not chains:
+                continue
+            common = []
+            for level in zip(*chains):
+                if all(x is level[0] for x in level):
+                    common.append(level[0])
+                else:
+                    break
+            if common:
+                self.home[id(a)] = common[-1]
+        self.loops = [op for op, _ in self.ops if op.OPERATION_NAME == "scf.for"]
+        self.reason = {}
+        self.labelled = set()
+        cand = {id(f): self._candidate(f) for f in self.loops}
+        for f in self.loops:
+            if not cand[id(f)]:
+                continue
+            nested = [g for g in self.loops if f in self.loops_of[id(g)]]
+            if any(cand[id(g)] for g in nested):
+                self.reason[id(f)] = "a nested loop is ping-ponged instead"
+                continue
+            self.labelled.add(id(f))
+
+    def home_allocs(self, f):
+        return [a for a in self.allocs if self.home.get(id(a)) is f]
+
+    def _unsafe(self, f):
+        cands = {a.results[0]._uid: a for a in self.home_allocs(f)}
+        seen = set()
+        for op in _walk_all(f.body):
+            name = op.OPERATION_NAME
+            if name in ("memref.alloc", "memref.dealloc") or op._is_terminator:
+                continue
+            for v in op.operands:
+                if v._uid in cands and v._uid not in seen:
+                    seen.add(v._uid)
+                    if not _fills(op, v):
+                        return f"the first access to a buffer is {name} at {op._loc}, not a DMA/get into it"
+        return None
+
+    def _candidate(self, f):
+        trip = getattr(f, "_emu_trip", None)
+        if trip is not None and trip <= 1:
+            self.reason[id(f)] = f"trip count {trip}: the loop is folded away"
+            return False
+        nested = [g for g in self.loops if f in self.loops_of[id(g)]]
+        for g in [f] + nested:
+            if "unroll" in g.attributes or "air.disable_ping_pong" in g.attributes:
+                self.reason[id(f)] = f"scf.for at {g._loc} opts out (unroll / air.disable_ping_pong)"
+                return False
+        homes = self.home_allocs(f)
+        if not homes:
+            return False
+        for a in homes:
+            lv = level_of(a.results[0].type)
+            if self.omit == "all" or (self.omit == "L1" and lv == L1) or (self.omit == "L2" and lv == L2):
+                self.reason[id(f)] = f"omit_pingpong={self.omit!r}"
+                return False
+        for g in [f] + nested:
+            why = self._unsafe(g)
+            if why:
+                self.reason[id(f)] = why
+                return False
+        for a in homes:
+            v = a.results[0]
+            fills = []
+            for op, loops in self.ops:
+                if f not in loops or not _fills(op, v):
+                    continue
+                inner = loops[loops.index(f) + 1:]
+                for g in inner:
+                    t = getattr(g, "_emu_trip", None)
+                    if t is None or t > 1:
+                        self.reason[id(f)] = f"a buffer is filled inside a nested loop at {g._loc}"
+                        return False
+                fills.append(op)
+            if len(fills) > 1:
+                self.reason[id(f)] = "a buffer is filled more than once per iteration"
+                return False
+        return True
+
+    def factor(self, alloc):
+        f = self.home.get(id(alloc))
+        if f is not None and id(f) in self.labelled:
+            return 2, f"ping-pong (scf.for at {f._loc})"
+        if f is not None and id(f) in self.reason:
+            return 1, f"single ({self.reason[id(f)]})"
+        return 1, ""
+
+
+class Entry:
+    def __init__(self, loc, type_str, nbytes, factor, note):
+        self.loc, self.type, self.bytes, self.factor, self.note = loc, type_str, nbytes, factor, note
+
+    @property
+    def total(self):
+        return self.bytes * self.factor
+
+
+class Budget:
+    """One herd's L1 (per PE) or one segment's L2."""
+
+    def __init__(self, kind, name, loc, limit, entries, extra=0, extra_name="", shape=None):
+        self.kind, self.name, self.loc, self.limit = kind, name, loc, limit
+        self.entries, self.extra, self.extra_name, self.shape = entries, extra, extra_name, shape
+
+    @property
+    def used(self):
+        return sum(e.total for e in self.entries) + self.extra
+
+    @property
+    def ok(self):
+        return self.used <= self.limit
+
+    def lines(self):
+        shape = f" [{self.shape[0]} x {self.shape[1]}]" if self.shape else ""
+        head = f"{self.kind} @{self.name}{shape} at {self.loc}: {self.used} / {self.limit} bytes " \
+               f"({100.0 * self.used / self.limit:.1f}%) {'OK' if self.ok else 'OVER'}"
+        rows = [(e.loc, e.type, e.bytes, f"x{e.factor}", e.total, e.note) for e in self.entries]
+        if self.extra_name:
+            rows.append((self.extra_name, "", self.extra, "x1", self.extra, ""))
+        return [head] + ["  " + ln for ln in _table(("alloc", "type", "bytes", "", "total", ""), rows)]
+
+
+class BudgetReport:
+    """Static budget of a design: `herds` (per-PE L1) and `segments` (L2)."""
+
+    def __init__(self, herds, segments, stack_size, l2_limit, memtiles, notes):
+        self.herds = herds
+        self.segments = segments
+        self.stack_size = stack_size
+        self.l1_limit = L1_BYTES
+        self.l2_limit = l2_limit
+        self.memtiles = memtiles
+        self.notes = notes
+
+    @property
+    def ok(self):
+        return all(b.ok for b in self.herds + self.segments)
+
+    def table(self):
+        lines = [f"Emulator budget: L1 per PE {L1_BYTES} B (64 KiB) incl. stack_size {self.stack_size}; "
+                 f"L2 per segment {self.memtiles} memtiles x {MEMTILE_BYTES} B = {self.l2_limit} B"]
+        for b in self.herds + self.segments:
+            lines.append("")
+            lines += b.lines()
+        for n in self.notes:
+            lines.append("note: " + n)
+        return "\n".join(lines)
+
+    __str__ = table
+
+    def raise_if_over(self):
+        over = [b for b in self.herds + self.segments if not b.ok]
+        if not over:
+            return
+        first = over[0]
+        what = "per-PE L1 (allocations + stack)" if first.kind == "herd" else "per-segment L2"
+        raise BudgetError(f"{first.kind} @{first.name} at {first.loc}: {what} needs {first.used} bytes, "
+                          f"the limit is {first.limit}\n{self.table()}")
+
+
+def analyse(compiler, options):
+    omit = options.omit_pingpong
+    if omit is True:
+        omit = "all"
+    if not omit:
+        omit = ""
+    herds = []
+    notes = []
+    for op, sizes in compiler.herd_ops:
+        pp = _PingPong(op.regions[0].blocks[0], (L1,), omit)
+        entries = []
+        for a, _ in [(x, None) for x in _all_allocs(op)]:
+            t = a.results[0].type
+            f, note = pp.factor(a) if a in pp.allocs else (1, "")
+            entries.append(Entry(a._loc, str(t), _nbytes(t), f, note))
+        name = op.sym_name or "herd"
+        shape = (sizes[0], sizes[1] if len(sizes) > 1 else 1)
+        herds.append(Budget("herd", name, op._loc, L1_BYTES, entries, options.stack_size,
+                            "stack (stack_size)", shape))
+    memtiles = options.columns
+    l2_limit = memtiles * MEMTILE_BYTES
+    segments = []
+    for op in compiler.segment_ops:
+        pp = _PingPong(op.regions[0].blocks[0], (L2,), omit)
+        entries = []
+        for a in pp.allocs:
+            t = a.results[0].type
+            f, note = pp.factor(a)
+            nb = _nbytes(t)
+            if nb > MEMTILE_BYTES:
+                notes.append(f"L2 buffer at {a._loc} ({nb} B) is larger than one memtile; aircc must split "
+                             f"it across memtiles (air-split-l2-memref), which the emulator does not check")
+            entries.append(Entry(a._loc, str(t), nb, f, note))
+        segments.append(Budget("segment", op.sym_name or "segment", op._loc, l2_limit, entries))
+    return BudgetReport(herds, segments, options.stack_size, l2_limit, memtiles, notes)
+
+
+def _all_allocs(herd_op):
+    out = []
+    for op in _walk_all(herd_op.regions[0].blocks[0]):
+        if op.OPERATION_NAME == "memref.alloc":
+            out.append(op)
+    return out

@@ -1,0 +1,123 @@
+"""Access patterns (offsets / sizes / strides) and the AIE2P DMA limits.
+
+A pattern addresses element  sum_d offset_d * stride_d + sum_d i_d * stride_d
+(i_d in [0, size_d)), innermost dimension fastest, as memref.subview does.
+Before counting dimensions it is canonicalised the way AIR canonicalises wraps
+and strides: size-1 dimensions are dropped and a dimension is merged into the
+next inner one when stride_outer == size_inner * stride_inner.
+
+Limits applied to one side of a transfer, by the level of that side's memref
+(the DMA engine that walks that side is the one in that tile):
+
+  L3 side (shim DMA, AIRRtToNpuPass.cpp):
+    * at most 4 dimensions, the outermost being the repeat / iteration
+      dimension (3 buffer-descriptor dimensions + repeat);
+    * a zero stride is a repeat: allowed in any dimension but the innermost
+      (AIR folds middle zero strides into the repeat count);
+    * wraps: unless the pattern is one linear run (optionally repeated),
+      a dimension whose size reaches the AIE2 bound of its slot
+      ({64, 1024, 1024, 1024}, outermost first, right-aligned) is split by
+      AIR into two, which costs one more dimension; the total must stay <= 4.
+  L2 side (memtile DMA): at most 4 buffer-descriptor dimensions;
+  L1 side (core-tile DMA): at most 3 buffer-descriptor dimensions;
+    on both, a zero stride is allowed only in the outermost dimension, which
+    then is a repeat (task repeat count) and does not take a descriptor
+    dimension; unless linear, every size <= 1023 (10-bit wrap fields).
+  Every level: every stride <= 2^20 elements (AIE2_STRIDE_UPPER_BOUND), no
+  negative strides.
+"""
+
+from .errors import DmaLimitError
+from .types import L1, L2, L3, LEVEL_NAMES
+
+MAX_STRIDE = 1 << 20
+SHIM_WRAP_BOUNDS = (64, 1024, 1024, 1024)
+BD_WRAP_MAX = 1023
+MAX_DIMS = {L3: 4, L2: 4, L1: 3}
+ENGINE = {L3: "shim DMA", L2: "memtile DMA", L1: "core-tile DMA"}
+
+
+def canonical(sizes, strides):
+    """[(size, stride)] outermost first, size-1 dims dropped, contiguous dims merged."""
+    dims = [(int(s), int(t)) for s, t in zip(sizes, strides) if int(s) != 1]
+    out = []
+    for sz, st in dims:
+        out.append([sz, st])
+    i = len(out) - 2
+    while i >= 0:
+        o, n = out[i], out[i + 1]
+        if o[1] == n[0] * n[1]:
+            out[i] = [o[0] * n[0], n[1]]
+            del out[i + 1]
+        i -= 1
+    if not out:
+        return [(1, 1)]
+    return [tuple(d) for d in out]
+
+
+def _linear(dims):
+    if len(dims) == 1:
+        return dims[0][1] == 1
+    return len(dims) == 2 and dims[0][1] == 0 and dims[1][1] == 1
+
+
+def check_limits(dims, sizes, strides, level, what):
+    """Raise DmaLimitError if the canonical pattern `dims` cannot be one BD of
+    the DMA engine at `level`.  `what` names the op and side."""
+    lv = LEVEL_NAMES[level]
+
+    def fail(msg):
+        raise DmaLimitError(f"{what} ({lv}, {ENGINE[level]}): access pattern sizes {list(sizes)} "
+                            f"strides {list(strides)}: {msg}")
+
+    for sz, st in dims:
+        if st < 0:
+            fail(f"negative stride {st}")
+        if st > MAX_STRIDE:
+            fail(f"stride {st} exceeds the AIE2P limit 2^20 = {MAX_STRIDE} elements")
+    if dims == [(1, 1)]:
+        return
+    linear = _linear(dims)
+    if level == L3:
+        if dims[-1][1] == 0 and dims[-1][0] > 1:
+            fail("zero stride in the innermost dimension (size "
+                 f"{dims[-1][0]}): AIR turns zero strides into repeats only outside the innermost dimension")
+        n = len(dims)
+        if n > 4:
+            fail(f"{n} dimensions after canonicalisation {dims}; the shim BD has 4 "
+                 f"(3 + repeat); aircc would unroll it into one BD per outer iteration")
+        if not linear:
+            slots = [(1, 1)] * (4 - n) + list(dims)
+            split = [i for i, (sz, _) in enumerate(slots) if sz >= SHIM_WRAP_BOUNDS[i]]
+            if n + len(split) > 4:
+                big = [slots[i] for i in split]
+                fail(f"{n} dimensions {dims} and sizes {big} over the shim wrap bounds "
+                     f"{list(SHIM_WRAP_BOUNDS)}: splitting them needs {n + len(split)} > 4 dimensions")
+        return
+    # memtile / core tile
+    repeat = dims[0][1] == 0
+    core = dims[1:] if repeat else dims
+    for sz, st in core:
+        if st == 0:
+            fail(f"zero stride in a non-outermost dimension of {dims}: only an outermost zero stride "
+                 f"is a repeat")
+    limit = MAX_DIMS[level]
+    if len(core) > limit:
+        fail(f"{len(core)} buffer-descriptor dimensions after canonicalisation {dims}"
+             f"{' (plus a repeat)' if repeat else ''}; the {ENGINE[level]} supports {limit}")
+    if not linear:
+        for sz, st in core:
+            if sz > BD_WRAP_MAX:
+                fail(f"size {sz} in {dims} exceeds the 10-bit wrap limit {BD_WRAP_MAX}")
+
+
+def span(dims):
+    """Largest element offset reached from the base (strides are >= 0)."""
+    return sum((sz - 1) * st for sz, st in dims)
+
+
+def count(dims):
+    n = 1
+    for sz, _ in dims:
+        n *= sz
+    return n

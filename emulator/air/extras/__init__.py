@@ -1,0 +1,1 @@
+"""mlir.extras equivalents used by mlir-air's Python API."""
