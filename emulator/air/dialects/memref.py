@@ -53,16 +53,35 @@ def dealloc(memref, *, loc=None, ip=None):
     return DeallocOp(memref, loc=loc, ip=ip)
 
 
-def _static(x, what):
+def _const_or_value(x, what):
+    """A Python int, or the int of an arith.constant, or the Value itself."""
     if isinstance(x, Value):
         owner = x.owner
         if isinstance(owner, Operation) and owner.OPERATION_NAME == "arith.constant":
-            return owner.literal_value
-        raise UnsupportedError(f"memref.subview: {what} must be static in the emulator")
+            return int(owner.literal_value)
+        if not isinstance(x.type, IndexType):
+            raise TraceError(f"memref.subview: {what} of type {x.type} (must be index)")
+        return x
+    if isinstance(x, Operation):
+        return _const_or_value(_as_value(x, what), what)
     return int(x)
 
 
+def _static(x, what):
+    v = _const_or_value(x, what)
+    if isinstance(v, Value):
+        raise UnsupportedError(f"memref.subview: {what} must be static in the emulator")
+    return v
+
+
 class SubViewOp(Operation):
+    """memref.subview with static sizes / strides and static or dynamic offsets.
+
+    The result type is inferred as MLIR does: strides = source strides x subview
+    strides, offset = source offset + sum(offset_d x source stride_d), or dynamic
+    ('?') when an offset is a run-time value; identity layout only for default
+    strides at offset 0."""
+
     OPERATION_NAME = "memref.subview"
 
     def __init__(self, source, offsets, sizes, strides, result_type=None, *, loc=None, ip=None):
@@ -70,32 +89,41 @@ class SubViewOp(Operation):
         st = src.type
         if not isinstance(st, MemRefType):
             raise TraceError("memref.subview of a non-memref value")
-        offsets = [_static(o, "offsets") for o in (offsets or [])]
+        offsets = [_const_or_value(o, "offsets") for o in (offsets or [])]
         sizes = [_static(s, "sizes") for s in (sizes or [])]
         strides = [_static(s, "strides") for s in (strides or [])]
         if not (len(offsets) == len(sizes) == len(strides) == st.rank):
             raise TraceError(f"memref.subview: offsets/sizes/strides must each have rank {st.rank} entries")
         src_strides, src_off = st.get_strides_and_offset()
         for d in range(st.rank):
-            if offsets[d] < 0 or sizes[d] < 0 or offsets[d] + (sizes[d] - 1) * strides[d] >= st.shape[d] \
-                    and sizes[d] > 0:
+            if sizes[d] < 1 or strides[d] < 1:
+                raise TraceError(f"memref.subview: dimension {d}: size {sizes[d]} and stride {strides[d]} "
+                                 f"must be >= 1")
+            if isinstance(offsets[d], int) and (
+                    offsets[d] < 0 or offsets[d] + (sizes[d] - 1) * strides[d] >= st.shape[d]):
                 raise TraceError(f"memref.subview: dimension {d} (offset {offsets[d]}, size {sizes[d]}, "
                                  f"stride {strides[d]}) exceeds the source size {st.shape[d]}")
         tgt_strides = [a * b for a, b in zip(src_strides, strides)]
-        tgt_off = src_off + sum(o * s for o, s in zip(offsets, src_strides))
+        dyn = [o for o in offsets if isinstance(o, Value)]
+        if dyn or ShapedType.is_dynamic_size(src_off):
+            tgt_off = ShapedType.get_dynamic_size()
+        else:
+            tgt_off = src_off + sum(o * s for o, s in zip(offsets, src_strides))
         if result_type is None:
             layout = None
             if tgt_strides != _row_major_strides(sizes) or tgt_off != 0:
                 layout = StridedLayoutAttr.get(tgt_off, tgt_strides)
             result_type = MemRefType.get(sizes, st.element_type, layout, st.memory_space)
-        self._init_op([src], [result_type], loc=loc, ip=ip)
+        elif not isinstance(result_type, MemRefType) or result_type.shape != sizes:
+            raise TraceError(f"memref.subview: result type {result_type} does not have shape {sizes}")
+        self._init_op([src] + dyn, [result_type], loc=loc, ip=ip)
         self.static_offsets, self.static_sizes, self.static_strides = offsets, sizes, strides
-        self.elem_offset = tgt_off - src_off  # relative to the source's first element
+        self.src_strides = src_strides
         self.elem_strides = tgt_strides
 
     def _print_custom(self, p, indent):
         return [" " * indent + f"{p.results_prefix(self)}memref.subview {p.name(self.operands[0])}"
-                f"{self.static_offsets} {self.static_sizes} {self.static_strides} : "
+                f"{p.mixed(self.static_offsets)} {self.static_sizes} {self.static_strides} : "
                 f"{self.operands[0].type} to {self.results[0].type}"]
 
 

@@ -263,6 +263,15 @@ def analyse(compiler, options):
             t = a.results[0].type
             f, note = pp.factor(a) if a in pp.allocs else (1, "")
             entries.append(Entry(a._loc, str(t), _nbytes(t), f, note))
+        npe = 1
+        for z in sizes:
+            npe *= z
+        for v in op.kernel_operands:
+            t = v.type
+            if hasattr(t, "memory_space_value") and t.memory_space_value == L1:
+                where = v.owner._loc if hasattr(v.owner, "_loc") else "operand"
+                entries.append(Entry(where, str(t), _nbytes(t) // npe, 1,
+                                     f"herd-wide L1 buffer: 1/{npe} of {_nbytes(t)} B per PE"))
         name = op.sym_name or "herd"
         shape = (sizes[0], sizes[1] if len(sizes) > 1 else 1)
         herds.append(Budget("herd", name, op._loc, L1_BYTES, entries, options.stack_size,

@@ -43,12 +43,17 @@ from .errors import (
     UseAfterFreeError,
     WriteConflictError,
     ExecutionError,
+    KernelOverrunError,
 )
 from .kernels import load_function, resolve_library
 from .stats import Stats
 from .types import L1, L2, L3, LEVEL_NAMES, level_of, np_dtype, poison_fill
 
 _ndarray = np.ndarray
+GUARD = 64
+L1_ALIGN = 64
+GUARD_BYTE = 0xFD
+_GUARD = bytes([GUARD_BYTE]) * GUARD
 
 
 class Buf:
@@ -56,9 +61,10 @@ class Buf:
     memref's element offset into it."""
 
     __slots__ = ("arr", "off", "n", "dtype", "isz", "level", "owner", "ptr", "root", "dead",
-                 "mask", "name")
+                 "mask", "name", "raw")
 
-    def __init__(self, arr, level, owner, name, root=None, off=0):
+    def __init__(self, arr, level, owner, name, root=None, off=0, raw=None):
+        self.raw = raw
         self.arr = arr
         self.off = off
         self.n = arr.size - off
@@ -134,6 +140,20 @@ class Runtime:
 
 def _dead(buf, where):
     raise UseAfterFreeError(f"{where}: buffer {buf.name} is used after its memref.dealloc")
+
+
+def _overrun(buf, where, callee):
+    lo, hi = buf.root.raw
+    head = np.flatnonzero(lo != GUARD_BYTE)
+    tail = np.flatnonzero(hi != GUARD_BYTE)
+    parts = []
+    if head.size:
+        parts.append(f"{GUARD - int(head[0])} bytes before its start")
+    if tail.size:
+        parts.append(f"{int(tail[-1]) + 1} bytes past its end")
+    raise KernelOverrunError(f"{where}: kernel @{callee} wrote outside {buf.root.name} "
+                             f"({' and '.join(parts)}, within a {GUARD}-byte guard zone); on the NPU "
+                             f"this silently corrupts a neighbouring buffer or the stack")
 
 
 class _Scope:
@@ -554,15 +574,33 @@ class Compiler:
         if inner == "air.segment" and lv == L3:
             raise DesignError(f"{where}: memref.alloc inside air.segment must be L2 or L1, got {t}")
         dt = np_dtype(t.element_type)
-        template = np.empty(t.num_elements, dtype=dt)
-        poison_fill(template)
+        nb = t.num_elements * dt.itemsize
+        # L1 buffers (the ones kernels get) carry guard zones before and after, checked
+        # after every kernel call: a kernel writing past its buffer is an error here.
+        # L1 buffers start 64-byte aligned (AIE2P 512-bit vector accesses need it).
         out = self.define(op.results[0])
         E = self.E
         rt = self.rt
         name = f"memref.alloc at {op._loc} ({t})"
+        if lv != L1:
+            template = np.empty(t.num_elements, dtype=dt)
+            poison_fill(template)
+
+            def run():
+                E[out] = Buf(template.copy(), lv, rt.pe, name)
+            return run
+        g = GUARD
+        template = np.full(nb + 2 * g, GUARD_BYTE, dtype=np.uint8)
+        poison_fill(template[g:g + nb].view(dt))
+        total = nb + 2 * g + L1_ALIGN
+        span_ = nb + 2 * g
 
         def run():
-            E[out] = Buf(template.copy(), lv, rt.pe, name)
+            raw = np.empty(total, np.uint8)
+            sh = (-(raw.ctypes.data + g)) & (L1_ALIGN - 1)
+            raw[sh:sh + span_] = template
+            E[out] = Buf(raw[sh + g:sh + g + nb].view(dt), lv, rt.pe, name,
+                         raw=(raw[sh:sh + g], raw[sh + g + nb:sh + span_]))
         return run
 
     def c_dealloc(self, op):
@@ -583,17 +621,45 @@ class Compiler:
         E = self.E
         s = self.slot(op.operands[0])
         out = self.define(op.results[0])
-        off = op.elem_offset
         t = op.results[0].type
+        src_shape = op.operands[0].type.shape
+        where = self.where(op)
+        const = 0
+        terms = []
+        checks = []
+        for d, (o, st) in enumerate(zip(op.static_offsets, op.src_strides)):
+            if isinstance(o, int):
+                const += o * st
+            else:
+                k = self.known_int(o)
+                if k is not None:
+                    const += k * st
+                    o = k
+                else:
+                    terms.append((self.slot(o), st))
+            last = (op.static_sizes[d] - 1) * op.static_strides[d]
+            if not isinstance(o, int):
+                checks.append((self.slot(o), last, src_shape[d], d))
+            elif o < 0 or o + last >= src_shape[d]:
+                raise DesignError(f"{where}: offset {o} + extent {last + 1} exceeds dimension {d} "
+                                  f"of size {src_shape[d]}")
 
         def run():
             b = E[s]
+            rel = const
+            for sl, st in terms:
+                rel += E[sl] * st
+            for sl, last, n, d in checks:
+                o = E[sl]
+                if o < 0 or o + last >= n:
+                    raise DmaBoundsError(f"{where}: offset {o} in dimension {d} (extent {last + 1}) "
+                                         f"exceeds the source size {n}")
             v = Buf.__new__(Buf)
-            v.arr, v.off, v.dtype, v.isz = b.arr, b.off + off, b.dtype, b.isz
+            v.arr, v.off, v.dtype, v.isz = b.arr, b.off + rel, b.dtype, b.isz
             v.n = b.arr.size - v.off
             v.level, v.owner, v.root, v.dead, v.mask = b.level, b.owner, b.root, False, None
-            v.name = f"subview of {b.name} ({t})"
-            v.ptr = b.ptr + off * b.isz
+            v.name = f"subview of {b.name} as {t}"
+            v.ptr = b.ptr + rel * b.isz
             E[out] = v
         return run
 
@@ -1014,6 +1080,15 @@ class Compiler:
         rt = self.rt
         spec = [(isinstance(t, MemRefType), self.slot(v)) for v, t in zip(op.operands, got)]
         c_call = self.counter(("call", callee))
+        # A kernel may write all of every memref it gets: when that memref lies in a
+        # buffer shared by the herd's PEs (a slice of a herd-wide L1 buffer), its whole
+        # extent is recorded as written by this PE.
+        extents = []
+        for v, t in zip(op.operands, got):
+            if isinstance(t, MemRefType):
+                strides, _ = t.get_strides_and_offset()
+                extents.append((self.slot(v), tuple(t.shape), tuple(strides)))
+        track = self.track
         if all(m for m, _ in spec):
             slots = [s for _, s in spec]
 
@@ -1024,7 +1099,16 @@ class Compiler:
                     if b.root.dead:
                         _dead(b, where)
                     ptrs.append(b.ptr)
+                pe = rt.pe
+                for s, shape, estr in extents:
+                    b = E[s]
+                    if b.root.owner != pe:
+                        track(b, 0, shape, estr, where)
                 fn(*ptrs)
+                for s in slots:
+                    raw = E[s].root.raw
+                    if raw is not None and (raw[0].tobytes() != _GUARD or raw[1].tobytes() != _GUARD):
+                        _overrun(E[s], where, callee)
                 rt.cnt[c_call] += 1
         else:
             def run():
@@ -1037,7 +1121,17 @@ class Compiler:
                         args.append(b.ptr)
                     else:
                         args.append(E[s])
+                pe = rt.pe
+                for s, shape, estr in extents:
+                    b = E[s]
+                    if b.root.owner != pe:
+                        track(b, 0, shape, estr, where)
                 fn(*args)
+                for m, s in spec:
+                    if m:
+                        raw = E[s].root.raw
+                        if raw is not None and (raw[0].tobytes() != _GUARD or raw[1].tobytes() != _GUARD):
+                            _overrun(E[s], where, callee)
                 rt.cnt[c_call] += 1
         return run
 

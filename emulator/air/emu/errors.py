@@ -86,6 +86,10 @@ class ChannelError(ExecutionError):
     """A get from an empty channel, or data left in a channel at the end."""
 
 
+class KernelOverrunError(ExecutionError):
+    """A kernel wrote outside the L1 buffer it was given (guard zone changed)."""
+
+
 class UseAfterFreeError(ExecutionError):
     """A buffer used after its memref.dealloc."""
 
@@ -106,4 +110,5 @@ __all__ = [
     "WriteConflictError",
     "ChannelError",
     "UseAfterFreeError",
+    "KernelOverrunError",
 ]
