@@ -156,6 +156,10 @@ class XRTBackend(AirBackend):
             if self.num_device_cols > max_cols - 1:
                 raise AirBackendError(f"Invalid num_device_cols value: {self.num_device_cols}. For {target}, "
                                       f"valid values are 0 (entire device) or 1-{max_cols - 1}")
+        from ..ir import Module
+        if not isinstance(air_module, Module):
+            raise AirBackendError(f"compile expects an air.ir.Module (what @module_builder returns), got "
+                                  f"{type(air_module).__name__}")
         if self.verbose:
             print("AIR Module:")
             print(air_module)
