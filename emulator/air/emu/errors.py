@@ -90,10 +90,6 @@ class KernelOverrunError(ExecutionError):
     """A kernel wrote outside the L1 buffer it was given (guard zone changed)."""
 
 
-class UseAfterFreeError(ExecutionError):
-    """A buffer used after its memref.dealloc."""
-
-
 __all__ = [
     "EmulatorError",
     "DesignError",
@@ -109,6 +105,5 @@ __all__ = [
     "DmaBoundsError",
     "WriteConflictError",
     "ChannelError",
-    "UseAfterFreeError",
     "KernelOverrunError",
 ]

@@ -34,6 +34,8 @@ class Stats:
     pe_executions:   herd executions x PEs per herd, summed
     launch_iterations, segment_iterations: body executions
     seconds:         wall time of the run
+    uses_after_dealloc: accesses to a buffer after its memref.dealloc (allowed: aircc keeps
+                     buffers static), first_use_after_dealloc says where the first one was
     """
 
     def __init__(self):
@@ -48,6 +50,8 @@ class Stats:
         self.launch_iterations = 0
         self.segment_iterations = 0
         self.seconds = 0.0
+        self.uses_after_dealloc = 0
+        self.first_use_after_dealloc = None
 
     @property
     def total_kernel_calls(self):
@@ -66,6 +70,7 @@ class Stats:
             "launch_iterations": self.launch_iterations,
             "segment_iterations": self.segment_iterations,
             "seconds": self.seconds,
+            "uses_after_dealloc": self.uses_after_dealloc,
         }
 
     def table(self):
@@ -81,6 +86,9 @@ class Stats:
                      f"channel gets {self.channel_gets}")
         lines.append(f"launch iterations {self.launch_iterations}, segment iterations "
                      f"{self.segment_iterations}, PE executions {self.pe_executions}")
+        if self.uses_after_dealloc:
+            lines.append(f"note: {self.uses_after_dealloc} uses of buffers after their memref.dealloc "
+                         f"(aircc keeps buffers static, so they work; first: {self.first_use_after_dealloc})")
         if self.herd_executions:
             lines.append("")
             lines += _table(("herd", "executions"), sorted(self.herd_executions.items()))
