@@ -123,7 +123,9 @@ class _PingPong:
                 if v._uid in cands and v._uid not in seen:
                     seen.add(v._uid)
                     if not _fills(op, v):
-                        return f"the first access to a buffer is {name} at {op._loc}, not a DMA/get into it"
+                        a = cands[v._uid]
+                        return (f"loop unsafe for aircc: the first access to the buffer allocated at {a._loc} "
+                                f"is {name} at {op._loc}, not a DMA/get writing it")
         return None
 
     def _candidate(self, f):

@@ -14,7 +14,8 @@ def _table(headers, rows):
         for i, c in enumerate(r):
             widths[i] = max(widths[i], len(str(c)))
     def line(cells):
-        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(str(c).rjust(w) if isinstance(c, int) else str(c).ljust(w)
+                         for c, w in zip(cells, widths))
     out = [line(headers), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in rows]
     return out
