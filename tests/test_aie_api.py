@@ -161,7 +161,8 @@ def test_reduce_add_halving_tree(libs):
     while n > 1:
         t[: n // 2] = (t[: n // 2] + t[n // 2 : n]).astype(np.float32)
         n //= 2
-    assert libs["bfp16"].op_reduce_add_f32(ptr(buf(x, np.float32))) == t[0]
+    x_buf = buf(x, np.float32)  # keep the buffer alive across the call
+    assert libs["bfp16"].op_reduce_add_f32(ptr(x_buf)) == t[0]
 
 
 def test_mac_bf16_exact_product_one_rounding(libs):
@@ -254,6 +255,125 @@ def test_bf16_mmul_elementwise_k_order(libs, shape):
     np.testing.assert_array_equal(run_mmul(libs["bf16"], shape, [a], [b], c0), c)
 
 
+# ----------------------------------------------------------------------------------------------- bfp16ebs8
+def bfp16_encode_ref(x: np.ndarray) -> np.ndarray:
+    """[n * 64] float32 -> n * 72 bytes: per block of 8, E = biased f32 exponent of the largest magnitude
+    (0 for a zero block), then mantissas round_half_even(x * 2^(133 - E)) saturated to int8."""
+    blocks = x.astype(np.float64).reshape(-1, 8)
+    out = np.zeros((blocks.shape[0], 9), np.uint8)
+    for i, blk in enumerate(blocks):
+        mx = np.max(np.abs(blk))
+        if mx < np.finfo(np.float32).tiny:
+            continue
+        e_byte = math.floor(math.log2(mx)) + 127
+        out[i, 0] = e_byte
+        out[i, 1:] = np.clip(np.round(blk * 2.0 ** (133 - e_byte)), -128, 127).astype(np.int8).view(np.uint8)
+    return out.reshape(-1)
+
+
+def bfp16_decode_ref(raw: np.ndarray) -> np.ndarray:
+    """n * 72 bytes -> [n, 64] float64: m * 2^(E - 133), blocks of 8 in order."""
+    r = raw.reshape(-1, 9)
+    vals = r[:, 1:].view(np.int8).astype(np.float64) * np.exp2(r[:, :1].astype(np.float64) - 133)
+    return vals.reshape(-1, 64)
+
+
+def test_bfp16_block_vector_memory_layout_and_conversion(libs):
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(3 * 64) * np.exp2(rng.integers(-30, 30, 3 * 64 // 8)).repeat(8)).astype(np.float32)
+    x[:8] = [1.9921875, 0.5, 2.0**-7, 3 * 2.0**-7, -5 * 2.0**-7, 0, 0, 0]  # saturation and half-even ties
+    x[8:16] = 0.0  # zero block
+    x[16:24] = [1e-40, -1e-40, 0, 0, 0, 0, 0, 0]  # f32 subnormals count as 0
+    x[24:32] = [-1.0, 0.25, 0, 0, 0, 0, 0, 0.0078125]
+    out = buf(np.full(3 * 72, 0xAA), np.uint8)
+    x_buf = buf(x, np.float32)
+    libs["bfp16"].op_to_bfp16(ptr(x_buf), 3, ptr(out))
+    np.testing.assert_array_equal(out, bfp16_encode_ref(x))
+    assert out[:9].tolist() == [127, 127, 32, 0, 2, 254, 0, 0, 0]  # E byte first, then m0..m7
+    assert out[9] == 0 and out[18] == 0
+    assert out[27:36].tolist() == [127, 0xC0, 16, 0, 0, 0, 0, 0, 0]  # -1.0 = -64 * 2^(127 - 133)
+    # the same values through the bf16 mmul's conversion (identity B): one conversion rule everywhere
+    np.testing.assert_array_equal(bfp16_decode_ref(out).reshape(-1), bfp16_ref(np.where(np.abs(x) < 1e-38, 0, x)))
+
+
+def test_bfp16_block_vector_to_accum_and_stream_seek(libs):
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, 9 * 72).astype(np.uint8)
+    raw.reshape(-1, 9)[:, 0] = rng.integers(100, 160, 9 * 8)
+    src = buf(raw, np.uint8)
+    out = aligned_empty((64,), np.float32)
+    for index in (0, 8):  # seek by 8 vectors = 576 bytes keeps the stream 64-byte aligned
+        for shift in (0, 5, -3):
+            libs["bfp16"].op_from_bfp16(ptr(src), index, shift, ptr(out))
+            np.testing.assert_array_equal(out, bfp16_decode_ref(raw)[index] * 2.0**shift)
+    copy = buf(np.zeros(9 * 72), np.uint8)
+    before = libs["bfp16"].aie_host_misaligned_accesses()
+    libs["bfp16"].op_stream_copy(ptr(src), 0, 9, ptr(copy))  # contiguous 72-byte vectors
+    np.testing.assert_array_equal(copy, raw)
+    assert libs["bfp16"].aie_host_misaligned_accesses() == before
+
+
+def test_bfp16_stream_misaligned_start_reads_the_aligned_word_and_is_counted(libs):
+    lib = libs["bfp16"]
+    raw = buf(np.arange(10 * 72) % 251, np.uint8)
+    copy = buf(np.zeros(72), np.uint8)
+    before = lib.aie_host_misaligned_accesses()
+    lib.op_stream_copy(ptr(raw), 72, 1, ptr(copy))  # block vector 1 starts at byte 72, not 64-aligned
+    np.testing.assert_array_equal(copy, raw[64:136])
+    assert lib.aie_host_misaligned_accesses() == before + 1
+    lib.op_stream_copy(ptr(raw), 576, 1, ptr(copy))  # 8 vectors = 576 bytes = 9 words: aligned
+    np.testing.assert_array_equal(copy, raw[576:648])
+    assert lib.aie_host_misaligned_accesses() == before + 1
+
+
+def random_blocks(rng, count):
+    raw = rng.integers(0, 256, count * 72).astype(np.uint8)
+    raw.reshape(-1, 9)[:, 0] = rng.integers(120, 140, count * 8)
+    return raw
+
+
+def test_bfp16_block_mmul_operand_order_and_per_step_f32(libs):
+    """C (row-major) += A_s (8x8, blocks = rows, along K) @ B_s, B_s given transposed (block j = column j)."""
+    rng = np.random.default_rng(8)
+    steps = 5
+    a_raw, b_raw = random_blocks(rng, steps), random_blocks(rng, steps)
+    a_val, bt_val = bfp16_decode_ref(a_raw).reshape(steps, 8, 8), bfp16_decode_ref(b_raw).reshape(steps, 8, 8)
+    c0 = (rng.standard_normal((8, 8)) * 100).astype(np.float32)
+    for from_zero in (True, False):
+        c = np.zeros((8, 8), np.float32) if from_zero else c0.copy()
+        for s in range(steps):
+            c = (c + (a_val[s] @ bt_val[s].T).astype(np.float32)).astype(np.float32)  # block products exact
+        got, a_buf, b_buf = buf(c0, np.float32), buf(a_raw, np.uint8), buf(b_raw, np.uint8)
+        libs["bfp16"].op_mmul_bfp16_bfp16(ptr(a_buf), ptr(b_buf), ptr(got), steps, int(from_zero))
+        np.testing.assert_array_equal(got, c)
+
+
+@pytest.mark.parametrize("variant", ["bfp16", "bf16"])
+def test_block_mmul_equals_bfp16_emulated_bf16_mmul(libs, variant):
+    """bf16 x bfp16ebs8 and bfp16ebs8 x bfp16ebs8 (operands converted once) give bit for bit what the bf16
+    8x8x8 mmul gives under AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (operands converted on every mac)."""
+    rng = np.random.default_rng(9)
+    steps = 6
+    a = [(rng.standard_normal((8, 8)) * 2.0 ** rng.integers(-8, 8)).astype(bfloat16).astype(np.float32)
+         for _ in range(steps)]
+    b = [(rng.standard_normal((8, 8)) * 2.0 ** rng.integers(-8, 8)).astype(bfloat16).astype(np.float32)
+         for _ in range(steps)]
+    emulated = run_mmul(libs["bfp16"], (8, 8, 8), a, b)
+    lib = libs[variant]  # the block mmul does not depend on the bf16 emulation macro
+    b_t = buf(np.concatenate([x.T.reshape(-1) for x in b]), np.float32)  # B^T: block j = column j of B
+    a_f32 = buf(np.concatenate([x.reshape(-1) for x in a]), np.float32)
+    a_bf16 = buf(a_f32, bfloat16)
+    bt_raw, a_raw = aligned_empty((steps * 72,), np.uint8), aligned_empty((steps * 72,), np.uint8)
+    lib.op_to_bfp16(ptr(b_t), steps, ptr(bt_raw))
+    lib.op_to_bfp16(ptr(a_f32), steps, ptr(a_raw))
+    c = buf(np.zeros(64), np.float32)
+    lib.op_mmul_bfp16_bfp16(ptr(a_raw), ptr(bt_raw), ptr(c), steps, 1)
+    np.testing.assert_array_equal(c.reshape(8, 8), emulated)
+    c = buf(np.zeros(64), np.float32)
+    lib.op_mmul_bf16_bfp16(ptr(a_bf16), ptr(bt_raw), ptr(c), steps, 1)
+    np.testing.assert_array_equal(c.reshape(8, 8), emulated)
+
+
 # ----------------------------------------------------------------------------------------------- alignment
 def test_misaligned_vector_access_reads_the_aligned_vector_and_is_counted(libs):
     lib = libs["bf16"]
@@ -272,6 +392,13 @@ REJECTED = {
     "f32_mul": ("auto r = aie::mul(aie::zeros<float, 16>(), aie::zeros<float, 16>());", "f32 x f32"),
     "to_float_int4": ("auto r = aie::to_float<bfloat16>(aie::zeros<int8, 32>().cast_to<int4>(), 0);", "pitfall 7"),
     "f32_mmul": ("aie::mmul<8, 8, 8, float, float, accauto> m;", "no f32 mmul"),
+    "block_b_not_transposed": ("aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> m; aie::block_vector<bfp16ebs8, 64> b; "
+                               "m.mac(b, b);", "aie::op_transpose(b)"),
+    "block_a_bf16_b": ("aie::mmul<8, 8, 8, bfp16ebs8, bfloat16> m;", "no bfp16ebs8 x bf16 mmul"),
+    "block_shape": ("aie::mmul<4, 8, 8, bfp16ebs8, bfp16ebs8> m;", "8x8x8 block shape only"),
+    "bfp16ebs16": ("aie::block_vector<bfp16ebs16, 64> v;", "bfp16ebs16 is not modelled"),
+    "block_load_v": ("alignas(64) static bfp16ebs8 p[72]; auto v = aie::load_v<64>(p);", "not an AIE2P vector element"),
+    "op_transpose_vector": ("auto t = aie::op_transpose(aie::zeros<bfloat16, 64>());", "block vectors only"),
 }
 
 

@@ -70,3 +70,58 @@ void op_mmul_4x8x4(const bfloat16 *a, const bfloat16 *b, float *c, int steps, in
 int op_misaligned_load(const int8_t *base, int offset) { return aie::load_v<64>(base + offset)[0]; }
 
 }  // extern "C"
+
+// ---- bfp16ebs8 block vectors (72 bytes each: per block of 8, exponent byte then 8 mantissas).
+using Blocks = aie::block_vector<bfp16ebs8, 64>;
+static bfp16ebs8 *as_blocks(uint8_t *p) { return reinterpret_cast<bfp16ebs8 *>(p); }
+static const bfp16ebs8 *as_blocks(const uint8_t *p) { return reinterpret_cast<const bfp16ebs8 *>(p); }
+
+template <typename MM, typename LoadA>
+static void block_mmul_run(LoadA load_a, const uint8_t *b, float *c, int steps, int from_zero) {
+    MM mm;
+    if (!from_zero) mm = MM(aie::load_v<64>(c));
+    aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb(as_blocks(b));
+    for (int s = 0; s < steps; ++s) {
+        const Blocks bv = sb.pop();
+        mm.mac(load_a(s), aie::op_transpose(bv));
+    }
+    aie::store_v(c, mm.template to_vector<float>());
+}
+
+extern "C" {
+
+// `count` x 64 floats -> accfloat -> bfp16ebs8, pushed through an output stream (72 bytes each).
+void op_to_bfp16(const float *in, int count, uint8_t *out) {
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> os(as_blocks(out));
+    for (int i = 0; i < count; ++i) os << aie::to_vector<bfp16ebs8>(aie::accum<accfloat, 64>(aie::load_v<64>(in + 64 * i)));
+}
+
+// Block vector number `index` of a buffer (input stream + seek) -> accfloat (times 2^shift) -> 64 floats.
+void op_from_bfp16(const uint8_t *in, int index, int shift, float *out) {
+    aie::block_vector_input_buffer_stream<bfp16ebs8, 64> is(as_blocks(in));
+    is.seek(index);
+    Blocks v;
+    is >> v;
+    aie::accum<accfloat, 64> acc(v, shift);
+    aie::store_v(out, acc.to_vector<float>());
+}
+
+// Pops `count` block vectors starting at byte `offset` and pushes them to out (stream copy).
+void op_stream_copy(const uint8_t *in, int offset, int count, uint8_t *out) {
+    aie::block_vector_input_buffer_stream<bfp16ebs8, 64> is(as_blocks(in + offset));
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> os(as_blocks(out));
+    for (int i = 0; i < count; ++i) os << is.pop();
+}
+
+// Block mmul: c (8x8 f32) += sum over steps of A_s x B_s, B_s given transposed (N x K block vector).
+void op_mmul_bfp16_bfp16(const uint8_t *a, const uint8_t *b, float *c, int steps, int from_zero) {
+    aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(as_blocks(a));
+    block_mmul_run<aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>>([&](int) { return sa.pop(); }, b, c, steps,
+                                                                       from_zero);
+}
+void op_mmul_bf16_bfp16(const bfloat16 *a, const uint8_t *b, float *c, int steps, int from_zero) {
+    block_mmul_run<aie::mmul<8, 8, 8, bfloat16, bfp16ebs8, accfloat>>(
+        [&](int s) { return aie::load_v<64>(a + 64 * s); }, b, c, steps, from_zero);
+}
+
+}  // extern "C"

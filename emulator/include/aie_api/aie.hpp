@@ -14,3 +14,4 @@
 #include "detail/host_vector.hpp"
 #include "detail/host_ops.hpp"
 #include "detail/host_mmul.hpp"
+#include "detail/host_block.hpp"

@@ -56,6 +56,21 @@ inline void to_bfp16_block(const float *x, unsigned stride, int8_t *m, int *step
     *step_exp = e - 6;
 }
 
+// The native 8x8x8 block instruction (A rows and B columns as bfp16ebs8 blocks along K): for each
+// output, the 8-term mantissa dot product is exact (|d| <= 2^17), it is scaled by the two blocks' steps
+// 2^(sa[i] + sb[j]) and added to the f32 accumulator with one round-to-nearest-even addition.
+// Shared by the bfp16-emulated bf16 mmul and the block-type mmul (detail/host_block.hpp).
+template <unsigned M, unsigned N>
+inline void bfp16_block_mac(float *c, const int8_t (&ma)[M][8], const int (&sa)[M], const int8_t (&mb)[N][8],
+                            const int (&sb)[N]) {
+    for (unsigned i = 0; i < M; ++i)
+        for (unsigned j = 0; j < N; ++j) {
+            int d = 0;
+            for (unsigned k = 0; k < 8; ++k) d += int(ma[i][k]) * int(mb[j][k]);
+            c[i * N + j] += float(d) * pow2f(sa[i] + sb[j]);
+        }
+}
+
 #ifdef AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16
 inline constexpr bool kBf16MmulViaBfp16 = true;
 #else
@@ -77,8 +92,11 @@ template <unsigned M, unsigned K, unsigned N, typename TypeA, typename TypeB = T
 struct mmul {
     static_assert(!(std::is_same_v<TypeA, float> || std::is_same_v<TypeB, float>),
                   "aie::mmul: there is no f32 mmul on AIE2P");
-    static_assert(!(std::is_same_v<TypeA, bfp16ebs8> || std::is_same_v<TypeB, bfp16ebs8>),
-                  "aie::mmul: block-vector (bfp16ebs8) operands are not modelled by the host aie_api");
+    // (TypeB = bfp16ebs8 is the block-type specialisation in detail/host_block.hpp.)
+    static_assert(!std::is_same_v<TypeA, bfp16ebs8>,
+                  "aie::mmul: a bfp16ebs8 A needs a bfp16ebs8 B on AIE2P (there is no bfp16ebs8 x bf16 mmul)");
+    static_assert(!(std::is_same_v<TypeA, bfp16ebs16> || std::is_same_v<TypeB, bfp16ebs16>),
+                  "aie::mmul: bfp16ebs16 operands are not modelled by the host aie_api");
     static_assert(std::is_same_v<TypeA, bfloat16> == std::is_same_v<TypeB, bfloat16>,
                   "aie::mmul: AIE2P has no mixed bf16 x integer mmul");
     static_assert(!std::is_same_v<TypeA, bfloat16> ||
@@ -161,12 +179,7 @@ private:
         int ea[M], eb[N];
         for (unsigned i = 0; i < M; ++i) host::to_bfp16_block(af + i * 8, 1, ma[i], &ea[i]);  // row i of A
         for (unsigned j = 0; j < N; ++j) host::to_bfp16_block(bf + j, N, mb[j], &eb[j]);      // column j of B
-        for (unsigned i = 0; i < M; ++i)
-            for (unsigned j = 0; j < N; ++j) {
-                int d = 0;
-                for (unsigned k = 0; k < 8; ++k) d += int(ma[i][k]) * int(mb[j][k]);
-                c_[i * N + j] += float(d) * host::pow2f(ea[i] + eb[j]);
-            }
+        host::bfp16_block_mac<M, N>(c_, ma, ea, mb, eb);
     }
 };
 

@@ -131,6 +131,8 @@ struct accauto {};
 
 // Block floating point: 8 values share one 8-bit exponent, 8-bit two's-complement mantissas.
 struct bfp16ebs8 {};
+// Block floating point with blocks of 16 (AIE2P has it; the host aie_api does not model it).
+struct bfp16ebs16 {};
 
 namespace aie {
 
@@ -177,6 +179,9 @@ inline constexpr bool is_elem_v =
     std::is_same_v<T, uint8> || std::is_same_v<T, int16> || std::is_same_v<T, uint16> ||
     std::is_same_v<T, int32> || std::is_same_v<T, uint32> || std::is_same_v<T, bfloat16> ||
     std::is_same_v<T, float>;
+
+// Block types (aie_api's BlockType): bfp16ebs8 is modelled (detail/host_block.hpp), bfp16ebs16 is not.
+template <typename T> inline constexpr bool is_block_type_v = std::is_same_v<T, bfp16ebs8>;
 
 template <typename T> inline constexpr bool is_float_elem_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float>;
 

@@ -11,6 +11,7 @@ namespace aie {
 
 template <typename T, unsigned N> class vector;
 template <typename Tag, unsigned N> class accum;
+template <typename T, unsigned N> class block_vector;  // detail/host_block.hpp
 
 namespace host {
 
@@ -178,6 +179,11 @@ public:
     accum(const accum<Tag2, N> &o) { std::memcpy(d_, o.d_, sizeof(d_)); }
     template <typename T>
     accum(const vector<T, N> &v, int shift = 0) { from_vector(v, shift); }
+    // From a block vector (detail/host_block.hpp): exact, times 2^shift.
+    template <typename T>
+    accum(const block_vector<T, N> &v, int shift = 0) { from_vector(v, shift); }
+    template <typename T>
+    void from_vector(const block_vector<T, N> &v, int shift = 0);
     template <typename T>
     accum &operator=(const vector<T, N> &v) { from_vector(v); return *this; }
 
@@ -190,7 +196,11 @@ public:
     }
 
     // accfloat -> bf16 rounds under the mode set by aie::set_rounding (assumed, see README); -> f32 exact.
-    template <typename T>
+    // accfloat -> block vector (detail/host_block.hpp).
+    template <typename T> requires(host::is_block_type_v<T>)
+    block_vector<T, N> to_vector(int shift = 0) const;
+
+    template <typename T> requires(!host::is_block_type_v<T>)
     vector<T, N> to_vector(int shift = 0) const {
         static_assert(host::is_float_elem_v<T>, "accum<accfloat>::to_vector: bfloat16 or float only");
         if (shift != 0) host::fatal("accum<accfloat>::to_vector: shift must be 0 for floating-point data");
@@ -204,7 +214,7 @@ public:
         return r;
     }
     template <typename T>
-    vector<T, N> to_vector_sign(bool, int shift = 0) const { return to_vector<T>(shift); }
+    auto to_vector_sign(bool, int shift = 0) const { return to_vector<T>(shift); }
 
     template <unsigned E>
     accum<Tag, E> extract(unsigned idx) const {
