@@ -14,7 +14,8 @@ Inside a record (tile_n = TN, tile_k = TK, group size GS; every section starts o
 Q is pre-shuffled into the kernel's mmul B-operand order: element (k, n) of the chunk (k < TK, n < TN) is
 nibble  i = ((n // 8) * (TK // 8) + k // 8) * 64 + (k % 8) * 8 + n % 8,  stored in byte i // 2, low
 nibble when i is even (aie_api's cast_to<uint4> order). The kernel dequantises it with contiguous
-64-byte loads straight into w_scratch, whose element i is (q - z) of the same (k, n).
+64-byte loads (128 codes = two 8x8 blocks), each block turned into one bfp16ebs8 block vector of the
+kernel's scratch (see w_scratch_elems).
 
 The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
 name of the kernel library built for a configuration (kernel_lib_name).
@@ -123,9 +124,22 @@ def record_bytes(tile_n: int, tile_k: int, gs: int) -> int:
     return record_layout(tile_n, tile_k, gs).total
 
 
+BFP16_BLOCK_VECTOR_BYTES = 72  # aie::block_vector<bfp16ebs8, 64>: 8 blocks of (exponent byte, 8 mantissas)
+
+
+def w_scratch_line_bytes(tile_k: int) -> int:
+    """One bfp16 operand line of the scratch: tile_k / 8 block vectors, padded to 64 bytes."""
+    return _pad(tile_k // 8 * BFP16_BLOCK_VECTOR_BYTES)
+
+
 def w_scratch_elems(tile_n: int, tile_k: int) -> int:
-    """bf16 elements of the kernel's dequantisation scratch (w_scratch): tile_k * tile_n."""
-    return tile_k * tile_n
+    """bf16 elements of the kernel's private scratch (w_scratch; the kernel stores bfp16 blocks in it).
+
+    tile_n / 8 lines of dequantised W (one per 8-column block, bfp16ebs8 blocks of 8 along K) and two
+    lines of A (the two 8-row blocks being swept), each line tile_k / 8 block vectors of 72 bytes padded
+    to 64 bytes: (tile_n / 8 + 2) * pad64(9 * tile_k) bytes. Independent of tile_m.
+    """
+    return (tile_n // 8 + 2) * w_scratch_line_bytes(tile_k) // 2
 
 
 def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
@@ -135,9 +149,10 @@ def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
 def kernel_stack_bytes(tile_m: int = 64, tile_n: int = 64, tile_k: int = 64, gs: int = 128) -> int:
     """Stack the kernel needs (bytes), for the design's stack_size.
 
-    The kernel keeps no arrays on the stack: its locals are vectors and accumulators (four 8x8 f32 mmul
-    accumulators, four 64-lane bf16 operands, two 128-lane zero-point and two 64-lane scale vectors, fold
-    temporaries), about 3 KiB if every one of them spilled, none of them sized by the tile. The estimate
+    The kernel keeps no arrays on the stack: its locals are vectors, accumulators and block streams (four
+    8x8 f32 mmul accumulators, four 72-byte bfp16 block operands, four block-stream states, two 128-lane
+    zero-point and two 64-lane scale vectors, fold temporaries), about 3 KiB if every one of them spilled,
+    none of them sized by the tile. The estimate
     below assumes at most two thirds spill (AIE2P has 2 KiB of accumulator and 3 KiB of vector
     registers); NOT measured with Peano here, re-check with the compiler's stack report on hardware.
     """

@@ -9,13 +9,17 @@
 // dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS.
 //
 // How a call works (the README has the byte-exact record and the buffer layouts):
-//  1. Dequantise the record's Q once into w_scratch as (q - z) in bf16 -- small integers, exact --
-//     already in aie::mmul B-operand order (8x8 blocks, K x N row-major inside). The packer stored
-//     the nibbles in that order, so this is a stream of 64-byte loads and 256-byte stores; the
-//     per-column zero points are laid across the vector with one interleave and a concat.
-//     This is amortised over all DIM_M rows of A.
-//  2. Hot loop: a 2x2 block of independent 8x8x8 bf16 mmul accumulators (bfp16-emulated, 512 MAC
-//     per instruction), nothing but four loads, four pointer increments of 128 bytes and four macs.
+//  1. Dequantise the record's Q once into the bfp16 B scratch (start of w_scratch): (q - z) as int8,
+//     to bf16, each 8x8 [k][n] block transposed to [n][k] and converted to one
+//     aie::block_vector<bfp16ebs8, 64> (blocks of 8 along K, one per column n) -- exact, since
+//     |q - z| <= 15 needs 4 of the 8 mantissa bits. The packer stored the nibbles in B-operand order,
+//     so this is a stream of 64-byte loads and 72-byte block pushes; the per-column zero points are
+//     laid across the vector with one interleave and a concat. Amortised over all DIM_M rows of A.
+//  2. Per pair of 8-row blocks of A: convert those 16 rows once to bfp16 blocks (the A scratch, after
+//     B's) with the same accfloat -> bfp16ebs8 conversion the bfp16-emulated bf16 mmul applies to A,
+//     then sweep all column pairs over them. Hot loop: a 2x2 block of independent native
+//     bfp16ebs8 x bfp16ebs8 8x8x8 mmul accumulators (512 MAC per instruction), nothing but four
+//     block-stream pops and four macs -- no operand conversion in the loop.
 //     Each accumulator G covers one "fold span" of K: a whole group when the chunk holds whole
 //     groups (DIM_K_CHUNK % DIM_GS == 0), the whole chunk when a group spans several chunks
 //     (DIM_GS % DIM_K_CHUNK == 0).
@@ -24,9 +28,11 @@
 //     exact in f32) and added to c in f32. hi + lo keeps 16 significant bits of G, so integer-valued
 //     G below 2^16 (exact-mode operands) survive exactly; upstream's single bf16(G) does not.
 //
-// Roundings, in order: A and (q - z) to bfp16 blocks (exact for exact-mode operands), one f32
-// addition per mmul into G, bf16(G) and bf16(G - hi), two f32 additions per fold into c, and the
-// final f32 -> bf16 round-to-nearest-even in the drain.
+// Roundings, in order: A to bfp16 blocks (exact for exact-mode operands; (q - z) is always exact), one
+// f32 addition per mmul into G, bf16(G) and bf16(G - hi), two f32 additions per fold into c, and the
+// final f32 -> bf16 round-to-nearest-even in the drain. These are the same roundings, in the same order,
+// as the bf16 mmul built with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (it converts both operands to
+// bfp16ebs8 on every mac), so the results are bit-identical to that formulation.
 //
 // Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P).
 //
@@ -69,8 +75,9 @@ static_assert(TK % GS == 0 || GS % TK == 0,
 static_assert(TM * TK * 2 <= 65536 && TN * TK * 2 <= 65536 && TM * TN * 4 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
 
-using MMUL = aie::mmul<8, 8, 8, bfloat16, bfloat16, accauto>;
-static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64);
+using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
+using BLOCKS = aie::block_vector<bfp16ebs8, 64>;  // one 8x8 mmul operand: 8 blocks of 8 along K
+static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64 && BLOCKS::bytes() == 72);
 
 constexpr unsigned MB = TM / 8;                      // 8-row blocks of A / C
 constexpr unsigned NB = TN / 8;                      // 8-column blocks of W / C
@@ -90,6 +97,15 @@ constexpr unsigned Z_OFFSET = S_OFFSET + S_BYTES;
 constexpr unsigned Z_BYTES = round64(NF * TN);
 constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
 
+// w_scratch (see int4awq/record.py, w_scratch_elems): bfp16 operand "lines" of KB block vectors each,
+// every line starting on a 64-byte boundary (a block stream starts at FIFO position 0 of a 512-bit
+// word). Lines 0 .. NB-1: B column block nb, as B^T (row n of the 8x8 block = column n of W, 8 K
+// values); lines NB and NB+1: the two 8-row blocks of A being swept (rows of A, 8 K values).
+constexpr unsigned LINE_BYTES = round64(KB * BLOCKS::bytes());
+constexpr unsigned A_LINES_OFFSET = NB * LINE_BYTES;
+constexpr unsigned SCRATCH_BYTES = (NB + 2) * LINE_BYTES;
+static_assert(SCRATCH_BYTES % 64 == 0 && SCRATCH_BYTES <= 65536, "w_scratch does not fit a PE's L1");
+
 // 8 values replicated 8 times: the per-column operand of an 8x8 row-major block.
 inline aie::vector<bfloat16, 64> replicate_row(const aie::vector<bfloat16, 8> &v) {
     return aie::concat(v, v, v, v, v, v, v, v);
@@ -98,11 +114,25 @@ inline aie::vector<int8, 128> replicate_16(const aie::vector<int8, 16> &v) {
     return aie::concat(v, v, v, v, v, v, v, v);
 }
 
-// Record Q -> w_scratch: (q - z) as bf16, B-operand blocks (nb, kb) at (nb * KB + kb) * 64 elements,
-// each block [k][n] row-major. Q byte i holds scratch elements 2i (low nibble) and 2i + 1 (high).
-void dequantize(const uint8_t *__restrict record, bfloat16 *__restrict w) {
+inline bfp16ebs8 *line(uint8_t *scratch, unsigned i) {
+    return reinterpret_cast<bfp16ebs8 *>(scratch + i * LINE_BYTES);
+}
+
+// Two 8x8 [k][n] blocks of (q - z) (int8, 128 lanes) -> two B^T block vectors ([n][k], blocks along K),
+// pushed in K order. Exact: the values are integers in [-15, 15].
+inline void push_blocks(aie::block_vector_output_buffer_stream<bfp16ebs8, 64> &out, const aie::vector<int8, 128> &d) {
+    const aie::vector<bfloat16, 128> v = aie::to_float<bfloat16>(d, 0);
+    out << aie::accum<accfloat, 64>(aie::transpose(v.extract<64>(0), 8, 8)).to_vector<bfp16ebs8>();
+    out << aie::accum<accfloat, 64>(aie::transpose(v.extract<64>(1), 8, 8)).to_vector<bfp16ebs8>();
+}
+
+// Record Q -> B lines of w_scratch. Q byte i holds the codes of elements 2i (low nibble) and 2i + 1
+// (high) of the record's B-operand order: block (nb, kb) at (nb * KB + kb) * 64, [k][n] inside.
+void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     const uint8_t *__restrict zp = record + Z_OFFSET;
     for (unsigned nb = 0; nb < NB; nb += 2) {
+        aie::block_vector_output_buffer_stream<bfp16ebs8, 64> w0(line(scratch, nb));
+        aie::block_vector_output_buffer_stream<bfp16ebs8, 64> w1(line(scratch, nb + 1));
         for (unsigned f = 0; f < NF; ++f) {
             // z of columns 8nb .. 8nb+15; zip with itself -> [z(nb) z(nb)] and [z(nb+1) z(nb+1)].
             const aie::vector<uint8, 16> z16 = aie::load_v<16>(zp + f * TN + nb * 8);
@@ -113,22 +143,29 @@ void dequantize(const uint8_t *__restrict record, bfloat16 *__restrict w) {
             const unsigned first = nb * KB + f * SB;  // block index of (nb, first kb of this span)
             const uint8_t *__restrict q0 = record + first * (BLK / 2);
             const uint8_t *__restrict q1 = q0 + KB * (BLK / 2);
-            bfloat16 *__restrict w0 = w + first * BLK;
-            bfloat16 *__restrict w1 = w0 + KB * BLK;
             KERNEL_MIN_ITERS(1)
             for (unsigned kb = 0; kb < SB; kb += 2) {
-                const aie::vector<int8, 128> d0 =
-                    aie::sub(aie::load_v<64>(q0).cast_to<uint4>().unpack_sign<int8>(false), z0);
-                const aie::vector<int8, 128> d1 =
-                    aie::sub(aie::load_v<64>(q1).cast_to<uint4>().unpack_sign<int8>(false), z1);
-                aie::store_v(w0, aie::to_float<bfloat16>(d0, 0));
-                aie::store_v(w1, aie::to_float<bfloat16>(d1, 0));
+                push_blocks(w0, aie::sub(aie::load_v<64>(q0).cast_to<uint4>().unpack_sign<int8>(false), z0));
+                push_blocks(w1, aie::sub(aie::load_v<64>(q1).cast_to<uint4>().unpack_sign<int8>(false), z1));
                 q0 += 64;
                 q1 += 64;
-                w0 += 2 * BLK;
-                w1 += 2 * BLK;
             }
         }
+    }
+}
+
+// A rows 8mb .. 8mb+15 (two 8-row blocks of a_tile) -> the two A lines of w_scratch, in K order.
+void convert_a(const bfloat16 *__restrict a_tile, unsigned mb, uint8_t *__restrict scratch) {
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o0(line(scratch, NB));
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o1(line(scratch, NB + 1));
+    const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
+    const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
+    KERNEL_MIN_ITERS(2)
+    for (unsigned kb = 0; kb < KB; ++kb) {
+        o0 << aie::accum<accfloat, 64>(aie::load_v<64>(pa0)).to_vector<bfp16ebs8>();
+        o1 << aie::accum<accfloat, 64>(aie::load_v<64>(pa1)).to_vector<bfp16ebs8>();
+        pa0 += BLK;
+        pa1 += BLK;
     }
 }
 
@@ -157,38 +194,38 @@ void gemm_int4_zero(float *c_acc) {
 }
 
 // w_record: one packed record (RECORD_BYTES); a_tile: DIM_M x DIM_K_CHUNK bf16 in 8x8 blocks, block
-// (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major inside; w_scratch: DIM_K_CHUNK * DIM_N bf16.
+// (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major inside; w_scratch: SCRATCH_BYTES / 2 bf16
+// (kernel-private; holds bfp16 block lines, see above).
 void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc, bfloat16 *w_scratch) {
     ::aie::set_rounding(aie::rounding_mode::conv_even);
-    dequantize(w_record, w_scratch);
+    uint8_t *__restrict scratch = reinterpret_cast<uint8_t *>(w_scratch);
+    dequantize(w_record, scratch);
 
     const bfloat16 *__restrict scales = reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
     for (unsigned mb = 0; mb < MB; mb += 2) {
+        convert_a(a_tile, mb, scratch);
         for (unsigned nb = 0; nb < NB; nb += 2) {
             float *__restrict c00 = c_acc + (mb * NB + nb) * BLK;
             float *__restrict c01 = c00 + BLK;
             float *__restrict c10 = c00 + NB * BLK;
             float *__restrict c11 = c10 + BLK;
+            // Each stream walks its line through all NF fold spans in K order.
+            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa0(line(scratch, NB));
+            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa1(line(scratch, NB + 1));
+            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb0(line(scratch, nb));
+            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb1(line(scratch, nb + 1));
             for (unsigned f = 0; f < NF; ++f) {
                 MMUL g00, g01, g10, g11;  // default-constructed: zero for the first mac
-                const bfloat16 *__restrict pa0 = a_tile + (mb * KB + f * SB) * BLK;
-                const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
-                const bfloat16 *__restrict pb0 = w_scratch + (nb * KB + f * SB) * BLK;
-                const bfloat16 *__restrict pb1 = pb0 + KB * BLK;
                 KERNEL_MIN_ITERS(2)
                 for (unsigned kb = 0; kb < SB; ++kb) {
-                    const aie::vector<bfloat16, 64> a0 = aie::load_v<64>(pa0);
-                    const aie::vector<bfloat16, 64> a1 = aie::load_v<64>(pa1);
-                    const aie::vector<bfloat16, 64> b0 = aie::load_v<64>(pb0);
-                    const aie::vector<bfloat16, 64> b1 = aie::load_v<64>(pb1);
-                    pa0 += BLK;
-                    pa1 += BLK;
-                    pb0 += BLK;
-                    pb1 += BLK;
-                    g00.mac(a0, b0);
-                    g01.mac(a0, b1);
-                    g10.mac(a1, b0);
-                    g11.mac(a1, b1);
+                    const BLOCKS a0 = sa0.pop();
+                    const BLOCKS a1 = sa1.pop();
+                    const BLOCKS b0 = sb0.pop();
+                    const BLOCKS b1 = sb1.pop();
+                    g00.mac(a0, aie::op_transpose(b0));
+                    g01.mac(a0, aie::op_transpose(b1));
+                    g10.mac(a1, aie::op_transpose(b0));
+                    g11.mac(a1, aie::op_transpose(b1));
                 }
                 const bfloat16 *sp = scales + f * TN + nb * 8;
                 const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));

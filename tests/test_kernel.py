@@ -65,6 +65,47 @@ def test_exact_mode_is_bit_identical_to_reference(kernels, cfg):
     assert check(c, ref_f32, exact=True).passed
 
 
+def hard_activations(m, k, seed):
+    """bf16 A that exercises every branch of the bfp16 conversion: zero and subnormal blocks, mantissas
+    that round half to even and that saturate at 127 (1.9961 * 2^e), and blocks spanning 2^-20 .. 2^6."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-20, 7, (m, k // 8, 1))).repeat(8, axis=2).reshape(m, k)
+    a[::5, 8:16] = 0.0
+    a[1::7, 16:24] = 1e-40  # f32 subnormal -> counts as 0
+    a[2::3, 0] = 1.99609375 * np.sign(a[2::3, 0] + 0.5)  # mantissa 127.75 -> saturates to 127
+    a[3::4, 24:32] = np.array([1.0, 3 / 128, 5 / 128, -3 / 128, 0.5, 2.0**-7, 0, 1.5])  # ties
+    return a.astype(np.float32).astype(bfloat16)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_kernel_matches_model_on_hard_bfp16_inputs(kernels, cfg):
+    """A converted once per call to bfp16 blocks, W exact: bit-identical to the model of the bf16 mmul that
+    converts both operands on every step (same rounding, same accumulation order)."""
+    tm, tn, tk, gs = cfg
+    k = max(tk, gs) * 2
+    a = hard_activations(2 * tm, k, 11)
+    w = random_weights(k, 2 * tn, gs, 12)
+    np.testing.assert_array_equal(u16(kernels[cfg].gemm(a, w)), u16(kernel_gemm_model(a, w, tk)))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_kernel_stays_inside_w_scratch(kernels, cfg):
+    """The kernel's bfp16 lines fit record.w_scratch_elems: bytes past the scratch are never written."""
+    hk = kernels[cfg]
+    n = hk.scratch.size
+    big = aligned_empty((n + 512,), bfloat16)
+    big.view(np.uint16)[...] = 0x7FC1
+    saved, hk.scratch = hk.scratch, big[:n]
+    try:
+        a, w = operands(cfg, exact=False, seed=13, m_tiles=1, n_tiles=1, k_chunks=1)
+        c = hk.gemm(a, w)
+    finally:
+        hk.scratch = saved
+    assert (big.view(np.uint16)[n:] == 0x7FC1).all()
+    np.testing.assert_array_equal(u16(c), u16(kernel_gemm_model(a, w, cfg[2])))
+    assert hk.misaligned() == 0
+
+
 def test_exact_mode_large_partial_sums(kernels):
     """Group sums up to 128 * 4 * 15 = 7680 (13 bits): bf16(G) alone would lose them; hi + lo does not."""
     cfg = (64, 64, 64, 128)
@@ -188,8 +229,8 @@ def test_check_kernel_tiles_rejects(args, words):
 
 def test_l1_budget_64x64_fits():
     b = l1_budget(64, 64, 64, 128)
-    assert b == {"c_acc": 16384, "c_out": 8192, "a_tile_x2": 16384, "w_record_x2": 4480, "w_scratch": 8192,
-                 "stack": 2048, "total": 55680}
+    assert b == {"c_acc": 16384, "c_out": 8192, "a_tile_x2": 16384, "w_record_x2": 4480, "w_scratch": 5760,
+                 "stack": 2048, "total": 53248}
     assert l1_budget(*LARGEST)["total"] <= 65536
 
 
