@@ -18,33 +18,48 @@ FIXED_S = 0.08e-3
 # Compute ceiling of that dense kernel (aie::mmul<8,8,8> bf16 through bfp16 emulation): same source.
 DENSE_BF16_FLOPS = 10e12
 
-# Our kernel's ceiling, estimated from its inner loop (kernels/mv_int4_bf16.cc) relative to the dense
-# kernel above, which runs the same bfp16-emulated aie::mmul<8, 8, 8> step. Per call the kernel issues
-#   mmul steps      (tm/8) * (tn/8) * (tk/8)
-#   dequantisation  (tn/8) * (tk/8) blocks of 64 codes: load, unpack, subtract zeros, convert, store
+# Compute ceiling of a GEMM whose kernel runs the native bfp16ebs8 x bfp16ebs8 8x8x8 mmul (512 MAC per
+# instruction, no operand conversion in the hot loop): IRON's asymmetric-tile-buffering bfp16 x bfp16 GEMM
+# measured 31.3 TFLOPS on NPU2 (Xilinx/mlir-aie programming_examples/ml/block_datatypes/
+# gemm_asymmetric_tile_buffering/README.md, as collected in NPU2_FACTS.md). A measured whole-design figure,
+# so a lower bound of that kernel's own rate.
+NATIVE_BFP16_FLOPS = 31.3e12
+
+# Our kernel's ceiling, estimated from its inner loop (kernels/mv_int4_bf16.cc) relative to that native
+# bfp16 kernel, whose hot loop is the same one: block-stream pops and bfp16ebs8 x bfp16ebs8 macs on a 2x2
+# block of accumulators. Per call the kernel issues
+#   mmul steps      (tm/8) * (tn/8) * (tk/8)   four pops and four macs per 2x2 step (pops co-issue)
+#   dequantisation  (tn/8) * (tk/8) blocks of 64 codes: half a 64-byte load, unpack and zero subtraction,
+#                   to_float, 8x8 transpose, accfloat, conversion to bfp16ebs8, push
+#   A conversion    (tm/8) * (tk/8) blocks, once per call: load, accfloat, conversion to bfp16ebs8, push
+#   stream set-up   (tm/16) * (tn/16) times four block streams
 #   scale folds     (tm/8) * (tn/8) * folds-per-call blocks: accum out, bf16 hi, residual, bf16 lo,
 #                   load c, two MACs, store
 #   call overhead   CALL_OVERHEAD_OPS: entry, set_rounding, loop set-up and drain of the pipelined loops
 # Counting each of those vector operations as one mmul step (a conservative assumption: they may
-# co-issue on the VLIW core), the kernel runs at mmul / (mmul + extra) of the dense rate. ESTIMATED from an
+# co-issue on the VLIW core), the kernel runs at mmul / (mmul + extra) of the native rate. ESTIMATED from an
 # instruction count, NOT measured: replace with NPU2 measurements when they exist.
-DEQUANT_OPS_PER_BLOCK = 5
+DEQUANT_OPS_PER_BLOCK = 7
+A_CONVERT_OPS_PER_BLOCK = 4
+STREAM_SETUP_OPS = 4
 FOLD_OPS_PER_BLOCK = 8
 CALL_OVERHEAD_OPS = 64
 
 
 def kernel_efficiency(tile_m: int, tile_n: int, tile_k: int, gs: int) -> float:
-    """Share of the kernel's issue slots that are mmul steps (1.0 = the dense bf16 kernel)."""
+    """Share of the kernel's issue slots that are mmul steps (1.0 = the native bfp16 kernel)."""
     mmul = (tile_m // 8) * (tile_n // 8) * (tile_k // 8)
     dequant = (tile_n // 8) * (tile_k // 8) * DEQUANT_OPS_PER_BLOCK
+    a_convert = (tile_m // 8) * (tile_k // 8) * A_CONVERT_OPS_PER_BLOCK
+    streams = (tile_m // 16) * (tile_n // 16) * STREAM_SETUP_OPS
     folds_per_call = max(tile_k // gs, 1)
     fold = (tile_m // 8) * (tile_n // 8) * folds_per_call * FOLD_OPS_PER_BLOCK
-    return mmul / (mmul + dequant + fold + CALL_OVERHEAD_OPS)
+    return mmul / (mmul + dequant + a_convert + streams + fold + CALL_OVERHEAD_OPS)
 
 
 def int4_kernel_flops(tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32) -> float:
     """Modelled compute ceiling of the int4 design on `pes` of the 32 compute tiles."""
-    return DENSE_BF16_FLOPS * kernel_efficiency(tile_m, tile_n, tile_k, gs) * pes / 32
+    return NATIVE_BFP16_FLOPS * kernel_efficiency(tile_m, tile_n, tile_k, gs) * pes / 32
 
 
 @dataclass(frozen=True)
