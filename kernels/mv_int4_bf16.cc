@@ -11,10 +11,11 @@
 // How a call works (the README has the byte-exact record and the buffer layouts):
 //  1. Dequantise the record's Q once into the bfp16 B scratch (start of w_scratch): (q - z) as int8,
 //     to bf16, each 8x8 [k][n] block transposed to [n][k] and converted to one
-//     aie::block_vector<bfp16ebs8, 64> (blocks of 8 along K, one per column n) -- exact, since
-//     |q - z| <= 15 needs 4 of the 8 mantissa bits. The packer stored the nibbles in B-operand order,
-//     so this is a stream of 64-byte loads and 72-byte block pushes; the per-column zero points are
-//     laid across the vector with one interleave and a concat. Amortised over all DIM_M rows of A.
+//     aie::block_vector<bfp16ebs8, 64> (blocks of 8 along K, one per column n) -- exact: the
+//     largest |q - z| <= 15 of a block sets a step 2^(e - 6) <= 1/8, so every integer of the block
+//     is a mantissa below 128. The packer stored the nibbles in B-operand order, so this is a stream
+//     of 64-byte loads and 72-byte block pushes; the per-column zero points are laid across the
+//     vector with one interleave and a concat. Amortised over all DIM_M rows of A.
 //  2. Per pair of 8-row blocks of A: convert those 16 rows once to bfp16 blocks (the A scratch, after
 //     B's) with the same accfloat -> bfp16ebs8 conversion the bfp16-emulated bf16 mmul applies to A,
 //     then sweep all column pairs over them. Hot loop: a 2x2 block of independent native
