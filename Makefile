@@ -1,7 +1,68 @@
-# int4-AWQ GEMM for AMD NPU2 (AIE2P): user entry points.
-PYTHON ?= python3
+# int4-AWQ GEMM for AMD NPU2 (AIE2P): user entry points. See README.md.
+#
+#   make run8x4                    the main job: 8x4 herd, 64x64 tiles (NPU2 if present, else the emulator)
+#   make test                      every test that can run here (pytest + lit)
+#   make run_llama_qproj           Llama-3.2-1B q_proj at M = 2048 (M=N=K=2048); run_llama_down: K=8192
+#   make compile print             aircc build for NPU2 / print the AIR module
+# Variables (command line overrides the target's own): M K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2
+# HERD_M HERD_N BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes.
 
-.PHONY: test deps clean
+PYTHON ?= python3
+BACKEND ?= auto
+M ?= 512
+K ?= 1024
+N ?= 256
+GS ?= 128
+TILE_M ?= 64
+TILE_N ?= 64
+TILE_K_L1 ?= 64
+TILE_K_L2 ?= $(K)
+HERD_M ?= 8
+HERD_N ?= 4
+RUN_ARGS ?=
+
+DESIGN_ARGS = --m $(M) --k $(K) --n $(N) --gs $(GS) --tile-m $(TILE_M) --tile-n $(TILE_N) \
+              --tile-k-l1 $(TILE_K_L1) --tile-k-l2 $(TILE_K_L2) --herd-m $(HERD_M) --herd-n $(HERD_N)
+KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
+# The real mlir-air Python package when it is installed, the emulator's otherwise.
+AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
+
+
+.PHONY: run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down print compile test deps clean
+
+run: deps
+	$(PYTHON) host/run.py $(DESIGN_ARGS) --backend $(BACKEND) $(RUN_ARGS)
+
+run1x1: M = 64
+run1x1: K = 512
+run1x1: N = 64
+run1x1: HERD_M = 1
+run1x1: HERD_N = 1
+run2x4: M = 128
+run2x4: K = 512
+run2x4: N = 256
+run2x4: HERD_M = 2
+run2x4: HERD_N = 4
+run_llama_qproj: M = 2048
+run_llama_qproj: K = 2048
+run_llama_qproj: N = 2048
+run_llama_qproj_seq32: M = 32
+run_llama_qproj_seq32: K = 2048
+run_llama_qproj_seq32: N = 2048
+run_llama_qproj_seq32: TILE_M = 16
+run_llama_qproj_seq32: HERD_M = 2
+run_llama_down: M = 2048
+run_llama_down: K = 8192
+run_llama_down: N = 2048
+run_llama_down: TILE_K_L2 = 1024
+run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down: run
+
+print: deps
+	PYTHONPATH=$(AIR_PATH) $(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --print-module
+
+compile: deps
+	$(MAKE) -C kernels peano $(KERNEL_ARGS)
+	$(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --compile
 
 # Installs the Python dependencies once per requirements.txt change.
 DEPS_STAMP := build/.deps-$(shell cksum < requirements.txt | cut -d' ' -f1)
@@ -12,6 +73,7 @@ deps: $(DEPS_STAMP)
 
 test: deps
 	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -c 'from lit.main import main; main()' -sv tests
 
 clean:
 	rm -rf build kernels/build

@@ -22,7 +22,8 @@ for var in ("PATH", "HOME", "PEANO_INSTALL_DIR", "MLIR_AIE_INSTALL_DIR", "XILINX
 
 config.substitutions.append(("%PYTHON", sys.executable))
 config.substitutions.append(("%REPO_ROOT", repo_root))
-config.substitutions.append(("FileCheck", "filecheck"))
+# The Python FileCheck (PyPI `filecheck`), run through this interpreter: no console-script shim needed.
+config.substitutions.append(("FileCheck", f"{sys.executable} -m filecheck"))
 
 
 def probe(cmd):

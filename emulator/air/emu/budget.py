@@ -2,7 +2,11 @@
 
 L1, per herd (every PE of a herd has the same allocations):
     sum over the memref.alloc ops in the herd body of bytes x (2 if ping-ponged)
+    + each herd-wide L1 operand's share (bytes / PEs), counted once
     + stack_size (XRTBackend(stack_size=...), default 1024)   <= 64 KiB
+    Herds of one segment with the same sym_name are time phases of one physical herd (aircc merges
+    them: MergeAIRHerdsPattern in AIRDependencyScheduleOpt.cpp, and air-split-l2-memref counts their
+    tiles once), so their buffers share the same tiles: they are budgeted together.
 L2, per segment:
     sum over the L2 memref.alloc ops in the segment body (outside herds) of
     bytes x (2 if ping-ponged)   <= 512 KiB x memtiles the segment may use
@@ -258,23 +262,34 @@ def analyse(compiler, options):
         omit = ""
     herds = []
     notes = []
+    groups = {}  # (segment, sym_name) -> [(herd op, sizes)]; an unnamed herd is its own group
     for op, sizes in compiler.herd_ops:
-        pp = _PingPong(op.regions[0].blocks[0], (L1,), omit)
-        entries = []
-        for a, _ in [(x, None) for x in _all_allocs(op)]:
-            t = a.results[0].type
-            f, note = pp.factor(a) if a in pp.allocs else (1, "")
-            entries.append(Entry(a._loc, str(t), _nbytes(t), f, note))
-        npe = 1
-        for z in sizes:
-            npe *= z
-        for v in op.kernel_operands:
-            t = v.type
-            if hasattr(t, "memory_space_value") and t.memory_space_value == L1:
+        seg = compiler.herd_segment.get(id(op))
+        key = (id(seg), op.sym_name) if op.sym_name else (id(op), None)
+        groups.setdefault(key, []).append((op, sizes))
+    for members in groups.values():
+        entries, shared = [], []
+        for op, sizes in members:
+            pp = _PingPong(op.regions[0].blocks[0], (L1,), omit)
+            for a in _all_allocs(op):
+                t = a.results[0].type
+                f, note = pp.factor(a) if a in pp.allocs else (1, "")
+                entries.append(Entry(a._loc, str(t), _nbytes(t), f, note))
+            npe = 1
+            for z in sizes:
+                npe *= z
+            for v in op.kernel_operands:
+                t = v.type
+                if any(v is w for w in shared) or not (hasattr(t, "memory_space_value") and t.memory_space_value == L1):
+                    continue
+                shared.append(v)
                 where = v.owner._loc if hasattr(v.owner, "_loc") else "operand"
                 entries.append(Entry(where, str(t), _nbytes(t) // npe, 1,
                                      f"herd-wide L1 buffer: 1/{npe} of {_nbytes(t)} B per PE"))
+        op, sizes = members[0]
         name = op.sym_name or "herd"
+        if len(members) > 1:
+            name += f" ({len(members)} phases merged: same sym_name, same tiles)"
         shape = (sizes[0], sizes[1] if len(sizes) > 1 else 1)
         herds.append(Budget("herd", name, op._loc, L1_BYTES, entries, options.stack_size,
                             "stack (stack_size)", shape))

@@ -209,6 +209,7 @@ class Compiler:
         self.funcs = {}
         self.channels = {}
         self.herd_ops = []
+        self.herd_segment = {}  # id(herd op) -> enclosing air.segment op (None outside one)
         self.segment_ops = []
         for op in module.body.operations:
             if op.OPERATION_NAME == "func.func":
@@ -464,6 +465,8 @@ class Compiler:
                 raise DesignError(f"{self.where(op)}: an air.herd inside an air.herd")
             self.check_herd_shape(op, sizes)
             self.herd_ops.append((op, sizes))
+            segs = [h for h in self.hier_stack if h.OPERATION_NAME == "air.segment"]
+            self.herd_segment[id(op)] = segs[-1] if segs else None
         if kind == "segment":
             if any(h.OPERATION_NAME in ("air.segment", "air.herd") for h in self.hier_stack):
                 raise DesignError(f"{self.where(op)}: an air.segment must not be nested in a segment or herd")

@@ -1,0 +1,267 @@
+# int4-AWQ GEMM for NPU2 (AIE2P): the MLIR-AIR design.
+"""C[M, N] (bf16) = A[M, K] (bf16) x dequant(W)[K, N], W as packed int4-AWQ records.
+
+The design
+----------
+A launch iterates over blocks of herd_m*tile_m rows of C (and, when A streams, herd_n*tile_n columns).
+Each launch iteration is one segment:
+
+* A 2D herd [herd_m, herd_n] (herd_m along the array's 8 columns, herd_n along its 4 compute rows);
+  PE (x, y) owns the tile_m x tile_n C tile at rows x*tile_m, columns y*tile_n of the block.
+* Its f32 accumulator stays in L1 for the whole K sweep. It is allocated once per segment, herd-wide
+  ([herd_m, herd_n, tile_m*tile_n], each PE a subview of its own slice), and three herds touch it: zero,
+  one compute herd per L2 refill of K, drain. They share one name: aircc merges same-named herds of a
+  segment into time phases of one physical herd, so the accumulator stays on the same tiles.
+  This lifts upstream's TILE_K_L2 == K restriction (its accumulator lived inside one herd, so all of K
+  had to fit a memtile at once): K can be any multiple of tile_k_l2, e.g. 8192 for Llama's down_proj.
+* Per L2 refill the segment brings the weight records of its herd_n N-tiles for tile_k_l2 of K. In the
+  compute herd each PE walks the refill in tile_k_l1 chunks: one DMA brings its A chunk (re-laid into 8x8
+  mmul blocks on the way), one brings its weight record (Q, scales and zeros in one contiguous record),
+  one kernel call accumulates. The kernel dequantises once per call, for all tile_m rows.
+* A residency: with tile_k_l2 == K the segment reads its rows of A from DDR once and sweeps every N
+  block over them (a loop inside the segment), so A crosses DDR once instead of once per N block
+  (26 MB instead of 85 MB of DDR traffic at 2048^3). With tile_k_l2 < K, A streams with the weights and
+  the launch iterates over N blocks too.
+* The drain converts the accumulator to bf16 (round to nearest even) into L1, DMAs it to the L2 C block,
+  and the block goes to DDR in one DMA.
+
+Memory plan per level:
+  L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8, C [M, N] bf16
+  L2: A [herd_m, tile_m, tile_k_l2] bf16, W [herd_n, tile_k_l2/tile_k_l1, record] u8,
+      C [herd_m, herd_n, tile_m, tile_n] bf16
+  L1 per PE: accumulator f32 and drain bf16 (tile_m*tile_n each) and the kernel's scratch (herd-wide,
+      a slice each), the A chunk and the record (ping-ponged by aircc), the kernel's stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from air.backend.xrt import XRTBackend
+from air.dialects.affine import apply as affine_apply
+from air.dialects.air import MemorySpace, T, dma_memcpy_nd, herd, launch, module_builder, segment
+from air.dialects.func import CallOp, FuncOp
+from air.dialects.memref import AllocOp, DeallocOp, subview
+from air.dialects.scf import for_, yield_
+from air.ir import (
+    AffineConstantExpr,
+    AffineExpr,
+    AffineMap,
+    AffineSymbolExpr,
+    BF16Type,
+    F32Type,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ShapedType,
+    StridedLayoutAttr,
+    StringAttr,
+    UnitAttr,
+)
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, REPO)
+from int4awq.design import DesignConfig  # noqa: E402  (the repository's own host package)
+
+MMUL = 8  # the kernel's aie::mmul<8, 8, 8> block edge: A arrives in 8x8 blocks
+# One name for the zero, compute and drain herds: aircc merges same-named herds of a segment into time
+# phases of one physical herd, so the L1 accumulator they share stays on the same tiles.
+HERD = "herd_0"
+
+
+def affine_sum(*terms):
+    """affine.apply of sum(index * factor) over (index, factor) terms: offsets as MLIR wants them."""
+    exprs = [AffineExpr.get_mul(AffineSymbolExpr.get(i), AffineConstantExpr.get(f)) for i, (_, f) in enumerate(terms)]
+    total = exprs[0]
+    for e in exprs[1:]:
+        total = AffineExpr.get_add(total, e)
+    return affine_apply(AffineMap.get(0, len(terms), [total]), [v for v, _ in terms])
+
+
+def kernel_func(name, arg_types, obj):
+    func = FuncOp(name, (arg_types, []), visibility="private")
+    func.attributes["link_with"] = StringAttr.get(obj)
+    func.attributes["llvm.emit_c_interface"] = UnitAttr.get()
+    return func
+
+
+@module_builder
+def build_module(cfg: DesignConfig):
+    """The AIR module for one validated configuration (see int4awq.design.DesignConfig)."""
+    m, k, n = cfg.m, cfg.k, cfg.n
+    tm, tn, tk1, tk2, hm, hn = cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.tile_k_l2, cfg.herd_m, cfg.herd_n
+    rec = cfg.record_bytes
+    chunks_per_l2 = tk2 // tk1
+    chunks = k // tk1
+    tile = tm * tn
+    nbs = cfg.n_blocks_per_segment
+
+    bf16, f32, u8 = BF16Type.get(), F32Type.get(), IntegerType.get_signless(8)
+    l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
+    l2 = IntegerAttr.get(T.i32(), MemorySpace.L2)
+
+    # L3: what the host passes.
+    a_l3 = MemRefType.get([m, k], bf16)
+    w_l3 = MemRefType.get([n // tn, chunks, rec], u8)
+    c_l3 = MemRefType.get([m, n], bf16)
+    # L2: one segment's block.
+    a_l2 = MemRefType.get([hm, tm, tk2], bf16, memory_space=l2)
+    w_l2 = MemRefType.get([hn, chunks_per_l2, rec], u8, memory_space=l2)
+    c_l2 = MemRefType.get([hm, hn, tm, tn], bf16, memory_space=l2)
+    # L1: herd-wide accumulator and drain (a slice per PE), and each PE's own buffers.
+    acc_herd = MemRefType.get([hm, hn, tile], f32, memory_space=l1)
+    out_herd = MemRefType.get([hm, hn, tile], bf16, memory_space=l1)
+    a_l1 = MemRefType.get([tm // MMUL, tk1 // MMUL, MMUL, MMUL], bf16, memory_space=l1)
+    w_l1 = MemRefType.get([rec], u8, memory_space=l1)
+    scratch_herd = MemRefType.get([hm, hn, cfg.scratch_elems], bf16, memory_space=l1)
+    # A PE's slice of a herd-wide buffer, as memref.subview types it: dynamic offset, parent strides.
+    slice_layout = StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [hn * tile, tile, 1])
+    acc_pe = MemRefType.get([1, 1, tile], f32, memory_space=l1, layout=slice_layout)
+    out_pe = MemRefType.get([1, 1, tile], bf16, memory_space=l1, layout=slice_layout)
+    scratch_layout = StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [hn * cfg.scratch_elems, cfg.scratch_elems, 1])
+    scratch_pe = MemRefType.get([1, 1, cfg.scratch_elems], bf16, memory_space=l1, layout=scratch_layout)
+
+    obj = cfg.kernel_object
+    zero = kernel_func("gemm_int4_zero", [acc_pe], obj)
+    accumulate = kernel_func("gemm_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe], obj)
+    drain = kernel_func("gemm_int4_drain", [acc_pe, out_pe], obj)
+
+    def pe_slice(buf, x, y, size=tile):
+        return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])
+
+    @FuncOp.from_py_func(a_l3, w_l3, c_l3)
+    def matmul_int4_packed(arg_a, arg_w, arg_c):
+        @launch(operands=[arg_a, arg_w, arg_c], sizes=[m // (hm * tm), n // (hn * tn) // nbs])
+        def launch_body(bm, bn, _nbm, _nbn, l3a, l3w, l3c):
+            @segment(name="gemm_seg", operands=[bm, bn, l3a, l3w, l3c])
+            def segment_body(bm_s, bn_s, l3a_s, l3w_s, l3c_s):
+                row0 = affine_sum((bm_s, hm * tm))  # first row of A and C in this block
+                l2a, l2w, l2c = AllocOp(a_l2, [], []), AllocOp(w_l2, [], []), AllocOp(c_l2, [], [])
+                acc, out = AllocOp(acc_herd, [], []), AllocOp(out_herd, [], [])
+                scratch = AllocOp(scratch_herd, [], [])
+
+                def fetch_a(k0):
+                    # A[row0 : row0 + hm*tm, k0 : k0 + tk2] -> [hm, tm, tk2]
+                    dma_memcpy_nd(l2a, l3a_s, src_offsets=[row0, k0], src_sizes=[hm * tm, tk2], src_strides=[k, 1])
+
+                def compute_block(nblock):
+                    """One (M block, N block): zero the accumulators, sweep K through L2 refills, drain to DDR."""
+
+                    @herd(name=HERD, sizes=[hm, hn], operands=[acc])
+                    def herd_zero(x, y, _sx, _sy, acc_h):
+                        CallOp(zero, [pe_slice(acc_h, x, y)])
+
+                    for kr in for_(0, k // tk2):
+                        if not cfg.a_resident:
+                            fetch_a(affine_sum((kr, tk2)))
+                        # records (nblock*hn + j, kr*chunks_per_l2 + c) -> [hn, chunks_per_l2, rec]
+                        dma_memcpy_nd(
+                            l2w, l3w_s,
+                            src_offsets=[affine_sum((nblock, hn)), affine_sum((kr, chunks_per_l2)), 0],
+                            src_sizes=[hn, chunks_per_l2, rec], src_strides=[chunks * rec, rec, 1],
+                        )
+
+                        @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch, l2a, l2w])
+                        def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
+                            a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
+                            for c in for_(0, chunks_per_l2):
+                                # PE row-tile x, columns c*tk1.. re-laid as 8x8 blocks [tm/8][tk1/8][8][8].
+                                dma_memcpy_nd(
+                                    a_chunk, l2a_h,
+                                    src_offsets=[x, 0, 0, 0, affine_sum((c, tk1))],
+                                    src_sizes=[1, tm // MMUL, tk1 // MMUL, MMUL, MMUL],
+                                    src_strides=[tm * tk2, MMUL * tk2, MMUL, tk2, 1],
+                                )
+                                dma_memcpy_nd(
+                                    w_rec, l2w_h,
+                                    src_offsets=[y, c, 0], src_sizes=[1, 1, rec], src_strides=[chunks_per_l2 * rec, rec, 1],
+                                )
+                                CallOp(accumulate, [w_rec, a_chunk, pe_slice(acc_h, x, y),
+                                                    pe_slice(scratch_h, x, y, cfg.scratch_elems)])
+                                yield_([])
+                            DeallocOp(a_chunk)
+                            DeallocOp(w_rec)
+
+                        yield_([])
+
+                    @herd(name=HERD, sizes=[hm, hn], operands=[acc, out, l2c])
+                    def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
+                        CallOp(drain, [pe_slice(acc_h, x, y), pe_slice(out_h, x, y)])
+                        dma_memcpy_nd(
+                            l2c_h, out_h,
+                            dst_offsets=[x, y, 0], dst_sizes=[1, 1, tile], dst_strides=[hn * tile, tile, 1],
+                            src_offsets=[x, y, 0], src_sizes=[1, 1, tile], src_strides=[hn * tile, tile, 1],
+                        )
+
+                    # [hm, hn, tm, tn] -> C[row0 : +hm*tm, nblock*hn*tn : +hn*tn]
+                    dma_memcpy_nd(
+                        l3c_s, l2c,
+                        dst_offsets=[row0, affine_sum((nblock, hn * tn))], dst_sizes=[hm * tm, hn * tn], dst_strides=[n, 1],
+                        src_offsets=[0, 0, 0, 0], src_sizes=[hm, tm, hn, tn], src_strides=[hn * tile, tn, tile, 1],
+                    )
+
+                if cfg.a_resident:
+                    fetch_a(0)  # all of K, read once and reused by every N block of the sweep
+                    for nb in for_(0, nbs):
+                        compute_block(affine_sum((bn_s, nbs), (nb, 1)))
+                        yield_([])
+                else:
+                    compute_block(bn_s)  # one N block per launch iteration
+                for buf in (l2a, l2w, l2c, acc, out, scratch):
+                    DeallocOp(buf)
+
+
+def backend_options(cfg: DesignConfig) -> dict:
+    """XRTBackend options for this design (the NPU compile and the emulator take the same)."""
+    return dict(
+        target_device="npu2",  # explicit: a failed device probe would silently build for npu1
+        stack_size=cfg.stack_bytes,
+        omit_while_true_loop=False,
+        # Tiles the runtime loop over launch iterations so shim BDs are reused instead of unrolled
+        # one per launch iteration (NPU2_FACTS.md pitfall 4); mlir-air's 64x64 GEMMs use [2, 2].
+        runtime_loop_tiling_sizes=[2, 2],
+        instance_name="matmul_int4_packed",
+    )
+
+
+def main(argv=None) -> int:
+    from int4awq.design import add_design_arguments, config_from_args
+    from int4awq.errors import ConfigError
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_design_arguments(parser)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("-p", "--print-module", action="store_true", help="print the AIR module")
+    action.add_argument("--compile", action="store_true",
+                        help="compile with aircc for npu2 into --build-dir (needs mlir-air, mlir-aie, Peano)")
+    parser.add_argument("--build-dir", default=None, help="default: build/npu/<configuration>")
+    args = parser.parse_args(argv)
+    try:
+        cfg, _ = config_from_args(args, args.m, args.k, args.n, args.gs or 128)
+        module = build_module(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.print_module:
+        print(module)
+        return 0
+    build_dir = args.build_dir or os.path.join(REPO, "build", "npu", cfg.name)
+    obj = os.path.join(REPO, "kernels", "build", cfg.kernel_object)
+    if not os.path.isfile(obj):
+        print(f"error: kernel object {obj} is missing: run `make -C kernels peano` with the same tiles first",
+              file=sys.stderr)
+        return 2
+    os.makedirs(build_dir, exist_ok=True)
+    link = os.path.join(build_dir, cfg.kernel_object)
+    if not os.path.exists(link):
+        os.symlink(obj, link)
+    os.chdir(build_dir)  # aircc resolves link_with in the working directory
+    XRTBackend(**backend_options(cfg)).compile(module)
+    print(f"compiled: {os.path.join(build_dir, 'air.xclbin')} and air.insts.bin")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
