@@ -25,7 +25,7 @@ from int4awq.reference import check, reference_gemm
 
 # (tile_m, tile_n, tile_k, gs): 16x16 with whole groups per chunk and with a group spanning 4 chunks;
 # 64x64 with K-chunk 64 inside GS 128 (the configuration that fits L1 with 64x64); 64x64 with 2 groups
-# per chunk; 64x112, the largest C tile the L1 budget allows (64768 of 65536 bytes).
+# per chunk; 64x112 with K-chunk 32, a large C tile close to the L1 limit (62720 of 65536 bytes).
 CONFIGS = [(16, 16, 32, 32), (16, 16, 32, 128), (64, 64, 64, 128), (64, 64, 64, 32), (64, 112, 32, 128)]
 LARGEST = (64, 112, 32, 128)
 
