@@ -20,18 +20,29 @@ TILE_K_L2 ?= $(K)
 HERD_M ?= 8
 HERD_N ?= 4
 RUN_ARGS ?=
+# A real int4 checkpoint (AutoAWQ, GPTQ, compressed-tensors): `make run_llama_qproj AWQ=path` runs its
+# AWQ_LAYER instead of random weights; `make run_llama_layer AWQ=path LAYER=0` runs all seven projections.
+AWQ ?=
+AWQ_LAYER ?= model.layers.0.self_attn.q_proj
+LAYER ?= 0
 
-DESIGN_ARGS = --m $(M) --k $(K) --n $(N) --gs $(GS) --tile-m $(TILE_M) --tile-n $(TILE_N) \
+DESIGN_ARGS = --m $(M) --k $(K) --n $(N) $(if $(AWQ),,--gs $(GS)) --tile-m $(TILE_M) --tile-n $(TILE_N) \
               --tile-k-l1 $(TILE_K_L1) --tile-k-l2 $(TILE_K_L2) --herd-m $(HERD_M) --herd-n $(HERD_N)
 KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
 # The real mlir-air Python package when it is installed, the emulator's otherwise.
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down print compile test deps clean
+.PHONY: run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer print compile bench test deps clean
 
 run: deps
-	$(PYTHON) host/run.py $(DESIGN_ARGS) --backend $(BACKEND) $(RUN_ARGS)
+	$(PYTHON) host/run.py $(DESIGN_ARGS) --backend $(BACKEND) $(if $(AWQ),--awq $(AWQ) --layer $(AWQ_LAYER)) $(RUN_ARGS)
+
+# One decoder layer of a checkpoint, each projection with its default configuration (int4awq/configs.json).
+run_llama_layer: M = 128
+run_llama_layer: deps
+	@test -n "$(AWQ)" || { echo "run_llama_layer: give AWQ=<checkpoint directory or .safetensors>"; exit 2; }
+	$(PYTHON) host/run.py --awq $(AWQ) --decoder-layer $(LAYER) --m $(M) --backend $(BACKEND) $(RUN_ARGS)
 
 run1x1: M = 64
 run1x1: K = 512
@@ -59,6 +70,10 @@ run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down: run
 
 print: deps
 	PYTHONPATH=$(AIR_PATH) $(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --print-module
+
+# Every Llama-3.2-1B projection: measured on NPU2, modelled (and labelled so) elsewhere; also build/bench.csv.
+bench: deps
+	$(PYTHON) host/bench.py $(RUN_ARGS)
 
 compile: deps
 	$(MAKE) -C kernels peano $(KERNEL_ARGS)

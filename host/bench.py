@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Every Llama-3.2-1B projection in the default-configuration table: measured on NPU2, modelled elsewhere.
+
+On a machine with an NPU2 (and the toolchain) each row is compiled (`make compile`), run --warmup times,
+then timed over --iters runs, and checked. Without one, the table holds the traffic and roofline model's
+figures and says so. Either way the table is also written as CSV (--csv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from int4awq.npu import npu2_present  # noqa: E402
+from int4awq.quant import random_activations, random_weights  # noqa: E402
+from int4awq.sweep import default_config, load_table, modelled  # noqa: E402
+
+COLUMNS = ("projection", "m", "k", "n", "config", "ddr_mb", "us", "tops", "correlation", "source")
+
+
+def measure(cfg, m, k, n, iters, warmup):
+    """(mean us, correlation) of one configuration on the NPU."""
+    from host.run import pad_weights, run_npu
+    from int4awq import record
+    from int4awq.reference import check, reference_gemm
+
+    subprocess.run(["make", "-s", "-C", REPO, "compile", f"M={cfg.m}", f"K={cfg.k}", f"N={cfg.n}",
+                    f"GS={cfg.gs}", f"TILE_M={cfg.tile_m}", f"TILE_N={cfg.tile_n}", f"TILE_K_L1={cfg.tile_k_l1}",
+                    f"TILE_K_L2={cfg.tile_k_l2}", f"HERD_M={cfg.herd_m}", f"HERD_N={cfg.herd_n}"], check=True)
+    w = random_weights(k, n, cfg.gs, seed=0)
+    a = random_activations(m, k, seed=1)
+    a_padded = np.zeros((cfg.m, cfg.k), a.dtype)
+    a_padded[:m] = a
+    packed = record.pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
+    c, times = run_npu(cfg, a_padded, packed, os.path.join(REPO, "build", "npu", cfg.name), iters, warmup)
+    return float(np.mean(times)), check(c[:m, :n], reference_gemm(a, w)[0]).correlation
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--csv", default=os.path.join(REPO, "build", "bench.csv"))
+    p.add_argument("--modelled", action="store_true", help="print the model's table even with an NPU2 present")
+    args = p.parse_args(argv)
+
+    on_npu, why = (False, "--modelled") if args.modelled else npu2_present()
+    print(f"{'MEASURED on NPU2' if on_npu else 'MODELLED (no NPU2: ' + why + ')'}; "
+          f"model: int4awq/model.py (DDR 42.5 GB/s effective, per-call kernel op counts)")
+    rows = []
+    for entry in load_table():
+        m, k, n = entry["m"], entry["k"], entry["n"]
+        cfg, _ = default_config(m, k, n, entry["gs"])
+        est = modelled(cfg, m, n)
+        row = dict(projection=entry["projection"], m=m, k=k, n=n,
+                   config=f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}",
+                   ddr_mb=round(cfg.ddr_bytes() / 1e6, 2), us=round(est.seconds * 1e6, 1),
+                   tops=round(est.tops, 3), correlation="", source="modelled")
+        if on_npu:
+            us, corr = measure(cfg, m, k, n, args.iters, args.warmup)
+            row.update(us=round(us, 1), tops=round(2 * m * k * n / us / 1e6, 3), correlation=f"{corr:.6f}",
+                       source="measured")
+        rows.append(row)
+        print(f"{row['projection']:<10} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
+              f"{row['us']:>9.1f} us {row['tops']:>6.3f} TOPS {row['correlation']:<9} {row['source']}")
+    os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
+    with open(args.csv, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {args.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
