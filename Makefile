@@ -79,8 +79,8 @@ compile: deps
 	$(MAKE) -C kernels peano $(KERNEL_ARGS)
 	$(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --compile
 
-# Installs the Python dependencies once per requirements.txt change.
-DEPS_STAMP := build/.deps-$(shell cksum < requirements.txt | cut -d' ' -f1)
+# Installs the Python dependencies once per requirements.txt change and interpreter.
+DEPS_STAMP := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)-$(shell $(PYTHON) -c 'import sys; print(sys.prefix)' | cksum | cut -d' ' -f1)
 $(DEPS_STAMP): requirements.txt
 	$(PYTHON) -m pip install -q -r requirements.txt
 	@mkdir -p build && touch $@
