@@ -139,29 +139,37 @@ class InsertionPoint:
 # --------------------------------------------------------------------------
 
 
-class Type:
-    """Base of all types; types compare structurally."""
+class _Structural:
+    """Common base of Type and Attribute: values built by a class's get(), compared by _key.
 
-    _key = ("type",)
+    A class that names a `noun` (class Type(_Structural, noun="type")) is a root: casts, equality
+    and error messages stay within it, so a type never equals an attribute."""
+
+    def __init_subclass__(cls, noun=None, article="a", **kwargs):
+        super().__init_subclass__(**kwargs)
+        if noun is not None:
+            cls._root = cls
+            cls._noun = noun
+            cls._a_noun = f"{article} {noun}"
 
     def __new__(cls, *args, **kwargs):
         # `IntegerType(t)` style casts: return t when it is of that class.
-        if len(args) == 1 and not kwargs and isinstance(args[0], Type):
+        if len(args) == 1 and not kwargs and isinstance(args[0], cls._root):
             if isinstance(args[0], cls):
                 return args[0]
-            raise ValueError(f"Cannot cast type to {cls.__name__} (from {args[0]})")
+            raise ValueError(f"Cannot cast {cls._noun} to {cls.__name__} (from {args[0]})")
         if args or kwargs:
-            raise TraceError(f"use {cls.__name__}.get(...) to build a type")
+            raise TraceError(f"use {cls.__name__}.get(...) to build {cls._a_noun}")
         return object.__new__(cls)
 
     @classmethod
     def _make(cls, **fields):
-        t = object.__new__(cls)
-        t.__dict__.update(fields)
-        return t
+        x = object.__new__(cls)
+        x.__dict__.update(fields)
+        return x
 
     def __eq__(self, other):
-        return isinstance(other, Type) and self._key == other._key
+        return isinstance(other, self._root) and self._key == other._key
 
     def __ne__(self, other):
         return not self.__eq__(other)
@@ -170,11 +178,17 @@ class Type:
         return hash(self._key)
 
     def __repr__(self):
-        return f"Type({self})"
+        return f"{self._root.__name__}({self})"
 
     @classmethod
-    def isinstance(cls, t):
-        return isinstance(t, cls)
+    def isinstance(cls, x):
+        return isinstance(x, cls)
+
+
+class Type(_Structural, noun="type"):
+    """Base of all types; types compare structurally."""
+
+    _key = ("type",)
 
     @staticmethod
     def parse(text, context=None):
@@ -448,39 +462,8 @@ class VectorType(ShapedType):
 # --------------------------------------------------------------------------
 
 
-class Attribute:
+class Attribute(_Structural, noun="attribute", article="an"):
     _key = ("attr",)
-
-    def __new__(cls, *args, **kwargs):
-        if len(args) == 1 and not kwargs and isinstance(args[0], Attribute):
-            if isinstance(args[0], cls):
-                return args[0]
-            raise ValueError(f"Cannot cast attribute to {cls.__name__} (from {args[0]})")
-        if args or kwargs:
-            raise TraceError(f"use {cls.__name__}.get(...) to build an attribute")
-        return object.__new__(cls)
-
-    @classmethod
-    def _make(cls, **fields):
-        a = object.__new__(cls)
-        a.__dict__.update(fields)
-        return a
-
-    def __eq__(self, other):
-        return isinstance(other, Attribute) and self._key == other._key
-
-    def __ne__(self, other):
-        return not self.__eq__(other)
-
-    def __hash__(self):
-        return hash(self._key)
-
-    def __repr__(self):
-        return f"Attribute({self})"
-
-    @classmethod
-    def isinstance(cls, a):
-        return isinstance(a, cls)
 
     @staticmethod
     def parse(text, context=None):
@@ -569,7 +552,20 @@ class UnitAttr(Attribute):
         return "unit"
 
 
-class ArrayAttr(Attribute):
+class _ItemsAttr(Attribute):
+    """An attribute holding a list `_items`, read as a sequence."""
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+
+class ArrayAttr(_ItemsAttr):
     @classmethod
     def get(cls, attributes, context=None):
         items = list(attributes)
@@ -578,35 +574,17 @@ class ArrayAttr(Attribute):
                 raise TraceError(f"ArrayAttr.get: element {a!r} is not an attribute")
         return cls._make(_items=items, _key=("array", tuple(a._key for a in items)))
 
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-    def __getitem__(self, i):
-        return self._items[i]
-
     def __str__(self):
         return "[" + ", ".join(str(a) for a in self._items) + "]"
 
 
-class _DenseArrayAttr(Attribute):
+class _DenseArrayAttr(_ItemsAttr):
     _elt = "i64"
 
     @classmethod
     def get(cls, values, context=None):
         vals = [int(v) for v in values]
         return cls._make(_items=vals, _key=(cls._elt, tuple(vals)))
-
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-    def __getitem__(self, i):
-        return self._items[i]
 
     def __str__(self):
         return f"array<{self._elt}" + ("" if not self._items else ": " + ", ".join(map(str, self._items))) + ">"
