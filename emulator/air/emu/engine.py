@@ -784,8 +784,10 @@ class Compiler:
                                   for s in plan["sizes"]]
         return plan
 
-    def _resolver(self, plan):
-        """A function () -> (buf, base, shape, byte_strides, elem_strides, count, span)."""
+    def _resolver(self, plan, access):
+        """(slot, dims_fn, base_fn) for one side of a transfer: dims_fn() -> (shape, elem_strides,
+        count, span); base_fn(buf, span) -> the side's first element, checked to keep the span inside
+        buf (a DmaBoundsError "{access} elements [...] of a memref of ... elements" otherwise)."""
         E = self.E
         slot, const, terms, what, lv = plan["slot"], plan["const"], plan["terms"], plan["what"], plan["level"]
         checked = {}
@@ -817,7 +819,16 @@ class Compiler:
                     checked[key] = r
                 return r
             dims_fn = dynamic
-        return slot, const, terms, dims_fn
+
+        def base_fn(b, spn):
+            base = const
+            for sl, st in terms:
+                base += E[sl] * st
+            if base < 0 or base + spn >= b.n:
+                raise DmaBoundsError(f"{access} elements [{base}, {base + spn}] of a memref of "
+                                     f"{b.n} elements ({b.name})")
+            return base
+        return slot, dims_fn, base_fn
 
     def _transfer_counter(self, src_level, dst_level):
         return (self.counter(("bytes", LEVEL_NAMES[src_level], LEVEL_NAMES[dst_level])),
@@ -838,8 +849,8 @@ class Compiler:
                                      f"receives {nd} (sizes {dp['sizes']})")
         for r in op.results:
             self.define(r)
-        s_slot, s_const, s_terms, s_dims = self._resolver(sp)
-        d_slot, d_const, d_terms, d_dims = self._resolver(dp)
+        s_slot, s_dims, s_base = self._resolver(sp, f"{where}: src reads")
+        d_slot, d_dims, d_base = self._resolver(dp, f"{where}: dst writes")
         E = self.E
         rt = self.rt
         isz = sdt.itemsize
@@ -859,18 +870,8 @@ class Compiler:
             dshape, dstr, nd_, dspan = d_dims()
             if n != nd_:
                 raise DmaBoundsError(f"{where}: src moves {n} elements but dst receives {nd_}")
-            sb = s_const
-            for sl, st in s_terms:
-                sb += E[sl] * st
-            db = d_const
-            for sl, st in d_terms:
-                db += E[sl] * st
-            if sb < 0 or sb + sspan >= s.n:
-                raise DmaBoundsError(f"{where}: src reads elements [{sb}, {sb + sspan}] of a memref of "
-                                     f"{s.n} elements ({s.name})")
-            if db < 0 or db + dspan >= d.n:
-                raise DmaBoundsError(f"{where}: dst writes elements [{db}, {db + dspan}] of a memref of "
-                                     f"{d.n} elements ({d.name})")
+            sb = s_base(s, sspan)
+            db = d_base(d, dspan)
             sv = _ndarray(sshape, cdt, s.arr, (s.off + sb) * isz, tuple(x * isz for x in sstr))
             dv = _ndarray(dshape, cdt, d.arr, (d.off + db) * isz, tuple(x * isz for x in dstr))
             if sshape == dshape:
@@ -941,7 +942,7 @@ class Compiler:
         plan = self.side_plan(op.side, f"{where}: src", op)
         for r in op.results:
             self.define(r)
-        slot, const, terms, dims_fn = self._resolver(plan)
+        slot, dims_fn, base_fn = self._resolver(plan, f"{where}: reads")
         idx_fn = self._channel_index_fn(op, size, where)
         E = self.E
         rt = self.rt
@@ -965,12 +966,7 @@ class Compiler:
             if b.root.dead:
                 _dead(b, where)
             shape, estr, n, spn = dims_fn()
-            base = const
-            for sl, st in terms:
-                base += E[sl] * st
-            if base < 0 or base + spn >= b.n:
-                raise DmaBoundsError(f"{where}: reads elements [{base}, {base + spn}] of a memref of "
-                                     f"{b.n} elements ({b.name})")
+            base = base_fn(b, spn)
             v = _ndarray(shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr))
             data = np.array(v, copy=True).reshape(-1).view(np.uint8)
             fifos, avail = rt.fifos, rt.avail
@@ -991,7 +987,7 @@ class Compiler:
         plan = self.side_plan(op.side, f"{where}: dst", op)
         for r in op.results:
             self.define(r)
-        slot, const, terms, dims_fn = self._resolver(plan)
+        slot, dims_fn, base_fn = self._resolver(plan, f"{where}: writes")
         idx_fn = self._channel_index_fn(op, bshape, where)
         E = self.E
         rt = self.rt
@@ -1008,12 +1004,7 @@ class Compiler:
             if b.root.dead:
                 _dead(b, where)
             shape, estr, n, spn = dims_fn()
-            base = const
-            for sl, st in terms:
-                base += E[sl] * st
-            if base < 0 or base + spn >= b.n:
-                raise DmaBoundsError(f"{where}: writes elements [{base}, {base + spn}] of a memref of "
-                                     f"{b.n} elements ({b.name})")
+            base = base_fn(b, spn)
             key = (name,) + idx_fn()
             need = n * isz
             have = rt.avail.get(key, 0)
