@@ -35,6 +35,13 @@ def detect_target_device(verbose=False, default="npu2"):
     return default
 
 
+def _omit_pingpong_mode(omit_pingpong):
+    """omit_pingpong as the mode string aircc takes: a bool means "all" (True) or "" (False)."""
+    if isinstance(omit_pingpong, bool):
+        return "all" if omit_pingpong else ""
+    return omit_pingpong
+
+
 class XRTCompileArtifact:
     def __init__(self, output_binary, kernel, insts, txn_header=None, program=None):
         self.output_binary = output_binary
@@ -81,10 +88,7 @@ class XRTBackend(AirBackend):
         self.verbose = verbose
         self.target_device = target_device
         self.omit_while_true_loop = omit_while_true_loop
-        if isinstance(omit_pingpong, bool):
-            self.omit_pingpong = "all" if omit_pingpong else ""
-        else:
-            self.omit_pingpong = omit_pingpong
+        self.omit_pingpong = _omit_pingpong_mode(omit_pingpong)
         if self.omit_pingpong not in ("", "L1", "L2", "all"):
             raise AirBackendError(f"omit_pingpong={omit_pingpong!r}: expected '', 'L1', 'L2' or 'all'")
         self.lower_linalg_to_func = lower_linalg_to_func

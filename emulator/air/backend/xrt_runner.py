@@ -14,7 +14,7 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from .abc import AirBackendError
-from .xrt import XRTBackend
+from .xrt import XRTBackend, _omit_pingpong_mode
 from ..extras import types as T
 
 TYPE_MAP_DICT = defaultdict(
@@ -80,10 +80,7 @@ class XRTRunner:
     ):
         self.verbose = verbose
         self.omit_while_true_loop = omit_while_true_loop
-        if isinstance(omit_pingpong, bool):
-            self.omit_pingpong = "all" if omit_pingpong else ""
-        else:
-            self.omit_pingpong = omit_pingpong
+        self.omit_pingpong = _omit_pingpong_mode(omit_pingpong)
         self.lower_linalg_to_func = lower_linalg_to_func
         self.air_loop_fusion = air_loop_fusion
         self.runtime_loop_tiling_sizes = runtime_loop_tiling_sizes
@@ -221,6 +218,19 @@ class XRTRunner:
         if n > max_display:
             print(f"  ... and {n - max_display} more mismatches")
 
+    @staticmethod
+    def _report_sampled_mismatches(i, expected, values, sample, bad, show_count):
+        """The failure lines of a stochastic check: header, then the first 20 bad samples."""
+        total = len(values)
+        print(f"ERROR: Output {i} does not meet expected output.")
+        print(f"Shape: {expected['shape']}")
+        print(f"Stochastic check: {total} sampled elements")
+        if show_count:
+            print(f"Mismatches: {len(bad)} / {total} elements ({100 * len(bad) / total:.2f}%)")
+        for pos in bad[:20]:
+            idx = tuple(dim[pos] for dim in expected["indices"])
+            print(f"  Index {idx}: expected={values[pos]}, actual={sample[pos]}")
+
     def _check_outputs(self, actual_outputs, expected_outputs, rtol=1e-3, atol=1e-8,
                        max_mismatch_percentage=0, min_correlation=None):
         assert len(actual_outputs) == len(expected_outputs), (
@@ -296,22 +306,11 @@ class XRTRunner:
                 total = len(values)
                 max_acceptable = int(total * max_mismatch_percentage / 100)
                 if len(bad) > max_acceptable:
-                    print(f"ERROR: Output {i} does not meet expected output.")
-                    print(f"Shape: {expected['shape']}")
-                    print(f"Stochastic check: {total} sampled elements")
-                    print(f"Mismatches: {len(bad)} / {total} elements ({100 * len(bad) / total:.2f}%)")
-                    for pos in bad[:20]:
-                        idx = tuple(dim[pos] for dim in expected["indices"])
-                        print(f"  Index {idx}: expected={values[pos]}, actual={sample[pos]}")
+                    self._report_sampled_mismatches(i, expected, values, sample, bad, show_count=True)
                     return False
             else:
                 if not np.array_equal(sample, values):
-                    print(f"ERROR: Output {i} does not meet expected output.")
                     bad = np.where(sample != values)[0]
-                    print(f"Shape: {expected['shape']}")
-                    print(f"Stochastic check: {len(values)} sampled elements")
-                    for pos in bad[:20]:
-                        idx = tuple(dim[pos] for dim in expected["indices"])
-                        print(f"  Index {idx}: expected={values[pos]}, actual={sample[pos]}")
+                    self._report_sampled_mismatches(i, expected, values, sample, bad, show_count=False)
                     return False
         return True
