@@ -82,7 +82,7 @@ compile: deps
 # Installs the Python dependencies once per requirements.txt change and interpreter.
 DEPS_STAMP := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)-$(shell $(PYTHON) -c 'import sys; print(sys.prefix)' | cksum | cut -d' ' -f1)
 $(DEPS_STAMP): requirements.txt
-	$(PYTHON) -m pip install -q -r requirements.txt
+	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q -r requirements.txt
 	@mkdir -p build && touch $@
 deps: $(DEPS_STAMP)
 

@@ -39,27 +39,34 @@ import argparse
 import os
 import sys
 
-from air.backend.xrt import XRTBackend
-from air.dialects.affine import apply as affine_apply
-from air.dialects.air import MemorySpace, T, dma_memcpy_nd, herd, launch, module_builder, segment
-from air.dialects.func import CallOp, FuncOp
-from air.dialects.memref import AllocOp, DeallocOp, subview
-from air.dialects.scf import for_, yield_
-from air.ir import (
-    AffineConstantExpr,
-    AffineExpr,
-    AffineMap,
-    AffineSymbolExpr,
-    BF16Type,
-    F32Type,
-    IntegerAttr,
-    IntegerType,
-    MemRefType,
-    ShapedType,
-    StridedLayoutAttr,
-    StringAttr,
-    UnitAttr,
-)
+try:
+    from air.backend.xrt import XRTBackend
+    from air.dialects.affine import apply as affine_apply
+    from air.dialects.air import MemorySpace, T, dma_memcpy_nd, herd, launch, module_builder, segment
+    from air.dialects.func import CallOp, FuncOp
+    from air.dialects.memref import AllocOp, DeallocOp, subview
+    from air.dialects.scf import for_, yield_
+    from air.ir import (
+        AffineConstantExpr,
+        AffineExpr,
+        AffineMap,
+        AffineSymbolExpr,
+        BF16Type,
+        F32Type,
+        IntegerAttr,
+        IntegerType,
+        MemRefType,
+        ShapedType,
+        StridedLayoutAttr,
+        StringAttr,
+        UnitAttr,
+    )
+except ImportError as e:  # run as a script without mlir-air: say what to do instead of a traceback
+    if __name__ != "__main__":
+        raise
+    print(f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine'), or set PYTHONPATH=emulator "
+          "to use the emulator's air package", file=sys.stderr)
+    sys.exit(2)
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, REPO)
@@ -239,7 +246,7 @@ def main(argv=None) -> int:
     parser.add_argument("--build-dir", default=None, help="default: build/npu/<configuration>")
     args = parser.parse_args(argv)
     try:
-        cfg, _ = config_from_args(args, args.m, args.k, args.n, args.gs or 128)
+        cfg, _ = config_from_args(args, args.m, args.k, args.n, 128 if args.gs is None else args.gs)
         module = build_module(cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
+from int4awq.sweep import load_table
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, "host", "run.py")
 SMALL = ["--k", "256", "--n", "128", "--tile-m", "16", "--tile-n", "32", "--tile-k-l1", "64",
@@ -51,7 +53,6 @@ def test_activations_file_and_default_configuration(tmp_path):
 
 def test_emulator_counters_agree_with_the_design():
     sys.path.insert(0, os.path.join(REPO, "emulator"))
-    sys.path.insert(0, REPO)
     from air.backend.xrt import XRTBackend
 
     from host.run import build_host_kernel
@@ -100,7 +101,6 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_numerical_failure_is_exit_1_with_figures(monkeypatch, capsys):
-    sys.path.insert(0, REPO)
     from host import run as host_run
 
     real = host_run.run_emulator
@@ -150,3 +150,13 @@ def test_decoder_layer_runs_seven_projections_a_line_each(tmp_path):
     lines = out.strip().splitlines()
     assert len(lines) == 8 and lines[-1] == "PASS!"
     assert all(line.startswith("model.layers.3.") and line.endswith("PASS") for line in lines[:7])
+
+
+@pytest.mark.parametrize("row", [r for r in load_table() if r["m"] <= 128], ids=lambda r: f"{r['projection']}-m{r['m']}")
+def test_default_configurations_pass_on_the_emulator(row):
+    from host.bench import emulate
+    from int4awq.sweep import default_config
+
+    cfg, _ = default_config(row["m"], row["k"], row["n"], row["gs"])
+    corr, passed = emulate(cfg, row["m"], row["k"], row["n"])
+    assert passed and corr > 0.9999
