@@ -195,6 +195,8 @@ def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False):
     if backend == "emu":
         c = run_emulator(cfg, a_padded, w_packed, args.report, quiet)
     else:
+        if not quiet:
+            print(cfg.budget_report())
         c, _ = run_npu(cfg, a_padded, w_packed, build_dir, args.iters, args.warmup)
     if args.report:
         from int4awq.sweep import modelled

@@ -15,7 +15,6 @@ from .errors import ConfigError
 from .quant import check_dims, check_group_size
 
 HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
-L1_BYTES = 64 * 1024  # data memory per compute tile, stack included
 MEMTILE_BYTES = 512 * 1024
 MEMTILES = 8
 
@@ -40,7 +39,7 @@ class DesignConfig:
         if self.herd_m > HERD_COLS or self.herd_n > HERD_ROWS:
             raise ConfigError(f"herd {self.herd_m}x{self.herd_n} does not fit the NPU2 array: "
                               f"herd_m <= {HERD_COLS} (columns), herd_n <= {HERD_ROWS} (compute rows)")
-        record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
+        record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)  # incl. the L1 budget
         for what, size, step in (
             ("M", self.m, self.tile_m * self.herd_m),
             ("N", self.n, self.tile_n * self.herd_n),
@@ -50,21 +49,15 @@ class DesignConfig:
             if size % step:
                 raise ConfigError(f"{what} = {size} is not a multiple of {step} "
                                   f"({self._step_name(what)}): the design tiles it exactly")
-        l1, l2 = self.l1_total(), self.l2_total()
-        if l1 > L1_BYTES:
-            raise ConfigError(f"per-PE L1 needs {l1} bytes > {L1_BYTES} ({self._table(self.l1_budget())}): "
-                              "use smaller tiles")
+        l2 = self.l2_total()
         if l2 > MEMTILES * MEMTILE_BYTES:
             raise ConfigError(f"segment L2 needs {l2} bytes > {MEMTILES} memtiles x {MEMTILE_BYTES} "
-                              f"({self._table(self.l2_budget())}): use a smaller tile_k_l2")
+                              f"({', '.join(f'{name} {size}' for name, size in self.l2_budget())}): "
+                              "use a smaller tile_k_l2")
 
     @staticmethod
     def _step_name(what):
         return {"M": "tile_m * herd_m", "N": "tile_n * herd_n", "K": "tile_k_l2", "tile_k_l2": "tile_k_l1"}[what]
-
-    @staticmethod
-    def _table(items):
-        return ", ".join(f"{name} {size}" for name, size in items)
 
     # Derived sizes -----------------------------------------------------------------------------------
     @property
@@ -129,7 +122,7 @@ class DesignConfig:
         return sum(size for _, size in self.l2_budget())
 
     def budget_report(self) -> str:
-        lines = [f"L1 per PE: {self.l1_total()} / {L1_BYTES} bytes"]
+        lines = [f"L1 per PE: {self.l1_total()} / {record.L1_BYTES} bytes"]
         lines += [f"  {name:<22}{size:>8}" for name, size in self.l1_budget()]
         lines.append(f"L2 per segment: {self.l2_total()} / {MEMTILES * MEMTILE_BYTES} bytes")
         lines += [f"  {name:<22}{size:>8}" for name, size in self.l2_budget()]

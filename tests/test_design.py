@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from int4awq import record
-from int4awq.design import DESIGN_OPTIONS, L1_BYTES, DesignConfig, config_from_args
+from int4awq.design import DESIGN_OPTIONS, DesignConfig, config_from_args
 from int4awq.errors import ConfigError
 from int4awq.sweep import LLAMA_PROJECTIONS, TABLE_M, default_config, load_table, modelled, ranked
 
@@ -34,7 +34,7 @@ def test_invalid_configurations_name_the_rule(change, message):
 def test_qproj_budget_and_traffic():
     cfg = DesignConfig(**QPROJ)
     assert cfg.a_resident and cfg.n_blocks_per_segment == 8
-    assert cfg.l1_total() == record.l1_budget(64, 64, 64, 128)["total"] <= L1_BYTES
+    assert cfg.l1_total() == record.l1_budget(64, 64, 64, 128)["total"] <= record.L1_BYTES
     rec = record.record_bytes(64, 64, 128)
     # A read once, W once per 512-row block, C written once.
     assert cfg.ddr_bytes() == 2048 * 2048 * 2 + 32 * 32 * rec * 4 + 2048 * 2048 * 2
