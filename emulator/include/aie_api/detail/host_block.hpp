@@ -198,7 +198,7 @@ using block_vector_restrict_output_buffer_stream = block_vector_output_buffer_st
 // bf16 row-major, converted to blocks first as aie_api does) and B passed transposed, as an N x K block
 // vector (row j = column j of B, blocks along K): mul/mac(a, aie::op_transpose(b)).
 template <unsigned M, unsigned K, unsigned N, typename TypeA, typename AccumTag>
-struct mmul<M, K, N, TypeA, bfp16ebs8, AccumTag> {
+struct mmul<M, K, N, TypeA, bfp16ebs8, AccumTag> : host::mmul_acc<M * N> {
     static_assert(std::is_same_v<TypeA, bfp16ebs8> || std::is_same_v<TypeA, bfloat16>,
                   "aie::mmul: a bfp16ebs8 B pairs with a bfp16ebs8 or bfloat16 A on AIE2P");
     static_assert(M == 8 && K == 8 && N == 8,
@@ -216,39 +216,20 @@ struct mmul<M, K, N, TypeA, bfp16ebs8, AccumTag> {
                                       vector<bfloat16, size_A>>;
     using b_type = block_vector<bfp16ebs8, size_B>;
 
-    float c_[size_C];
-    bool zero_;  // a default-constructed mmul counts as zero for its first mul/mac
-
-    mmul() : zero_(true) { std::memset(c_, host::kPoisonByte, sizeof(c_)); }
-    mmul(const accum_type &acc) : zero_(false) { std::memcpy(c_, acc.d_, sizeof(c_)); }
-    template <typename T>
-    mmul(const vector<T, size_C> &v, int shift = 0) : zero_(false) {
-        accum_type a(v, shift);
-        std::memcpy(c_, a.d_, sizeof(c_));
-    }
+    using host::mmul_acc<size_C>::mmul_acc;
     mmul &operator=(const accum_type &acc) {
-        std::memcpy(c_, acc.d_, sizeof(c_));
-        zero_ = false;
+        this->assign(acc);
         return *this;
     }
-
-    accum_type to_accum() const {
-        accum_type a;
-        std::memcpy(a.d_, c_, sizeof(c_));
-        return a;
-    }
-    operator accum_type() const { return to_accum(); }
     template <typename T>
-    auto to_vector(int shift = 0) const { return to_accum().template to_vector<T>(shift); }
+    auto to_vector(int shift = 0) const { return this->to_accum().template to_vector<T>(shift); }
 
     void mul(const a_type &a, const host::transposed_op<b_type> &b) {
-        zero_ = true;
+        this->zero_ = true;
         mac(a, b);
     }
     void mac(const a_type &a, const host::transposed_op<b_type> &b) {
-        if (zero_)
-            for (unsigned i = 0; i < size_C; ++i) c_[i] = 0.0f;
-        zero_ = false;
+        this->start_mac();
         int8_t ma[M][8], mb[N][8];
         int sa[M], sb[N];
         if constexpr (std::is_same_v<TypeA, bfp16ebs8>)
@@ -256,7 +237,7 @@ struct mmul<M, K, N, TypeA, bfp16ebs8, AccumTag> {
         else
             host::block_operand(accum_type(a).template to_vector<bfp16ebs8>(), ma, sa);
         host::block_operand(b.parent1(), mb, sb);
-        host::bfp16_block_mac<M, N>(c_, ma, sa, mb, sb);
+        host::bfp16_block_mac<M, N>(this->c_, ma, sa, mb, sb);
     }
     // aie_api accepts the block B operand only through aie::op_transpose.
     template <typename B> requires(!host::is_transposed_op<B>::value)

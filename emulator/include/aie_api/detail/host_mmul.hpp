@@ -82,6 +82,42 @@ inline constexpr bool bf16_shape_on_aie2p = (M == 4 && K == 8 && N == 4) || (M =
                                             (M == 4 && K == 8 && N == 8) || (M == 8 && K == 8 && N == 8) ||
                                             (M == 8 && K == 1 && N == 8);
 
+// The accumulator state of an aie::mmul, shared by the bf16 mmul below and the block mmul
+// (detail/host_block.hpp): C as size_C accfloat lanes, and whether it still counts as zero.
+template <unsigned SizeC>
+struct mmul_acc {
+    using accum_type = accum<accfloat, SizeC>;
+
+    float c_[SizeC];
+    bool zero_;  // a default-constructed mmul counts as zero for its first mul/mac
+
+    mmul_acc() : zero_(true) { std::memset(c_, kPoisonByte, sizeof(c_)); }
+    mmul_acc(const accum_type &acc) : zero_(false) { std::memcpy(c_, acc.d_, sizeof(c_)); }
+    template <typename T>
+    mmul_acc(const vector<T, SizeC> &v, int shift = 0) : mmul_acc(accum_type(v, shift)) {}
+
+    // Like the hardware, reading a default-constructed mmul before any mul/mac returns garbage (NaN here).
+    accum_type to_accum() const {
+        accum_type a;
+        std::memcpy(a.d_, c_, sizeof(c_));
+        return a;
+    }
+    operator accum_type() const { return to_accum(); }
+
+protected:
+    void assign(const accum_type &acc) {
+        std::memcpy(c_, acc.d_, sizeof(c_));
+        zero_ = false;
+    }
+    // Start of every mac: an accumulator that counts as zero (default-constructed, or after mul) is
+    // cleared to 0 first.
+    void start_mac() {
+        if (zero_)
+            for (unsigned i = 0; i < SizeC; ++i) c_[i] = 0.0f;
+        zero_ = false;
+    }
+};
+
 template <typename TA, typename TB, typename Tag>
 inline constexpr bool is_bf16_mmul = std::is_same_v<TA, bfloat16> && std::is_same_v<TB, bfloat16> &&
                                      (std::is_same_v<Tag, accauto> || std::is_same_v<Tag, accfloat>);
@@ -89,7 +125,7 @@ inline constexpr bool is_bf16_mmul = std::is_same_v<TA, bfloat16> && std::is_sam
 }  // namespace host
 
 template <unsigned M, unsigned K, unsigned N, typename TypeA, typename TypeB = TypeA, typename AccumTag = accauto>
-struct mmul {
+struct mmul : host::mmul_acc<M * N> {
     static_assert(!(std::is_same_v<TypeA, float> || std::is_same_v<TypeB, float>),
                   "aie::mmul: there is no f32 mmul on AIE2P");
     // (TypeB = bfp16ebs8 is the block-type specialisation in detail/host_block.hpp.)
@@ -117,41 +153,21 @@ struct mmul {
     // bfp16 emulation applies to the 4x8x8 and 8x8x8 shapes only (aie_api's mmul_bf16_bf16).
     static constexpr bool via_bfp16 = host::kBf16MmulViaBfp16 && K == 8 && N == 8 && (M == 4 || M == 8);
 
-    float c_[size_C];
-    bool zero_;  // a default-constructed mmul counts as zero for its first mul/mac
-
-    mmul() : zero_(true) { std::memset(c_, host::kPoisonByte, sizeof(c_)); }
-    mmul(const accum_type &acc) : zero_(false) { std::memcpy(c_, acc.d_, sizeof(c_)); }
-    template <typename T>
-    mmul(const vector<T, size_C> &v, int shift = 0) : zero_(false) {
-        accum_type a(v, shift);
-        std::memcpy(c_, a.d_, sizeof(c_));
-    }
+    using host::mmul_acc<size_C>::mmul_acc;
     mmul &operator=(const accum_type &acc) {
-        std::memcpy(c_, acc.d_, sizeof(c_));
-        zero_ = false;
+        this->assign(acc);
         return *this;
     }
-
-    // Like the hardware, reading a default-constructed mmul before any mul/mac returns garbage (NaN here).
-    accum_type to_accum() const {
-        accum_type a;
-        std::memcpy(a.d_, c_, sizeof(c_));
-        return a;
-    }
-    operator accum_type() const { return to_accum(); }
     template <typename T>
-    vector<T, size_C> to_vector(int shift = 0) const { return to_accum().template to_vector<T>(shift); }
+    vector<T, size_C> to_vector(int shift = 0) const { return this->to_accum().template to_vector<T>(shift); }
 
     void mul(const vector<TypeA, size_A> &a, const vector<TypeB, size_B> &b) {
-        zero_ = true;
+        this->zero_ = true;
         mac(a, b);
     }
 
     void mac(const vector<TypeA, size_A> &a, const vector<TypeB, size_B> &b) {
-        if (zero_)
-            for (unsigned i = 0; i < size_C; ++i) c_[i] = 0.0f;
-        zero_ = false;
+        this->start_mac();
         if constexpr (via_bfp16)
             mac_bfp16(a, b);
         else
@@ -165,9 +181,9 @@ private:
         for (unsigned i = 0; i < size_B; ++i) bf[i] = float(b.d_[i]);
         for (unsigned i = 0; i < M; ++i)
             for (unsigned j = 0; j < N; ++j) {
-                float acc = c_[i * N + j];
+                float acc = this->c_[i * N + j];
                 for (unsigned k = 0; k < K; ++k) acc += af[i * K + k] * bf[k * N + j];
-                c_[i * N + j] = acc;
+                this->c_[i * N + j] = acc;
             }
     }
 
@@ -179,7 +195,7 @@ private:
         int ea[M], eb[N];
         for (unsigned i = 0; i < M; ++i) host::to_bfp16_block(af + i * 8, 1, ma[i], &ea[i]);  // row i of A
         for (unsigned j = 0; j < N; ++j) host::to_bfp16_block(bf + j, N, mb[j], &eb[j]);      // column j of B
-        host::bfp16_block_mac<M, N>(c_, ma, ea, mb, eb);
+        host::bfp16_block_mac<M, N>(this->c_, ma, ea, mb, eb);
     }
 };
 
