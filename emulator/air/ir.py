@@ -769,7 +769,11 @@ class AffineConstantExpr(AffineExpr):
         return str(self.value)
 
 
-class AffineSymbolExpr(AffineExpr):
+class _PositionExpr(AffineExpr):
+    """A map input by position: printed `{_letter}{position}`, read from `_letter`[position]."""
+
+    _letter = "?"
+
     def __init__(self, position):
         self.position = int(position)
 
@@ -778,25 +782,18 @@ class AffineSymbolExpr(AffineExpr):
         return cls(position)
 
     def _py(self):
-        return f"s[{self.position}]"
+        return f"{self._letter}[{self.position}]"
 
     def __str__(self):
-        return f"s{self.position}"
+        return f"{self._letter}{self.position}"
 
 
-class AffineDimExpr(AffineExpr):
-    def __init__(self, position):
-        self.position = int(position)
+class AffineSymbolExpr(_PositionExpr):
+    _letter = "s"
 
-    @classmethod
-    def get(cls, position, context=None):
-        return cls(position)
 
-    def _py(self):
-        return f"d[{self.position}]"
-
-    def __str__(self):
-        return f"d{self.position}"
+class AffineDimExpr(_PositionExpr):
+    _letter = "d"
 
 
 class AffineBinaryExpr(AffineExpr):
