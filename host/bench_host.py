@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Host-side figures for the kernel (measured on this machine's CPU, not the NPU):
+"""Host-side figures (measured on this machine's CPU, not the NPU):
 
+  * the reference GEMM for M = N = K = 2048 (f64 and f32 accumulation), budget 2 s;
   * the packer's time for every Llama-3.2-1B projection weight of 16 layers
     (q, o 2048x2048; k, v 2048x512; gate, up 2048x8192; down 8192x2048), budget 10 s;
   * the host-built kernel's speed for one tile configuration (MAC/s of gemm_int4_accumulate calls,
     i.e. the emulator's speed), default 64x64 tile, K-chunk 64, GS 128.
 
-Usage: python3 kernels/bench_host.py [--tile-m 64 --tile-n 64 --tile-k 64 --gs 128 --calls 2000]
+Usage: python3 host/bench_host.py [--tile-m 64 --tile-n 64 --tile-k 64 --gs 128 --calls 2000]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np  # noqa: E402
 from int4awq.errors import ConfigError  # noqa: E402
 from int4awq.kernel_model import HostKernel, a_tile_blocked  # noqa: E402
 from int4awq.quant import random_activations, random_weights  # noqa: E402
+from int4awq.reference import reference_gemm  # noqa: E402
 from int4awq.record import bench_pack, check_kernel_tiles, pack_weights  # noqa: E402
 
 
@@ -40,6 +42,12 @@ def main() -> int:
     except ConfigError as e:
         print(f"error: {e}")
         return 2
+
+    w, a = random_weights(2048, 2048, 128, 0), random_activations(2048, 2048, 1)
+    for acc in (np.float64, np.float32):
+        t0 = time.perf_counter()
+        reference_gemm(a, w, accumulate=acc)
+        print(f"reference GEMM 2048^3 ({np.dtype(acc).name} accumulation): {time.perf_counter() - t0:.2f} s")
 
     dt = bench_pack(layers=16, tile_n=tn, tile_k=tk, gs=gs)
     print(f"packer: all Llama-3.2-1B projections, 16 layers (tile_n {tn}, tile_k {tk}, gs {gs}): {dt:.2f} s")
