@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 try:
@@ -271,4 +272,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `make print | less` ends quietly
     sys.exit(main())
