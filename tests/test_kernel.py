@@ -25,9 +25,10 @@ from int4awq.reference import check, reference_gemm
 
 # (tile_m, tile_n, tile_k, gs): 16x16 with whole groups per chunk and with a group spanning 4 chunks;
 # 64x64 with K-chunk 64 inside GS 128 (the configuration that fits L1 with 64x64); 64x64 with 2 groups
-# per chunk; 64x112 with K-chunk 32, a large C tile close to the L1 limit (62720 of 65536 bytes).
-CONFIGS = [(16, 16, 32, 32), (16, 16, 32, 128), (64, 64, 64, 128), (64, 64, 64, 32), (64, 112, 32, 128)]
-LARGEST = (64, 112, 32, 128)
+# per chunk; 64x112 with K-chunk 32, a large C tile close to the L1 limit (62720 of 65536 bytes); and the
+# largest C tile the L1 budget allows at GS 128, 48x176 with K-chunk 16 (test_largest_tile_is_the_largest).
+LARGEST = (48, 176, 16, 128)
+CONFIGS = [(16, 16, 32, 32), (16, 16, 32, 128), (64, 64, 64, 128), (64, 64, 64, 32), (64, 112, 32, 128), LARGEST]
 
 
 @pytest.fixture(scope="session")
@@ -264,3 +265,22 @@ def test_bad_tile_fails_to_compile_with_a_clear_message(tmp_path):
 def test_kernel_buffers_are_aligned():
     x = aligned_empty((100,), bfloat16)
     assert x.ctypes.data % 64 == 0
+
+
+def test_largest_tile_is_the_largest():
+    """No legal tile at GS 128 has a larger C tile (tile_m * tile_n) than LARGEST."""
+    from int4awq.errors import ConfigError
+    from int4awq.record import check_kernel_tiles
+
+    best = 0
+    for tm in range(16, 513, 16):
+        for tn in range(16, 513, 16):
+            for tk in (16, 32, 64, 128, 256):
+                try:
+                    check_kernel_tiles(tm, tn, tk, 128)
+                except ConfigError:
+                    continue
+                best = max(best, tm * tn)
+    check_kernel_tiles(*LARGEST)
+    assert LARGEST[0] * LARGEST[1] == best
+
