@@ -96,10 +96,10 @@ def dequantize(w: AwqWeights) -> np.ndarray:
 def quantize_awq(w: np.ndarray, gs: int) -> AwqWeights:
     """AutoAWQ's asymmetric int4 quantiser (zero point, no clipping search) on W[K, N], groups along K.
 
-    Per group and column: s = max(max - min, 1e-5) / 15, z = clamp(-round(min / s), 0, 15),
-    q = clamp(round(w / s) + z, 0, 15), round = half to even (torch.round). As AutoAWQ computes in the
-    dtype it stores scales in, s is rounded to bf16 first and z and q are derived from that stored s,
-    so dequantize() reproduces what the quantiser meant.
+    Per group and column, in W's own float dtype as AutoAWQ computes in the weight's dtype:
+    s = max(max - min, 1e-5) / 15, z = clamp(-round(min / s), 0, 15), q = clamp(round(w / s) + z, 0, 15),
+    round = half to even (torch.round). z and q come from that s; s is then stored as bf16, the type the
+    kernel takes (as a checkpoint's fp16 scales are converted on import).
     """
     w = np.asarray(w)
     if w.ndim != 2 or not np.issubdtype(w.dtype, np.floating):
@@ -107,16 +107,15 @@ def quantize_awq(w: np.ndarray, gs: int) -> AwqWeights:
     k, n = w.shape
     check_dims(K=k, N=n)
     check_group_size(k, gs)
-    wf = w.astype(np.float32)
-    if not np.isfinite(wf).all():
+    if not np.isfinite(w.astype(np.float64)).all():
         raise ConfigError("W: contains NaN or Inf; cannot quantise")
-    g = wf.reshape(k // gs, gs, n)
+    dt = w.dtype.type
+    g = w.reshape(k // gs, gs, n)
     wmax, wmin = g.max(axis=1), g.min(axis=1)
-    s = (np.maximum(wmax - wmin, np.float32(1e-5)) / np.float32(QMAX)).astype(bfloat16)
-    sf = s.astype(np.float32)
-    z = np.clip(-np.round(wmin / sf), 0, QMAX)
-    q = np.clip(np.round(g / sf[:, None, :]) + z[:, None, :], 0, QMAX)
-    return AwqWeights(q.reshape(k, n).astype(np.uint8), z.astype(np.uint8), s, gs)
+    s = np.maximum(wmax - wmin, dt(1e-5)) / dt(QMAX)
+    z = np.clip(-np.round(wmin / s), 0, QMAX)
+    q = np.clip(np.round(g / s[:, None, :]) + z[:, None, :], 0, QMAX)
+    return AwqWeights(q.reshape(k, n).astype(np.uint8), z.astype(np.uint8), s.astype(bfloat16), gs)
 
 
 def random_weights(k: int, n: int, gs: int, seed: int, exact: bool = False) -> AwqWeights:

@@ -19,11 +19,11 @@ def naive_awq(w, gs):
     for g in range(k // gs):
         for j in range(n):
             col = w[g * gs:(g + 1) * gs, j].astype(np.float32)
-            scale = float(bfloat16(max(col.max() - col.min(), np.float32(1e-5)) / np.float32(15)))
-            zero = min(max(-round(float(col.min()) / scale), 0), 15)  # Python round: half to even
-            s[g, j], z[g, j] = scale, zero
+            scale = max(col.max() - col.min(), np.float32(1e-5)) / np.float32(15)  # f32, as torch on f32
+            zero = min(max(-round(float(col.min() / scale)), 0), 15)  # Python round: half to even
+            s[g, j], z[g, j] = scale, zero  # the scale is stored as bf16
             for i, v in enumerate(col):
-                q[g * gs + i, j] = min(max(round(float(v) / scale) + zero, 0), 15)
+                q[g * gs + i, j] = min(max(round(float(v / scale)) + zero, 0), 15)
     return q, z, s
 
 
