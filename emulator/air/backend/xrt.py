@@ -18,10 +18,8 @@ import os
 
 from .abc import AirBackend, AirBackendError
 
-NPU_MODELS = {
-    "npu1": ["npu1", "Phoenix"],
-    "npu2": ["npu4", "Strix", "npu5", "Strix Halo", "npu6", "Krackan"],
-}
+# NPU generations and the device names `xrt-smi examine` reports for them.
+NPU_MODELS = {"npu1": ("npu1", "Phoenix"), "npu2": ("npu4", "npu5", "npu6", "Strix", "Krackan")}
 
 
 def detect_target_device(verbose=False, default="npu2"):
@@ -85,46 +83,21 @@ class XRTBackend(AirBackend):
         n_warmup_iters: int = 10,
     ):
         super().__init__()
-        self.verbose = verbose
-        self.target_device = target_device
-        self.omit_while_true_loop = omit_while_true_loop
-        self.omit_pingpong = _omit_pingpong_mode(omit_pingpong)
-        if self.omit_pingpong not in ("", "L1", "L2", "all"):
+        options = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        options["omit_pingpong"] = _omit_pingpong_mode(omit_pingpong)
+        if options["omit_pingpong"] not in ("", "L1", "L2", "all"):
             raise AirBackendError(f"omit_pingpong={omit_pingpong!r}: expected '', 'L1', 'L2' or 'all'")
-        self.lower_linalg_to_func = lower_linalg_to_func
-        self.derive_library_call = derive_library_call
-        self.air_loop_fusion = air_loop_fusion
-        self.runtime_loop_tiling_sizes = runtime_loop_tiling_sizes
-        self.omit_auto_broadcast = omit_auto_broadcast
-        self.channel_multiplexing = channel_multiplexing
         if use_lock_race_condition_fix and use_lock_race_condition_fix_v2:
             raise AirBackendError("use_lock_race_condition_fix and use_lock_race_condition_fix_v2 "
-                                  "are mutually exclusive; enable at most one")
-        self.use_lock_race_condition_fix = use_lock_race_condition_fix
-        self.use_lock_race_condition_fix_v2 = use_lock_race_condition_fix_v2
-        self.coalesce_shim_dma = coalesce_shim_dma
-        self.trace_offset = trace_offset
-        self.trace_size = trace_size
+                                  "cannot both be set")
+        for name in ("n_perf_iters", "n_warmup_iters"):
+            if isinstance(options[name], bool) or not isinstance(options[name], int) or options[name] < 0:
+                raise ValueError(f"{name}={options[name]!r}: expected an int >= 0")
+        if isinstance(stack_size, bool) or not isinstance(stack_size, int) or stack_size <= 0:
+            raise ValueError(f"stack_size={stack_size!r}: expected an int > 0 (bytes per core)")
+        self.__dict__.update(options)  # every option stays readable as an attribute, as in mlir-air
         self.currently_loaded = False
-        self.output_format = output_format
-        self.kernel_name = kernel_name
-        self.instance_name = instance_name
-        self.kernel_id = kernel_id
-        self.xclbin_input = xclbin_input
-        self.num_device_cols = num_device_cols
-        self.debug_ir = debug_ir
-        self.emit_txn_cpp = emit_txn_cpp
-        self.bf16_emulation = bf16_emulation
-        if not isinstance(n_perf_iters, int) or n_perf_iters < 0:
-            raise ValueError("`n_perf_iters` must be a non-negative integer")
-        if not isinstance(n_warmup_iters, int) or n_warmup_iters < 0:
-            raise ValueError("`n_warmup_iters` must be a non-negative integer")
-        self.n_perf_iters = n_perf_iters
-        self.n_warmup_iters = n_warmup_iters
-        self.last_latency_us = None
-        if not isinstance(stack_size, int) or isinstance(stack_size, bool) or stack_size <= 0:
-            raise ValueError("`stack_size` must be a positive integer")
-        self.stack_size = stack_size
+        self.last_latency_us = None  # no NPU, no latency
         self.emu_budget = None
         self.emu_stats = None
         self.emu_progress = None

@@ -49,29 +49,21 @@ def pyint_to_index(i):
 
 
 def split_static_dynamic(entries):
-    dynamic, static = [], []
-    for e in entries:
-        if isinstance(e, int):
-            static.append(e)
-        else:
-            static.append(ShapedType.get_dynamic_size())
-            dynamic.append(e)
+    """(dynamic Values, static list with the dynamic-size marker where a Value stands)."""
+    dynamic = [e for e in entries if not isinstance(e, int)]
+    static = [e if isinstance(e, int) else ShapedType.get_dynamic_size() for e in entries]
     return dynamic, static
 
 
 def get_region_operand_types(operands):
-    types = []
-    for o in operands:
+    """The types of a region op's operands (Values, or single-result Operations)."""
+    def type_of(o):
         if isinstance(o, Value):
-            types.append(o.type)
-        elif isinstance(o, Operation):
-            if len(o.results) != 1:
-                raise AttributeError(
-                    f"Operation given to a region op as a parameter ({o}) has more than one return type")
-            types.append(o.results[0].type)
-        else:
-            raise AttributeError(f"Argument {o} is not a Value or an Operation: {type(o).mro()}")
-    return types
+            return o.type
+        if isinstance(o, Operation) and len(o.results) == 1:
+            return o.results[0].type
+        raise AttributeError(f"region operand {o!r}: expected a Value or a single-result Operation")
+    return [type_of(o) for o in operands]
 
 
 class _HierarchyOp(Operation):
@@ -209,9 +201,10 @@ class Herd(HerdOp):
                 else link_with
 
 
-herd = region_op(Herd, terminator=lambda *_args: HerdTerminatorOp())
-launch = region_op(Launch, terminator=lambda *_args: LaunchTerminatorOp())
-segment = region_op(Segment, terminator=lambda *_args: SegmentTerminatorOp())
+# The decorators the classic API uses; each body ends in its region's terminator.
+launch = region_op(Launch, terminator=lambda _values: LaunchTerminatorOp())
+segment = region_op(Segment, terminator=lambda _values: SegmentTerminatorOp())
+herd = region_op(Herd, terminator=lambda _values: HerdTerminatorOp())
 
 
 # --------------------------------------------------------------------------
@@ -281,7 +274,7 @@ class DmaMemcpyNd(DmaMemcpyNdOp):
                  dst_strides=[], src_offsets=[], src_sizes=[], src_strides=[], pad_before=None,
                  pad_after=None):
         if (pad_before is None) != (pad_after is None):
-            raise ValueError("pad_before and pad_after must both be specified or both omitted")
+            raise ValueError("give pad_before and pad_after together, or neither")
         self.dst = _Side(dst, dst_offsets, dst_sizes, dst_strides, "air.dma_memcpy_nd dst")
         self.src = _Side(src, src_offsets, src_sizes, src_strides, "air.dma_memcpy_nd src")
         deps = [_as_value(d, "async dependency") for d in (async_dependencies or [])]
@@ -370,7 +363,7 @@ class _ChannelAccess(Operation):
     def _init_access(self, chan_name, memref, offsets, sizes, strides, indices, async_dependencies,
                      async_token, pad_before, pad_after, loc, ip):
         if (pad_before is None) != (pad_after is None):
-            raise ValueError("pad_before and pad_after must both be specified or both omitted")
+            raise ValueError("give pad_before and pad_after together, or neither")
         if pad_before is not None:
             raise UnsupportedError(f"{self.OPERATION_NAME}: pad_before / pad_after are not emulated")
         if isinstance(chan_name, FlatSymbolRefAttr):
@@ -436,15 +429,16 @@ def wait_all(async_token, async_dependencies, *, loc=None, ip=None):
 
 
 def module_builder(module_function):
+    """Decorator: calling the function builds and returns a new Module holding what it traced."""
     @functools.wraps(module_function)
-    def module_builder_wrapper(*args, **kwargs):
+    def build(*args, **kwargs):
         with Context(), Location.unknown():
             module = Module.create()
             with InsertionPoint(module.body):
                 module_function(*args, **kwargs)
         return module
 
-    return module_builder_wrapper
+    return build
 
 
 def external_func(name, inputs, outputs=None, visibility="private"):
@@ -457,11 +451,9 @@ class call(CallOp):
     """Call wrapper that also takes Python ints for scalar arguments."""
 
     def __init__(self, calleeOrResults, inputs=[], input_types=[]):
-        args = []
-        for i, itype in zip(inputs, input_types):
-            args.append(arith.constant(itype, i) if isinstance(i, int) else i)
-        if len(inputs) > len(input_types):
-            args += list(inputs[len(input_types):])
+        # A Python int becomes a constant of its declared type; Values (and untyped extras) pass through.
+        types = list(input_types) + [None] * (len(inputs) - len(input_types))
+        args = [arith.constant(t, v) if isinstance(v, int) and t is not None else v for v, t in zip(inputs, types)]
         if isinstance(calleeOrResults, FuncOp):
             super().__init__(calleeOrResults, args)
         else:

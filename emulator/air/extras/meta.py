@@ -1,36 +1,33 @@
-"""`region_op`: turn an op class into a body decorator, as mlir.extras.meta does."""
+"""`region_op`: an op class as a body decorator (the form mlir's python extras give launch, segment, herd).
+
+`@herd(sizes=..., operands=...)` builds the op, then calls the decorated function once with the op's
+block arguments, inside the block, to trace the body; what the function returns goes to the terminator.
+"""
 
 from ..ir import InsertionPoint
 
 
-def op_region_builder(op, op_region, terminator=None):
-    def builder_wrapper(body_builder):
-        block = op_region.blocks[0]
-        with InsertionPoint(block):
-            results = body_builder(*list(block.arguments))
-        with InsertionPoint(op_region.blocks[len(op_region.blocks) - 1]):
+def region_op(op_class, terminator=None):
+    def build(*args, **kwargs):
+        op = op_class(*args, **kwargs)
+        blocks = op.regions[0].blocks
+
+        def trace_body(body):
+            with InsertionPoint(blocks[0]):
+                returned = body(*blocks[0].arguments)
             if terminator is not None:
-                res = []
-                if isinstance(results, (tuple, list)):
-                    res.extend(results)
-                elif results is not None:
-                    res.append(results)
-                terminator(res)
-        if len(op.results) == 1:
-            return op.results[0]
-        return op
+                if returned is None:
+                    returned = []
+                values = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+                with InsertionPoint(blocks[len(blocks) - 1]):
+                    terminator(values)
+            return op.results[0] if len(op.results) == 1 else op
 
-    return builder_wrapper
+        return trace_body
 
+    def decorator(*args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):  # bare @op: no constructor arguments
+            return build()(args[0])
+        return build(*args, **kwargs)
 
-def region_op(op_constructor, terminator=None):
-    def op_decorator(*args, **kwargs):
-        op = op_constructor(*args, **kwargs)
-        return op_region_builder(op, op.regions[0], terminator)
-
-    def maybe_no_args(*args, **kwargs):
-        if len(args) == 1 and not kwargs and callable(args[0]):
-            return op_decorator()(args[0])
-        return op_decorator(*args, **kwargs)
-
-    return maybe_no_args
+    return decorator
