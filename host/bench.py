@@ -27,37 +27,40 @@ from int4awq.sweep import default_config, load_table, modelled  # noqa: E402
 COLUMNS = ("projection", "m", "k", "n", "config", "ddr_mb", "us", "tops", "correlation", "source")
 
 
+def checked_run(cfg, m, k, n, run):
+    """Seeded operands for one row, run(padded A, packed W) -> C, checked against the reference."""
+    from host.run import padded_operands
+    from int4awq.reference import check, reference_gemm
+
+    w = random_weights(k, n, cfg.gs, seed=0)
+    a = random_activations(m, k, seed=1)
+    c = run(*padded_operands(cfg, a, w))
+    return check(c[:m, :n], reference_gemm(a, w)[0])
+
+
 def measure(cfg, m, k, n, iters, warmup):
     """(mean us, correlation) of one configuration on the NPU."""
-    from host.run import pad_weights, run_npu
-    from int4awq import record
-    from int4awq.reference import check, reference_gemm
+    from host.run import run_npu
 
     subprocess.run(["make", "-s", "-C", REPO, "compile", f"M={cfg.m}", f"K={cfg.k}", f"N={cfg.n}",
                     f"GS={cfg.gs}", f"TILE_M={cfg.tile_m}", f"TILE_N={cfg.tile_n}", f"TILE_K_L1={cfg.tile_k_l1}",
                     f"TILE_K_L2={cfg.tile_k_l2}", f"HERD_M={cfg.herd_m}", f"HERD_N={cfg.herd_n}"], check=True)
-    w = random_weights(k, n, cfg.gs, seed=0)
-    a = random_activations(m, k, seed=1)
-    a_padded = np.zeros((cfg.m, cfg.k), a.dtype)
-    a_padded[:m] = a
-    packed = record.pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
-    c, times = run_npu(cfg, a_padded, packed, os.path.join(REPO, "build", "npu", cfg.name), iters, warmup)
-    return float(np.mean(times)), check(c[:m, :n], reference_gemm(a, w)[0]).correlation
+    times = []
+
+    def on_npu(a, w_packed):
+        c, t = run_npu(cfg, a, w_packed, os.path.join(REPO, "build", "npu", cfg.name), iters, warmup)
+        times.extend(t)
+        return c
+
+    res = checked_run(cfg, m, k, n, on_npu)
+    return float(np.mean(times)), res.correlation
 
 
 def emulate(cfg, m, k, n):
-    """Correlation of one configuration's result on the emulator (the check must pass)."""
-    from host.run import pad_weights, run_emulator
-    from int4awq import record
-    from int4awq.reference import check, reference_gemm
+    """(correlation, passed) of one configuration on the emulator."""
+    from host.run import run_emulator
 
-    w = random_weights(k, n, cfg.gs, seed=0)
-    a = random_activations(m, k, seed=1)
-    a_padded = np.zeros((cfg.m, cfg.k), a.dtype)
-    a_padded[:m] = a
-    packed = record.pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
-    c = run_emulator(cfg, a_padded, packed, report=False, quiet=True)
-    res = check(c[:m, :n], reference_gemm(a, w)[0])
+    res = checked_run(cfg, m, k, n, lambda a, w_packed: run_emulator(cfg, a, w_packed, report=False, quiet=True))
     return res.correlation, res.passed
 
 

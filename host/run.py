@@ -106,6 +106,13 @@ def pad_weights(w: AwqWeights, n: int) -> AwqWeights:
                       np.pad(w.s, ((0, 0), (0, extra)), constant_values=bfloat16(1)), w.gs)
 
 
+def padded_operands(cfg: DesignConfig, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.ndarray]:
+    """(A with zero rows up to cfg.m, W padded to cfg.n and packed into the kernel's records)."""
+    a_padded = np.zeros((cfg.m, cfg.k), bfloat16)
+    a_padded[: a.shape[0]] = a
+    return a_padded, record.pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
+
+
 def choose_backend(requested: str, build_dir: str, quiet: bool = False) -> str:
     if requested != "auto":
         return requested
@@ -190,9 +197,7 @@ def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False):
         print(f"{cfg.summary()}  [{source}{'; ' + ', '.join(padding) if padding else ''}]")
     build_dir = args.build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     backend = choose_backend(args.backend, build_dir, quiet)
-    a_padded = np.zeros((cfg.m, cfg.k), bfloat16)
-    a_padded[:m] = a
-    w_packed = record.pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
+    a_padded, w_packed = padded_operands(cfg, a, w)
     if backend == "emu":
         c = run_emulator(cfg, a_padded, w_packed, args.report, quiet)
     else:

@@ -59,6 +59,14 @@ class DesignConfig:
     def _step_name(what):
         return {"M": "tile_m * herd_m", "N": "tile_n * herd_n", "K": "tile_k_l2", "tile_k_l2": "tile_k_l1"}[what]
 
+    @classmethod
+    def padded(cls, m: int, k: int, n: int, gs: int, **tiles: int) -> "DesignConfig":
+        """The configuration for an m x k x n GEMM with M and N rounded up to whole herd blocks (the host
+        pads A with zero rows and W with zero columns, and drops them from C)."""
+        check_dims(M=m, N=n, **tiles)
+        return cls(_round_up(m, tiles["tile_m"] * tiles["herd_m"]), k, _round_up(n, tiles["tile_n"] * tiles["herd_n"]),
+                   gs, **tiles)
+
     # Derived sizes -----------------------------------------------------------------------------------
     @property
     def record_bytes(self) -> int:
@@ -129,6 +137,10 @@ class DesignConfig:
         return "\n".join(lines)
 
 
+def _round_up(x: int, step: int) -> int:
+    return -(-x // step) * step
+
+
 DESIGN_OPTIONS = ("tile_m", "tile_n", "tile_k_l1", "tile_k_l2", "herd_m", "herd_n")
 
 
@@ -148,7 +160,7 @@ def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) 
     With no tile option given, the shape's entry in the default table (or the model's best legal
     configuration) is used; tile options given override it one by one.
     """
-    from .sweep import default_config, pad
+    from .sweep import default_config
 
     check_dims(M=m, K=k, N=n)
     given = {opt: getattr(args, opt) for opt in DESIGN_OPTIONS if getattr(args, opt) is not None}
@@ -160,7 +172,4 @@ def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) 
             return base, source
         tiles = {opt: given.get(opt, getattr(base, opt)) for opt in DESIGN_OPTIONS}
         source = f"command line over {source}"
-    check_dims(**tiles)
-    cfg = DesignConfig(pad(m, tiles["tile_m"] * tiles["herd_m"]), k, pad(n, tiles["tile_n"] * tiles["herd_n"]),
-                       gs, **tiles)
-    return cfg, source
+    return DesignConfig.padded(m, k, n, gs, **tiles), source

@@ -40,10 +40,6 @@ class Ranked:
     est: Estimate
 
 
-def pad(x: int, step: int) -> int:
-    return -(-x // step) * step
-
-
 def modelled(cfg: DesignConfig, m: int, n: int) -> Estimate:
     """Modelled NPU2 time of cfg; TOPS counted on the useful m x n, not on the padding."""
     pes = cfg.herd_m * cfg.herd_n
@@ -62,7 +58,8 @@ def legal_configs(m: int, k: int, n: int, gs: int):
             continue
         for tk2 in sorted({k} | {tk1 << j for j in range(8) if k % (tk1 << j) == 0}):
             try:
-                yield DesignConfig(pad(m, tm * hm), k, pad(n, tn * hn), gs, tm, tn, tk1, tk2, hm, hn)
+                yield DesignConfig.padded(m, k, n, gs, tile_m=tm, tile_n=tn, tile_k_l1=tk1, tile_k_l2=tk2,
+                                          herd_m=hm, herd_n=hn)
             except ConfigError:
                 continue
 
@@ -86,9 +83,7 @@ def default_config(m: int, k: int, n: int, gs: int) -> tuple[DesignConfig, str]:
     for row in load_table():
         if (row["m"], row["k"], row["n"], row["gs"]) == (m, k, n, gs):
             tiles = {key: row[key] for key in TUNABLE}
-            cfg = DesignConfig(pad(m, tiles["tile_m"] * tiles["herd_m"]), k,
-                               pad(n, tiles["tile_n"] * tiles["herd_n"]), gs, **tiles)
-            return cfg, "configs.json"
+            return DesignConfig.padded(m, k, n, gs, **tiles), "configs.json"
     return ranked(m, k, n, gs)[0].cfg, "best modelled legal configuration"
 
 
