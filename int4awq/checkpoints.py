@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +55,6 @@ _ST_DTYPES = {
 }
 _SCALE_DTYPES = ("F16", "BF16", "F32")
 _INT_DTYPES = ("U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64")
-_MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,8 @@ class ImportReport:
 
 
 # --------------------------------------------------------------------------------------------------
-# safetensors access: headers parsed here (JSON only), tensor data through safetensors' numpy API
+# safetensors access: every header check and every tensor read is safetensors' own (safe_open, numpy;
+# BF16 arrives as ml_dtypes.bfloat16 from safetensors 0.8 on)
 
 
 @dataclass(frozen=True)
@@ -105,36 +104,30 @@ class _Entry:
     file: Path
     dtype: str  # safetensors dtype string, e.g. "I32"
     shape: tuple[int, ...]
-    begin: int  # absolute byte offsets of the data in the file
-    end: int
+
+
+def _safetensors_error(file: Path, e: Exception) -> ConfigError:
+    if isinstance(e, OSError):
+        return ConfigError(f"{file}: cannot read ({e.strerror or e})")
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return ConfigError(f"{file}: not a safetensors file ({first})")
 
 
 def _read_header(file: Path) -> tuple[dict[str, _Entry], dict]:
+    """Tensor names, dtypes and shapes, and the metadata, as safetensors validates and reports them
+    (offsets inside the data region, contiguous, no overlap, sizes matching shape and dtype)."""
+    from safetensors import SafetensorError, safe_open
+
     try:
-        with open(file, "rb") as fh:
-            head = fh.read(8)
-            if len(head) != 8:
-                raise ConfigError(f"{file}: not a safetensors file (shorter than its 8-byte header length)")
-            (n,) = struct.unpack("<Q", head)
-            size = file.stat().st_size
-            if n > min(_MAX_HEADER, size - 8):
-                raise ConfigError(f"{file}: not a safetensors file (header length {n} exceeds the file)")
-            header = json.loads(fh.read(n))
-    except OSError as e:
-        raise ConfigError(f"{file}: cannot read ({e.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ConfigError(f"{file}: not a safetensors file (header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise ConfigError(f"{file}: not a safetensors file (header is not a JSON object)")
-    meta = header.pop("__metadata__", None) or {}
-    entries = {}
-    for name, d in header.items():
-        try:
-            dtype, shape, (b, e) = d["dtype"], tuple(int(x) for x in d["shape"]), d["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise ConfigError(f"{file}: tensor {name}: malformed header entry") from None
-        entries[name] = _Entry(file, str(dtype), shape, 8 + n + int(b), 8 + n + int(e))
-    return entries, meta if isinstance(meta, dict) else {}
+        with safe_open(str(file), framework="np") as f:
+            entries = {}
+            for name in f.keys():
+                sl = f.get_slice(name)
+                entries[name] = _Entry(file, str(sl.get_dtype()), tuple(int(x) for x in sl.get_shape()))
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError) as e:
+        raise _safetensors_error(file, e) from None
+    return entries, meta
 
 
 def _native_get(file: Path, name: str) -> np.ndarray:
@@ -145,31 +138,27 @@ def _native_get(file: Path, name: str) -> np.ndarray:
         return f.get_tensor(name)
 
 
-def _raw_get(entry: _Entry) -> np.ndarray:
-    """Read the tensor's bytes directly (safetensors data is little-endian, row-major, like this x86 host),
-    for dtypes the numpy API cannot return (BF16 in older safetensors releases)."""
-    dtype = np.dtype(_ST_DTYPES[entry.dtype])
-    nbytes = int(np.prod(entry.shape, dtype=np.int64)) * dtype.itemsize
-    if entry.end - entry.begin != nbytes:
-        raise ConfigError(f"{entry.file}: header gives {entry.end - entry.begin} bytes for a tensor of {nbytes}")
-    raw = np.fromfile(entry.file, dtype=np.uint8, count=nbytes, offset=entry.begin)
-    if raw.size != nbytes:
-        raise ConfigError(f"{entry.file}: tensor data truncated")
-    return raw.view(dtype).reshape(entry.shape)
-
-
 class _Checkpoint:
     """A directory (config.json + model.safetensors or a sharded index) or one .safetensors file."""
 
     def __init__(self, path: str | Path):
+        if not str(path):
+            raise ConfigError("checkpoint path is empty: give a directory or a .safetensors file")
         self.path = Path(path)
         self.config: dict | None = None  # quantization_config
         self.config_file = ""
-        if self.path.is_dir():
+        try:
+            kind = "dir" if self.path.is_dir() else "file" if self.path.is_file() else "other" if self.path.exists() else ""
+        except OSError as e:  # e.g. a name too long
+            raise ConfigError(f"{self.path}: cannot read ({e.strerror})") from None
+        if kind == "dir":
             self._open_dir()
-        elif self.path.is_file():
+        elif kind == "file":
             self.shards = {self.path: None}
             self.where = None
+        elif kind == "other":
+            raise ConfigError(f"{self.path}: not a regular file or a directory (give a checkpoint directory"
+                              " or a .safetensors file)")
         else:
             raise ConfigError(f"{self.path}: no such file or directory")
         self._headers: dict[Path, dict[str, _Entry]] = {}
@@ -187,6 +176,9 @@ class _Checkpoint:
             weight_map = _load_json(index).get("weight_map")
             if not isinstance(weight_map, dict):
                 raise ConfigError(f"{index}: field weight_map missing or not an object")
+            for t, f in weight_map.items():
+                if not isinstance(f, str) or not f:
+                    raise ConfigError(f"{index}: weight_map[{t!r}] = {f!r}: expected a shard file name")
             self.where = {t: d / f for t, f in weight_map.items()}
             self.shards = {f: None for f in self.where.values()}
             return
@@ -231,17 +223,25 @@ class _Checkpoint:
         return self._header(next(iter(self.shards))).get(name)
 
     def read(self, e: _Entry, name: str) -> np.ndarray:
+        from safetensors import SafetensorError
+
         want = np.dtype(_ST_DTYPES[e.dtype]) if e.dtype in _ST_DTYPES else None
         if want is None:
             raise ConfigError(f"tensor {name}: unsupported safetensors dtype {e.dtype}")
         try:
             arr = _native_get(e.file, name)
-        except Exception:  # e.g. BF16 through an older safetensors numpy API
-            if e.dtype != "BF16":
-                raise ConfigError(f"{e.file}: tensor {name} could not be read") from None
-            arr = None
-        if arr is None or arr.dtype != want or tuple(arr.shape) != e.shape:
-            arr = _raw_get(e)
+        except TypeError:  # "data type 'bfloat16' not understood": safetensors before 0.8
+            import safetensors
+
+            raise ConfigError(
+                f"tensor {name}: safetensors {safetensors.__version__} cannot read {e.dtype} into numpy;"
+                " 0.8 or newer can (pip install -r requirements.txt)"
+            ) from None
+        except (SafetensorError, OSError) as err:
+            raise _safetensors_error(e.file, err) from None
+        if arr.dtype != want or tuple(arr.shape) != e.shape:
+            raise ConfigError(f"{e.file}: tensor {name} read as {arr.dtype} {list(arr.shape)}, "
+                              f"its header says {e.dtype} {list(e.shape)}")
         return arr
 
 
@@ -250,8 +250,8 @@ def _load_json(file: Path) -> dict:
         data = json.loads(file.read_text())
     except OSError as e:
         raise ConfigError(f"{file}: cannot read ({e.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{file}: not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, over-long integers, deep nesting
+        raise ConfigError(f"{file}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a JSON object")
     return data

@@ -346,21 +346,113 @@ def test_sharded_index_reads_only_the_requested_layer(tmp_path, monkeypatch):
         load_layer(tmp_path, other)
 
 
-def test_bf16_scales_without_numpy_bf16_support(tmp_path, monkeypatch):
+def test_bf16_scales_need_a_safetensors_that_reads_them(tmp_path, monkeypatch):
+    # safetensors before 0.8 cannot build a bfloat16 numpy array: one line saying so, not a raw read
     k, n, gs = 64, 16, 32
     q, z, s = logical(k, n, gs, seed=12)
     write_dir(tmp_path, ct_tensors(q, z, s, "BF16"), ct_cfg())
     real = checkpoints._native_get
 
-    def old_safetensors(f, name):  # older safetensors: numpy API cannot build a bfloat16 array
+    def old_safetensors(f, name):
         if name.endswith("weight_scale"):
             raise TypeError("data type 'bfloat16' not understood")
         return real(f, name)
 
     monkeypatch.setattr(checkpoints, "_native_get", old_safetensors)
+    with pytest.raises(ConfigError, match=r"weight_scale: safetensors .* cannot read BF16 .* 0\.8 or newer"):
+        load_layer(tmp_path, LAYER)
+    assert not hasattr(checkpoints, "_raw_get")  # no hand-written reader that skips safetensors' checks
+
+
+def test_bf16_scales_are_read_by_safetensors_itself(tmp_path):
+    k, n, gs = 64, 16, 32
+    q, z, s = logical(k, n, gs, seed=12)
+    write_dir(tmp_path, ct_tensors(q, z, s, "BF16"), ct_cfg())
     w, rep = load_layer(tmp_path, LAYER)
     assert_layer(w, q, z, s, gs)
     assert rep.scale_dtype == "bfloat16" and rep.scales_changed == 0
+
+
+def write_edited(path, tensors, edit=None, text_edit=None, extra=b""):
+    """A safetensors file whose header `edit(header)` may break (the data stays as written), then
+    `text_edit(json text)` on the serialised header; `extra` bytes are appended to the data."""
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    if edit:
+        edit(header)
+    raw = json.dumps(header)
+    if text_edit:
+        raw = text_edit(raw)
+    raw = raw.encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs) + extra)
+
+
+def sharded_bf16(tmp_path, edit=None, text_edit=None, extra=b"", weight_map_edit=None):
+    """compressed-tensors layer with BF16 scales in shard 2 of 2 (scales first, then the zero points)."""
+    k, n, gs = 64, 16, 32
+    q, z, s = logical(k, n, gs, seed=21)
+    t = ct_tensors(q, z, s, "BF16")
+    scale = f"{LAYER}.weight_scale"
+    shard2 = {scale: t.pop(scale), f"{LAYER}.weight_zero_point": t.pop(f"{LAYER}.weight_zero_point")}
+    write_safetensors(tmp_path / "model-00001-of-00002.safetensors", t)
+    write_edited(tmp_path / "model-00002-of-00002.safetensors", shard2, edit, text_edit, extra)
+    weight_map = {**{name: "model-00001-of-00002.safetensors" for name in t},
+                  **{name: "model-00002-of-00002.safetensors" for name in shard2}}
+    if weight_map_edit:
+        weight_map_edit(weight_map)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": ct_cfg()}))
+    return tmp_path, (q, z, s, gs)
+
+
+SCALE = f"{LAYER}.weight_scale"
+ZP = f"{LAYER}.weight_zero_point"
+
+
+def _offsets(name, begin, end):
+    def edit(h):
+        h[name]["data_offsets"] = [begin(h[name]["data_offsets"][0]), end(h[name]["data_offsets"][1])]
+    return edit
+
+
+MALFORMED = {
+    # offsets that point back into the JSON header: the bytes read as bf16 would be the header's text
+    "offsets into the header": dict(edit=_offsets(SCALE, lambda b: b - 48, lambda e: e - 48)),
+    "negative offset": dict(edit=_offsets(SCALE, lambda b: -10**6, lambda e: e)),
+    # scales moved 8 bytes on, leaving a gap (safetensors itself rejects this)
+    "gap between tensors": dict(edit=lambda h: [_offsets(SCALE, lambda b: b + 8, lambda e: e + 8)(h),
+                                                _offsets(ZP, lambda b: b + 8, lambda e: e + 8)(h)],
+                                extra=b"\0" * 8),
+    "overlapping tensors": dict(edit=_offsets(ZP, lambda b: b - 2, lambda e: e - 2)),
+    "size does not match shape": dict(edit=lambda h: h[SCALE].update(shape=[16, 3])),
+    "bytes after the last tensor": dict(extra=b"\0" * 8),
+    "shape 1e400": dict(text_edit=lambda raw: raw.replace('"shape": [16, 2]', '"shape": [1e400, 64]', 1)),
+    "shape overflows": dict(edit=lambda h: h[SCALE].update(shape=[2**40, 2**40])),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_safetensors_never_load(tmp_path, case):
+    path, _ = sharded_bf16(tmp_path, **MALFORMED[case])
+    with pytest.raises(ConfigError, match=r"model-00002-of-00002\.safetensors: not a safetensors file \(") as e:
+        load_layer(path, LAYER)
+    assert "\n" not in str(e.value)
+
+
+def test_well_formed_sharded_bf16_still_loads(tmp_path):
+    path, (q, z, s, gs) = sharded_bf16(tmp_path)
+    assert_layer(load_layer(path, LAYER)[0], q, z, s, gs)
+
+
+@pytest.mark.parametrize("value", [7, None, ["a"], ""])
+def test_weight_map_value_must_be_a_file_name(tmp_path, value):
+    path, _ = sharded_bf16(tmp_path, weight_map_edit=lambda wm: wm.update({SCALE: value}))
+    with pytest.raises(ConfigError, match=r"weight_map\[.*weight_scale'\] = .*: expected a shard file name"):
+        load_layer(path, LAYER)
 
 
 def test_list_layers_natural_order(tmp_path):
@@ -472,3 +564,23 @@ def test_bad_paths(tmp_path):
     (tmp_path / "junk.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
     with pytest.raises(ConfigError, match="not a safetensors file"):
         list_layers(tmp_path / "junk.safetensors")
+
+
+@pytest.mark.parametrize("path, message", [
+    ("/dev/null", r"/dev/null: not a regular file or a directory"),
+    ("", r"checkpoint path is empty"),
+    ("x" * 5000, r"cannot read|no such file"),
+], ids=["dev-null", "empty", "name-too-long"])
+def test_paths_that_are_not_checkpoints(path, message):
+    for call in (list_layers, lambda p: load_layer(p, LAYER)):
+        with pytest.raises(ConfigError, match=message):
+            call(path)
+
+
+@pytest.mark.parametrize("text", ["[" * 100000, '{"weight_map": {"a": 1' + "0" * 5000 + "}}", "\xff\xfe"],
+                         ids=["deep-nesting", "5000-digit-integer", "not-utf8"])
+def test_index_json_that_python_cannot_parse(tmp_path, text):
+    path, _ = sharded_bf16(tmp_path)
+    (path / "model.safetensors.index.json").write_bytes(text.encode("latin-1"))
+    with pytest.raises(ConfigError, match="model.safetensors.index.json: not valid JSON"):
+        load_layer(path, LAYER)
