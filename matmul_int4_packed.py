@@ -18,16 +18,19 @@ Each launch iteration is one segment:
   compute herd each PE walks the refill in tile_k_l1 chunks: one DMA brings its A chunk (re-laid into 8x8
   mmul blocks on the way), one brings its weight record (Q, scales and zeros in one contiguous record),
   one kernel call accumulates. The kernel dequantises once per call, for all tile_m rows.
-* A residency: with tile_k_l2 == K the segment reads its rows of A from DDR once and sweeps every N
-  block over them (a loop inside the segment), so A crosses DDR once instead of once per N block
-  (26 MB instead of 85 MB of DDR traffic at 2048^3). With tile_k_l2 < K, A streams with the weights and
-  the launch iterates over N blocks too.
+* A streams: every launch iteration is one (M block, N block), and each L2 refill brings its A rows
+  with its weight records. A is stored in L2 already cut into the kernel's 8x8 blocks
+  ([herd_m, tile_m/8, tile_k_l2/8, 8, 8]; the memtile's write side does the re-layout), so one PE's
+  chunk is a single contiguous run per 8-row block and the chunk loop folds into one memtile BD.
+  (Keeping A resident in L2 across an N sweep would cut DDR traffic, but a buffer filled once and
+  read in every iteration of a loop has no correct lowering in aircc outside its refeed primitive:
+  the emulator's resource model refuses it, see docs/emulator.md.)
 * The drain converts the accumulator to bf16 (round to nearest even) into L1, DMAs it to the L2 C block,
   and the block goes to DDR in one DMA.
 
 Memory plan per level:
   L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8, C [M, N] bf16
-  L2: A [herd_m, tile_m, tile_k_l2] bf16, W [herd_n, tile_k_l2/tile_k_l1, record] u8,
+  L2: A [herd_m, tile_m/8, tile_k_l2/8, 8, 8] bf16, W [herd_n, tile_k_l2/tile_k_l1, record] u8,
       C [herd_m, herd_n, tile_m, tile_n] bf16
   L1 per PE: accumulator f32 and drain bf16 (tile_m*tile_n each) and the kernel's scratch (herd-wide,
       a slice each), the A chunk and the record (ping-ponged by aircc), the kernel's stack.
@@ -104,7 +107,6 @@ def build_module(cfg: DesignConfig):
     chunks_per_l2 = tk2 // tk1
     chunks = k // tk1
     tile = tm * tn
-    nbs = cfg.n_blocks_per_segment
 
     bf16, f32, u8 = BF16Type.get(), F32Type.get(), IntegerType.get_signless(8)
     l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
@@ -115,7 +117,7 @@ def build_module(cfg: DesignConfig):
     w_l3 = MemRefType.get([n // tn, chunks, rec], u8)
     c_l3 = MemRefType.get([m, n], bf16)
     # L2: one segment's block.
-    a_l2 = MemRefType.get([hm, tm, tk2], bf16, memory_space=l2)
+    a_l2 = MemRefType.get([hm, tm // MMUL, tk2 // MMUL, MMUL, MMUL], bf16, memory_space=l2)
     w_l2 = MemRefType.get([hn, chunks_per_l2, rec], u8, memory_space=l2)
     c_l2 = MemRefType.get([hm, hn, tm, tn], bf16, memory_space=l2)
     # L1: herd-wide accumulator and drain (a slice per PE), and each PE's own buffers.
@@ -141,7 +143,7 @@ def build_module(cfg: DesignConfig):
 
     @FuncOp.from_py_func(a_l3, w_l3, c_l3)
     def matmul_int4_packed(arg_a, arg_w, arg_c):
-        @launch(operands=[arg_a, arg_w, arg_c], sizes=[m // (hm * tm), n // (hn * tn) // nbs])
+        @launch(operands=[arg_a, arg_w, arg_c], sizes=[m // (hm * tm), n // (hn * tn)])
         def launch_body(bm, bn, _nbm, _nbn, l3a, l3w, l3c):
             @segment(name="gemm_seg", operands=[bm, bn, l3a, l3w, l3c])
             def segment_body(bm_s, bn_s, l3a_s, l3w_s, l3c_s):
@@ -151,8 +153,14 @@ def build_module(cfg: DesignConfig):
                 scratch = AllocOp(scratch_herd, [], [])
 
                 def fetch_a(k0):
-                    # A[row0 : row0 + hm*tm, k0 : k0 + tk2] -> [hm, tm, tk2]
-                    dma_memcpy_nd(l2a, l3a_s, src_offsets=[row0, k0], src_sizes=[hm * tm, tk2], src_strides=[k, 1])
+                    # A[row0 : +hm*tm, k0 : +tk2] read row by row, written as 8x8 blocks: rows (x, i, r)
+                    # and columns (kb, s) land at ((x*tm/8 + i)*tk2/8 + kb)*64 + r*8 + s.
+                    dma_memcpy_nd(
+                        l2a, l3a_s,
+                        dst_offsets=[0, 0, 0, 0], dst_sizes=[hm * tm // MMUL, MMUL, tk2 // MMUL, MMUL],
+                        dst_strides=[MMUL * tk2, MMUL, MMUL * MMUL, 1],
+                        src_offsets=[row0, k0], src_sizes=[hm * tm, tk2], src_strides=[k, 1],
+                    )
 
                 def compute_block(nblock):
                     """One (M block, N block): zero the accumulators, sweep K through L2 refills, drain to DDR."""
@@ -162,8 +170,7 @@ def build_module(cfg: DesignConfig):
                         CallOp(zero, [pe_slice(acc_h, x, y)])
 
                     for kr in for_(0, k // tk2):
-                        if not cfg.a_resident:
-                            fetch_a(affine_sum((kr, tk2)))
+                        fetch_a(affine_sum((kr, tk2)))
                         # records (nblock*hn + j, kr*chunks_per_l2 + c) -> [hn, chunks_per_l2, rec]
                         dma_memcpy_nd(
                             l2w, l3w_s,
@@ -175,12 +182,11 @@ def build_module(cfg: DesignConfig):
                         def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
                             a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
                             for c in for_(0, chunks_per_l2):
-                                # PE row-tile x, columns c*tk1.. re-laid as 8x8 blocks [tm/8][tk1/8][8][8].
+                                # PE row-tile x, blocks c*tk1/8.. of each 8-row band: [tm/8][tk1/8][8][8].
                                 dma_memcpy_nd(
                                     a_chunk, l2a_h,
-                                    src_offsets=[x, 0, 0, 0, affine_sum((c, tk1))],
-                                    src_sizes=[1, tm // MMUL, tk1 // MMUL, MMUL, MMUL],
-                                    src_strides=[tm * tk2, MMUL * tk2, MMUL, tk2, 1],
+                                    src_offsets=[x, 0, affine_sum((c, tk1 * MMUL))],
+                                    src_sizes=[1, tm // MMUL, tk1 * MMUL], src_strides=[tm * tk2, MMUL * tk2, 1],
                                 )
                                 dma_memcpy_nd(
                                     w_rec, l2w_h,
@@ -210,13 +216,7 @@ def build_module(cfg: DesignConfig):
                         src_offsets=[0, 0, 0, 0], src_sizes=[hm, tm, hn, tn], src_strides=[hn * tile, tn, tile, 1],
                     )
 
-                if cfg.a_resident:
-                    fetch_a(0)  # all of K, read once and reused by every N block of the sweep
-                    for nb in for_(0, nbs):
-                        compute_block(affine_sum((bn_s, nbs), (nb, 1)))
-                        yield_([])
-                else:
-                    compute_block(bn_s)  # one N block per launch iteration
+                compute_block(bn_s)
                 for buf in (l2a, l2w, l2c, acc, out, scratch):
                     DeallocOp(buf)
 

@@ -8,12 +8,17 @@ rejects a bad one with the same message.
 from __future__ import annotations
 
 import argparse
+import functools
+import os
+import sys
 from dataclasses import dataclass
 
 from . import record
 from .errors import ConfigError
 from .quant import check_dims, check_group_size
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMULATOR_DIR = os.path.join(REPO, "emulator")
 HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
 MEMTILE_BYTES = 512 * 1024
 MEMTILES = 8
@@ -84,18 +89,10 @@ class DesignConfig:
     def kernel_object(self) -> str:
         return record.kernel_lib_name(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
 
-    @property
-    def a_resident(self) -> bool:
-        """tile_k_l2 == K: a segment reads its rows of A once and sweeps every N block over them."""
-        return self.tile_k_l2 == self.k
-
-    @property
-    def n_blocks_per_segment(self) -> int:
-        return self.n // (self.tile_n * self.herd_n) if self.a_resident else 1
-
     def ddr_bytes(self) -> int:
-        """Bytes the design moves between DDR and the memtiles (the emulator's counters must agree)."""
-        a = self.m * self.k * 2 * (1 if self.a_resident else self.n // (self.tile_n * self.herd_n))
+        """Bytes the design moves between DDR and the memtiles (the emulator's counters must agree):
+        A once per N block, the weights once per M block, C once."""
+        a = self.m * self.k * 2 * (self.n // (self.tile_n * self.herd_n))
         w = (self.n // self.tile_n) * (self.k // self.tile_k_l1) * self.record_bytes * (self.m // (self.tile_m * self.herd_m))
         return a + w + self.m * self.n * 2
 
@@ -115,11 +112,13 @@ class DesignConfig:
         return [(name, size) for name, size in budget.items() if name != "total"]
 
     def l2_budget(self) -> list[tuple[str, int]]:
-        """Per-segment L2 bytes; the refilled A and W blocks are ping-ponged, a resident A is not."""
+        """Per-segment L2 bytes; the A and W blocks are ping-ponged when there is more than one refill
+        (aircc folds a one-trip loop away, and with it the ping-pong)."""
         a = 2 * self.herd_m * self.tile_m * self.tile_k_l2
+        pp = 2 if self.k > self.tile_k_l2 else 1
         return [
-            ("A block bf16 (resident)", a) if self.a_resident else ("A block bf16 x2", 2 * a),
-            ("W records x2", 2 * self.herd_n * (self.tile_k_l2 // self.tile_k_l1) * self.record_bytes),
+            (f"A block bf16 x{pp}", pp * a),
+            (f"W records x{pp}", pp * self.herd_n * (self.tile_k_l2 // self.tile_k_l1) * self.record_bytes),
             ("C block bf16", 2 * self.herd_m * self.herd_n * self.tile_m * self.tile_n),
         ]
 
@@ -129,12 +128,50 @@ class DesignConfig:
     def l2_total(self) -> int:
         return sum(size for _, size in self.l2_budget())
 
+    def resources(self):
+        """The emulator's NPU2 resource model of this configuration (an air.emu ResourceReport: DMA
+        channels, BD chains, locks and memtile placement, the rules aircc must satisfy). Static: it
+        traces the builder with the emulated air API and loads no kernel. Raises ConfigError when
+        the resource model is not available (mlir-air's own `air` package already imported)."""
+        return _static_program(self).resources
+
+    def resource_problem(self) -> str | None:
+        """None when the emulator accepts this configuration statically (resource model, DMA limits,
+        budgets), else its first reason, one line."""
+        try:
+            report = self.resources()
+        except ConfigError:
+            raise
+        except Exception as e:  # the emulator's DesignError: a static rule (DMA limits, budgets)
+            if not getattr(e, "static", False):
+                raise
+            return str(e).splitlines()[0]
+        return None if report.summary() == "resources: within limits" else report.summary()
+
     def budget_report(self) -> str:
         lines = [f"L1 per PE: {self.l1_total()} / {record.L1_BYTES} bytes"]
         lines += [f"  {name:<22}{size:>8}" for name, size in self.l1_budget()]
         lines.append(f"L2 per segment: {self.l2_total()} / {MEMTILES * MEMTILE_BYTES} bytes")
         lines += [f"  {name:<22}{size:>8}" for name, size in self.l2_budget()]
         return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _static_program(cfg: DesignConfig):
+    """The design compiled by the emulator for static checks only (no kernel libraries)."""
+    air = sys.modules.get("air")
+    if air is None:
+        sys.path.insert(0, EMULATOR_DIR)
+        import air
+    if not getattr(air, "EMULATED", False):
+        raise ConfigError("the resource model needs the emulator's air package (emulator/), but mlir-air's "
+                          "own `air` is imported: run the check in a separate process")
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from air.emu.engine import Options, Program
+    from matmul_int4_packed import build_module
+
+    return Program(build_module(cfg), Options(stack_size=cfg.stack_bytes, link=False), check=False)
 
 
 def _round_up(x: int, step: int) -> int:

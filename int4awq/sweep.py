@@ -1,6 +1,7 @@
 """Legal configurations of the design for a GEMM shape, ranked by the NPU2 model; the default-config table.
 
     python -m int4awq.sweep --m 2048 --k 2048 --n 2048        the ten best configurations, modelled
+                                                              (only those the resource model accepts)
     python -m int4awq.sweep --write-table                     regenerate configs.json (Llama-3.2-1B shapes)
 
 A configuration pads M and N up to whole herd blocks (the host pads A and W with zeros and drops the
@@ -73,6 +74,21 @@ def ranked(m: int, k: int, n: int, gs: int) -> list[Ranked]:
     return out
 
 
+def accepted(m: int, k: int, n: int, gs: int, top: int = 1) -> list[Ranked]:
+    """The `top` fastest modelled configurations that the emulator's resource model also accepts
+    (DMA channels, BD chains, locks, memtile placement: air.emu.resources), fastest first."""
+    out = []
+    for r in ranked(m, k, n, gs):
+        if r.cfg.resource_problem() is not None:
+            continue
+        out.append(r)
+        if len(out) == top:
+            break
+    if not out:
+        raise ConfigError(f"no configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model")
+    return out
+
+
 def load_table() -> list[dict]:
     with open(TABLE) as f:
         return json.load(f)["configs"]
@@ -84,13 +100,13 @@ def default_config(m: int, k: int, n: int, gs: int) -> tuple[DesignConfig, str]:
         if (row["m"], row["k"], row["n"], row["gs"]) == (m, k, n, gs):
             tiles = {key: row[key] for key in TUNABLE}
             return DesignConfig.padded(m, k, n, gs, **tiles), "configs.json"
-    return ranked(m, k, n, gs)[0].cfg, "best modelled legal configuration"
+    return accepted(m, k, n, gs)[0].cfg, "best modelled legal configuration"
 
 
 def write_table(path: str = TABLE) -> None:
     rows = []
     for m, (name, (k, n)) in itertools.product(TABLE_M, LLAMA_PROJECTIONS.items()):
-        best = ranked(m, k, n, 128)[0]
+        best = accepted(m, k, n, 128)[0]
         row = {"projection": name, "m": m, "k": k, "n": n, "gs": 128}
         row.update({key: getattr(best.cfg, key) for key in TUNABLE})
         row.update(modelled_us=round(best.est.seconds * 1e6, 1), modelled_tops=round(best.est.tops, 3),
@@ -119,12 +135,12 @@ def main(argv=None) -> int:
             return 0
         if None in (args.m, args.k, args.n):
             raise ConfigError("give --m --k --n (or --write-table)")
-        rows = ranked(args.m, args.k, args.n, args.gs)
+        rows = accepted(args.m, args.k, args.n, args.gs, args.top)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{len(rows)} legal configurations for M={args.m} K={args.k} N={args.n} GS={args.gs}; "
-          f"MODELLED NPU2 figures (int4awq/model.py)")
+    print(f"the {len(rows)} fastest configurations for M={args.m} K={args.k} N={args.n} GS={args.gs} that pass "
+          f"the NPU2 resource model; MODELLED NPU2 figures (int4awq/model.py)")
     print(f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'DDR MB':>8} {'us':>9} {'TOPS':>6} bound")
     for r in rows[: args.top]:
         c = r.cfg

@@ -10,6 +10,7 @@ the invoker interprets it.
 
 Emulator extras:
     backend.emu_budget   BudgetReport of the last compile (L1 per PE, L2 per segment)
+    backend.emu_resources ResourceReport of the last compile (DMA channels, BDs, locks, memtiles)
     backend.emu_stats    Stats of the last run (bytes per level pair, DMAs, calls, herds)
     backend.emu_progress None = progress line on stderr when it is a TTY; True / False force it
 """
@@ -99,6 +100,7 @@ class XRTBackend(AirBackend):
         self.currently_loaded = False
         self.last_latency_us = None  # no NPU, no latency
         self.emu_budget = None
+        self.emu_resources = None
         self.emu_stats = None
         self.emu_progress = None
         self._program = None
@@ -146,9 +148,11 @@ class XRTBackend(AirBackend):
                        entry=self.instance_name or None)
         program = Program(module, opts)
         self.emu_budget = program.budget
+        self.emu_resources = program.resources
         self._program = program
         if self.verbose:
             print(program.budget.table())
+            print(program.resources.table())
         ext = {"elf": "elf", "txn": "txn", "pdi": "pdi"}.get(self.output_format, "xclbin")
         return XRTCompileArtifact(f"{output_binary_name}.{ext}", kernel, insts, program=program)
 
@@ -172,6 +176,7 @@ class XRTBackend(AirBackend):
             return outs
 
         invoker.emu_budget = program.budget
+        invoker.emu_resources = program.resources
         invoker.emu_stats = None
         invoker.emu_program = program
         self.currently_loaded = True

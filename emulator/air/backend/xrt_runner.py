@@ -80,6 +80,7 @@ class XRTRunner:
         self.last_latency_us = None  # the emulator measures no NPU latency
         self.emu_stats = None
         self.emu_budget = None
+        self.emu_resources = None
 
     def run_test(
         self,
@@ -109,8 +110,10 @@ class XRTRunner:
         report = os.environ.get("AIR_EMU_REPORT", "") not in ("", "0")
         artifact = backend.compile(mlir_module)
         self.emu_budget = backend.emu_budget
+        self.emu_resources = backend.emu_resources
         if report:
             print(self.emu_budget.table())
+            print(self.emu_resources.table())
         outputs = [np.zeros(shape, dtype) for shape, dtype, _ in wanted]
         results = backend.load(artifact)(*inputs, *outputs)[len(inputs):]
         self.emu_stats = backend.emu_stats

@@ -43,6 +43,7 @@ from .errors import (
     WriteConflictError,
     ExecutionError,
     KernelOverrunError,
+    UnwrittenReadError,
 )
 from .kernels import load_function, resolve_library
 from .stats import Stats
@@ -60,7 +61,7 @@ class Buf:
     memref's element offset into it."""
 
     __slots__ = ("arr", "off", "n", "dtype", "isz", "level", "owner", "ptr", "root", "dead",
-                 "mask", "name", "raw")
+                 "mask", "name", "raw", "written")
 
     def __init__(self, arr, level, owner, name, root=None, off=0, raw=None):
         self.raw = raw
@@ -75,12 +76,16 @@ class Buf:
         self.root = self if root is None else root
         self.dead = False
         self.mask = None
+        # L1 / L2 buffers: which elements a DMA, a get or a kernel has written (None: all, as for
+        # the host's L3 arguments).  A transfer that reads an element never written is an error.
+        self.written = np.zeros(arr.size, np.bool_) if level != L3 and root is None else None
         self.ptr = arr.ctypes.data + off * self.isz
 
 
 class Options:
     def __init__(self, stack_size=1024, omit_pingpong="", target_device="npu2", num_device_cols=0,
-                 progress=None, entry=None):
+                 progress=None, entry=None, link=True):
+        self.link = link  # False: check the design statically, without loading kernel libraries
         self.stack_size = stack_size
         self.omit_pingpong = omit_pingpong
         self.target_device = target_device
@@ -162,6 +167,26 @@ def _overrun(buf, where, callee):
     raise KernelOverrunError(f"{where}: kernel @{callee} wrote outside {buf.root.name} "
                              f"({' and '.join(parts)}, within a {GUARD}-byte guard zone); on the NPU "
                              f"this silently corrupts a neighbouring buffer or the stack")
+
+
+def _mark_written(b, base, shape, estr):
+    w = b.root.written
+    if w is not None:
+        _ndarray(shape, np.bool_, w, b.off + base, estr)[...] = True
+
+
+def _check_written(b, base, shape, estr, where):
+    w = b.root.written
+    if w is None:
+        return
+    view = _ndarray(shape, np.bool_, w, b.off + base, estr)
+    if not view.all():
+        first = tuple(int(i) for i in np.argwhere(~view)[0])
+        n = int(view.size - np.count_nonzero(view))
+        raise UnwrittenReadError(
+            f"{where}: reads {n} of {view.size} elements that nothing has written yet (first at "
+            f"{first} of this access) from {b.name}; on the NPU the DMA would send whatever the "
+            f"memory held: fill the buffer (DMA, channel get or kernel) before it is read")
 
 
 class _Scope:
@@ -667,6 +692,7 @@ class Compiler:
             v.arr, v.off, v.dtype, v.isz = b.arr, b.off + rel, b.dtype, b.isz
             v.n = b.arr.size - v.off
             v.level, v.owner, v.root, v.dead, v.mask = b.level, b.owner, b.root, False, None
+            v.written = None
             v.name = f"subview of {b.name} as {t}"
             v.ptr = b.ptr + rel * b.isz
             E[out] = v
@@ -733,7 +759,10 @@ class Compiler:
             b = E[s]
             if b.root.dead:
                 _dead(b, where)
-            b.arr[b.off + lin()] = E[sv]
+            i = b.off + lin()
+            b.arr[i] = E[sv]
+            if b.root.written is not None:
+                b.root.written[i] = True
         return run
 
     # ------------------------------------------------------------------ access patterns
@@ -872,8 +901,10 @@ class Compiler:
                 raise DmaBoundsError(f"{where}: src moves {n} elements but dst receives {nd_}")
             sb = s_base(s, sspan)
             db = d_base(d, dspan)
+            _check_written(s, sb, sshape, sstr, where)
             sv = _ndarray(sshape, cdt, s.arr, (s.off + sb) * isz, tuple(x * isz for x in sstr))
             dv = _ndarray(dshape, cdt, d.arr, (d.off + db) * isz, tuple(x * isz for x in dstr))
+            _mark_written(d, db, dshape, dstr)
             if sshape == dshape:
                 dv[...] = sv
             else:
@@ -967,6 +998,7 @@ class Compiler:
                 _dead(b, where)
             shape, estr, n, spn = dims_fn()
             base = base_fn(b, spn)
+            _check_written(b, base, shape, estr, where)
             v = _ndarray(shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr))
             data = np.array(v, copy=True).reshape(-1).view(np.uint8)
             fifos, avail = rt.fifos, rt.avail
@@ -1036,6 +1068,7 @@ class Compiler:
             flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
             v = _ndarray(shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr))
             v[...] = flat.view(cdt).reshape(shape)
+            _mark_written(b, base, shape, estr)
             pe = rt.pe
             if pe is not None and b.root.owner != pe:
                 track(b, base, shape, estr, where)
@@ -1074,6 +1107,10 @@ class Compiler:
         if link is None:
             raise DesignError(f"{where}: @{callee} has no link_with attribute and neither has the herd; "
                               f"set func.attributes['link_with'] = StringAttr.get('name.o')")
+        if not self.opt.link:
+            def unlinked():
+                raise ExecutionError(f"{where}: compiled without kernel libraries (link=False): check only")
+            return unlinked
         path = resolve_library(link.value, f"{where}: @{callee}")
         fn = load_function(path, callee, ftype.inputs, f"{where}: @{callee}")
         E = self.E
@@ -1104,6 +1141,7 @@ class Compiler:
                     b = E[s]
                     if b.root.owner != pe:
                         track(b, 0, shape, estr, where)
+                    _mark_written(b, 0, shape, estr)
                 fn(*ptrs)
                 for s in slots:
                     raw = E[s].root.raw
@@ -1126,6 +1164,7 @@ class Compiler:
                     b = E[s]
                     if b.root.owner != pe:
                         track(b, 0, shape, estr, where)
+                    _mark_written(b, 0, shape, estr)
                 fn(*args)
                 for m, s in spec:
                     if m:
@@ -1172,14 +1211,18 @@ _DISPATCH = {
 class Program:
     """A compiled module: `run(*arrays)` interprets it."""
 
-    def __init__(self, module, options):
+    def __init__(self, module, options, check=True):
+        """check=False builds the budget and resource reports without raising on a limit."""
         self.options = options
         c = Compiler(module, options).compile()
         self.compiler = c
         self.herds_total = c.herds_total if not getattr(c, "herds_total_unknown", False) else None
         from .budget import analyse
         self.budget = analyse(c, options)
-        self.budget.raise_if_over()
+        from .resources import analyse as resources
+        if check:
+            self.budget.raise_if_over()
+        self.resources = resources(c, options, check)
 
     def run(self, *arrays):
         c = self.compiler

@@ -50,6 +50,11 @@ class BudgetError(DesignError):
     """Per-PE L1 or per-segment L2 over capacity."""
 
 
+class ResourceError(DesignError):
+    """More DMA channels, BDs, locks or memtile space than NPU2 has, or a transfer aircc cannot
+    lower (the resource model, resources.py)."""
+
+
 class HerdShapeError(DesignError):
     """A herd that does not fit the compute array."""
 
@@ -86,6 +91,10 @@ class ChannelError(ExecutionError):
     """A get from an empty channel, or data left in a channel at the end."""
 
 
+class UnwrittenReadError(ExecutionError):
+    """A DMA or channel put whose source holds elements nothing has written."""
+
+
 class KernelOverrunError(ExecutionError):
     """A kernel wrote outside the L1 buffer it was given (guard zone changed)."""
 
@@ -106,4 +115,6 @@ __all__ = [
     "WriteConflictError",
     "ChannelError",
     "KernelOverrunError",
+    "UnwrittenReadError",
+    "ResourceError",
 ]

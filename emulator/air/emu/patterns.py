@@ -23,16 +23,23 @@ Limits applied to one side of a transfer, by the level of that side's memref
     on both, a zero stride is allowed only in the outermost dimension, which
     then is a repeat (task repeat count) and does not take a descriptor
     dimension; unless linear, every size <= 1023 (10-bit wrap fields).
-  Every level: every stride <= 2^20 elements (AIE2_STRIDE_UPPER_BOUND), no
-  negative strides.
+  Every level: every stride, in elements, at most 2^(step bits) of that tile's
+  BD (mlir-aie AIETargetModel getDmaBdStepBits, checked by the aie.dma_bd
+  verifier in AIEDialect.cpp): shim 2^20, memtile 2^17, core tile 2^13; no
+  negative strides.  Elements, not 32-bit words: mlir-air's kernel registry
+  documents a bf16 stride of 1245184 elements (622592 words) refused with
+  "Stride exceeds [1:1048576] range" (Qwen3-4B GEMM notes).  A core-tile wrap
+  has 8 bits (sizes <= 255), memtile and shim wraps 10 bits (<= 1023).  The
+  resource model (resources.py) checks the same bounds again after folding
+  the surrounding loops into the BD.
 """
 
 from .errors import DmaLimitError
 from .types import L1, L2, L3, LEVEL_NAMES
 
-MAX_STRIDE = 1 << 20
+MAX_STRIDE = {L3: 1 << 20, L2: 1 << 17, L1: 1 << 13}
 SHIM_WRAP_BOUNDS = (64, 1024, 1024, 1024)
-BD_WRAP_MAX = 1023
+BD_WRAP_MAX = {L2: 1023, L1: 255}
 MAX_DIMS = {L3: 4, L2: 4, L1: 3}
 ENGINE = {L3: "shim DMA", L2: "memtile DMA", L1: "core-tile DMA"}
 
@@ -61,7 +68,7 @@ def _linear(dims):
     return len(dims) == 2 and dims[0][1] == 0 and dims[1][1] == 1
 
 
-def check_limits(dims, sizes, strides, level, what):
+def check_limits(dims, sizes, strides, level, what, check_strides=True):
     """Raise DmaLimitError if the canonical pattern `dims` cannot be one BD of
     the DMA engine at `level`.  `what` names the op and side."""
     lv = LEVEL_NAMES[level]
@@ -73,8 +80,8 @@ def check_limits(dims, sizes, strides, level, what):
     for sz, st in dims:
         if st < 0:
             fail(f"negative stride {st}")
-        if st > MAX_STRIDE:
-            fail(f"stride {st} exceeds the AIE2P limit 2^20 = {MAX_STRIDE} elements")
+        if check_strides and st > MAX_STRIDE[level]:
+            fail(f"stride {st} exceeds the {ENGINE[level]} BD limit {MAX_STRIDE[level]} elements")
     if dims == [(1, 1)]:
         return
     linear = _linear(dims)
@@ -106,9 +113,19 @@ def check_limits(dims, sizes, strides, level, what):
         fail(f"{len(core)} buffer-descriptor dimensions after canonicalisation {dims}"
              f"{' (plus a repeat)' if repeat else ''}; the {ENGINE[level]} supports {limit}")
     if not linear:
+        # A size over the wrap field is split into two dimensions (AIR's wrap-and-stride
+        # canonicalisation caps each wrap, maxSize 1023): one more dimension, if it factors.
+        wrap = BD_WRAP_MAX[level]
+        extra = 0
         for sz, st in core:
-            if sz > BD_WRAP_MAX:
-                fail(f"size {sz} in {dims} exceeds the 10-bit wrap limit {BD_WRAP_MAX}")
+            if sz > wrap:
+                if not any(sz % a == 0 and sz // a <= wrap for a in range(2, wrap + 1)):
+                    fail(f"size {sz} in {dims} exceeds the {ENGINE[level]} wrap limit {wrap} and does not "
+                         f"factor into two sizes within it")
+                extra += 1
+        if len(core) + extra > limit:
+            fail(f"sizes over the {ENGINE[level]} wrap limit {wrap} in {dims}: splitting them needs "
+                 f"{len(core) + extra} > {limit} buffer-descriptor dimensions")
 
 
 def span(dims):

@@ -1,0 +1,693 @@
+"""The NPU2 resource model: the DMA channels, buffer descriptors (BDs), locks and memtile space that
+aircc must find for every transfer of a design, checked after tracing and before anything runs.
+
+How aircc lowers a design, as modelled here (mlir-air at e972f29 and mlir-aie; each rule names the
+pass or function that enforces it):
+
+* Every transfer becomes a stream between two DMA channels: air-dma-to-channel turns each
+  `air.dma_memcpy_nd` into a channel of its own; an `air.channel` is one stream per index.  A side
+  in a herd lands on each PE's compute tile, an L2 side on a memtile, an L3 side on a shim tile.
+  NPU2 has 2 S2MM + 2 MM2S DMA channels on a compute tile and a shim tile, 6 + 6 on a memtile
+  (mlir-aie AIETargetModel.cpp, the DMA bundle of the switchbox / shim mux).  aircc's allocators
+  (AIRToAIESchedulingUtils.cpp: TileDMAAllocator and MemTileDMAAllocator::simpleDmaChannelAlloc)
+  do not fail beyond that: they wrap round-robin and chain two flows on one channel, which
+  serialises them and deadlocks when they must run together (repairS2MMChains warns so).  The
+  shim allocator fails outright ("out of shim DMA channels").  The model refuses all three.
+* An L2 buffer of a segment with more than 4 compute tiles is split along the dimension its
+  herd-side accesses select by herd id (air-split-l2-memref, AIRMiscPasses.cpp getMemrefSplitDim),
+  one piece per index, each on one memtile.  PEs that read the same bytes of a piece share one
+  broadcast stream; PEs that touch different bytes each need their own channel.
+* A stream's BD chain: the loops around the transfer are folded into the BD's wraps and strides
+  while the pattern still fits the BD's dimensions (memtile 4, compute tile 3, shim 3 + repeat:
+  applyAIRSpecializeChannelWrapAndStridePattern, AIRDependencyScheduleOpt.cpp); the first loop
+  that does not fit is unrolled into one BD per iteration (AIRUnrollScfForIntoBDChain), and so is
+  every outer loop that moves the pattern; a loop that only repeats it is the chain's own repeat.
+  A ping-ponged buffer doubles its side's chain (two buffers, two BDs each step).  Pools: 16 BDs
+  on a compute or shim tile, 48 on a memtile of which even channels draw ids 0-23 and odd ones
+  24-47 (mlir-aie getNumBDs, isBdChannelAccessible; BdIdGenerator in
+  AIEAssignBufferDescriptorIDs.cpp: "Allocator exhausted available BD IDs").
+* The folded BD's strides and wraps must fit the tile's fields (see patterns.py).
+* Locks: one producer/consumer pair per DMA-connected buffer on its tile (16 locks on a compute or
+  shim tile, 64 on a memtile: getNumLocks).  A buffer's lock values (getLockValuePair,
+  AIRToAIESchedulingUtils.cpp) are ceil(reads / writes) or ceil(writes / reads) over its
+  transfers, at least its ping-pong slots, and the refeed count for a refed buffer; each must
+  fit the 6-bit lock (getMaxLockValue, 63).
+* A buffer filled once and read in every iteration of a loop has no correct lowering (lock counts
+  and ping-pong slots assume one fill per read: air-annotate-refeed in mlir-air's
+  Transform/Passes.td), except through the refeed primitive: a single `air.channel.put` that is
+  the whole body of an scf.for (matchRefeedLoop, AIRMiscPasses.cpp), which aircc lowers to one BD
+  that re-sends the buffer once per trip, its lock set to the trip count.
+
+Where the sources leave a choice open, the model takes the reading that refuses less of what
+mlir-air runs on hardware, and says so in the comment beside the rule.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+
+from ..ir import Block, MemRefType
+from . import patterns as P
+from .budget import _PingPong
+from .errors import DesignError, ResourceError
+from .types import L1, L2, L3, LEVEL_NAMES, level_of, np_dtype
+
+
+# NPU2 (AIE2P) per-tile resources, from mlir-aie's target model (include/aie/Dialect/AIE/IR/
+# AIETargetModel.h, AIE2TargetModel / NPU2TargetModel: getNumDestSwitchboxConnections and
+# getNumSourceSwitchboxConnections for the DMA bundle, getNumBDs, getNumLocks, getMaxLockValue,
+# getMemTileSize) and mlir-aie's BD id allocator for memtiles (BdIdGenerator: channels of even
+# index draw BD ids 0-23, odd ones 24-47).
+TILES = {
+    "compute": dict(s2mm=2, mm2s=2, bds=16, locks=16),
+    "memtile": dict(s2mm=6, mm2s=6, bds=48, locks=64),
+    "shim": dict(s2mm=2, mm2s=2, bds=16, locks=16),
+}
+MEMTILE_BD_PARITY = 24
+# AIE2 lock values are 6-bit (mlir-aie AIE2TargetModel::getMaxLockValue = 0x3F).  Nothing in aircc
+# checks it at compile time; on the device a larger value is silently truncated (mlir-air's
+# fused_decode.py splits its refeed counts into groups of at most 63 for this reason), so the
+# model refuses it: a design that compiles and then hangs is worse than one that is refused.
+MAX_LOCK_VALUE = 63
+MEMTILE_BYTES = 512 * 1024
+BD_DIMS = {L1: 3, L2: 4, L3: 4}  # shim: 3 BD dims + the repeat dimension
+MAX_REFEED = MAX_LOCK_VALUE  # a refeed of N sets a lock to N; hardware truncates above 63
+TILES_PER_L2_TILE = 4  # air-split-l2-memref splits only for segments of more compute tiles
+COLUMNS, COMPUTE_ROWS = 8, 4
+
+_HIER = ("air.launch", "air.segment", "air.herd")
+
+
+class _NonAffine(Exception):
+    """An offset the model cannot evaluate as an integer function of loop and hierarchy ids."""
+
+
+# ------------------------------------------------------------------------------------ the IR walk
+class _End:
+    """One side of one transfer: the memory a DMA channel reads (mm2s) or writes (s2mm)."""
+
+    def __init__(self, op, side, direction, ctx, chan=None):
+        self.op, self.side, self.direction, self.chan = op, side, direction, chan
+        self.hier, self.loops = list(ctx[0]), list(ctx[1])
+        self.herd = next((h for h in reversed(self.hier) if h.OPERATION_NAME == "air.herd"), None)
+        self.segment = next((h for h in reversed(self.hier) if h.OPERATION_NAME == "air.segment"), None)
+        self.level = level_of(side.memref.type)
+        self.dtype = np_dtype(side.memref.type.element_type)
+
+    @property
+    def key(self):
+        """The stream this end belongs to on its tile: its own DMA, or its channel (and index)."""
+        return ("dma", id(self.op)) if self.chan is None else ("chan", self.chan)
+
+    def where(self):
+        return f"{self.op.OPERATION_NAME} at {self.op._loc}"
+
+
+class _Walk:
+    def __init__(self, entry):
+        self.ends = []
+        self.problems = []  # rule violations that are not a tile's count over its limit
+        self.argmap = {}  # block-argument uid -> ("operand", value) | ("const", int) | ("var", None)
+        self.loop_of_iv = {}
+        self.herds = []
+        self.walk(entry.entry_block, ([], []))
+
+    def walk(self, block, ctx):
+        for op in block.operations:
+            name = op.OPERATION_NAME
+            if name == "scf.for":
+                self.argmap[op.induction_variable._uid] = ("var", None)
+                self.loop_of_iv[op.induction_variable._uid] = op
+                for a in op.inner_iter_args:
+                    self.argmap[a._uid] = ("iter", None)
+                self.walk(op.body, (ctx[0], ctx[1] + [op]))
+            elif name in _HIER:
+                for a in op.ids:
+                    self.argmap[a._uid] = ("var", None)
+                for a, v in zip(op.size_args, op.size_operands):
+                    self.argmap[a._uid] = ("operand", v)
+                for a, v in zip(op.kernel_arguments, op.kernel_operands):
+                    self.argmap[a._uid] = ("operand", v)
+                if name == "air.herd":
+                    self.herds.append((op, ctx[0][:]))
+                self.walk(op.regions[0].blocks[0], (ctx[0] + [op], ctx[1]))
+            elif name == "air.dma_memcpy_nd":
+                self.ends.append(_End(op, op.src, "mm2s", ctx))
+                self.ends.append(_End(op, op.dst, "s2mm", ctx))
+            elif name == "air.channel.put":
+                self.ends.append(_End(op, op.side, "mm2s", ctx, op.chan_name))
+            elif name == "air.channel.get":
+                self.ends.append(_End(op, op.side, "s2mm", ctx, op.chan_name))
+
+    # Integer evaluation of index values, for probing how an offset moves with a loop or a PE id.
+    def value(self, v, env):
+        if v._uid in env:
+            return env[v._uid]
+        o = v.owner
+        if isinstance(o, Block):
+            kind, x = self.argmap.get(v._uid, ("var", None))
+            if kind == "operand":
+                return self.value(x, env)
+            if kind == "var":
+                return 0
+            raise _NonAffine(v.describe())
+        name = o.OPERATION_NAME
+        if name == "arith.constant":
+            return int(o.attributes["value"].value)
+        if name == "affine.apply":
+            return int(o._fn(*[self.value(x, env) for x in o.operands]))
+        ev = getattr(o, "_eval", None)
+        if ev is not None:
+            return int(ev([self.value(x, env) for x in o.operands], o.results[0].type))
+        raise _NonAffine(f"{name} at {o._loc}")
+
+    def root(self, v):
+        """(root value, element offset function) of a memref value through subviews, casts and
+        hierarchy operands."""
+        terms = []
+        while True:
+            o = v.owner
+            if isinstance(o, Block):
+                kind, x = self.argmap.get(v._uid, (None, None))
+                if kind == "operand":
+                    v = x
+                    continue
+                return v, terms
+            if o.OPERATION_NAME == "memref.subview":
+                for off, st in zip(o.static_offsets, o.src_strides):
+                    terms.append((off, st))
+                v = o.operands[0]
+                continue
+            if o.OPERATION_NAME == "memref.cast":
+                v = o.operands[0]
+                continue
+            return v, terms
+
+    def offset(self, end, env):
+        """The element offset of `end`'s first element in its root buffer, for index values `env`."""
+        side = end.side
+        total = 0
+        root, terms = self.root(side.memref)
+        for off, st in terms:
+            total += (off if isinstance(off, int) else self.value(off, env)) * st
+        if side.implicit:
+            return total
+        strides = [s if isinstance(s, int) else self.value(s, env) for s in side.strides]
+        pad = len(strides) - len(side.offsets)
+        for i, off in enumerate(side.offsets):
+            total += (off if isinstance(off, int) else self.value(off, env)) * strides[pad + i]
+        return total
+
+    def pattern(self, end):
+        side = end.side
+        if side.implicit:
+            mt = side.memref.type
+            strides, _ = mt.get_strides_and_offset()
+            return P.canonical(mt.shape or [1], strides or [1])
+        sizes = [s if isinstance(s, int) else self.value(s, {}) for s in side.sizes]
+        strides = [s if isinstance(s, int) else self.value(s, {}) for s in side.strides]
+        return P.canonical(sizes, strides)
+
+    def coefficient(self, end, iv, lo, step):
+        """Elements the end's offset moves per trip of the loop with induction variable `iv`
+        (None: not an affine function of it)."""
+        try:
+            f = [self.offset(end, {iv._uid: lo + t * step}) for t in range(3)]
+        except _NonAffine:
+            return None
+        if f[2] - f[1] != f[1] - f[0]:
+            return None
+        return f[1] - f[0]
+
+
+# --------------------------------------------------------------------------------- BD chains
+def _fits(dims, level):
+    """Whether a canonical pattern is one BD of the DMA at `level` (wraps and dims, not strides)."""
+    try:
+        P.check_limits(dims, [d[0] for d in dims], [d[1] for d in dims], level, "", check_strides=False)
+    except DesignError:
+        return False
+    return True
+
+
+def _trip(loop):
+    t = getattr(loop, "_emu_trip", None)
+    return t
+
+
+class _Chain:
+    """The BD chain of one end: BDs, the folded pattern and the loops that unrolled."""
+
+    def __init__(self, bds, dims, unrolled, repeat):
+        self.bds, self.dims, self.unrolled, self.repeat = bds, dims, unrolled, repeat
+
+
+def _chain(w, end, loops, pp_loop):
+    dims = w.pattern(end)
+    bds, unrolled, folding, repeat = 1, [], True, 1
+    for loop in reversed(loops):
+        trip = _trip(loop)
+        if trip is not None and trip <= 1:
+            continue
+        if loop is pp_loop:  # two buffers alternate: two BDs each step, the loop is their cycle
+            bds *= 2
+            folding = False
+            continue
+        lo = w.value(loop.operands[0], {})
+        step = w.value(loop.operands[2], {})
+        coef = w.coefficient(end, loop.induction_variable, lo, step)
+        if trip is None or coef is None:
+            bds *= trip or 1
+            unrolled.append((loop, trip, "offset not affine in the loop" if coef is None else "unknown trip"))
+            folding = False
+            continue
+        if folding:
+            new = P.canonical([trip] + [d[0] for d in dims], [coef] + [d[1] for d in dims])
+            if _fits(new, end.level):
+                dims = new
+                continue
+            folding = False
+            bds *= trip
+            unrolled.append((loop, trip, f"folding it would need {len(new)} dimensions"))
+        elif coef == 0:
+            repeat *= trip  # the whole chain again: the DMA's own repeat, no new BD
+        else:
+            bds *= trip
+            unrolled.append((loop, trip, "it moves a pattern that is already a chain"))
+    return _Chain(bds, dims, unrolled, repeat)
+
+
+def _check_strides(w, end, chain, tile):
+    """The folded BD's strides against the tile's step field (elements; see patterns.py)."""
+    limit = P.MAX_STRIDE[end.level]
+    for size, stride in chain.dims:
+        if size > 1 and stride > limit:
+            w.problems.append((
+                f"BD stride {stride} > {limit} on the {tile} ({end.where()})",
+                f"{end.where()}: the {tile} BD of its {LEVEL_NAMES[end.level]} side has stride {stride} "
+                f"once the surrounding loops are folded into it {[list(d) for d in chain.dims]}: "
+                f"Stride {stride} exceeds the [1:{limit}] range (aie.dma_bd verifier, mlir-aie "
+                f"AIEDialect.cpp; the failure mlir-air's kernel registry documents for its GEMM at "
+                f"tile_k_l2 * N over 2^20)"))
+
+
+# ---------------------------------------------------------------------------------- the report
+class Tile:
+    def __init__(self, kind, name):
+        self.kind, self.name = kind, name
+        self.s2mm, self.mm2s = [], []  # stream descriptions
+        self.bds = 0
+        self.parity = [0, 0]
+        self.locks = 0
+        self.lock_value = 0
+        self.bytes = 0
+        self.pieces = []
+
+    def usage(self):
+        lim = TILES[self.kind]
+        rows = [("S2MM channels", len(self.s2mm), lim["s2mm"]), ("MM2S channels", len(self.mm2s), lim["mm2s"])]
+        if self.kind == "memtile":
+            rows += [("BDs even channels", self.parity[0], MEMTILE_BD_PARITY),
+                     ("BDs odd channels", self.parity[1], MEMTILE_BD_PARITY)]
+        else:
+            rows.append(("BDs", self.bds, lim["bds"]))
+        rows += [("locks", self.locks, lim["locks"]), ("largest lock value", self.lock_value, MAX_LOCK_VALUE)]
+        if self.kind == "memtile":
+            rows.append(("L2 bytes", self.bytes, MEMTILE_BYTES))
+        return rows
+
+
+class ResourceReport:
+    def __init__(self, tiles, notes, problems=()):
+        self.tiles, self.notes, self.problems = tiles, notes, list(problems)
+
+    def first_exceeded(self):
+        for t in self.tiles:
+            for what, used, limit in t.usage():
+                if used > limit:
+                    return t, what, used, limit
+        return None
+
+    def table(self):
+        lines = ["NPU2 resources (emulator's model of aircc's lowering): used / limit per tile"]
+        header = f"  {'tile':<36}{'S2MM':>6}{'MM2S':>6}{'BDs':>14}{'locks':>7}{'lock val':>9}{'L2 KiB':>10}"
+        lines.append(header)
+        for t in self.tiles:
+            u = {what: (used, limit) for what, used, limit in t.usage()}
+            bds = (f"{u['BDs even channels'][0]}+{u['BDs odd channels'][0]}/24+24" if t.kind == "memtile"
+                   else f"{u['BDs'][0]}/{u['BDs'][1]}")
+            l2 = f"{t.bytes // 1024}/{MEMTILE_BYTES // 1024}" if t.kind == "memtile" else ""
+            lines.append(f"  {t.name:<36}{'%d/%d' % u['S2MM channels']:>6}{'%d/%d' % u['MM2S channels']:>6}"
+                         f"{bds:>14}{'%d/%d' % u['locks']:>7}{'%d/%d' % u['largest lock value']:>9}{l2:>10}")
+        for n in self.notes:
+            lines.append("note: " + n)
+        for _, n in self.problems:
+            lines.append("error: " + n)
+        lines.append(self.summary())
+        return "\n".join(lines)
+
+    __str__ = table
+
+    def summary(self):
+        if self.problems:
+            return "resources: " + self.problems[0][0]
+        over = self.first_exceeded()
+        if over is None:
+            return "resources: within limits"
+        t, what, used, limit = over
+        return f"resources: {t.name}: {what} {used} > {limit}"
+
+    def raise_if_over(self):
+        if self.problems:
+            raise ResourceError(self.problems[0][1])
+        over = self.first_exceeded()
+        if over is None:
+            return
+        t, what, used, limit = over
+        detail = {"S2MM channels": t.s2mm, "MM2S channels": t.mm2s}.get(what)
+        streams = f" ({'; '.join(detail)})" if detail else ""
+        raise ResourceError(f"{t.name}: needs {used} {what}, NPU2 has {limit}{streams}\n{self.table()}")
+
+
+# -------------------------------------------------------------------------------- the analysis
+def analyse(compiler, options, check=True):
+    """The ResourceReport of a compiled design; with check, a ResourceError for its first problem."""
+    w = _Walk(compiler.entry)
+    w.compiler = compiler
+    notes = []
+    pp_l1 = {}
+    for op, _ in compiler.herd_ops:
+        pp = _PingPong(op.regions[0].blocks[0], (L1,), options.omit_pingpong or "")
+        for a in pp.allocs:
+            f = pp.home.get(id(a))
+            if f is not None and id(f) in pp.labelled:
+                pp_l1[id(a)] = f
+    pp_l2 = {}
+    for seg in compiler.segment_ops:
+        pp = _PingPong(seg.regions[0].blocks[0], (L2,), options.omit_pingpong or "")
+        for a in pp.allocs:
+            f = pp.home.get(id(a))
+            if f is not None and id(f) in pp.labelled:
+                pp_l2[id(a)] = f
+
+    def pp_loop(end):
+        root, _ = w.root(end.side.memref)
+        o = root.owner
+        if isinstance(o, Block):
+            return None
+        return (pp_l1 if end.level == L1 else pp_l2).get(id(o))
+
+    w.segment_tiles = _check_total_pes(w, compiler)
+    _check_fill_once_read_many(w)
+    tiles = _compute_tiles(w, compiler, pp_loop)
+    mem, n_pieces = _memtiles(w, pp_loop, notes)
+    report = ResourceReport(tiles + mem + _shims(w, n_pieces), notes, w.problems)
+    if check:
+        report.raise_if_over()
+    return report
+
+
+def _herd_group(compiler, herd):
+    seg = compiler.herd_segment.get(id(herd))
+    return (id(seg), herd.sym_name) if herd.sym_name else (id(herd), None)
+
+
+def _check_total_pes(w, compiler):
+    """The herds of one segment run at once on distinct tiles: at most the 32 compute tiles.
+    (Same-named herds are phases of one herd: aircc merges them, MergeAIRHerdsPattern.)"""
+    per_seg = {}
+    for op, sizes in compiler.herd_ops:
+        seg = compiler.herd_segment.get(id(op))
+        group = _herd_group(compiler, op)
+        n = 1
+        for s in sizes:
+            n *= s
+        groups = per_seg.setdefault(id(seg), {})
+        if n >= groups.get(group, (0, None))[0]:
+            groups[group] = (n, op)
+    for groups in per_seg.values():
+        total = sum(n for n, _ in groups.values())
+        if total > COLUMNS * COMPUTE_ROWS:
+            names = ", ".join(f"@{op.sym_name or 'herd'} ({n})" for n, op in groups.values())
+            w.problems.append((f"compute tiles: {total} PEs > {COLUMNS * COMPUTE_ROWS}",
+                               f"compute tiles: the herds of one segment need {total} PEs ({names}), "
+                                f"NPU2 has {COLUMNS} x {COMPUTE_ROWS} = {COLUMNS * COMPUTE_ROWS} "
+                                f"(aircc places each herd on its own tiles: air-place-herds)"))
+    return {seg: sum(n for n, _ in groups.values()) for seg, groups in per_seg.items()}
+
+
+def _segment_loops(end):
+    """Loops around an end that belong to its segment's own program (not inside a herd)."""
+    if end.segment is None:
+        return []
+    out = []
+    for loop in end.loops:
+        if _inside(loop, end.segment) and (end.herd is None or not _inside(loop, end.herd)):
+            out.append(loop)
+    return out
+
+
+def _inside(op, ancestor):
+    p = op.parent if hasattr(op, "parent") else None
+    while p is not None:
+        if p is ancestor:
+            return True
+        p = getattr(p, "parent", None)
+    return False
+
+
+def _is_refeed(end):
+    """The refeed primitive: a channel.put that is the only op (but the yield) of an scf.for."""
+    if end.chan is None or end.direction != "mm2s" or not end.loops:
+        return False
+    body = [o for o in end.loops[-1].body.operations if not o._is_terminator]
+    return len(body) == 1 and body[0] is end.op
+
+
+def _check_fill_once_read_many(w):
+    by_root = {}
+    for e in w.ends:
+        if e.level != L2:
+            continue
+        root, _ = w.root(e.side.memref)
+        by_root.setdefault(root._uid, []).append(e)
+    for ends in by_root.values():
+        fills = [e for e in ends if e.direction == "s2mm"]
+        for r in (e for e in ends if e.direction == "mm2s"):
+            # a loop around the read that no fill of the buffer is inside: one fill, many reads
+            extra = [lp for lp in _segment_loops(r) if (_trip(lp) or 2) > 1
+                     and not any(lp in f.loops for f in fills)]
+            if not extra or not fills:
+                continue
+            if _is_refeed(r) and extra == [r.loops[-1]]:
+                continue
+            lp, f, trip = extra[0], fills[0], _trip(extra[0])
+            w.problems.append((
+                f"fill once, read many: L2 buffer {r.side.memref.type} read in the scf.for at {lp._loc}",
+                f"{r.where()}: reads the L2 buffer {r.side.memref.type} in every iteration of the "
+                f"scf.for at {lp._loc} ({trip if trip is not None else 'unknown'} trips), but "
+                f"{f.where()} fills it once, outside that loop: aircc's locks and ping-pong slots "
+                f"assume one fill per read (mlir-air air-annotate-refeed, AIRToAIESchedulingUtils.cpp "
+                f"getLockValuePair). Refill it inside the loop, or re-send it with the refeed "
+                f"primitive: one air.channel.put alone in an scf.for of the reads' trip count"))
+
+
+def _compute_tiles(w, compiler, pp_loop):
+    groups = {}
+    for e in w.ends:
+        if e.level != L1:
+            continue
+        if e.herd is None:
+            continue  # an L1 side outside any herd has no core tile of its own to count on
+        groups.setdefault(_herd_group(compiler, e.herd), []).append(e)
+    tiles = []
+    for key, ends in groups.items():
+        herd = ends[0].herd
+        t = Tile("compute", f"compute (@{herd.sym_name or 'herd'}, per PE)")
+        seen = {"s2mm": {}, "mm2s": {}}
+        buffers = {}
+        for e in ends:
+            loops = [lp for lp in e.loops if _inside(lp, e.herd)]
+            ch = _chain(w, e, loops, pp_loop(e))
+            _check_strides(w, e, ch, t.name)
+            streams = seen[e.direction]
+            if e.key not in streams:
+                streams[e.key] = e.where()
+            t.bds += ch.bds
+            root, _ = w.root(e.side.memref)
+            slots = 2 if pp_loop(e) is not None else 1
+            buffers[root._uid] = max(buffers.get(root._uid, 0), slots)
+        t.s2mm = list(seen["s2mm"].values())
+        t.mm2s = list(seen["mm2s"].values())
+        t.locks = 2 * len(buffers)
+        t.lock_value = max(buffers.values(), default=0)
+        tiles.append(t)
+    return tiles
+
+
+class _Piece:
+    def __init__(self, name, nbytes, slots):
+        self.name, self.bytes, self.slots = name, nbytes, slots
+        self.lock_value = slots
+        self.streams = []  # (direction, description, bds)
+
+
+def _pe_space(compiler, herd):
+    sizes = next(s for op, s in compiler.herd_ops if op is herd)
+    return [dict(zip((a._uid for a in herd.ids), pe)) for pe in itertools.product(*[range(s) for s in sizes])]
+
+
+def _row_major(shape):
+    rs = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        rs[d] = rs[d + 1] * shape[d + 1]
+    return rs
+
+
+def _split_dim(w, root, herd_ends):
+    """Where aircc splits an L2 buffer (air-split-l2-memref, getMemrefSplitDim): the outermost
+    dimension along which the herd-side accesses of different PEs start at different indices and
+    do not overlap.  Returns (dim, sorted piece starts), or (None, None) to keep it whole."""
+    shape = root.type.shape
+    rs = _row_major(shape)
+    for d in range(len(shape)):
+        if shape[d] == 1 or not herd_ends:
+            continue
+        starts, ok = set(), True
+        for e in herd_ends:
+            span = P.span(w.pattern(e))
+            ranges = {}
+            for env in _pe_space(w.compiler, e.herd):
+                off = w.offset(e, env)
+                lo, hi = (off // rs[d]) % shape[d], ((off + span) // rs[d]) % shape[d]
+                if hi < lo or (d > 0 and (off + span) // rs[d - 1] != off // rs[d - 1]):
+                    ok = False  # the access wraps into the next outer index
+                    break
+                ranges[lo] = max(ranges.get(lo, lo), hi)
+            keys = sorted(ranges)
+            if not ok or len(keys) < 2 or any(ranges[a] >= b for a, b in zip(keys, keys[1:])):
+                ok = False
+                break
+            starts |= set(keys)
+        if ok:
+            return d, sorted(starts)
+    return None, None
+
+
+def _memtiles(w, pp_loop, notes):
+    """Split every L2 buffer into pieces, count each piece's streams and BDs, place the pieces.
+    Returns the memtiles and, per L2 buffer, its number of pieces."""
+    by_root = {}
+    for e in w.ends:
+        if e.level == L2:
+            root, _ = w.root(e.side.memref)
+            by_root.setdefault(root._uid, (root, []))[1].append(e)
+    pieces, n_pieces = [], {}
+    for uid, (root, ends) in by_root.items():
+        nbytes = root.type.num_elements * np_dtype(root.type.element_type).itemsize
+        herd_ends = [e for e in ends if e.herd is not None]
+        seg = ends[0].segment
+        d, starts = (_split_dim(w, root, herd_ends) if w.segment_tiles.get(id(seg), 0) > TILES_PER_L2_TILE
+                     else (None, None))
+        n = len(starts) if d is not None else 1
+        rs = _row_major(root.type.shape)[d] if d is not None else 1
+        n_pieces[uid] = n
+        slots = 2 if any(pp_loop(e) is not None for e in ends) else 1
+        mine = [_Piece(f"{root.type}" + (f" [piece {i} of {n}]" if n > 1 else ""), nbytes * slots // n, slots)
+                for i in range(n)]
+        for e in ends:
+            scope = e.segment
+            loops = [lp for lp in e.loops if scope is None or _inside(lp, scope)]
+            ch = _chain(w, e, loops, pp_loop(e))
+            _check_strides(w, e, ch, "memtile")
+            if e.herd is None:
+                # segment- or launch-level: aircc splits the transfer with the buffer, one per piece
+                for p in mine:
+                    p.streams.append((e.direction, e.where(), ch.bds))
+                continue
+            offsets = {}
+            for env in _pe_space(w.compiler, e.herd):
+                off = w.offset(e, env)
+                piece = bisect.bisect_right(starts, (off // rs) % root.type.shape[d]) - 1 if d is not None else 0
+                offsets.setdefault(piece, set()).add(off)
+            for i, offs in offsets.items():
+                for _ in offs:  # PEs that read the same bytes share one broadcast stream
+                    mine[i].streams.append((e.direction, e.where(), ch.bds))
+        refeed = max((_trip(e.loops[-1]) or 1 for e in ends if _is_refeed(e)), default=1)
+        for p in mine:
+            wr = sum(1 for x in p.streams if x[0] == "s2mm")
+            rd = len(p.streams) - wr
+            p.lock_value = max(p.slots, refeed, -(-rd // wr) if wr else 1, -(-wr // rd) if rd else 1)
+        pieces += mine
+    return _place(w, pieces), n_pieces
+
+
+def _partners(w, end):
+    """The other ends of `end`'s stream: the other side of its DMA, or the other ops on its channel."""
+    if end.chan is None:
+        return [e for e in w.ends if e.op is end.op and e is not end]
+    return [e for e in w.ends if e.chan == end.chan and e.direction != end.direction]
+
+
+def _place(w, pieces):
+    """Place the pieces on the memtiles: most streams first, each on the tile with the most free
+    channels that can take its bytes and streams.  aircc's placement order is its own; this one
+    refuses only what a simple packing cannot fit, so it errs towards accepting."""
+    lim = TILES["memtile"]
+    tiles = [Tile("memtile", f"memtile {i}") for i in range(COLUMNS)]
+    for p in sorted(pieces, key=lambda p: (-len(p.streams), -p.bytes)):
+        if p.bytes > MEMTILE_BYTES:
+            w.problems.append((f"memtile: {p.name} needs {p.bytes} > {MEMTILE_BYTES} bytes",
+                               f"memtile: the L2 buffer {p.name} needs {p.bytes} bytes in one memtile "
+                                f"({'with its ping-pong copy' if p.slots == 2 else 'one copy'}), which has "
+                                f"{MEMTILE_BYTES}; aircc splits L2 buffers only along their herd fan-out "
+                                f"(air-split-l2-memref, AIRMiscPasses.cpp), not by size"))
+        s2 = sum(1 for d, _, _ in p.streams if d == "s2mm")
+        mm = len(p.streams) - s2
+
+        def room(t):
+            return (lim["s2mm"] - len(t.s2mm) + lim["mm2s"] - len(t.mm2s), MEMTILE_BYTES - t.bytes)
+        fit = [t for t in tiles if t.bytes + p.bytes <= MEMTILE_BYTES and len(t.s2mm) + s2 <= lim["s2mm"]
+               and len(t.mm2s) + mm <= lim["mm2s"]]
+        t = max(fit or tiles, key=room)
+        t.bytes += p.bytes
+        t.pieces.append(p.name)
+        t.locks += 2
+        t.lock_value = max(t.lock_value, p.lock_value)
+        for direction, what, bds in p.streams:
+            lst = t.s2mm if direction == "s2mm" else t.mm2s
+            t.parity[len(lst) % 2] += bds  # channel i draws on the BD pool of its parity
+            lst.append(f"{what}: {bds} BD{'s' if bds != 1 else ''}")
+            t.bds += bds
+    return [t for t in tiles if t.pieces]
+
+
+def _shims(w, n_pieces):
+    """Every L3 side is a shim DMA stream: one per piece of the L2 buffer on its other side, one per
+    PE that reads different bytes when the other side is a herd's L1, one per channel op otherwise.
+    Streams fill the columns in order, two per direction each (aircc caps a launch at 8 x 2)."""
+    per = {"s2mm": [], "mm2s": []}
+    for e in w.ends:
+        if e.level != L3:
+            continue
+        count = 1
+        if e.chan is None:
+            other = _partners(w, e)[0]
+            if other.level == L2:
+                count = n_pieces.get(w.root(other.side.memref)[0]._uid, 1)
+            elif other.herd is not None:
+                count = len({w.offset(e, env) for env in _pe_space(w.compiler, other.herd)})
+        loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
+        ch = _chain(w, e, loops, None)
+        _check_strides(w, e, ch, "shim")
+        per[e.direction] += [(e.where(), ch.bds)] * count
+    tiles = [Tile("shim", f"shim, column {i}") for i in range(COLUMNS)]
+    for direction, streams in per.items():
+        cap = TILES["shim"][direction]
+        total = cap * COLUMNS
+        for i, (what, bds) in enumerate(streams):
+            t = tiles[i // cap] if i < total else tiles[-1]
+            (t.s2mm if direction == "s2mm" else t.mm2s).append(f"{what}: {bds} BD{'s' if bds != 1 else ''}")
+            t.bds += bds
+    return [t for t in tiles if t.s2mm or t.mm2s]
