@@ -442,7 +442,7 @@ def _gptqmodel_version(cfg: dict) -> tuple[int, ...]:
     quantizers = meta.get("quantizer", []) if isinstance(meta, dict) else []
     if isinstance(quantizers, str):
         quantizers = [quantizers]
-    for q in quantizers:
+    for q in quantizers if isinstance(quantizers, list) else []:
         if isinstance(q, str) and q.lower().startswith("gptqmodel:"):
             nums = re.findall(r"\d+", q.split(":", 1)[1].split("-")[0])
             return tuple(int(x) for x in nums[:3])
@@ -465,10 +465,21 @@ def _ct_scheme(ck: _Checkpoint, layer: str) -> tuple[dict, str]:
                                                      "strategy": "group", "group_size": 128}}
         if not isinstance(scheme, dict):
             continue
-        for target in scheme.get("targets") or []:
+        targets = scheme.get("targets") or []
+        if isinstance(targets, str):
+            targets = [targets]
+        if not isinstance(targets, list):
+            raise ConfigError(f"{_field(ck, 'config_groups.' + gname + '.targets')} = {targets!r}: expected a list of"
+                              " module names or re: patterns")
+        for target in targets:
             if not isinstance(target, str):
                 continue
-            if target == layer or (target.startswith("re:") and re.match(target[3:], layer)):
+            try:
+                hit = target.startswith("re:") and re.match(target[3:], layer)
+            except re.error:
+                raise ConfigError(f"{_field(ck, 'config_groups.' + gname + '.targets')}: {target!r} is not a regular"
+                                  " expression") from None
+            if target == layer or hit:
                 by_name.append((gname, scheme))
                 break
             if not target.startswith("re:") and "." not in target:  # a module class such as "Linear"

@@ -161,36 +161,37 @@ def assert_layer(w, q, z, s, gs):
 
 def test_awq_nibble_order_known_answer(tmp_path):
     # one packed column per row: word 0x76543210 has nibble i = i, so logical column order[i] holds i
-    k, n, gs = 8, 8, 8
+    k, n, gs = 16, 8, 16  # the smallest group the kernel takes (GS a multiple of 16)
     qweight = np.full((k, 1), 0x76543210, np.int32)
     qzeros = np.full((1, 1), 0x11111111 * 3, np.int32)  # every zero point 3
     write_dir(tmp_path, {f"{LAYER}.qweight": st_bytes(qweight, "I32"), f"{LAYER}.qzeros": st_bytes(qzeros, "I32"),
                          f"{LAYER}.scales": st_bytes(np.ones((1, n)), "F16")}, {**AWQ_CFG, "group_size": gs})
     w, _ = load_layer(tmp_path, LAYER)
     np.testing.assert_array_equal(w.q[0], [0, 4, 1, 5, 2, 6, 3, 7])
+    np.testing.assert_array_equal(w.q[k - 1], [0, 4, 1, 5, 2, 6, 3, 7])
     np.testing.assert_array_equal(w.z, 3)
 
 
 def test_gptq_and_ct_nibble_order_known_answer(tmp_path):
-    k, n, gs = 8, 8, 8
-    # GPTQ: word [0, n] holds K rows 0..7 of column n in nibbles 0..7; zeros sequential along N
-    qweight = np.full((1, n), 0x76543210, np.int32)
+    k, n, gs = 16, 8, 16
+    # GPTQ: word [r, n] holds K rows 8r..8r+7 of column n in nibbles 0..7; zeros sequential along N
+    qweight = np.full((k // 8, n), 0x76543210, np.int32)
     qzeros = np.array([[0x76543210]], np.uint32).view(np.int32)
     write_dir(tmp_path / "g", {f"{LAYER}.qweight": st_bytes(qweight, "I32"), f"{LAYER}.qzeros": st_bytes(qzeros, "I32"),
                                f"{LAYER}.scales": st_bytes(np.ones((1, n)), "F16")}, gptq_cfg(group_size=gs))
     w, _ = load_layer(tmp_path / "g", LAYER)
-    np.testing.assert_array_equal(w.q[:, 0], np.arange(8))
+    np.testing.assert_array_equal(w.q[:, 0], np.tile(np.arange(8), 2))
     np.testing.assert_array_equal(w.z[0], np.arange(8))
-    # compressed-tensors: word [n, 0] holds K columns 0..7 of out row n; zero points packed along N
-    packed = np.full((n, 1), 0xFEDCBA98 - 2**32, np.int32)  # stored 8..15 = values 0..7
+    # compressed-tensors: word [n, c] holds K columns 8c..8c+7 of out row n; zero points packed along N
+    packed = np.full((n, k // 8), 0xFEDCBA98 - 2**32, np.int32)  # stored 8..15 = values 0..7
     zp = np.array([[0x89ABCDEF - 2**32]], np.int32)  # out rows 0..7 store 15..8 = zero points 7..0
     write_dir(tmp_path / "c", {f"{LAYER}.weight_packed": st_bytes(packed, "I32"),
                                f"{LAYER}.weight_zero_point": st_bytes(zp, "I32"),
                                f"{LAYER}.weight_scale": st_bytes(np.ones((n, 1)), "BF16")}, ct_cfg(gs=gs))
     w, _ = load_layer(tmp_path / "c", LAYER)
-    np.testing.assert_array_equal(w.q[:, 0], np.arange(8, 16))
+    np.testing.assert_array_equal(w.q[:, 0], np.tile(np.arange(8, 16), 2))
     np.testing.assert_array_equal(w.z[0], np.arange(15, 7, -1))
-    np.testing.assert_array_equal(dequantize(w)[:, 0], np.arange(8) - 7.0)
+    np.testing.assert_array_equal(dequantize(w)[:, 0], np.tile(np.arange(8) - 7.0, 2))
 
 
 # ---------------------------------------------------------------------------------------------- round trips
@@ -249,6 +250,14 @@ def test_gptq_v1_wrap_of_unknown_producer_is_rejected(tmp_path):
     v1_with_zero(tmp_path, [(1, 10)], meta="gptqmodel:0.8.0")
     with pytest.raises(ConfigError, match=rf"{LAYER}\.qzeros\[1, 1\].*re-export as gptq_v2"):
         load_layer(tmp_path, LAYER)
+
+
+@pytest.mark.parametrize("quantizer", [4, None, True, {"gptqmodel": "2.2.0"}])
+def test_gptq_meta_quantizer_of_another_type_is_no_producer(tmp_path, quantizer):
+    k, n, gs = 64, 16, 32
+    q, z, s = logical(k, n, gs, seed=4)
+    write_dir(tmp_path, gptq_tensors(q, z, s, v1=True), gptq_cfg("gptq", meta={"quantizer": quantizer}))
+    assert_layer(load_layer(tmp_path, LAYER)[0], q, z, s, gs)
 
 
 def test_gptq_v1_wrap_in_top_nibble_is_unambiguous(tmp_path):
@@ -539,6 +548,8 @@ BAD = [
     ("ct", None, lambda c: _set(c["config_groups"]["group_0"]["weights"], "type", "float"), r"type = 'float'"),
     ("ct", None, lambda c: _set(c, "format", "naive-quantized"), r"quantization_config\.format = 'naive-quantized'"),
     ("ct", None, lambda c: _set(c["config_groups"]["group_0"], "input_activations", {"num_bits": 8}), r"input_activations is set"),
+    ("ct", None, lambda c: _set(c["config_groups"]["group_0"], "targets", 4), r"group_0\.targets = 4: expected a list"),
+    ("ct", None, lambda c: _set(c["config_groups"]["group_0"], "targets", ["re:("]), r"'re:\(' is not a regular expr"),
     ("ct", lambda t: _set(t, f"{LAYER}.weight_g_idx", st_bytes(np.arange(64) % 2, "I32")), None, r"weight_g_idx\[1\] = 1, expected 0"),
     ("ct", lambda t: _set(t, f"{LAYER}.weight_zero_point", st_bytes(np.full((16, 2), 9), "I8")), None,
      rf"tensor {LAYER}\.weight_zero_point\[0, 0\] = 9: int4 zero points must lie in -8\.\.7"),
