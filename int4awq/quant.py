@@ -20,8 +20,10 @@ from ml_dtypes import bfloat16
 from .errors import ConfigError
 
 QMAX = 15
-# The kernel walks a group in blocks of 8 K-rows (one mmul step); a group must hold whole blocks.
-GS_MULTIPLE = 8
+# The one group-size rule (the kernel's, and so the host's, the checkpoint importer's and the design's):
+# its dequantisation converts two 8-deep K blocks per step, so a group holds whole 16-row steps.
+GS_MULTIPLE = 16
+GS_REASON = "the kernel's dequantisation converts two 8-deep K blocks per step"
 
 
 def check_dims(**dims: int) -> None:
@@ -34,7 +36,7 @@ def check_dims(**dims: int) -> None:
 def check_group_size(k: int, gs: int) -> None:
     check_dims(K=k, GS=gs)
     if gs % GS_MULTIPLE:
-        raise ConfigError(f"GS = {gs}: must be a multiple of {GS_MULTIPLE} (the kernel's K block)")
+        raise ConfigError(f"GS = {gs}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})")
     if k % gs:
         raise ConfigError(f"K = {k} is not a multiple of GS = {gs}: groups must tile K exactly")
 
