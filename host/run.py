@@ -6,36 +6,58 @@
     host/run.py --awq CKPT --list-layers
 
 Exit codes: 0 pass, 1 numerical failure (the failing figures are printed), 2 bad input, configuration
-or environment (one line saying what and how to fix it).
+or environment (one line saying what and how to fix it), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
+import textwrap
+import threading
 import time
-
-import numpy as np
-from ml_dtypes import bfloat16
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from int4awq import record  # noqa: E402
-from int4awq.design import DesignConfig, add_design_arguments, config_from_args  # noqa: E402
-from int4awq.errors import ConfigError  # noqa: E402
-from int4awq.quant import AwqWeights, dequantize, random_activations, random_weights  # noqa: E402
-from int4awq.reference import check, check_activations, reference_gemm  # noqa: E402
+from int4awq.errors import ConfigError, missing_module_line  # noqa: E402  (standard library only)
+
+try:
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from int4awq import record
+    from int4awq.design import DesignConfig, add_design_arguments, config_from_args
+    from int4awq.quant import AwqWeights, dequantize, random_activations, random_weights
+    from int4awq.reference import (BF16_MAX, check, check_accumulator_range, check_activations, explain_failure,
+                                   reference_gemm)
+except ModuleNotFoundError as _missing:
+    print(missing_module_line(_missing), file=sys.stderr)
+    sys.exit(2)
+except KeyboardInterrupt:
+    sys.exit(130)
 
 EMULATOR_DIR = os.path.join(REPO, "emulator")
 KERNEL_BUILD = os.path.join(REPO, "kernels", "build")
+REPORT_WIDTH = 100  # every line --report prints fits in this many columns
+HEARTBEAT_SECONDS = 30.0  # off a terminal, a line this often while the emulator runs (CI logs)
+SAVED = ("a.npy", "c.npy", "w_dequant.npy")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are bad input like any other: one line, exit 2 (main prints it)."""
+
+    def error(self, message):
+        raise ConfigError(f"{message} (see --help)")
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = _Parser(description=__doc__.splitlines()[0])
     add_design_arguments(p, shape_required=False)
     p.add_argument("--backend", choices=("auto", "npu", "emu"), default="auto")
     p.add_argument("--seed", type=int, default=0)
@@ -46,19 +68,159 @@ def parse_args(argv):
     p.add_argument("--list-layers", action="store_true", help="with --awq: list its int4 layers and exit")
     p.add_argument("--decoder-layer", type=int, metavar="L",
                    help="with --awq: run all seven projections of decoder layer L, a line each")
-    p.add_argument("--activations", metavar="A.npy", help="A [M, K] instead of random activations")
+    p.add_argument("--activations", metavar="A.npy",
+                   help="A [M, K] instead of random activations (.npy: bfloat16, float16, float32 or float64)")
     p.add_argument("--save", metavar="DIR",
                    help="write a.npy [M, K], c.npy [M, N] (bf16 values as float32) and w_dequant.npy [K, N] float32")
-    p.add_argument("--report", action="store_true", help="print traffic counters and the modelled NPU2 time")
+    p.add_argument("--report", action="store_true",
+                   help="after the result: memory budgets, traffic counters and the modelled NPU2 time")
     p.add_argument("--iters", type=int, default=10, help="timed NPU iterations (after --warmup)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--build-dir", help="where `make compile` put air.xclbin (default build/npu/<config>)")
     return p.parse_args(argv)
 
 
+# ------------------------------------------------------------------------------------------ option checks
+def check_options(args) -> None:
+    """Every rule between options, before anything is loaded or run."""
+    if args.iters < 1 or args.warmup < 0:
+        raise ConfigError(f"--iters {args.iters} / --warmup {args.warmup}: need iters >= 1, warmup >= 0")
+    if args.seed < 0:
+        raise ConfigError(f"--seed {args.seed}: must be a non-negative integer")
+    if args.awq == "":
+        raise ConfigError("--awq: the path is empty (give a checkpoint directory or a .safetensors file)")
+    if (args.list_layers or args.decoder_layer is not None) and args.awq is None:
+        raise ConfigError("--list-layers and --decoder-layer need --awq PATH")
+    if args.list_layers:
+        given = [opt for opt, on in (("--layer", args.layer is not None),
+                                     ("--decoder-layer", args.decoder_layer is not None)) if on]
+        if given:
+            raise ConfigError(f"--list-layers lists the layers and exits; it cannot be combined with {given[0]}")
+    if args.decoder_layer is not None:
+        if args.decoder_layer < 0:
+            raise ConfigError(f"--decoder-layer {args.decoder_layer}: must be a non-negative layer index")
+        clash = [opt for opt, on in (
+            ("--layer", args.layer is not None), ("--activations", args.activations is not None),
+            ("--exact", args.exact), ("--save", args.save is not None), ("--report", args.report),
+            ("--k", args.k is not None), ("--n", args.n is not None), ("--gs", args.gs is not None)) if on]
+        if clash:
+            raise ConfigError(f"--decoder-layer runs each projection with its own K, N and GS and random A, a line"
+                              f" each; it cannot be combined with {clash[0]}")
+    if args.save is not None:
+        prepare_save(args.save)
+
+
+def prepare_save(path: str) -> None:
+    """Make the --save directory and prove it writable now, not after the run."""
+    if not path:
+        raise ConfigError("--save: the path is empty")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"--save {path}: exists and is not a directory") from None
+    except NotADirectoryError:
+        raise ConfigError(f"--save {path}: a parent of it is a file, not a directory") from None
+    except OSError as e:
+        raise ConfigError(f"--save {path}: cannot create the directory ({e.strerror})") from None
+    for name in SAVED:
+        if os.path.isdir(os.path.join(path, name)):
+            raise ConfigError(f"--save {path}: {name} there is a directory; it would be overwritten by a file")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"--save {path}: cannot write there ({e.strerror})") from None
+
+
+def save_outputs(path: str, a: np.ndarray, c: np.ndarray, w: AwqWeights) -> None:
+    # bf16 values widened to float32 (exact), so plain numpy loads them without ml_dtypes.
+    try:
+        for name, arr in zip(SAVED, (a.astype(np.float32), c.astype(np.float32), dequantize(w))):
+            np.save(os.path.join(path, name), arr)
+    except OSError as e:
+        raise ConfigError(f"--save {path}: writing failed ({e.strerror})") from None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the host can still give (MemAvailable), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def host_bytes(m: int, k: int, n: int) -> int:
+    """About the peak host memory of one run: A (f32, bf16, padded, f64 for the reference), W while it is
+    made (f32 intermediates, codes) and dequantised (f32, f64), and C (f64, f32, bf16, the device's)."""
+    return 16 * m * k + 24 * k * n + 20 * m * n
+
+
+def check_host_memory(m: int, k: int, n: int) -> None:
+    if min(m, k, n) <= 0:
+        return  # the shape checks name the bad dimension
+    need, have = host_bytes(m, k, n), available_memory()
+    if have is not None and need > have:
+        raise ConfigError(f"M={m} K={k} N={n} needs about {need / 2**30:.3g} GiB of host memory for the operands, "
+                          f"the reference and C; {have / 2**30:.3g} GiB is available: use smaller sizes")
+
+
+# ------------------------------------------------------------------------------------------ inputs
+ACCEPTED_DTYPES = "bfloat16 (ml_dtypes, stored by np.save as |V2), float16, float32 or float64"
+
+
+def load_activations(path: str) -> np.ndarray:
+    """A from a .npy file as bf16, or ConfigError saying what the file is and what is accepted."""
+    what = f"--activations {path}"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as e:
+        raise ConfigError(f"{what}: cannot read ({e.strerror})") from None
+    if head.startswith(b"PK\x03\x04"):
+        raise ConfigError(f"{what}: an .npz archive; give one array A [M, K] saved with np.save (.npy)")
+    if head != b"\x93NUMPY":
+        raise ConfigError(f"{what}: not a .npy file (np.save's format); give A [M, K] saved with np.save")
+    try:
+        a = np.load(path, allow_pickle=False)
+    except ValueError as e:
+        if "pickle" in str(e):
+            raise ConfigError(f"{what}: holds Python objects (an object array); give a numeric array, "
+                              f"{ACCEPTED_DTYPES}") from None
+        raise ConfigError(f"{what}: cannot read ({str(e).splitlines()[0]})") from None
+    except (OSError, EOFError) as e:
+        raise ConfigError(f"{what}: cannot read ({e})") from None
+    if a.dtype.kind == "V" and a.dtype.itemsize == 2 and a.dtype.names is None and a.dtype.subdtype is None:
+        a = a.view(bfloat16)  # np.save stores ml_dtypes' bfloat16 as a 2-byte void
+    elif a.dtype == bfloat16:
+        pass
+    elif a.dtype.kind == "f" and a.dtype.itemsize in (2, 4, 8):
+        a = a.astype(a.dtype.newbyteorder("="))  # any byte order
+        a64 = a.astype(np.float64)
+        bad = np.argwhere(~np.isfinite(a64))
+        if bad.size:
+            raise ConfigError(f"{what}: A{bad[0].tolist()} = {a64[tuple(bad[0])]}: contains NaN or Inf")
+        big = float(np.max(np.abs(a64), initial=0.0))
+        with np.errstate(over="ignore"):
+            a = a.astype(bfloat16)
+        if big > BF16_MAX or not np.isfinite(a.astype(np.float32)).all():
+            raise ConfigError(f"{what}: values up to {big:.4g} exceed bfloat16's range (max {BF16_MAX:.4g})")
+    else:
+        raise ConfigError(f"{what}: dtype {a.dtype}, expected {ACCEPTED_DTYPES}")
+    if a.ndim != 2:
+        raise ConfigError(f"{what}: shape {a.shape}, expected 2 dimensions [M, K]")
+    return a
+
+
 def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
     """(A [M, K] bf16, weights) from the options: a checkpoint layer or seeded random weights."""
-    if args.awq:
+    if args.awq is not None:
         from int4awq.checkpoints import load_layer
 
         if not args.layer:
@@ -73,27 +235,25 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
             if given is not None and given != real:
                 raise ConfigError(f"{name} {given} differs from layer {args.layer}'s {real}")
     else:
-        if args.layer:
+        if args.layer is not None:
             raise ConfigError("--layer needs --awq PATH")
         if args.k is None or args.n is None:
             raise ConfigError("give --k and --n (or --awq PATH --layer NAME)")
+        check_host_memory(args.m or 1, args.k, args.n)
         w = random_weights(args.k, args.n, 128 if args.gs is None else args.gs, args.seed, exact=args.exact)
-    if args.activations:
+    if args.activations is not None:
         if args.exact:
             raise ConfigError("--exact makes its own activations; it cannot be combined with --activations")
-        try:
-            a = np.load(args.activations, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"--activations {args.activations}: cannot read ({e})") from None
-        if a.dtype in (np.float32, np.float16, np.float64):
-            a = a.astype(bfloat16)
-        if args.m is not None and a.ndim == 2 and a.shape[0] != args.m:
+        a = load_activations(args.activations)
+        if args.m is not None and a.shape[0] != args.m:
             raise ConfigError(f"--m {args.m} differs from the {a.shape[0]} rows of {args.activations}")
     else:
         if args.m is None:
             raise ConfigError("give --m (rows of A) or --activations A.npy")
+        check_host_memory(args.m, w.k, w.n)
         a = random_activations(args.m, w.k, args.seed + 1, exact=args.exact)
     check_activations(a, w.k)
+    check_host_memory(a.shape[0], w.k, w.n)
     return a, w
 
 
@@ -113,6 +273,7 @@ def padded_operands(cfg: DesignConfig, a: np.ndarray, w: AwqWeights) -> tuple[np
     return a_padded, record.pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
 
 
+# ------------------------------------------------------------------------------------------ backends
 def choose_backend(requested: str, build_dir: str, quiet: bool = False) -> str:
     if requested != "auto":
         return requested
@@ -140,7 +301,34 @@ def build_host_kernel(cfg: DesignConfig) -> None:
         raise ConfigError(f"building the host kernel failed ({' '.join(cmd)}):\n{res.stdout}{res.stderr}")
 
 
-def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report: bool, quiet: bool) -> np.ndarray:
+class _Heartbeat:
+    """Off a terminal (CI logs), a line on stderr every HEARTBEAT_SECONDS while a long step runs; on a
+    terminal the emulator's own progress line does this."""
+
+    def __init__(self, what: str):
+        self.what, self.stop = what, threading.Event()
+        self.thread = None
+
+    def __enter__(self):
+        if not sys.stderr.isatty():
+            self.t0 = time.monotonic()
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        return self
+
+    def _run(self):
+        while not self.stop.wait(HEARTBEAT_SECONDS):
+            print(f"[host/run.py] still {self.what}: {time.monotonic() - self.t0:.0f} s", file=sys.stderr,
+                  flush=True)
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+
+
+def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report, quiet: bool) -> np.ndarray:
+    """C from the emulator. report: a dict to receive the emulator's "budget" and "stats" (or falsy)."""
     sys.path.insert(0, EMULATOR_DIR)  # `import air` now resolves to the emulator
     from air.backend.xrt import XRTBackend
     from air.emu import EmulatorError
@@ -152,10 +340,11 @@ def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report:
     backend = XRTBackend(**backend_options(cfg))
     try:
         invoke = backend.compile_and_load(build_module(cfg))
-        if not quiet:
-            print(backend.emu_budget.table())
+        if isinstance(report, dict):
+            report["budget"] = backend.emu_budget
         t0 = time.perf_counter()
-        _, _, c = invoke(a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16))
+        with _Heartbeat("emulating"):
+            _, _, c = invoke(a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16))
     except EmulatorError as e:
         first = str(e).splitlines()[0]
         if e.static:  # the design cannot be built for NPU2 as configured
@@ -163,8 +352,8 @@ def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report:
         raise RunFailure(f"emulator: {first}") from None
     if not quiet:
         print(f"emulated in {time.perf_counter() - t0:.1f} s (CPU; not an NPU timing)")
-    if report:
-        print(backend.emu_stats.table())
+    if isinstance(report, dict):
+        report["stats"] = backend.emu_stats
     return np.asarray(c).reshape(cfg.m, cfg.n)
 
 
@@ -188,36 +377,114 @@ class RunFailure(Exception):
     """The run itself failed (device error, emulator run-time check): exit 1."""
 
 
-def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False):
-    """Configure, pack, run, check one GEMM: (configuration, CheckResult)."""
+# ------------------------------------------------------------------------------------------ report
+def _fit(line: str, width: int = REPORT_WIDTH, indent: str = "    ") -> list[str]:
+    """A line as it fits in `width` columns: wrapped at spaces, continuation lines indented."""
+    if len(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip())]
+    return textwrap.wrap(line, width, initial_indent="", subsequent_indent=lead + indent,
+                         break_long_words=True, break_on_hyphens=False) or [line[:width]]
+
+
+def _joined(head: str, tail: str, width: int = REPORT_WIDTH) -> str:
+    """head and tail on one line when they fit in width, else tail indented on the next line."""
+    return f"{head}  {tail}" if len(head) + 2 + len(tail) <= width else f"{head}\n    {tail}"
+
+
+def _table(headers: tuple, rows: list[tuple], width: int, indent: str = "  ") -> list[str]:
+    """Left-aligned text, right-aligned numbers; the last column wraps to keep every line in width."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers) - 1)]
+    fixed = len(indent) + sum(w + 2 for w in widths)
+    last = max(width - fixed, 16)
+
+    def cells(r):
+        return "  ".join(str(c).rjust(w) if isinstance(c, int) else str(c).ljust(w) for c, w in zip(r, widths))
+
+    out = []
+    for i, r in enumerate([headers, *rows]):
+        parts = textwrap.wrap(str(r[-1]), last) or [""]
+        out.append((indent + cells(r) + "  " + parts[0]).rstrip())
+        out += [(" " * fixed + p).rstrip() for p in parts[1:]]
+        if i == 0:
+            out.append(indent + "  ".join("-" * w for w in widths) + "  " + "-" * min(last, max(len(str(r[-1])), 4)))
+    return out
+
+
+def _short_type(t: str) -> str:
+    """memref<1x4x512xf32, 2 : i32> -> 1x4x512xf32 (the table says which memory it is)."""
+    m = re.match(r"memref<([^,>]*)", t)
+    return m.group(1) if m else t
+
+
+def budget_lines(budget, width: int = REPORT_WIDTH) -> list[str]:
+    """The emulator's static budget (per-PE L1 of every herd, L2 of every segment) in `width` columns."""
+    lines = [f"Memory budget (emulator, static): L1 per PE {budget.l1_limit} B incl. stack_size "
+             f"{budget.stack_size}; L2 per segment {budget.memtiles} memtiles = {budget.l2_limit} B"]
+    for b in budget.herds + budget.segments:
+        shape = f" [{b.shape[0]} x {b.shape[1]}]" if b.shape else ""
+        where = "L1 per PE of herd" if b.kind == "herd" else "L2 of segment"
+        lines.append("")
+        lines.append(f"{where} @{b.name}{shape} at {b.loc}: {b.used} / {b.limit} B "
+                     f"({100.0 * b.used / b.limit:.1f}%) {'OK' if b.ok else 'OVER'}")
+        rows = [(e.loc, _short_type(e.type), e.bytes, f"x{e.factor}", e.total, e.note) for e in b.entries]
+        if b.extra_name:
+            rows.append((b.extra_name, "", b.extra, "x1", b.extra, ""))
+        lines += _table(("alloc", "type", "bytes", "", "total", "note"), rows, width)
+    lines += [f"note: {n}" for n in budget.notes]
+    return [part for line in lines for part in _fit(line, width)]
+
+
+def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
+    """--report, printed after the result: one titled section after another, every line within
+    REPORT_WIDTH columns. To add a table, append a (title, lines) section below."""
+    sections = []
+    if emu.get("budget") is not None:
+        sections.append(("", budget_lines(emu["budget"])))
+    elif backend == "npu":
+        sections.append(("Memory budget (design):", cfg.budget_report().splitlines()))
+    if emu.get("stats") is not None:
+        sections.append(("", emu["stats"].table().splitlines()))
+    out = []
+    for title, lines in sections:
+        out.append("")
+        if title:
+            out.append(title)
+        for line in lines:
+            out += _fit(line)
+    print("\n".join(out), file=file or sys.stdout)
+
+
+# ------------------------------------------------------------------------------------------ runs
+def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False, emu: dict | None = None):
+    """Configure, pack, run, check one GEMM: (configuration, CheckResult, C [M, N]). emu, when given,
+    receives the emulator's budget and counters for the report (and "backend")."""
     m = a.shape[0]
     cfg, source = config_from_args(args, m, w.k, w.n, w.gs)
     padding = [f"{name} padded from {real}" for name, real, big in (("M", m, cfg.m), ("N", w.n, cfg.n)) if big != real]
     if not quiet:
-        print(f"{cfg.summary()}  [{source}{'; ' + ', '.join(padding) if padding else ''}]")
+        print(_joined(cfg.summary(), f"[{source}{'; ' + ', '.join(padding) if padding else ''}]"))
+    check_host_memory(cfg.m, cfg.k, cfg.n)
+    ref = reference_gemm(a, w)[0]  # before the run: an overflowing product is bad input, found at once
+    check_accumulator_range(a, w, min(cfg.gs, cfg.tile_k_l1))
     build_dir = args.build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     backend = choose_backend(args.backend, build_dir, quiet)
+    if emu is not None:
+        emu["backend"] = backend
     a_padded, w_packed = padded_operands(cfg, a, w)
     if backend == "emu":
-        c = run_emulator(cfg, a_padded, w_packed, args.report, quiet)
+        c = run_emulator(cfg, a_padded, w_packed, emu if emu is not None else False, quiet)
     else:
-        if not quiet:
-            print(cfg.budget_report())
         c, _ = run_npu(cfg, a_padded, w_packed, build_dir, args.iters, args.warmup)
     if args.report:
         from int4awq.sweep import modelled
 
         est = modelled(cfg, m, w.n)
-        print(f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
-              f"{est.tops:.3f} TOPS, {est.bound}-bound (MODELLED, int4awq/model.py; not measured)")
+        print(_joined(f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
+                      f"{est.tops:.3f} TOPS, {est.bound}-bound", "(MODELLED, int4awq/model.py; not measured)"))
     c = c[:m, : w.n]
-    if args.save:
-        os.makedirs(args.save, exist_ok=True)
-        # bf16 values widened to float32 (exact), so plain numpy loads them without ml_dtypes.
-        np.save(os.path.join(args.save, "a.npy"), a.astype(np.float32))
-        np.save(os.path.join(args.save, "c.npy"), c.astype(np.float32))
-        np.save(os.path.join(args.save, "w_dequant.npy"), dequantize(w))
-    return cfg, check(c, reference_gemm(a, w)[0], exact=args.exact)
+    res = explain_failure(check(c, ref, exact=args.exact), c, a, w, exact=args.exact)
+    return cfg, res, c
 
 
 DECODER_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -234,42 +501,59 @@ def run_decoder_layer(args) -> bool:
     for proj in DECODER_PROJECTIONS:
         name = f"model.layers.{args.decoder_layer}.{proj}"
         w, _ = load_layer(args.awq, name)
+        check_host_memory(args.m, w.k, w.n)
         a = random_activations(args.m, w.k, args.seed + 1)
         t0 = time.perf_counter()
-        cfg, res = run_gemm(args, a, w, quiet=True)
+        cfg, res, _ = run_gemm(args, a, w, quiet=True)
         ok &= res.passed
         print(f"{name:<34} K={w.k:<5} N={w.n:<5} tiles {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1} herd "
               f"{cfg.herd_m}x{cfg.herd_n}  {time.perf_counter() - t0:6.1f} s  corr {res.correlation:.6f}  "
-              f"mean rel L1 {res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL'}")
+              f"mean rel L1 {res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL'}", flush=True)
     print("PASS!" if ok else "FAIL!")
     return ok
 
 
-def main(argv=None) -> int:
+def _main(argv) -> int:
     args = parse_args(argv)
-    try:
-        if args.iters < 1 or args.warmup < 0:
-            raise ConfigError(f"--iters {args.iters} / --warmup {args.warmup}: need iters >= 1, warmup >= 0")
-        if (args.list_layers or args.decoder_layer is not None) and not args.awq:
-            raise ConfigError("--list-layers and --decoder-layer need --awq PATH")
-        if args.list_layers:
-            from int4awq.checkpoints import list_layers
+    check_options(args)
+    if args.list_layers:
+        from int4awq.checkpoints import list_layers
 
-            for info in list_layers(args.awq):
-                print(f"{info.name}  {info.format}  K={info.in_features} N={info.out_features} GS={info.group_size}")
-            return 0
-        if args.decoder_layer is not None:
-            return 0 if run_decoder_layer(args) else 1
-        a, w = load_inputs(args)
-        _, result = run_gemm(args, a, w)
+        for info in list_layers(args.awq):
+            print(f"{info.name}  {info.format}  K={info.in_features} N={info.out_features} GS={info.group_size}")
+        return 0
+    if args.decoder_layer is not None:
+        return 0 if run_decoder_layer(args) else 1
+    a, w = load_inputs(args)
+    emu = {}
+    cfg, result, c = run_gemm(args, a, w, emu=emu)
+    print(result.report(), flush=True)
+    if args.save is not None:
+        save_outputs(args.save, a, c, w)
+    if args.report:
+        print_report(cfg, emu.get("backend", ""), emu)
+    return 0 if result.passed else 1
+
+
+def main(argv=None) -> int:
+    try:
+        return _main(argv)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except RunFailure as e:
         print(f"run failed: {e}\nFAIL!")
         return 1
-    print(result.report())
-    return 0 if result.passed else 1
+    except MemoryError:
+        print("error: out of host memory for these sizes: use smaller --m / --k / --n", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:  # e.g. safetensors, imported only when a checkpoint is read
+        print(missing_module_line(e), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,24 @@
-"""The one error type for bad input: the command line prints its message and exits 2."""
+"""The one error type for bad input (the command line prints its message and exits 2), and the line a
+command prints when a Python dependency is missing. Imports nothing outside the standard library, so the
+entry points can use it before numpy is known to be importable."""
+
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class ConfigError(ValueError):
     """A shape, option, file or value the program cannot accept; the message says which rule failed."""
+
+
+def missing_module_line(e: ModuleNotFoundError) -> str:
+    """One line: which package is missing for this interpreter and how to get it."""
+    venv_python = os.path.join(REPO, ".venv", "bin", "python")
+    here = os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(REPO, ".venv"))
+    if os.path.exists(venv_python) and not here:
+        how = f"run it with {os.path.relpath(venv_python)} (made by `make deps`), or"
+    else:
+        how = "run `make deps` (it installs them into .venv outside a virtualenv), or"
+    return (f"error: the Python package {e.name or '?'!r} is not installed for {sys.executable}: {how}"
+            f" `pip install -r {os.path.relpath(os.path.join(REPO, 'requirements.txt'))}` in a virtualenv")

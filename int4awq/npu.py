@@ -22,6 +22,13 @@ KERNEL_NAME = "MLIR_AIE"
 NPU2_MODELS = ("npu4", "npu5", "npu6", "strix", "krackan")
 
 
+def emulator_hint() -> str:
+    """How to pick the emulator instead: the make variable when a make target runs the program (the
+    Makefile sets INT4AWQ_MAKE_TARGET), the command-line flag otherwise."""
+    target = os.environ.get("INT4AWQ_MAKE_TARGET")
+    return f"`make {target} BACKEND=emu`" if target else "--backend emu"
+
+
 def npu2_present() -> tuple[bool, str]:
     """(found, why): whether `xrt-smi examine` names an XDNA2 part."""
     xrt_smi = shutil.which("xrt-smi") or shutil.which(
@@ -52,11 +59,12 @@ def run_xclbin(xclbin: str, insts: str, buffers: list[np.ndarray], outputs: list
     if xrt is None:
         try:
             import pyxrt as xrt
-        except ImportError as e:
-            raise ConfigError("pyxrt is not importable: source XRT's setup.sh (see README) or use --backend emu") from e
+        except ImportError:
+            raise ConfigError(f"pyxrt is not importable: source XRT's setup.sh (see README) or use {emulator_hint()}") from None
     for path in (xclbin, insts):
         if not os.path.isfile(path):
-            raise ConfigError(f"{path} is missing: run `make compile` with the same configuration first")
+            raise ConfigError(f"{path} is missing: run `make compile` with the same configuration first"
+                              f" (or use {emulator_hint()})")
     if len(buffers) > 5:
         raise ConfigError(f"{len(buffers)} data buffers; the NPU kernel takes at most 5")
 
