@@ -15,14 +15,22 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from int4awq.npu import npu2_present  # noqa: E402
-from int4awq.quant import random_activations, random_weights  # noqa: E402
-from int4awq.sweep import default_config, load_table, modelled  # noqa: E402
+from int4awq.errors import ConfigError, missing_module_line  # noqa: E402  (standard library only)
+
+try:
+    import numpy as np
+
+    from int4awq.npu import npu2_present
+    from int4awq.quant import random_activations, random_weights
+    from int4awq.sweep import default_config, load_table, modelled
+except ModuleNotFoundError as _missing:
+    print(missing_module_line(_missing), file=sys.stderr)
+    sys.exit(2)
+except KeyboardInterrupt:
+    sys.exit(130)
 
 COLUMNS = ("projection", "m", "k", "n", "config", "ddr_mb", "us", "tops", "correlation", "source")
 
@@ -42,9 +50,11 @@ def measure(cfg, m, k, n, iters, warmup):
     """(mean us, correlation) of one configuration on the NPU."""
     from host.run import run_npu
 
-    subprocess.run(["make", "-s", "-C", REPO, "compile", f"M={cfg.m}", f"K={cfg.k}", f"N={cfg.n}",
-                    f"GS={cfg.gs}", f"TILE_M={cfg.tile_m}", f"TILE_N={cfg.tile_n}", f"TILE_K_L1={cfg.tile_k_l1}",
-                    f"TILE_K_L2={cfg.tile_k_l2}", f"HERD_M={cfg.herd_m}", f"HERD_N={cfg.herd_n}"], check=True)
+    cmd = ["make", "-s", "-C", REPO, "compile", f"M={cfg.m}", f"K={cfg.k}", f"N={cfg.n}",
+           f"GS={cfg.gs}", f"TILE_M={cfg.tile_m}", f"TILE_N={cfg.tile_n}", f"TILE_K_L1={cfg.tile_k_l1}",
+           f"TILE_K_L2={cfg.tile_k_l2}", f"HERD_M={cfg.herd_m}", f"HERD_N={cfg.herd_n}"]
+    if subprocess.run(cmd).returncode:
+        raise ConfigError(f"`{' '.join(cmd[3:])}` failed (its output is above)")
     times = []
 
     def on_npu(a, w_packed):
@@ -64,14 +74,49 @@ def emulate(cfg, m, k, n):
     return res.correlation, res.passed
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ConfigError(f"{message} (see --help)")
+
+
+def check_csv(path: str) -> None:
+    """The CSV's directory exists (or is made) and takes a file: checked before the runs, not after."""
+    if not path:
+        raise ConfigError("--csv: the path is empty")
+    if os.path.isdir(path):
+        raise ConfigError(f"--csv {path}: is a directory")
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"--csv {path}: cannot write ({e.strerror})") from None
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    try:
+        return _main(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+
+
+def _main(argv) -> int:
+    p = _Parser(description=__doc__.splitlines()[0])
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--csv", default=os.path.join(REPO, "build", "bench.csv"))
     p.add_argument("--modelled", action="store_true", help="print the model's table even with an NPU2 present")
     p.add_argument("--emulate", action="store_true", help="without an NPU2: also run and check every row on the emulator")
     args = p.parse_args(argv)
+    if args.iters < 1 or args.warmup < 0:
+        raise ConfigError(f"--iters {args.iters} / --warmup {args.warmup}: need iters >= 1, warmup >= 0")
+    check_csv(args.csv)
 
     on_npu, why = (False, "--modelled") if args.modelled else npu2_present()
     print(f"{'MEASURED on NPU2' if on_npu else 'MODELLED (no NPU2: ' + why + ')'}; "
@@ -96,11 +141,13 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"{row['projection']:<10} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
               f"{row['us']:>9.1f} us {row['tops']:>6.3f} TOPS {row['correlation']:<9} {row['source']}", flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    try:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as e:
+        raise ConfigError(f"--csv {args.csv}: writing failed ({e.strerror})") from None
     print(f"wrote {args.csv}")
     return 1 if failures else 0
 
