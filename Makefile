@@ -5,9 +5,17 @@
 #   make run_llama_qproj           Llama-3.2-1B q_proj at M = 2048 (M=N=K=2048); run_llama_down: K=8192
 #   make compile print             aircc build for NPU2 / print the AIR module
 # Variables (command line overrides the target's own): M K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2
-# HERD_M HERD_N BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes.
+# HERD_M HERD_N BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
+# PYTHON (default: python3 inside a virtualenv, else ./.venv/bin/python, which `make deps` creates).
 
-PYTHON ?= python3
+# The interpreter: PYTHON when given; else python3 when it runs in a virtualenv or conda environment;
+# else .venv/bin/python, the virtualenv `make deps` creates here (stock Debian/Ubuntu python3 refuses pip
+# installs outside one: PEP 668, externally-managed-environment).
+VENV := $(CURDIR)/.venv
+ifndef PYTHON
+  IN_ENV := $(shell python3 -c 'import os, sys; print(int(sys.prefix != sys.base_prefix or "CONDA_PREFIX" in os.environ))' 2>/dev/null)
+  PYTHON := $(if $(filter 1,$(IN_ENV)),python3,$(VENV)/bin/python)
+endif
 BACKEND ?= auto
 M ?= 512
 K ?= 1024
@@ -26,8 +34,14 @@ AWQ ?=
 AWQ_LAYER ?= model.layers.0.self_attn.q_proj
 LAYER ?= 0
 
-DESIGN_ARGS = --m $(M) --k $(K) --n $(N) $(if $(AWQ),,--gs $(GS)) --tile-m $(TILE_M) --tile-n $(TILE_N) \
+DESIGN_ARGS = --m $(M) --k $(K) --n $(N) --gs $(GS) --tile-m $(TILE_M) --tile-n $(TILE_N) \
               --tile-k-l1 $(TILE_K_L1) --tile-k-l2 $(TILE_K_L2) --herd-m $(HERD_M) --herd-n $(HERD_N)
+# With AWQ, K, N and GS are the checkpoint's and the tiles its shape's default configuration: only M and
+# what the command line sets explicitly (make ... AWQ=x TILE_M=32) are passed on.
+given = $(if $(filter command line,$(origin $(1))),--$(subst _,-,$(shell echo $(1) | tr A-Z a-z)) $($(1)))
+AWQ_DESIGN_ARGS = --m $(M) $(foreach v,K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2 HERD_M HERD_N,$(call given,$(v)))
+# host/run.py names `make <goal> BACKEND=emu` (not its own --backend emu) when a target runs it.
+HOST = INT4AWQ_MAKE_TARGET='$(or $(filter-out compile deps,$(MAKECMDGOALS)),run)' $(PYTHON) host/run.py
 KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
 # The real mlir-air Python package when it is installed, the emulator's otherwise.
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
@@ -36,13 +50,13 @@ AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/em
 .PHONY: run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer print compile bench test deps clean
 
 run: deps
-	$(PYTHON) host/run.py $(DESIGN_ARGS) --backend $(BACKEND) $(if $(AWQ),--awq $(AWQ) --layer $(AWQ_LAYER)) $(RUN_ARGS)
+	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
 
 # One decoder layer of a checkpoint, each projection with its default configuration (int4awq/configs.json).
 run_llama_layer: M = 128
 run_llama_layer: deps
 	@test -n "$(AWQ)" || { echo "run_llama_layer: give AWQ=<checkpoint directory or .safetensors>"; exit 2; }
-	$(PYTHON) host/run.py --awq $(AWQ) --decoder-layer $(LAYER) --m $(M) --backend $(BACKEND) $(RUN_ARGS)
+	$(HOST) --awq $(AWQ) --decoder-layer $(LAYER) --m $(M) --backend $(BACKEND) $(RUN_ARGS)
 
 run1x1: M = 64
 run1x1: K = 512
@@ -79,10 +93,16 @@ compile: deps
 	$(MAKE) -C kernels peano $(KERNEL_ARGS)
 	$(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --compile
 
-# Installs the Python dependencies once per requirements.txt change and interpreter.
-DEPS_STAMP := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)-$(shell $(PYTHON) -c 'import sys; print(sys.prefix)' | cksum | cut -d' ' -f1)
-$(DEPS_STAMP): requirements.txt
-	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q -r requirements.txt
+# Installs the Python dependencies once per requirements.txt change and interpreter (.venv first, if used).
+# --system-site-packages: what the system python already has (e.g. mlir-air wheels) stays visible.
+USES_VENV := $(filter $(VENV)/bin/python,$(PYTHON))
+PYTHON_PREFIX := $(if $(USES_VENV),$(VENV),$(shell $(PYTHON) -c 'import sys; print(sys.prefix)'))
+DEPS_STAMP := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
+$(VENV)/bin/python:
+	python3 -m venv --system-site-packages $(VENV) || { rm -rf $(VENV); echo "make: could not create $(VENV):" \
+	  "install python3-venv (apt-get install python3-venv), or run make inside a virtualenv, or give PYTHON=..." >&2; exit 2; }
+$(DEPS_STAMP): requirements.txt $(USES_VENV)
+	$(PYTHON) -m pip install -q -r requirements.txt
 	@mkdir -p build && touch $@
 deps: $(DEPS_STAMP)
 

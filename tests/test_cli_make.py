@@ -1,0 +1,82 @@
+"""The Makefile's argument passing and interpreter choice, from `make -n` (nothing is run)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def dry(*args, cwd=REPO, env=None):
+    res = subprocess.run(["make", "-n", "-C", cwd, *args], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def host_line(out):
+    [line] = [ln for ln in out.splitlines() if "host/run.py" in ln]
+    return line
+
+
+def test_a_checkpoint_gives_k_n_gs_and_the_tiles():
+    # run_llama_qproj's own K = N = 2048 and tiles would contradict a checkpoint of another shape
+    line = host_line(dry("run_llama_qproj", "AWQ=/ck", "BACKEND=emu"))
+    assert "--awq /ck --layer model.layers.0.self_attn.q_proj" in line and "--m 2048" in line
+    for opt in ("--k", "--n", "--gs", "--tile-m", "--tile-n", "--tile-k-l1", "--tile-k-l2", "--herd-m", "--herd-n"):
+        assert f"{opt} " not in line, line
+    line = host_line(dry("run_llama_qproj", "AWQ=/ck", "TILE_M=32", "K=2048"))  # what the user sets is passed
+    assert "--tile-m 32" in line and "--k 2048" in line and "--n " not in line
+    line = host_line(dry("run_llama_qproj"))  # without a checkpoint: the target's whole shape
+    assert "--m 2048 --k 2048 --n 2048 --gs 128 --tile-m 64" in line
+
+
+def test_run_targets_tell_the_host_program_their_goal():
+    line = host_line(dry("run_llama_qproj", "BACKEND=npu"))
+    assert line.startswith("INT4AWQ_MAKE_TARGET='run_llama_qproj' ")
+    assert host_line(dry()).startswith("INT4AWQ_MAKE_TARGET='run' ")
+
+
+def _bare_tree(tmp_path):
+    """Makefile and requirements.txt alone, so `make -n deps` shows the interpreter it would use."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("Makefile", "requirements.txt"):
+        shutil.copy(os.path.join(REPO, name), tree / name)
+    return tree
+
+
+def _env_with_python3(bin_dir, python=None):
+    """The environment with bin_dir first on PATH; python, when given, linked there as python3."""
+    bin_dir.mkdir(exist_ok=True)
+    if python:
+        (bin_dir / "python3").symlink_to(python)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def test_outside_a_virtualenv_deps_makes_and_uses_dot_venv(tmp_path):
+    base = os.path.join(sys.base_prefix, "bin", "python3")  # the interpreter no virtualenv wraps
+    tree = _bare_tree(tmp_path)
+    out = dry("deps", cwd=str(tree), env=_env_with_python3(tmp_path / "bin", base))
+    assert f"python3 -m venv --system-site-packages {tree}/.venv" in out
+    assert f"{tree}/.venv/bin/python -m pip install -q -r requirements.txt" in out
+    assert "PIP_ROOT_USER_ACTION" not in out  # pip's warning about root is not hidden
+
+
+def test_inside_a_virtualenv_deps_uses_it(tmp_path):
+    venv = tmp_path / "v"
+    subprocess.run([os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv", "--without-pip", str(venv)],
+                   check=True)
+    tree = _bare_tree(tmp_path)
+    out = dry("deps", cwd=str(tree), env=_env_with_python3(venv / "bin"))  # as `source v/bin/activate` does
+    assert "-m venv" not in out and ".venv" not in out
+    assert "python3 -m pip install -q -r requirements.txt" in out
+
+
+def test_an_explicit_python_is_used_as_given(tmp_path):
+    out = dry("deps", f"PYTHON={sys.executable}", cwd=str(_bare_tree(tmp_path)))
+    assert f"{sys.executable} -m pip install -q -r requirements.txt" in out and "-m venv" not in out
