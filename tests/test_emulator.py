@@ -10,6 +10,7 @@ from ml_dtypes import bfloat16
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "designs"))
 import emu_testlib  # noqa: E402  (puts the emulated `air` first on sys.path)
+from emu_testlib import design, in_segment, memref, run  # noqa: E402
 
 import air.emu as emu  # noqa: E402
 from air.backend.xrt import XRTBackend  # noqa: E402
@@ -46,41 +47,6 @@ def monkeypatch_module():
     mp = pytest.MonkeyPatch()
     yield mp
     mp.undo()
-
-
-def memref(shape, elt=None, space=None):
-    return MemRefType.get(list(shape), elt or T.i32(), memory_space=space)
-
-
-def design(arg_types, body):
-    """A module whose entry function has `arg_types` and whose body is `body(*args)`."""
-
-    @module_builder
-    def build():
-        @FuncOp.from_py_func(*arg_types)
-        def entry(*args):
-            body(*args)
-
-    return build()
-
-
-def run(module, *arrays, **backend_kw):
-    backend = XRTBackend(**backend_kw)
-    outs = backend.compile_and_load(module)(*arrays)
-    return outs, backend
-
-
-def in_segment(arg_types, seg_body, seg_operands=None):
-    """launch { segment(operands = all args) { seg_body(*segment args) } }"""
-
-    def body(*args):
-        @launch(operands=list(args))
-        def lb(*largs):
-            @segment(name="seg", operands=list(largs))
-            def sb(*sargs):
-                seg_body(*sargs)
-
-    return design(arg_types, body)
 
 
 def copy_design(n_in, n_out, src=None, dst=None, level_mid=None, background=False):

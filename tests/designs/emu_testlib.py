@@ -26,3 +26,50 @@ def build_kernels():
         subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-o", tmp, SOURCE], check=True)
         os.replace(tmp, LIBRARY)
     return BUILD
+
+
+# Small design builders (import after the sys.path set-up above: they need the emulated air).
+from air.backend.xrt import XRTBackend  # noqa: E402
+from air.dialects.air import launch, module_builder, segment  # noqa: E402
+from air.dialects.func import FuncOp  # noqa: E402
+from air.ir import MemRefType  # noqa: E402
+from air.dialects.air import T  # noqa: E402
+
+
+def memref(shape, elt=None, space=None):
+    return MemRefType.get(list(shape), elt or T.i32(), memory_space=space)
+
+
+def design(arg_types, body, channels=None):
+    """A module whose entry function has `arg_types` and whose body is `body(*args)`; `channels()`
+    declares the module's channels first."""
+
+    @module_builder
+    def build():
+        if channels:
+            channels()
+
+        @FuncOp.from_py_func(*arg_types)
+        def entry(*args):
+            body(*args)
+
+    return build()
+
+
+def run(module, *arrays, **backend_kw):
+    backend = XRTBackend(**backend_kw)
+    outs = backend.compile_and_load(module)(*arrays)
+    return outs, backend
+
+
+def in_segment(arg_types, seg_body, seg_operands=None, channels=None):
+    """launch { segment(operands = all args) { seg_body(*segment args) } }"""
+
+    def body(*args):
+        @launch(operands=list(args))
+        def lb(*largs):
+            @segment(name="seg", operands=list(largs))
+            def sb(*sargs):
+                seg_body(*sargs)
+
+    return design(arg_types, body, channels)

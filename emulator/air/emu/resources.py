@@ -95,10 +95,15 @@ class _End:
         self.level = level_of(side.memref.type)
         self.dtype = np_dtype(side.memref.type.element_type)
 
-    @property
-    def key(self):
-        """The stream this end belongs to on its tile: its own DMA, or its channel (and index)."""
-        return ("dma", id(self.op)) if self.chan is None else ("chan", self.chan)
+    def key(self, w, env=None):
+        """The stream this end belongs to: its own DMA, or its channel and index (under `env`)."""
+        if self.chan is None:
+            return ("dma", id(self.op))
+        try:
+            idx = tuple(w.value(v, env or {}) for v in self.op.indices)
+        except _NonAffine:
+            idx = ("?", id(self.op))
+        return ("chan", self.chan, idx)
 
     def where(self):
         return f"{self.op.OPERATION_NAME} at {self.op._loc}"
@@ -512,8 +517,7 @@ def _compute_tiles(w, compiler, pp_loop):
             ch = _chain(w, e, loops, pp_loop(e))
             _check_strides(w, e, ch, t.name)
             streams = seen[e.direction]
-            if e.key not in streams:
-                streams[e.key] = e.where()
+            streams.setdefault(e.key(w), e.where())
             t.bds += ch.bds
             root, _ = w.root(e.side.memref)
             slots = 2 if pp_loop(e) is not None else 1
@@ -530,7 +534,21 @@ class _Piece:
     def __init__(self, name, nbytes, slots):
         self.name, self.bytes, self.slots = name, nbytes, slots
         self.lock_value = slots
-        self.streams = []  # (direction, description, bds)
+        self._streams = {}  # (direction, stream key) -> [description, bds]
+
+    def add(self, direction, key, what, bds, shared=False):
+        """One more BD chain on a stream: a new stream, or more BDs on one it already has (the ops of
+        one channel share its DMA channel, one BD chain after the other).  shared: the same chain
+        seen again from another PE of a broadcast, no new BDs."""
+        entry = self._streams.get((direction, key))
+        if entry is None:
+            self._streams[(direction, key)] = [what, bds]
+        elif not shared:
+            entry[1] += bds
+
+    @property
+    def streams(self):
+        return [(d, what, bds) for (d, _), (what, bds) in self._streams.items()]
 
 
 def _pe_space(compiler, herd):
@@ -604,16 +622,13 @@ def _memtiles(w, pp_loop, notes):
             if e.herd is None:
                 # segment- or launch-level: aircc splits the transfer with the buffer, one per piece
                 for p in mine:
-                    p.streams.append((e.direction, e.where(), ch.bds))
+                    p.add(e.direction, e.key(w), e.where(), ch.bds)
                 continue
-            offsets = {}
             for env in _pe_space(w.compiler, e.herd):
                 off = w.offset(e, env)
                 piece = bisect.bisect_right(starts, (off // rs) % root.type.shape[d]) - 1 if d is not None else 0
-                offsets.setdefault(piece, set()).add(off)
-            for i, offs in offsets.items():
-                for _ in offs:  # PEs that read the same bytes share one broadcast stream
-                    mine[i].streams.append((e.direction, e.where(), ch.bds))
+                # PEs that read the same bytes share one broadcast stream (a BD chain once)
+                mine[piece].add(e.direction, (e.key(w, env), off), e.where(), ch.bds, shared=True)
         refeed = max((_trip(e.loops[-1]) or 1 for e in ends if _is_refeed(e)), default=1)
         for p in mine:
             wr = sum(1 for x in p.streams if x[0] == "s2mm")
