@@ -242,6 +242,9 @@ def main(argv=None) -> int:
     add_design_arguments(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("-p", "--print-module", action="store_true", help="print the AIR module")
+    action.add_argument("--print-resources", action="store_true",
+                        help="print the DMA channels, BDs, locks and memtile space the design needs on NPU2 "
+                             "(the emulator's model of aircc's lowering); exit 2 if over a limit")
     action.add_argument("--compile", action="store_true",
                         help="compile with aircc for npu2 into --build-dir (needs mlir-air, mlir-aie, Peano)")
     parser.add_argument("--build-dir", default=None, help="default: build/npu/<configuration>")
@@ -255,6 +258,14 @@ def main(argv=None) -> int:
     if args.print_module:
         print(module)
         return 0
+    if args.print_resources:
+        try:
+            report = cfg.resources()
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(report.table())
+        return 0 if report.summary() == "resources: within limits" else 2
     build_dir = args.build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     obj = os.path.join(REPO, "kernels", "build", cfg.kernel_object)
     if not os.path.isfile(obj):
