@@ -563,33 +563,47 @@ def _row_major(shape):
     return rs
 
 
-def _split_dim(w, root, herd_ends):
-    """Where aircc splits an L2 buffer (air-split-l2-memref, getMemrefSplitDim): the outermost
-    dimension along which the herd-side accesses of different PEs start at different indices and
-    do not overlap.  Returns (dim, sorted piece starts), or (None, None) to keep it whole."""
+def _instances(w, end):
+    """(stream key, element offset, span) of every copy of `end`: one per PE of its herd, or one."""
+    span = P.span(w.pattern(end))
+    envs = _pe_space(w.compiler, end.herd) if end.herd is not None else [{}]
+    return [((end.key(w, env), w.offset(end, env)), w.offset(end, env), span) for env in envs]
+
+
+def _index_range(off, span, shape, rs, d):
+    """The [lo, hi] indices along dimension d an access touches, or None if it wraps an outer index."""
+    lo, hi = (off // rs[d]) % shape[d], ((off + span) // rs[d]) % shape[d]
+    if hi < lo or (d > 0 and (off + span) // rs[d - 1] != off // rs[d - 1]):
+        return None
+    return lo, hi
+
+
+def _split_dim(root, instances):
+    """Where aircc splits an L2 buffer (air-split-l2-memref, getMemrefSplitDim): along the outermost
+    dimension on which the distinct endpoints of its fan-out side (the direction with more of them)
+    start at different indices without overlapping.  Returns (dim, sorted piece starts), or
+    (None, None) to keep it whole."""
     shape = root.type.shape
     rs = _row_major(shape)
+    sides = {}
+    for direction, key, off, span in instances:
+        sides.setdefault(direction, {})[key] = (off, span)
+    fan = max(sides.values(), key=len, default={})
+    if len(fan) < 2:
+        return None, None
     for d in range(len(shape)):
-        if shape[d] == 1 or not herd_ends:
+        if shape[d] == 1:
             continue
-        starts, ok = set(), True
-        for e in herd_ends:
-            span = P.span(w.pattern(e))
-            ranges = {}
-            for env in _pe_space(w.compiler, e.herd):
-                off = w.offset(e, env)
-                lo, hi = (off // rs[d]) % shape[d], ((off + span) // rs[d]) % shape[d]
-                if hi < lo or (d > 0 and (off + span) // rs[d - 1] != off // rs[d - 1]):
-                    ok = False  # the access wraps into the next outer index
-                    break
-                ranges[lo] = max(ranges.get(lo, lo), hi)
-            keys = sorted(ranges)
-            if not ok or len(keys) < 2 or any(ranges[a] >= b for a, b in zip(keys, keys[1:])):
-                ok = False
+        ranges = {}
+        for off, span in fan.values():
+            r = _index_range(off, span, shape, rs, d)
+            if r is None:
                 break
-            starts |= set(keys)
-        if ok:
-            return d, sorted(starts)
+            ranges[r[0]] = max(ranges.get(r[0], r[0]), r[1])
+        else:
+            keys = sorted(ranges)
+            if len(keys) >= 2 and all(ranges[x] < y for x, y in zip(keys, keys[1:])):
+                return d, keys
     return None, None
 
 
@@ -604,31 +618,30 @@ def _memtiles(w, pp_loop, notes):
     pieces, n_pieces = [], {}
     for uid, (root, ends) in by_root.items():
         nbytes = root.type.num_elements * np_dtype(root.type.element_type).itemsize
-        herd_ends = [e for e in ends if e.herd is not None]
+        inst = {id(e): _instances(w, e) for e in ends}
+        flat = [(e.direction, key, off, span) for e in ends for key, off, span in inst[id(e)]]
         seg = ends[0].segment
-        d, starts = (_split_dim(w, root, herd_ends) if w.segment_tiles.get(id(seg), 0) > TILES_PER_L2_TILE
+        d, starts = (_split_dim(root, flat) if w.segment_tiles.get(id(seg), 0) > TILES_PER_L2_TILE
                      else (None, None))
         n = len(starts) if d is not None else 1
-        rs = _row_major(root.type.shape)[d] if d is not None else 1
+        shape, rs = root.type.shape, _row_major(root.type.shape)
         n_pieces[uid] = n
         slots = 2 if any(pp_loop(e) is not None for e in ends) else 1
         mine = [_Piece(f"{root.type}" + (f" [piece {i} of {n}]" if n > 1 else ""), nbytes * slots // n, slots)
                 for i in range(n)]
         for e in ends:
-            scope = e.segment
-            loops = [lp for lp in e.loops if scope is None or _inside(lp, scope)]
+            loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
             ch = _chain(w, e, loops, pp_loop(e))
             _check_strides(w, e, ch, "memtile")
-            if e.herd is None:
-                # segment- or launch-level: aircc splits the transfer with the buffer, one per piece
-                for p in mine:
-                    p.add(e.direction, e.key(w), e.where(), ch.bds)
-                continue
-            for env in _pe_space(w.compiler, e.herd):
-                off = w.offset(e, env)
-                piece = bisect.bisect_right(starts, (off // rs) % root.type.shape[d]) - 1 if d is not None else 0
-                # PEs that read the same bytes share one broadcast stream (a BD chain once)
-                mine[piece].add(e.direction, (e.key(w, env), off), e.where(), ch.bds, shared=True)
+            for key, off, span in inst[id(e)]:
+                if d is None:
+                    touched = [0]
+                else:  # the piece(s) it touches: aircc splits a transfer that spans several
+                    r = _index_range(off, span, shape, rs, d) or (0, shape[d] - 1)
+                    touched = range(bisect.bisect_right(starts, r[0]) - 1, bisect.bisect_right(starts, r[1]))
+                for i in touched:
+                    # PEs that read the same bytes share one broadcast stream (a BD chain once)
+                    mine[i].add(e.direction, key, e.where(), ch.bds, shared=e.herd is not None)
         refeed = max((_trip(e.loops[-1]) or 1 for e in ends if _is_refeed(e)), default=1)
         for p in mine:
             wr = sum(1 for x in p.streams if x[0] == "s2mm")
