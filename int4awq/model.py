@@ -12,7 +12,7 @@ from dataclasses import dataclass
 # Effective DDR bandwidth seen by large GEMMs on NPU2 and the fixed per-call overhead: fitted (RMS error
 # 4.2 %) to mlir-air's ten measurements of its dense bf16-in/f32-out GEMM, herd 8x4
 # (programming_examples/matrix_multiplication/bf16_in_fp32_out/README.md, kernel_registry GEMM notes),
-# as collected in NPU2_FACTS.md "a traffic model calibrated against hardware".
+# tabled in docs/performance.md#calibration-against-measured-dense-gemms.
 DDR_BYTES_PER_S = 42.5e9
 FIXED_S = 0.08e-3
 # Compute ceiling of that dense kernel (aie::mmul<8,8,8> bf16 through bfp16 emulation): same source.
@@ -21,7 +21,7 @@ DENSE_BF16_FLOPS = 10e12
 # Compute ceiling of a GEMM whose kernel runs the native bfp16ebs8 x bfp16ebs8 8x8x8 mmul (512 MAC per
 # instruction, no operand conversion in the hot loop): IRON's asymmetric-tile-buffering bfp16 x bfp16 GEMM
 # measured 31.3 TFLOPS on NPU2 (Xilinx/mlir-aie programming_examples/ml/block_datatypes/
-# gemm_asymmetric_tile_buffering/README.md, as collected in NPU2_FACTS.md). A measured whole-design figure,
+# gemm_asymmetric_tile_buffering/README.md; docs/hardware.md#measured-throughput-anchors). A measured whole-design figure,
 # so a lower bound of that kernel's own rate.
 NATIVE_BFP16_FLOPS = 31.3e12
 

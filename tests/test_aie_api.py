@@ -390,7 +390,7 @@ REJECTED = {
     "narrow_vector": ("aie::vector<int8, 8> v;", "narrower than 128 bits"),
     "bf16_shape": ("aie::mmul<8, 8, 16, bfloat16, bfloat16, accauto> m;", "does not exist on AIE2P"),
     "f32_mul": ("auto r = aie::mul(aie::zeros<float, 16>(), aie::zeros<float, 16>());", "f32 x f32"),
-    "to_float_int4": ("auto r = aie::to_float<bfloat16>(aie::zeros<int8, 32>().cast_to<int4>(), 0);", "pitfall 7"),
+    "to_float_int4": ("auto r = aie::to_float<bfloat16>(aie::zeros<int8, 32>().cast_to<int4>(), 0);", "docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero"),
     "f32_mmul": ("aie::mmul<8, 8, 8, float, float, accauto> m;", "no f32 mmul"),
     "block_b_not_transposed": ("aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> m; aie::block_vector<bfp16ebs8, 64> b; "
                                "m.mac(b, b);", "aie::op_transpose(b)"),

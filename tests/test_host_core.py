@@ -97,7 +97,7 @@ def test_exact_mode_is_exact_in_any_order(m, groups, gs, n, seed):
 
 
 def test_exact_mode_operands_survive_bfp16_blocks():
-    # 8-bit mantissas under the block maximum's exponent (NPU2_FACTS.md): small integers stay exact.
+    # 8-bit mantissas under the block maximum's exponent (docs/hardware.md#how-conversion-to-bfp16-rounds): small integers stay exact.
     a = random_activations(16, 256, 5, exact=True).astype(np.float32).reshape(-1, 8)
     e = np.floor(np.log2(np.maximum(np.abs(a).max(axis=1, keepdims=True), 2.0**-30)))
     m = np.round(a / np.exp2(e - 6))

@@ -122,7 +122,7 @@ def test_exact_mode_large_partial_sums(kernels):
 
 @pytest.mark.parametrize("cfg", [(16, 16, 32, 128), (64, 64, 64, 128)])
 def test_random_operands_within_bfp16_error(kernels, cfg):
-    """Documented bfp16 error: mean relative L1 ~ 6.7e-3 (NPU2_FACTS model), correlation > 0.9999."""
+    """Documented bfp16 error: mean relative L1 ~ 6.7e-3 (docs/hardware.md#how-conversion-to-bfp16-rounds), correlation > 0.9999."""
     a, w = operands(cfg, exact=False, seed=30, m_tiles=4, n_tiles=2, k_chunks=8)
     c = kernels[cfg].gemm(a, w).astype(np.float32)
     ref = reference_gemm(a, w)[0]

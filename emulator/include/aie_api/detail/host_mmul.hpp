@@ -9,7 +9,7 @@
 //   * 4x8x8 and 8x8x8 with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16: both operands are converted to
 //     bfp16ebs8 (blocks of 8 along K: rows of A, columns of B) and multiplied with the native
 //     8x8x8 block instruction. The host models the conversion as calibrated against NPU2 hardware
-//     (NPU2_FACTS.md, "a bfp16 model"):
+//     (docs/hardware.md#how-conversion-to-bfp16-rounds):
 //         e = floor(log2(max |x|)) over the block (f32 subnormal inputs count as 0),
 //         m = round_half_even(x / 2^(e - 6)) saturated to [-128, 127], value = m * 2^(e - 6);
 //     and the block instruction as: for each output, the 8-term dot product of the mantissas is exact

@@ -63,7 +63,7 @@ inline constexpr bool is_bf16_mul_v = std::is_same_v<A, bfloat16> && std::is_sam
 template <typename A, typename B>
 constexpr void check_mul_types() {
     static_assert(!(std::is_same_v<A, float> || std::is_same_v<B, float>),
-                  "aie::mul/mac: f32 x f32 vector multiplication is not available on AIE2P (NPU2_FACTS pitfall 6); "
+                  "aie::mul/mac: f32 x f32 vector multiplication is not available on AIE2P (docs/hardware.md#no-f32-x-f32-vector-multiply); "
                   "multiply bf16 x bf16 into an accfloat accumulator");
     static_assert(is_bf16_mul_v<A, B>,
                   "aie::mul/mac: the host aie_api models bf16 x bf16 -> accfloat element-wise products only");
@@ -366,11 +366,11 @@ inline T reduce_min(const vector<T, N> &v) {
 // ------------------------------------------------------------------------------- conversions
 // Integer -> floating point: v * 2^-shift. Exact into f32 for 8/16-bit integers; to bf16 the f32 value
 // is rounded under the current rounding mode (exact for |v| <= 256). 4-bit sources are rejected: Peano
-// folds aie::to_float on int4 to zero (NPU2_FACTS pitfall 7) -- unpack to int8 first.
+// folds aie::to_float on int4 to zero (docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero) -- unpack to int8 first.
 template <typename TR, typename T, unsigned N>
 inline vector<TR, N> to_float(const vector<T, N> &v, int shift = 0) {
     static_assert(!host::is_4bit_v<T>,
-                  "to_float: not on 4-bit vectors (Peano folds it to zero, pitfall 7); unpack to int8 first");
+                  "to_float: not on 4-bit vectors (Peano folds it to zero: docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero); unpack to int8 first");
     static_assert(!host::is_float_elem_v<T>, "to_float: integer source vectors only");
     static_assert(host::is_float_elem_v<TR>, "to_float: the result type must be bfloat16 or float");
     vector<TR, N> r;

@@ -1,7 +1,7 @@
 // Host (x86-64) aie_api: scalar element types, accumulator tags, rounding state.
 //
 // Written for this project from aie_api's documented semantics on AIE2P (__AIE_ARCH__ == 21);
-// see README "Host aie_api". Nothing here is aie_api's code.
+// see docs/kernel.md#host-aie_api. Nothing here is aie_api's code.
 #pragma once
 
 #include <bit>
@@ -54,7 +54,7 @@ using uint32 = uint32_t;
 using int64 = int64_t;
 using uint64 = uint64_t;
 
-// 4-bit element types: like aie_api's, they are tags of sizeof 1 (pitfall 9: pointer arithmetic on an
+// 4-bit element types: like aie_api's, they are tags of sizeof 1 (docs/hardware.md#4-bit-element-types-have-sizeof-1: pointer arithmetic on an
 // int4* moves one byte per element). Values live only inside vectors, two per byte, low nibble first.
 struct int4 { int8_t raw_; };
 struct uint4 { uint8_t raw_; };
