@@ -18,13 +18,16 @@ Each launch iteration is one segment:
   compute herd each PE walks the refill in tile_k_l1 chunks: one DMA brings its A chunk (re-laid into 8x8
   mmul blocks on the way), one brings its weight record (Q, scales and zeros in one contiguous record),
   one kernel call accumulates. The kernel dequantises once per call, for all tile_m rows.
-* A streams: every launch iteration is one (M block, N block), and each L2 refill brings its A rows
-  with its weight records. A is stored in L2 already cut into the kernel's 8x8 blocks
-  ([herd_m, tile_m/8, tile_k_l2/8, 8, 8]; the memtile's write side does the re-layout), so one PE's
-  chunk is a single contiguous run per 8-row block and the chunk loop folds into one memtile BD.
-  (Keeping A resident in L2 across an N sweep would cut DDR traffic, but a buffer filled once and
-  read in every iteration of a loop has no correct lowering in aircc outside its refeed primitive:
-  the emulator's resource model refuses it, see docs/emulator.md.)
+* A in L2 is stored already cut into the kernel's 8x8 blocks ([herd_m, tile_m/8, K'/8, 8, 8]; the
+  memtile's write side does the re-layout), so one PE's chunk is a single contiguous run per 8-row
+  band and the chunk loop folds into one memtile BD.
+* A streams (n_per_segment = 1): every launch iteration is one (M block, N block) and each L2 refill
+  brings its A rows with its weight records.
+* A resident (n_per_segment > 1): a segment fills its rows of A for all of K once and sweeps
+  n_per_segment N blocks over them. A buffer filled once and read in every iteration of a loop has
+  no correct lowering in aircc except through its refeed primitive, so A reaches the herd through a
+  channel: per herd row x, one `air.channel.put` alone in an n_per_segment-trip loop (aircc lowers it
+  to one BD re-sent n times, a lock of value n), broadcast to the herd_n PEs of that row.
 * The drain converts the accumulator to bf16 (round to nearest even) into L1, DMAs it to the L2 C block,
   and the block goes to DDR in one DMA.
 
@@ -46,7 +49,9 @@ import sys
 try:
     from air.backend.xrt import XRTBackend
     from air.dialects.affine import apply as affine_apply
-    from air.dialects.air import MemorySpace, T, dma_memcpy_nd, herd, launch, module_builder, segment
+    from air.dialects.air import (
+        Channel, ChannelGet, ChannelPut, MemorySpace, T, dma_memcpy_nd, herd, launch, module_builder, segment,
+    )
     from air.dialects.func import CallOp, FuncOp
     from air.dialects.memref import AllocOp, DeallocOp, subview
     from air.dialects.scf import for_, yield_
@@ -80,6 +85,7 @@ MMUL = 8  # the kernel's aie::mmul<8, 8, 8> block edge: A arrives in 8x8 blocks
 # One name for the zero, compute and drain herds: aircc merges same-named herds of a segment into time
 # phases of one physical herd, so the L1 accumulator they share stays on the same tiles.
 HERD = "herd_0"
+A_CHANNEL = "a_refeed"  # A from its resident L2 block to the herd (n_per_segment > 1)
 
 
 def affine_sum(*terms):
@@ -117,7 +123,8 @@ def build_module(cfg: DesignConfig):
     w_l3 = MemRefType.get([n // tn, chunks, rec], u8)
     c_l3 = MemRefType.get([m, n], bf16)
     # L2: one segment's block.
-    a_l2 = MemRefType.get([hm, tm // MMUL, tk2 // MMUL, MMUL, MMUL], bf16, memory_space=l2)
+    ka = k if cfg.a_resident else tk2  # the K extent of the L2 A block
+    a_l2 = MemRefType.get([hm, tm // MMUL, ka // MMUL, MMUL, MMUL], bf16, memory_space=l2)
     w_l2 = MemRefType.get([hn, chunks_per_l2, rec], u8, memory_space=l2)
     c_l2 = MemRefType.get([hm, hn, tm, tn], bf16, memory_space=l2)
     # L1: herd-wide accumulator and drain (a slice per PE), and each PE's own buffers.
@@ -141,9 +148,14 @@ def build_module(cfg: DesignConfig):
     def pe_slice(buf, x, y, size=tile):
         return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])
 
+    nps = cfg.n_per_segment
+    if cfg.a_resident:
+        # one stream per herd row, broadcast over the herd_n PEs of the row
+        Channel(A_CHANNEL, size=[hm, 1], broadcast_shape=[hm, hn])
+
     @FuncOp.from_py_func(a_l3, w_l3, c_l3)
     def matmul_int4_packed(arg_a, arg_w, arg_c):
-        @launch(operands=[arg_a, arg_w, arg_c], sizes=[m // (hm * tm), n // (hn * tn)])
+        @launch(operands=[arg_a, arg_w, arg_c], sizes=[m // (hm * tm), n // (hn * tn * nps)])
         def launch_body(bm, bn, _nbm, _nbn, l3a, l3w, l3c):
             @segment(name="gemm_seg", operands=[bm, bn, l3a, l3w, l3c])
             def segment_body(bm_s, bn_s, l3a_s, l3w_s, l3c_s):
@@ -153,14 +165,25 @@ def build_module(cfg: DesignConfig):
                 scratch = AllocOp(scratch_herd, [], [])
 
                 def fetch_a(k0):
-                    # A[row0 : +hm*tm, k0 : +tk2] read row by row, written as 8x8 blocks: rows (x, i, r)
-                    # and columns (kb, s) land at ((x*tm/8 + i)*tk2/8 + kb)*64 + r*8 + s.
+                    # A[row0 : +hm*tm, k0 : +ka] read row by row, written as 8x8 blocks: rows (x, i, r)
+                    # and columns (kb, s) land at ((x*tm/8 + i)*ka/8 + kb)*64 + r*8 + s.
                     dma_memcpy_nd(
                         l2a, l3a_s,
-                        dst_offsets=[0, 0, 0, 0], dst_sizes=[hm * tm // MMUL, MMUL, tk2 // MMUL, MMUL],
-                        dst_strides=[MMUL * tk2, MMUL, MMUL * MMUL, 1],
-                        src_offsets=[row0, k0], src_sizes=[hm * tm, tk2], src_strides=[k, 1],
+                        dst_offsets=[0, 0, 0, 0], dst_sizes=[hm * tm // MMUL, MMUL, ka // MMUL, MMUL],
+                        dst_strides=[MMUL * ka, MMUL, MMUL * MMUL, 1],
+                        src_offsets=[row0, k0], src_sizes=[hm * tm, ka], src_strides=[k, 1],
                     )
+
+                def a_chunk_in(a_chunk, l2a_h=None, *, x, y, c):
+                    """PE (x, y)'s next A chunk [tm/8][tk1/8][8][8]: blocks c*tk1/8.. of each 8-row band."""
+                    if cfg.a_resident:
+                        ChannelGet(A_CHANNEL, a_chunk, indices=[x, y])
+                    else:
+                        dma_memcpy_nd(
+                            a_chunk, l2a_h,
+                            src_offsets=[x, 0, affine_sum((c, tk1 * MMUL))],
+                            src_sizes=[1, tm // MMUL, tk1 * MMUL], src_strides=[tm * ka, MMUL * ka, 1],
+                        )
 
                 def compute_block(nblock):
                     """One (M block, N block): zero the accumulators, sweep K through L2 refills, drain to DDR."""
@@ -170,7 +193,8 @@ def build_module(cfg: DesignConfig):
                         CallOp(zero, [pe_slice(acc_h, x, y)])
 
                     for kr in for_(0, k // tk2):
-                        fetch_a(affine_sum((kr, tk2)))
+                        if not cfg.a_resident:
+                            fetch_a(affine_sum((kr, tk2)))
                         # records (nblock*hn + j, kr*chunks_per_l2 + c) -> [hn, chunks_per_l2, rec]
                         dma_memcpy_nd(
                             l2w, l3w_s,
@@ -178,16 +202,12 @@ def build_module(cfg: DesignConfig):
                             src_sizes=[hn, chunks_per_l2, rec], src_strides=[chunks * rec, rec, 1],
                         )
 
-                        @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch, l2a, l2w])
-                        def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
+                        # a resident A reaches the herd through its channel, not as an operand
+                        @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch, l2w] + ([] if cfg.a_resident else [l2a]))
+                        def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2w_h, *l2a_h):
                             a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
                             for c in for_(0, chunks_per_l2):
-                                # PE row-tile x, blocks c*tk1/8.. of each 8-row band: [tm/8][tk1/8][8][8].
-                                dma_memcpy_nd(
-                                    a_chunk, l2a_h,
-                                    src_offsets=[x, 0, affine_sum((c, tk1 * MMUL))],
-                                    src_sizes=[1, tm // MMUL, tk1 * MMUL], src_strides=[tm * tk2, MMUL * tk2, 1],
-                                )
+                                a_chunk_in(a_chunk, *l2a_h, x=x, y=y, c=c)
                                 dma_memcpy_nd(
                                     w_rec, l2w_h,
                                     src_offsets=[y, c, 0], src_sizes=[1, 1, rec], src_strides=[chunks_per_l2 * rec, rec, 1],
@@ -216,7 +236,20 @@ def build_module(cfg: DesignConfig):
                         src_offsets=[0, 0, 0, 0], src_sizes=[hm, tm, hn, tn], src_strides=[hn * tile, tn, tile, 1],
                     )
 
-                compute_block(bn_s)
+                if cfg.a_resident:
+                    fetch_a(0)
+                    for x in range(hm):
+                        # the refeed primitive: the put alone in its loop; all of row x's K, chunk by chunk
+                        for _ in for_(0, nps):
+                            ChannelPut(A_CHANNEL, l2a, indices=[x, 0], offsets=[x, 0, 0, 0],
+                                       sizes=[1, chunks, tm // MMUL, tk1 * MMUL],
+                                       strides=[tm * k, tk1 * MMUL, MMUL * k, 1])
+                            yield_([])
+                    for nb in for_(0, nps):
+                        compute_block(affine_sum((bn_s, nps), (nb, 1)))
+                        yield_([])
+                else:
+                    compute_block(bn_s)
                 for buf in (l2a, l2w, l2c, acc, out, scratch):
                     DeallocOp(buf)
 

@@ -328,7 +328,8 @@ class _Heartbeat:
 
 
 def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report, quiet: bool) -> np.ndarray:
-    """C from the emulator. report: a dict to receive the emulator's "budget" and "stats" (or falsy)."""
+    """C from the emulator. report: a dict to receive the emulator's "budget", "resources" and "stats"
+    (or falsy)."""
     sys.path.insert(0, EMULATOR_DIR)  # `import air` now resolves to the emulator
     from air.backend.xrt import XRTBackend
     from air.emu import EmulatorError
@@ -342,6 +343,7 @@ def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report,
         invoke = backend.compile_and_load(build_module(cfg))
         if isinstance(report, dict):
             report["budget"] = backend.emu_budget
+            report["resources"] = backend.emu_resources
         t0 = time.perf_counter()
         with _Heartbeat("emulating"):
             _, _, c = invoke(a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16))
@@ -443,6 +445,14 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
         sections.append(("", budget_lines(emu["budget"])))
     elif backend == "npu":
         sections.append(("Memory budget (design):", cfg.budget_report().splitlines()))
+    resources = emu.get("resources")
+    if resources is None:
+        try:
+            resources = cfg.resources()
+        except ConfigError as e:  # mlir-air's own air package is loaded: the model needs the emulator's
+            sections.append(("", [f"resources: not modelled in this process ({e})"]))
+    if resources is not None:
+        sections.append(("", resources.table().splitlines()))
     if emu.get("stats") is not None:
         sections.append(("", emu["stats"].table().splitlines()))
     out = []

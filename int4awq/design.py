@@ -22,6 +22,7 @@ EMULATOR_DIR = os.path.join(REPO, "emulator")
 HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
 MEMTILE_BYTES = 512 * 1024
 MEMTILES = 8
+MAX_REFEED = 63  # AIE2 locks are 6-bit: a refeed count is a lock value (docs/emulator.md)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class DesignConfig:
     tile_k_l2: int
     herd_m: int
     herd_n: int
+    # N blocks (herd_n * tile_n columns each) one segment sweeps with A resident in L2, re-sent to the
+    # herd by mlir-air's refeed primitive; 1: A streams with the weights, one N block per segment.
+    n_per_segment: int = 1
 
     def __post_init__(self):
         check_dims(M=self.m, K=self.k, N=self.n, tile_m=self.tile_m, tile_n=self.tile_n,
@@ -45,15 +49,18 @@ class DesignConfig:
             raise ConfigError(f"herd {self.herd_m}x{self.herd_n} does not fit the NPU2 array: "
                               f"herd_m <= {HERD_COLS} (columns), herd_n <= {HERD_ROWS} (compute rows)")
         record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)  # incl. the L1 budget
+        if not 1 <= self.n_per_segment <= MAX_REFEED:
+            raise ConfigError(f"n_per_segment = {self.n_per_segment}: must be 1 to {MAX_REFEED} (a refeed of "
+                              f"A n times sets a 6-bit lock to n)")
         for what, size, step in (
             ("M", self.m, self.tile_m * self.herd_m),
-            ("N", self.n, self.tile_n * self.herd_n),
+            ("N", self.n, self.tile_n * self.herd_n * self.n_per_segment),
             ("K", self.k, self.tile_k_l2),
             ("tile_k_l2", self.tile_k_l2, self.tile_k_l1),
         ):
             if size % step:
-                raise ConfigError(f"{what} = {size} is not a multiple of {step} "
-                                  f"({self._step_name(what)}): the design tiles it exactly")
+                name = self._step_name(what) + (" * n_per_segment" if what == "N" and self.a_resident else "")
+                raise ConfigError(f"{what} = {size} is not a multiple of {step} ({name}): the design tiles it exactly")
         l2 = self.l2_total()
         if l2 > MEMTILES * MEMTILE_BYTES:
             raise ConfigError(f"segment L2 needs {l2} bytes > {MEMTILES} memtiles x {MEMTILE_BYTES} "
@@ -69,8 +76,8 @@ class DesignConfig:
         """The configuration for an m x k x n GEMM with M and N rounded up to whole herd blocks (the host
         pads A with zero rows and W with zero columns, and drops them from C)."""
         check_dims(M=m, N=n, **tiles)
-        return cls(_round_up(m, tiles["tile_m"] * tiles["herd_m"]), k, _round_up(n, tiles["tile_n"] * tiles["herd_n"]),
-                   gs, **tiles)
+        n_step = tiles["tile_n"] * tiles["herd_n"] * tiles.get("n_per_segment", 1)
+        return cls(_round_up(m, tiles["tile_m"] * tiles["herd_m"]), k, _round_up(n, n_step), gs, **tiles)
 
     # Derived sizes -----------------------------------------------------------------------------------
     @property
@@ -89,21 +96,28 @@ class DesignConfig:
     def kernel_object(self) -> str:
         return record.kernel_lib_name(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
 
+    @property
+    def a_resident(self) -> bool:
+        """A is filled into L2 once per segment and refed to every N block of its sweep."""
+        return self.n_per_segment > 1
+
     def ddr_bytes(self) -> int:
         """Bytes the design moves between DDR and the memtiles (the emulator's counters must agree):
-        A once per N block, the weights once per M block, C once."""
-        a = self.m * self.k * 2 * (self.n // (self.tile_n * self.herd_n))
+        A once per segment (per N block when it streams), the weights once per M block, C once."""
+        a = self.m * self.k * 2 * (self.n // (self.tile_n * self.herd_n * self.n_per_segment))
         w = (self.n // self.tile_n) * (self.k // self.tile_k_l1) * self.record_bytes * (self.m // (self.tile_m * self.herd_m))
         return a + w + self.m * self.n * 2
 
     @property
     def name(self) -> str:
         return (f"m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_m}x{self.tile_n}"
-                f"_k{self.tile_k_l1}x{self.tile_k_l2}_h{self.herd_m}x{self.herd_n}")
+                f"_k{self.tile_k_l1}x{self.tile_k_l2}_h{self.herd_m}x{self.herd_n}"
+                + (f"_r{self.n_per_segment}" if self.a_resident else ""))
 
     def summary(self) -> str:
         return (f"M={self.m} K={self.k} N={self.n} GS={self.gs} tile_m={self.tile_m} tile_n={self.tile_n} "
-                f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2} herd={self.herd_m}x{self.herd_n}")
+                f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2} herd={self.herd_m}x{self.herd_n}"
+                + (f" n_per_segment={self.n_per_segment} (A resident, refed)" if self.a_resident else ""))
 
     # Budgets -----------------------------------------------------------------------------------------
     def l1_budget(self) -> list[tuple[str, int]]:
@@ -117,7 +131,8 @@ class DesignConfig:
         a = 2 * self.herd_m * self.tile_m * self.tile_k_l2
         pp = 2 if self.k > self.tile_k_l2 else 1
         return [
-            (f"A block bf16 x{pp}", pp * a),
+            ("A block bf16 (all of K, resident)", 2 * self.herd_m * self.tile_m * self.k) if self.a_resident
+            else (f"A block bf16 x{pp}", pp * a),
             (f"W records x{pp}", pp * self.herd_n * (self.tile_k_l2 // self.tile_k_l1) * self.record_bytes),
             ("C block bf16", 2 * self.herd_m * self.herd_n * self.tile_m * self.tile_n),
         ]
@@ -178,7 +193,8 @@ def _round_up(x: int, step: int) -> int:
     return -(-x // step) * step
 
 
-DESIGN_OPTIONS = ("tile_m", "tile_n", "tile_k_l1", "tile_k_l2", "herd_m", "herd_n")
+TILE_OPTIONS = ("tile_m", "tile_n", "tile_k_l1", "tile_k_l2", "herd_m", "herd_n")
+DESIGN_OPTIONS = TILE_OPTIONS + ("n_per_segment",)
 
 
 def add_design_arguments(parser: argparse.ArgumentParser, shape_required: bool = True) -> None:
@@ -200,8 +216,8 @@ def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) 
     from .sweep import default_config
 
     check_dims(M=m, K=k, N=n)
-    given = {opt: getattr(args, opt) for opt in DESIGN_OPTIONS if getattr(args, opt) is not None}
-    if len(given) == len(DESIGN_OPTIONS):
+    given = {opt: getattr(args, opt) for opt in DESIGN_OPTIONS if getattr(args, opt, None) is not None}
+    if all(opt in given for opt in TILE_OPTIONS):  # n_per_segment, when not given, is 1
         tiles, source = given, "command line"
     else:
         base, source = default_config(m, k, n, gs)

@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from .design import HERD_COLS, HERD_ROWS, DesignConfig
+from .design import DESIGN_OPTIONS, HERD_COLS, HERD_ROWS, MAX_REFEED, DesignConfig
 from .errors import ConfigError
 from .model import Estimate, estimate, int4_kernel_flops
 from .quant import check_dims, check_group_size
@@ -25,7 +25,6 @@ from .quant import check_dims, check_group_size
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs.json")
 TILES = (16, 32, 48, 64, 80, 96, 128)
 K_CHUNKS = (16, 32, 64, 128, 256)
-TUNABLE = ("tile_m", "tile_n", "tile_k_l1", "tile_k_l2", "herd_m", "herd_n")
 
 # Llama-3.2-1B projections (K = in_features, N = out_features) and the prefill lengths of the table.
 LLAMA_PROJECTIONS = {
@@ -57,10 +56,15 @@ def legal_configs(m: int, k: int, n: int, gs: int):
                                                  range(1, HERD_ROWS + 1)):
         if k % tk1 or (tk1 % gs and gs % tk1):
             continue
-        for tk2 in sorted({k} | {tk1 << j for j in range(8) if k % (tk1 << j) == 0}):
+        blocks = -(-n // (tn * hn))  # N blocks of the padded shape
+        # A streaming (1), or resident and refed over all N blocks or a power-of-two share of them
+        sweeps = sorted({1} | {s for s in (blocks, *(1 << j for j in range(1, 6))) if 1 < s <= MAX_REFEED
+                               and blocks % s == 0})
+        for tk2, nps in itertools.product(sorted({k} | {tk1 << j for j in range(8) if k % (tk1 << j) == 0}),
+                                          sweeps):
             try:
                 yield DesignConfig.padded(m, k, n, gs, tile_m=tm, tile_n=tn, tile_k_l1=tk1, tile_k_l2=tk2,
-                                          herd_m=hm, herd_n=hn)
+                                          herd_m=hm, herd_n=hn, n_per_segment=nps)
             except ConfigError:
                 continue
 
@@ -98,7 +102,7 @@ def default_config(m: int, k: int, n: int, gs: int) -> tuple[DesignConfig, str]:
     """The configuration to use when the user gives no tiles: the table's entry, else the model's best."""
     for row in load_table():
         if (row["m"], row["k"], row["n"], row["gs"]) == (m, k, n, gs):
-            tiles = {key: row[key] for key in TUNABLE}
+            tiles = {key: row[key] for key in DESIGN_OPTIONS}
             return DesignConfig.padded(m, k, n, gs, **tiles), "configs.json"
     return accepted(m, k, n, gs)[0].cfg, "best modelled legal configuration"
 
@@ -108,7 +112,7 @@ def write_table(path: str = TABLE) -> None:
     for m, (name, (k, n)) in itertools.product(TABLE_M, LLAMA_PROJECTIONS.items()):
         best = accepted(m, k, n, 128)[0]
         row = {"projection": name, "m": m, "k": k, "n": n, "gs": 128}
-        row.update({key: getattr(best.cfg, key) for key in TUNABLE})
+        row.update({key: getattr(best.cfg, key) for key in DESIGN_OPTIONS})
         row.update(modelled_us=round(best.est.seconds * 1e6, 1), modelled_tops=round(best.est.tops, 3),
                    ddr_mb=round(best.est.ddr_bytes / 1e6, 2))
         rows.append(row)
@@ -141,10 +145,11 @@ def main(argv=None) -> int:
         return 2
     print(f"the {len(rows)} fastest configurations for M={args.m} K={args.k} N={args.n} GS={args.gs} that pass "
           f"the NPU2 resource model; MODELLED NPU2 figures (int4awq/model.py)")
-    print(f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'DDR MB':>8} {'us':>9} {'TOPS':>6} bound")
+    print(f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'n/seg':>5} {'DDR MB':>8} {'us':>9} "
+          f"{'TOPS':>6} bound")
     for r in rows[: args.top]:
         c = r.cfg
-        print(f"{c.tile_m:>6} {c.tile_n:>6} {c.tile_k_l1:>5} {c.tile_k_l2:>5} {c.herd_m}x{c.herd_n:<3} "
+        print(f"{c.tile_m:>6} {c.tile_n:>6} {c.tile_k_l1:>5} {c.tile_k_l2:>5} {c.herd_m}x{c.herd_n:<3} {c.n_per_segment:>5} "
               f"{r.est.ddr_bytes / 1e6:>8.2f} {r.est.seconds * 1e6:>9.1f} {r.est.tops:>6.3f} {r.est.bound}")
     return 0
 

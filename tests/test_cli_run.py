@@ -216,6 +216,7 @@ def test_report_comes_after_the_result_within_100_columns(capsys):
     after = "\n".join(lines[verdict + 1:])
     assert "Memory budget (emulator, static)" in after and "L1 per PE of herd" in after
     assert "Emulator counters" in after and "gemm_int4_accumulate" in after
+    assert "NPU2 resources" in after and "resources: within limits" in lines[verdict + 1:]
     assert "modelled NPU2: DDR" in "\n".join(lines[:verdict])  # a figure of the result, before the verdict
     assert max(len(line) for line in lines) <= 100, max(lines, key=len)
 

@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from int4awq import record
-from int4awq.design import DESIGN_OPTIONS, DesignConfig, config_from_args
+from int4awq.design import DESIGN_OPTIONS, TILE_OPTIONS, DesignConfig, config_from_args
 from int4awq.errors import ConfigError
 from int4awq.sweep import accepted, LLAMA_PROJECTIONS, TABLE_M, default_config, load_table, modelled, ranked
 
@@ -25,6 +25,9 @@ QPROJ = dict(m=2048, k=2048, n=2048, gs=128, tile_m=64, tile_n=64, tile_k_l1=64,
     (dict(tile_k_l1=48, tile_k_l2=2016, k=2016, gs=32), "one must divide the other"),
     (dict(tile_m=128, tile_n=128, m=1024, n=512), "needs .* bytes of L1"),
     (dict(tile_k_l2=8192, k=8192), r"segment L2 needs \d+ bytes > 8 memtiles"),
+    (dict(n_per_segment=3), r"N = 2048 is not a multiple of 768 \(tile_n \* herd_n \* n_per_segment\)"),
+    (dict(n_per_segment=64, n=64 * 256), "n_per_segment = 64: must be 1 to 63"),
+    (dict(n_per_segment=8, k=8192), r"segment L2 needs \d+ bytes > 8 memtiles .*A block bf16 \(all of K, resident\)"),
 ])
 def test_invalid_configurations_name_the_rule(change, message):
     with pytest.raises(ConfigError, match=message):
@@ -47,15 +50,17 @@ def namespace(**tiles):
 
 
 def test_config_from_args_pads_and_overrides():
-    cfg, source = config_from_args(namespace(**{k: QPROJ[k] for k in DESIGN_OPTIONS}), 33, 2048, 2000, 128)
-    assert source == "command line" and (cfg.m, cfg.n) == (512, 2048)
+    cfg, source = config_from_args(namespace(**{k: QPROJ[k] for k in TILE_OPTIONS}), 33, 2048, 2000, 128)
+    assert source == "command line" and (cfg.m, cfg.n) == (512, 2048) and cfg.n_per_segment == 1
+    cfg, _ = config_from_args(namespace(**{k: QPROJ[k] for k in TILE_OPTIONS}, n_per_segment=3), 33, 2048, 2000, 128)
+    assert cfg.a_resident and cfg.n == 2304  # padded to whole sweeps of 3 N blocks of 256
     cfg, source = config_from_args(namespace(), 2048, 2048, 2048, 128)
     assert source == "configs.json"
     over, source = config_from_args(namespace(tile_k_l2=256), 2048, 2048, 2048, 128)
     assert source == "command line over configs.json"
     assert over.tile_k_l2 == 256 and over.tile_m == cfg.tile_m and over.herd_n == cfg.herd_n
     with pytest.raises(ConfigError, match="herd_m = 0"):
-        config_from_args(namespace(**{**{k: QPROJ[k] for k in DESIGN_OPTIONS}, "herd_m": 0}), 64, 2048, 2048, 128)
+        config_from_args(namespace(**{**{k: QPROJ[k] for k in TILE_OPTIONS}, "herd_m": 0}), 64, 2048, 2048, 128)
 
 
 def test_every_table_row_is_legal_and_covers_llama():

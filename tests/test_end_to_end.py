@@ -62,9 +62,10 @@ def test_emulator_counters_agree_with_the_design():
     from int4awq.reference import check, reference_gemm
     from matmul_int4_packed import backend_options, build_module
 
-    for tk2 in (512, 128):  # A resident across the N sweep, and A streamed with the weights
+    # A resident across the N sweep (refed to the herd), and A streamed with the weights
+    for tk2, nps in ((512, 4), (128, 4), (128, 1)):
         cfg = DesignConfig(m=64, k=512, n=256, gs=128, tile_m=32, tile_n=32, tile_k_l1=64, tile_k_l2=tk2,
-                           herd_m=2, herd_n=2)
+                           herd_m=2, herd_n=2, n_per_segment=nps)
         build_host_kernel(cfg)
         os.environ["AIR_EMU_LIB_PATH"] = os.path.join(REPO, "kernels", "build")
         backend = XRTBackend(**backend_options(cfg))

@@ -343,8 +343,8 @@ class ResourceReport:
             bds = (f"{u['BDs even channels'][0]}+{u['BDs odd channels'][0]}/24+24" if t.kind == "memtile"
                    else f"{u['BDs'][0]}/{u['BDs'][1]}")
             l2 = f"{t.bytes // 1024}/{MEMTILE_BYTES // 1024}" if t.kind == "memtile" else ""
-            lines.append(f"  {t.name:<36}{'%d/%d' % u['S2MM channels']:>6}{'%d/%d' % u['MM2S channels']:>6}"
-                         f"{bds:>14}{'%d/%d' % u['locks']:>7}{'%d/%d' % u['largest lock value']:>9}{l2:>10}")
+            lines.append((f"  {t.name:<36}{'%d/%d' % u['S2MM channels']:>6}{'%d/%d' % u['MM2S channels']:>6}"
+                         f"{bds:>14}{'%d/%d' % u['locks']:>7}{'%d/%d' % u['largest lock value']:>9}{l2:>10}").rstrip())
         for n in self.notes:
             lines.append("note: " + n)
         for _, n in self.problems:
@@ -463,11 +463,22 @@ def _inside(op, ancestor):
 
 
 def _is_refeed(end):
-    """The refeed primitive: a channel.put that is the only op (but the yield) of an scf.for."""
+    """The refeed primitive (matchRefeedLoop, AIRMiscPasses.cpp): an scf.for whose body is one
+    air.channel.put and otherwise only pure index arithmetic that does not use the loop's induction
+    variable, the put itself not using it either."""
     if end.chan is None or end.direction != "mm2s" or not end.loops:
         return False
-    body = [o for o in end.loops[-1].body.operations if not o._is_terminator]
-    return len(body) == 1 and body[0] is end.op
+    loop = end.loops[-1]
+    iv = loop.induction_variable
+    body = [o for o in loop.body.operations if not o._is_terminator]
+    for o in body:
+        if o is end.op:
+            continue
+        pure = o.OPERATION_NAME.startswith("arith.") or o.OPERATION_NAME == "affine.apply"
+        if not pure or any(v is iv for v in o.operands):
+            return False
+    return end.op in body and not any(v is iv for v in end.op.operands) and \
+        sum(1 for o in body if o.OPERATION_NAME == "air.channel.put") == 1
 
 
 def _check_fill_once_read_many(w):
