@@ -261,7 +261,7 @@ def backend_options(cfg: DesignConfig) -> dict:
         stack_size=cfg.stack_bytes,
         omit_while_true_loop=False,
         # Tiles the runtime loop over launch iterations so shim BDs are reused instead of unrolled
-        # one per launch iteration (NPU2_FACTS.md pitfall 4); mlir-air's 64x64 GEMMs use [2, 2].
+        # one per launch iteration (docs/hardware.md#launch-loops-unroll-into-shim-bds); mlir-air's 64x64 GEMMs use [2, 2].
         runtime_loop_tiling_sizes=[2, 2],
         instance_name="matmul_int4_packed",
     )

@@ -1,6 +1,6 @@
 """Import one int4 linear layer of a real quantised checkpoint into the host layout (AwqWeights).
 
-Supported layouts (safetensors only; the README section "Checkpoints" cites the source of each):
+Supported layouts (safetensors only; docs/checkpoints.md cites the source of each):
 
     awq-gemm            AutoAWQ WQLinear_GEMM: qweight I32 [K, N/8], qzeros I32 [K/gs, N/8],
                         scales F16 [K/gs, N]; nibble i of packed column c is logical column 8c + AWQ_ORDER[i].

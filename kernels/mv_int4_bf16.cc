@@ -8,7 +8,7 @@
 //
 // dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS.
 //
-// How a call works (the README has the byte-exact record and the buffer layouts):
+// How a call works (docs/kernel.md has the byte-exact record and the buffer layouts):
 //  1. Dequantise the record's Q once into the bfp16 B scratch (start of w_scratch): (q - z) as int8,
 //     to bf16, each 8x8 [k][n] block transposed to [n][k] and converted to one
 //     aie::block_vector<bfp16ebs8, 64> (blocks of 8 along K, one per column n) -- exact: the

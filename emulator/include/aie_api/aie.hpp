@@ -2,7 +2,7 @@
 // with AIE2P (__AIE_ARCH__ == 21) semantics, so the same kernel source builds with g++ for the CPU
 // emulator. Header-only C++20; include as <aie_api/aie.hpp> with -I emulator/include.
 //
-// What is modelled and how is listed in the project README ("Host aie_api"). Anything outside the
+// What is modelled and how is listed in docs/kernel.md#host-aie_api. Anything outside the
 // subset, or outside what AIE2P has, fails at compile time with a static_assert that says so.
 #pragma once
 

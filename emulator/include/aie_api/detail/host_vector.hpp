@@ -195,7 +195,7 @@ public:
         for (unsigned i = 0; i < N; ++i) d_[i] = float(v.d_[i]);
     }
 
-    // accfloat -> bf16 rounds under the mode set by aie::set_rounding (assumed, see README); -> f32 exact.
+    // accfloat -> bf16 rounds under the mode set by aie::set_rounding (assumed, see docs/kernel.md#host-aie_api); -> f32 exact.
     // accfloat -> block vector (detail/host_block.hpp).
     template <typename T> requires(host::is_block_type_v<T>)
     block_vector<T, N> to_vector(int shift = 0) const;
