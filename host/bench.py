@@ -52,7 +52,8 @@ def measure(cfg, m, k, n, iters, warmup):
 
     cmd = ["make", "-s", "-C", REPO, "compile", f"M={cfg.m}", f"K={cfg.k}", f"N={cfg.n}",
            f"GS={cfg.gs}", f"TILE_M={cfg.tile_m}", f"TILE_N={cfg.tile_n}", f"TILE_K_L1={cfg.tile_k_l1}",
-           f"TILE_K_L2={cfg.tile_k_l2}", f"HERD_M={cfg.herd_m}", f"HERD_N={cfg.herd_n}"]
+           f"TILE_K_L2={cfg.tile_k_l2}", f"HERD_M={cfg.herd_m}", f"HERD_N={cfg.herd_n}",
+           f"N_PER_SEGMENT={cfg.n_per_segment}"]
     if subprocess.run(cmd).returncode:
         raise ConfigError(f"`{' '.join(cmd[3:])}` failed (its output is above)")
     times = []
@@ -127,7 +128,8 @@ def _main(argv) -> int:
         cfg, _ = default_config(m, k, n, entry["gs"])
         est = modelled(cfg, m, n)
         row = dict(projection=entry["projection"], m=m, k=k, n=n,
-                   config=f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}",
+                   config=f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}"
+                          f" r{cfg.n_per_segment}",
                    ddr_mb=round(cfg.ddr_bytes() / 1e6, 2), us=round(est.seconds * 1e6, 1),
                    tops=round(est.tops, 3), correlation="", source="modelled")
         if on_npu:
