@@ -8,6 +8,7 @@ rejects a bad one with the same message.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
@@ -40,6 +41,8 @@ class DesignConfig:
     # N blocks (herd_n * tile_n columns each) one segment sweeps with A resident in L2, re-sent to the
     # herd by mlir-air's refeed primitive; 1: A streams with the weights, one N block per segment.
     n_per_segment: int = 1
+    # The core's stack in L1 (XRTBackend stack_size); None: record.kernel_stack_bytes(), derived.
+    stack_size: int | None = None
 
     def __post_init__(self):
         check_dims(M=self.m, K=self.k, N=self.n, tile_m=self.tile_m, tile_n=self.tile_n,
@@ -48,7 +51,9 @@ class DesignConfig:
         if self.herd_m > HERD_COLS or self.herd_n > HERD_ROWS:
             raise ConfigError(f"herd {self.herd_m}x{self.herd_n} does not fit the NPU2 array: "
                               f"herd_m <= {HERD_COLS} (columns), herd_n <= {HERD_ROWS} (compute rows)")
-        record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)  # incl. the L1 budget
+        if self.stack_size is not None and (self.stack_size < 1024 or self.stack_size % 16):
+            raise ConfigError(f"stack_size = {self.stack_size}: must be a multiple of 16 and at least 1024 bytes")
+        record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs, self.stack_size)  # incl. L1
         if not 1 <= self.n_per_segment <= MAX_REFEED:
             raise ConfigError(f"n_per_segment = {self.n_per_segment}: must be 1 to {MAX_REFEED} (a refeed of "
                               f"A n times sets a 6-bit lock to n)")
@@ -72,12 +77,13 @@ class DesignConfig:
         return {"M": "tile_m * herd_m", "N": "tile_n * herd_n", "K": "tile_k_l2", "tile_k_l2": "tile_k_l1"}[what]
 
     @classmethod
-    def padded(cls, m: int, k: int, n: int, gs: int, **tiles: int) -> "DesignConfig":
+    def padded(cls, m: int, k: int, n: int, gs: int, stack_size: int | None = None, **tiles: int) -> "DesignConfig":
         """The configuration for an m x k x n GEMM with M and N rounded up to whole herd blocks (the host
         pads A with zero rows and W with zero columns, and drops them from C)."""
         check_dims(M=m, N=n, **tiles)
         n_step = tiles["tile_n"] * tiles["herd_n"] * tiles.get("n_per_segment", 1)
-        return cls(_round_up(m, tiles["tile_m"] * tiles["herd_m"]), k, _round_up(n, n_step), gs, **tiles)
+        return cls(_round_up(m, tiles["tile_m"] * tiles["herd_m"]), k, _round_up(n, n_step), gs, **tiles,
+                   stack_size=stack_size)
 
     # Derived sizes -----------------------------------------------------------------------------------
     @property
@@ -90,7 +96,7 @@ class DesignConfig:
 
     @property
     def stack_bytes(self) -> int:
-        return record.kernel_stack_bytes(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
+        return record.kernel_stack_bytes() if self.stack_size is None else self.stack_size
 
     @property
     def kernel_object(self) -> str:
@@ -122,7 +128,8 @@ class DesignConfig:
     # Budgets -----------------------------------------------------------------------------------------
     def l1_budget(self) -> list[tuple[str, int]]:
         """Per-PE L1 bytes (the kernel's rule, record.l1_budget): ping-ponged buffers count twice."""
-        budget = record.l1_budget(self.tile_m, self.tile_n, self.tile_k_l1, self.gs, check=False)
+        budget = record.l1_budget(self.tile_m, self.tile_n, self.tile_k_l1, self.gs, check=False,
+                                  stack=self.stack_bytes)
         return [(name, size) for name, size in budget.items() if name != "total"]
 
     def l2_budget(self) -> list[tuple[str, int]]:
@@ -205,6 +212,9 @@ def add_design_arguments(parser: argparse.ArgumentParser, shape_required: bool =
     for opt in DESIGN_OPTIONS:
         parser.add_argument(f"--{opt.replace('_', '-')}", dest=opt, type=int, default=None,
                             help="default: from int4awq/configs.json or the model's best for the shape")
+    parser.add_argument("--stack-size", dest="stack_size", type=int, default=None,
+                        help=f"the core's stack in L1, bytes (default {record.kernel_stack_bytes()}, derived "
+                             "from what the kernel keeps live: docs/kernel.md)")
 
 
 def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) -> tuple[DesignConfig, str]:
@@ -217,12 +227,13 @@ def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) 
 
     check_dims(M=m, K=k, N=n)
     given = {opt: getattr(args, opt) for opt in DESIGN_OPTIONS if getattr(args, opt, None) is not None}
+    stack = getattr(args, "stack_size", None)
     if all(opt in given for opt in TILE_OPTIONS):  # n_per_segment, when not given, is 1
         tiles, source = given, "command line"
     else:
         base, source = default_config(m, k, n, gs)
         if not given:
-            return base, source
+            return (base if stack is None else dataclasses.replace(base, stack_size=stack)), source
         tiles = {opt: given.get(opt, getattr(base, opt)) for opt in DESIGN_OPTIONS}
         source = f"command line over {source}"
-    return DesignConfig.padded(m, k, n, gs, **tiles), source
+    return DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack), source

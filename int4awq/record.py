@@ -36,7 +36,20 @@ from .quant import AwqWeights, check_dims
 ALIGN = 64  # section alignment: AIE2P's 512-bit vector loads need 64-byte aligned addresses
 BLOCK = 8  # mmul block edge (8x8x8 bf16 mmul)
 L1_BYTES = 64 * 1024  # data memory of one compute tile, stack included
-KERNEL_STACK_BYTES = 2048  # see kernel_stack_bytes()
+# The stack a PE's core needs: what gemm_int4_accumulate keeps live at its busiest point (the 2x2 hot
+# loop and the scale folds that follow it), in bytes if every value spilled at once, plus the frame of the
+# core function aircc generates around the calls. The kernel keeps no arrays on the stack and nothing here
+# grows with the tile. Peano's real frames: `make -C kernels stack-report` (docs/kernel.md#building).
+KERNEL_LIVE_BYTES = {
+    "four 8x8 f32 mmul accumulators": 4 * 64 * 4,
+    "four bfp16ebs8 8x8 operands, a 1024-bit register each": 4 * 128,
+    "four block streams: pointer, 512-bit FIFO register, count": 4 * 80,
+    "two 64-lane bf16 scale vectors": 2 * 128,
+    "fold temporaries: accumulator, hi, lo, c": 256 + 128 + 128 + 256,
+}
+# The AIR-generated core function's own frame: 960 B under LLVM 21 and 1216 B under LLVM 22 for mlir-air's
+# cores (mlir-air PR #1980, which raised aircc's default stack_size to 2048 for it).
+CORE_FRAME_BYTES = 1216
 KERNEL_NAME = "mv_int4_bf16"
 
 
@@ -45,7 +58,7 @@ def _pad(x: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------ kernel rules
-def check_kernel_tiles(tile_m: int, tile_n: int, tile_k: int, gs: int) -> None:
+def check_kernel_tiles(tile_m: int, tile_n: int, tile_k: int, gs: int, stack: int | None = None) -> None:
     """Raise ConfigError (naming the numbers) unless the kernel supports this tile configuration.
 
     tile_m, tile_n: multiples of 16 (2x2 blocks of 8x8 mmul tiles; zero points read 16 columns at once).
@@ -66,7 +79,7 @@ def check_kernel_tiles(tile_m: int, tile_n: int, tile_k: int, gs: int) -> None:
             f"tile_k = {tile_k} and gs = {gs}: one must divide the other (a K-chunk holds whole groups, "
             f"or a group spans whole K-chunks)"
         )
-    budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False)
+    budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False, stack=stack)
     if budget["total"] > L1_BYTES:
         parts = ", ".join(f"{k} {v}" for k, v in budget.items() if k != "total")
         raise ConfigError(
@@ -146,31 +159,27 @@ def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
     return 2 * w_scratch_elems(tile_n, tile_k)
 
 
-def kernel_stack_bytes(tile_m: int = 64, tile_n: int = 64, tile_k: int = 64, gs: int = 128) -> int:
-    """Stack the kernel needs (bytes), for the design's stack_size.
-
-    The kernel keeps no arrays on the stack: its locals are vectors, accumulators and block streams (four
-    8x8 f32 mmul accumulators, four 72-byte bfp16 block operands, four block-stream states, two 128-lane
-    zero-point and two 64-lane scale vectors, fold temporaries), about 3 KiB if every one of them spilled,
-    none of them sized by the tile. The estimate
-    below assumes at most two thirds spill (AIE2P has 2 KiB of accumulator and 3 KiB of vector
-    registers); NOT measured with Peano here, re-check with the compiler's stack report on hardware.
-    """
-    check_dims(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gs=gs)
-    return KERNEL_STACK_BYTES
+def kernel_stack_bytes() -> int:
+    """The design's default stack_size (bytes): the kernel's live set spilled whole plus the core's frame
+    (KERNEL_LIVE_BYTES, CORE_FRAME_BYTES), rounded up to 1 KiB. An upper bound derived from the source,
+    NOT measured with Peano here; the same for every tile."""
+    need = sum(KERNEL_LIVE_BYTES.values()) + CORE_FRAME_BYTES
+    return -(-need // 1024) * 1024
 
 
-def l1_budget(tile_m: int, tile_n: int, tile_k: int, gs: int, check: bool = True) -> dict[str, int]:
-    """Bytes of L1 one PE needs: the design's buffers (ping-pong ones twice) plus the kernel's stack."""
+def l1_budget(tile_m: int, tile_n: int, tile_k: int, gs: int, check: bool = True,
+              stack: int | None = None) -> dict[str, int]:
+    """Bytes of L1 one PE needs: the design's buffers (ping-pong ones twice) plus the stack (stack_size,
+    by default kernel_stack_bytes())."""
     if check:
-        check_kernel_tiles(tile_m, tile_n, tile_k, gs)
+        check_kernel_tiles(tile_m, tile_n, tile_k, gs, stack)
     budget = {
         "c_acc": 4 * tile_m * tile_n,
         "c_out": 2 * tile_m * tile_n,
         "a_tile_x2": 2 * 2 * tile_m * tile_k,
         "w_record_x2": 2 * record_bytes(tile_n, tile_k, gs),
         "w_scratch": w_scratch_bytes(tile_n, tile_k),
-        "stack": kernel_stack_bytes(tile_m, tile_n, tile_k, gs),
+        "stack": kernel_stack_bytes() if stack is None else stack,
     }
     budget["total"] = sum(budget.values())
     return budget

@@ -25,6 +25,8 @@ QPROJ = dict(m=2048, k=2048, n=2048, gs=128, tile_m=64, tile_n=64, tile_k_l1=64,
     (dict(tile_k_l1=48, tile_k_l2=2016, k=2016, gs=32), "one must divide the other"),
     (dict(tile_m=128, tile_n=128, m=1024, n=512), "needs .* bytes of L1"),
     (dict(tile_k_l2=8192, k=8192), r"segment L2 needs \d+ bytes > 8 memtiles"),
+    (dict(stack_size=1000), "stack_size = 1000: must be a multiple of 16 and at least 1024 bytes"),
+    (dict(stack_size=16384), r"needs 67584 bytes of L1 .*stack 16384"),
     (dict(n_per_segment=3), r"N = 2048 is not a multiple of 768 \(tile_n \* herd_n \* n_per_segment\)"),
     (dict(n_per_segment=64, n=64 * 256), "n_per_segment = 64: must be 1 to 63"),
     (dict(n_per_segment=8, k=8192), r"segment L2 needs \d+ bytes > 8 memtiles .*A block bf16 \(all of K, resident\)"),
@@ -54,6 +56,10 @@ def test_config_from_args_pads_and_overrides():
     assert source == "command line" and (cfg.m, cfg.n) == (512, 2048) and cfg.n_per_segment == 1
     cfg, _ = config_from_args(namespace(**{k: QPROJ[k] for k in TILE_OPTIONS}, n_per_segment=3), 33, 2048, 2000, 128)
     assert cfg.a_resident and cfg.n == 2304  # padded to whole sweeps of 3 N blocks of 256
+    args = namespace()
+    args.stack_size = 3072
+    cfg, source = config_from_args(args, 2048, 2048, 2048, 128)
+    assert source == "configs.json" and cfg.stack_bytes == 3072 and dict(cfg.l1_budget())["stack"] == 3072
     cfg, source = config_from_args(namespace(), 2048, 2048, 2048, 128)
     assert source == "configs.json"
     over, source = config_from_args(namespace(tile_k_l2=256), 2048, 2048, 2048, 128)

@@ -14,6 +14,8 @@ import subprocess
 
 import numpy as np
 import pytest
+
+from int4awq import record
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
@@ -26,8 +28,8 @@ from int4awq.reference import check, reference_gemm
 # (tile_m, tile_n, tile_k, gs): 16x16 with whole groups per chunk and with a group spanning 4 chunks;
 # 64x64 with K-chunk 64 inside GS 128 (the configuration that fits L1 with 64x64); 64x64 with 2 groups
 # per chunk; 64x112 with K-chunk 32, a large C tile close to the L1 limit (62720 of 65536 bytes); and the
-# largest C tile the L1 budget allows at GS 128, 48x176 with K-chunk 16 (test_largest_tile_is_the_largest).
-LARGEST = (48, 176, 16, 128)
+# largest C tile the L1 budget allows at GS 128, 64x128 with K-chunk 16 (test_largest_tile_is_the_largest).
+LARGEST = (64, 128, 16, 128)
 CONFIGS = [(16, 16, 32, 32), (16, 16, 32, 128), (64, 64, 64, 128), (64, 64, 64, 32), (64, 112, 32, 128), LARGEST]
 
 
@@ -231,8 +233,16 @@ def test_check_kernel_tiles_rejects(args, words):
 def test_l1_budget_64x64_fits():
     b = l1_budget(64, 64, 64, 128)
     assert b == {"c_acc": 16384, "c_out": 8192, "a_tile_x2": 16384, "w_record_x2": 4480, "w_scratch": 5760,
-                 "stack": 2048, "total": 53248}
+                 "stack": 4096, "total": 55296}
     assert l1_budget(*LARGEST)["total"] <= 65536
+
+
+def test_default_stack_is_the_live_set_plus_the_core_frame():
+    # 4 accumulators of 64 f32, 4 operand registers of 128 B, 4 streams of 80 B, 2 scale vectors, fold
+    # temporaries, and mlir-air's measured LLVM 22 core frame: 2880 + 1216 = 4096, a whole KiB.
+    assert sum(record.KERNEL_LIVE_BYTES.values()) == 1024 + 512 + 320 + 256 + 768
+    assert record.kernel_stack_bytes() == 4096
+    assert l1_budget(64, 64, 64, 128, stack=1024)["total"] == 55296 - 3072
 
 
 # ----------------------------------------------------------------------------------------------- build
