@@ -755,3 +755,49 @@ def test_bf16_dtype_round_trips():
     x = (np.arange(8) / 3).astype(bfloat16)
     (_, y), _ = run(m, x, np.zeros(8, bfloat16))
     np.testing.assert_array_equal(y.view(np.uint16), x.view(np.uint16))
+
+
+# --------------------------------------------------------------------------- linalg and memref.view
+def test_linalg_fill_sets_every_element_of_its_output():
+    from air.dialects.linalg import fill
+
+    def seg(a):
+        l2 = AllocOp(memref([2, 8], space=L2), [], [])
+
+        @herd(name="h", sizes=[2, 1], operands=[l2])
+        def hb(x, y, sx, sy, l2h):
+            b = AllocOp(memref([8], space=L1), [], [])
+            fill(arith.ConstantOp(T.i32(), 7), outs=[b])
+            dma_memcpy_nd(l2h, b, dst_offsets=[x, 0], dst_sizes=[1, 8], dst_strides=[8, 1])
+
+        dma_memcpy_nd(a, l2)
+
+    (out,), _ = run(in_segment([memref([16])], seg), np.zeros(16, np.int32))
+    np.testing.assert_array_equal(out, np.full(16, 7, np.int32))
+
+
+def test_memref_view_reads_the_bytes_of_an_i8_buffer_as_another_type():
+    from air.dialects.memref import ViewOp
+
+    def seg(a, b):
+        raw = AllocOp(memref([16], T.i8(), L2), [], [])
+        dma_memcpy_nd(raw, a)
+        words = ViewOp(memref([2], T.i32(), L2), raw, arith.ConstantOp.create_index(8), [])
+        dma_memcpy_nd(b, words)
+
+    src = np.arange(16, dtype=np.uint8)
+    (_, out), _ = run(in_segment([memref([16], T.i8()), memref([2])], seg), src.view(np.int8),
+                      np.zeros(2, np.int32))
+    np.testing.assert_array_equal(out, src[8:].view(np.int32))
+
+
+def test_opdsl_definitions_import_but_calling_one_is_unsupported():
+    from air.dialects.linalg.opdsl.lang import D, S, TV, TensorDef, TypeFn, domain, linalg_structured_op
+
+    @linalg_structured_op()
+    def scaled_copy(A=TensorDef(TV.T1, S.m), B=TensorDef(TV.U, S.m, output=True)):
+        domain(D.m)
+        B[D.m] += TypeFn.cast_signed(TV.U, A[D.m])
+
+    with pytest.raises(emu.UnsupportedError, match="'scaled_copy'.*external kernel"):
+        scaled_copy(None, outs=[None])

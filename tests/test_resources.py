@@ -16,7 +16,7 @@ from air.dialects.air import Channel, ChannelGet, ChannelPut, MemorySpace, T, dm
 from air.dialects.air import launch  # noqa: E402
 from air.dialects.memref import AllocOp  # noqa: E402
 from air.dialects.scf import for_, yield_  # noqa: E402
-from air.ir import AffineMap, AffineSymbolExpr, IntegerAttr  # noqa: E402
+from air.ir import AffineMap, AffineSymbolExpr, BF16Type, IntegerAttr  # noqa: E402
 
 L1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
 L2 = IntegerAttr.get(T.i32(), MemorySpace.L2)
@@ -271,21 +271,25 @@ def test_an_l2_buffer_that_stays_whole_must_fit_one_memtile():
     refused(one_l2_buffer((512 << 10) + 4), r"memtile: the L2 buffer .* needs 524292 bytes in one memtile")
 
 
-def folded_stride(stride):
+def folded_stride(stride, elt=None):
     """A 2-trip segment loop around an L3 read of 4 elements, folded into the shim BD as a dimension
-    of stride `stride`."""
+    of stride `stride` elements."""
     def seg(a):
-        l2 = AllocOp(memref([4], space=L2), [], [])
+        l2 = AllocOp(memref([4], elt, space=L2), [], [])
         for i in for_(0, 2):
             dma_memcpy_nd(l2, a, src_offsets=[scaled(i, stride)], src_sizes=[4], src_strides=[1])
             yield_([])
-    return in_segment([memref([2 * stride + 4])], seg)
+    return in_segment([memref([2 * stride + 4], elt)], seg)
 
 
-def test_strides_are_checked_after_folding_loops_into_the_bd():
+def test_strides_are_checked_in_words_after_folding_loops_into_the_bd():
     shim = [t for t in compile_(folded_stride(1 << 20)).tiles if t.kind == "shim"][0]
     assert shim.bds == 1
     refused(folded_stride((1 << 20) + 4), r"Stride 1048580 exceeds the \[1:1048576\] range")
+    # bf16: 2^21 elements are 2^20 words, the limit; two elements more are one word over
+    compile_(folded_stride(1 << 21, BF16Type.get()))
+    refused(folded_stride((1 << 21) + 2, BF16Type.get()),
+            r"Stride 2097154 exceeds the \[1:1048576\] range \(1048577 32-bit words")
 
 
 def two_herds(a_shape, b_shape):

@@ -206,3 +206,37 @@ def store(value, memref, indices, *, nontemporal=None, loc=None, ip=None):
 
 
 _ = ShapedType
+
+
+class ViewOp(Operation):
+    """memref.view: a memref of another element type over a contiguous i8 buffer, from a byte shift.
+    The emulator gives the view no written-element tracking of its own (reads through it are not
+    checked for never-written bytes)."""
+
+    OPERATION_NAME = "memref.view"
+
+    def __init__(self, result_type, source, byte_shift, sizes=(), *, loc=None, ip=None):
+        src = _as_value(source, "memref.view source")
+        st = src.type
+        if not isinstance(st, MemRefType) or st.rank != 1 or str(st.element_type) != "i8" \
+                or not st.is_identity_layout:
+            raise TraceError(f"memref.view: the source must be a contiguous 1-D i8 memref, got {st}")
+        if not isinstance(result_type, MemRefType) or not result_type.is_identity_layout:
+            raise TraceError(f"memref.view: the result must be an identity-layout memref, got {result_type}")
+        if list(sizes):
+            raise UnsupportedError("memref.view: dynamic sizes are not supported")
+        if result_type.memory_space_value != st.memory_space_value:
+            raise TraceError(f"memref.view: {result_type} and {st} are in different memory spaces")
+        shift = _as_value(byte_shift, "memref.view byte_shift")
+        if not isinstance(shift.type, IndexType):
+            raise TraceError(f"memref.view: byte_shift of type {shift.type} (must be index)")
+        self._init_op([src, shift], [result_type], loc=loc, ip=ip)
+
+    def _print_custom(self, p, indent):
+        src, shift = self.operands
+        return [" " * indent + f"{p.results_prefix(self)}memref.view {p.name(src)}[{p.name(shift)}][] : "
+                f"{src.type} to {self.results[0].type}"]
+
+
+def view(result_type, source, byte_shift, sizes=(), *, loc=None, ip=None):
+    return ViewOp(result_type, source, byte_shift, sizes, loc=loc, ip=ip).result

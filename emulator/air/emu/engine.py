@@ -765,6 +765,55 @@ class Compiler:
                 b.root.written[i] = True
         return run
 
+    def c_fill(self, op):
+        """linalg.fill: every element of the output memref (as its type lays it out) set to the value."""
+        val, out = op.operands
+        t = out.type
+        if self.herd_stack and level_of(t) != L1:
+            raise DesignError(f"{self.where(op)}: linalg.fill in a herd must write an L1 memref, got {t}")
+        strides, _ = t.get_strides_and_offset()
+        shape, estr = tuple(t.shape), tuple(strides)
+        E, rt = self.E, self.rt
+        sv, so = self.slot(val), self.slot(out)
+        dt = np_dtype(t.element_type)
+        where = self.where(op)
+        track = self.track
+
+        def run():
+            b = E[so]
+            if b.root.dead:
+                _dead(b, where)
+            if b.n <= sum((n - 1) * st for n, st in zip(shape, estr)):
+                raise DmaBoundsError(f"{where}: fills past the end of {b.name}")
+            _ndarray(shape, dt, b.arr, b.off * b.isz, tuple(x * b.isz for x in estr))[...] = E[sv]
+            _mark_written(b, 0, shape, estr)
+            if rt.pe is not None and b.root.owner != rt.pe:
+                track(b, 0, shape, estr, where)
+        return run
+
+    def c_view(self, op):
+        """memref.view: the source's bytes from byte_shift on, as the result type."""
+        src, shift = op.operands
+        t = op.results[0].type
+        dt = np_dtype(t.element_type)
+        nbytes = t.num_elements * dt.itemsize
+        E = self.E
+        ss, sh = self.slot(src), self.slot(shift)
+        out = self.define(op.results[0])
+        where = self.where(op)
+        name = f"memref.view at {op._loc} ({t})"
+
+        def run():
+            b = E[ss]
+            k = E[sh]
+            if k < 0 or k % dt.itemsize or b.off + k + nbytes > b.arr.size:
+                raise DmaBoundsError(f"{where}: byte shift {k} and {nbytes} bytes do not fit {b.name} "
+                                     f"({b.n} bytes), or the shift is not a multiple of {dt.itemsize}")
+            v = Buf(b.arr[b.off + k:b.off + k + nbytes].view(dt), b.level, b.owner, name)
+            v.written = None
+            E[out] = v
+        return run
+
     # ------------------------------------------------------------------ access patterns
     def side_plan(self, side, what, op):
         """Static description of one side of a transfer."""
@@ -805,7 +854,7 @@ class Compiler:
                 if s < 0:
                     raise DesignError(f"{what}: negative size in {plan['sizes']}")
             dims = P.canonical(plan["sizes"], plan["strides"])
-            P.check_limits(dims, plan["sizes"], plan["strides"], lv, what)
+            P.check_limits(dims, plan["sizes"], plan["strides"], lv, what, plan["dtype"].itemsize)
             plan["dims"] = dims
         else:
             plan["dims"] = None
@@ -843,7 +892,7 @@ class Compiler:
                 r = checked.get(key)
                 if r is None:
                     dims = P.canonical(sizes, strides)
-                    P.check_limits(dims, sizes, strides, lv, what)
+                    P.check_limits(dims, sizes, strides, lv, what, plan["dtype"].itemsize)
                     r = (tuple(d[0] for d in dims), tuple(d[1] for d in dims), P.count(dims), P.span(dims))
                     checked[key] = r
                 return r
@@ -1204,6 +1253,8 @@ _DISPATCH = {
     "memref.cast": Compiler.c_cast,
     "memref.load": Compiler.c_load,
     "memref.store": Compiler.c_store,
+    "memref.view": Compiler.c_view,
+    "linalg.fill": Compiler.c_fill,
     "func.call": Compiler.c_call,
 }
 

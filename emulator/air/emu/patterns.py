@@ -23,13 +23,16 @@ Limits applied to one side of a transfer, by the level of that side's memref
     on both, a zero stride is allowed only in the outermost dimension, which
     then is a repeat (task repeat count) and does not take a descriptor
     dimension; unless linear, every size <= 1023 (10-bit wrap fields).
-  Every level: every stride, in elements, at most 2^(step bits) of that tile's
-  BD (mlir-aie AIETargetModel getDmaBdStepBits, checked by the aie.dma_bd
-  verifier in AIEDialect.cpp): shim 2^20, memtile 2^17, core tile 2^13; no
-  negative strides.  Elements, not 32-bit words: mlir-air's kernel registry
-  documents a bf16 stride of 1245184 elements (622592 words) refused with
-  "Stride exceeds [1:1048576] range" (Qwen3-4B GEMM notes).  A core-tile wrap
-  has 8 bits (sizes <= 255), memtile and shim wraps 10 bits (<= 1023).  The
+  Every level: every stride, in 32-bit words (stride x element bytes / 4), at
+  most 2^(step bits) of that tile's BD (mlir-aie AIETargetModel getDmaBdStepBits;
+  mlir-air's loop folding bounds the same in words, foldForLoopNestAsExtendedSizesAndStrides
+  in Util.cpp): shim 2^20, memtile 2^17, core tile 2^13 words; no negative
+  strides.  Words, not elements: mlir-air's kernel registry documents its bf16
+  GEMM at 2048x2048x11008 refused at tile_k_l2 = 256 (a folded stride of
+  2818048 elements = 1409024 words) and built at 128 (1409024 elements =
+  704512 words).  A core-tile wrap has 8 bits (sizes <= 255), memtile and shim
+  wraps 10 bits (<= 1023); a larger size costs one more dimension (split into
+  two factors).  The
   resource model (resources.py) checks the same bounds again after folding
   the surrounding loops into the BD.
 """
@@ -68,9 +71,10 @@ def _linear(dims):
     return len(dims) == 2 and dims[0][1] == 0 and dims[1][1] == 1
 
 
-def check_limits(dims, sizes, strides, level, what, check_strides=True):
+def check_limits(dims, sizes, strides, level, what, itemsize=4, check_strides=True):
     """Raise DmaLimitError if the canonical pattern `dims` cannot be one BD of
-    the DMA engine at `level`.  `what` names the op and side."""
+    the DMA engine at `level`.  `what` names the op and side; `itemsize` is the
+    element size in bytes (strides are bounded in 32-bit words)."""
     lv = LEVEL_NAMES[level]
 
     def fail(msg):
@@ -80,8 +84,9 @@ def check_limits(dims, sizes, strides, level, what, check_strides=True):
     for sz, st in dims:
         if st < 0:
             fail(f"negative stride {st}")
-        if check_strides and st > MAX_STRIDE[level]:
-            fail(f"stride {st} exceeds the {ENGINE[level]} BD limit {MAX_STRIDE[level]} elements")
+        if check_strides and words(st, itemsize) > MAX_STRIDE[level]:
+            fail(f"stride {st} exceeds the {ENGINE[level]} BD range [1:{MAX_STRIDE[level]}] "
+                 f"({words(st, itemsize)} 32-bit words)")
     if dims == [(1, 1)]:
         return
     linear = _linear(dims)
@@ -126,6 +131,11 @@ def check_limits(dims, sizes, strides, level, what, check_strides=True):
         if len(core) + extra > limit:
             fail(f"sizes over the {ENGINE[level]} wrap limit {wrap} in {dims}: splitting them needs "
                  f"{len(core) + extra} > {limit} buffer-descriptor dimensions")
+
+
+def words(stride, itemsize):
+    """A stride of `stride` elements of `itemsize` bytes, in the 32-bit words a BD counts."""
+    return stride * itemsize // 4 if itemsize < 4 else stride * (itemsize // 4)
 
 
 def span(dims):

@@ -284,17 +284,17 @@ def _chain(w, end, loops, pp_loop):
 
 
 def _check_strides(w, end, chain, tile):
-    """The folded BD's strides against the tile's step field (elements; see patterns.py)."""
+    """The folded BD's strides against the tile's step field, in 32-bit words (see patterns.py)."""
     limit = P.MAX_STRIDE[end.level]
+    isz = end.dtype.itemsize
     for size, stride in chain.dims:
-        if size > 1 and stride > limit:
+        if size > 1 and P.words(stride, isz) > limit:
             w.problems.append((
-                f"BD stride {stride} > {limit} on the {tile} ({end.where()})",
+                f"BD stride {P.words(stride, isz)} words > {limit} on the {tile} ({end.where()})",
                 f"{end.where()}: the {tile} BD of its {LEVEL_NAMES[end.level]} side has stride {stride} "
-                f"once the surrounding loops are folded into it {[list(d) for d in chain.dims]}: "
-                f"Stride {stride} exceeds the [1:{limit}] range (aie.dma_bd verifier, mlir-aie "
-                f"AIEDialect.cpp; the failure mlir-air's kernel registry documents for its GEMM at "
-                f"tile_k_l2 * N over 2^20)"))
+                f"once the surrounding loops are folded into it {[list(d) for d in chain.dims]}: Stride "
+                f"{stride} exceeds the [1:{limit}] range ({P.words(stride, isz)} 32-bit words; aie.dma_bd verifier, mlir-aie AIEDialect.cpp; mlir-air's kernel registry documents "
+                f"the same failure for its bf16 GEMM when tile_k_l2 * N passes 2^20 words)"))
 
 
 # ---------------------------------------------------------------------------------- the report
