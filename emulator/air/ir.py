@@ -9,6 +9,7 @@ silently answers the comparisons; the emulator is stricter on purpose).
 """
 
 import os
+import re
 import sys
 import operator
 from itertools import accumulate
@@ -515,7 +516,11 @@ class BoolAttr(Attribute):
 class FloatAttr(Attribute):
     @classmethod
     def get(cls, type, value, loc=None):
-        return cls._make(type=type, value=float(value), _key=("float", type._key, float(value)))
+        # as MLIR's FloatAttr: the value is held in the type's precision (0.1 : bf16 is 0.10009765625)
+        if not isinstance(type, _FloatType):
+            raise TraceError(f"FloatAttr.get: {type} is not a float type")
+        value = _to_float_type(value, type)
+        return cls._make(type=type, value=value, _key=("float", type._key, value))
 
     @classmethod
     def get_f32(cls, value, context=None):
@@ -529,7 +534,30 @@ class FloatAttr(Attribute):
         return self.value
 
     def __str__(self):
-        return f"{self.value!r} : {self.type}"
+        return f"{_float_literal(self.value, self.type)} : {self.type}"
+
+
+def _to_float_type(value, type):
+    """A Python float rounded to float type `type` (round to nearest even), as a Python float."""
+    from .emu.types import np_dtype
+    return float(np_dtype(type).type(float(value)))
+
+
+def _float_literal(value, type):
+    """A float as MLIR's printer spells it: six digits in exponent form (1.500000e+00) when they read
+    back to the same value of the type, else all the digits a double needs (always with a '.', which
+    MLIR's float literals require); inf and nan as the type's bit pattern in hex."""
+    import math
+    if math.isfinite(value):
+        text = f"{value:.6e}"
+        if _to_float_type(float(text), type) == value:
+            return text
+        return f"{value:.17e}"
+    import numpy as np
+    from .emu.types import np_dtype
+    dt = np_dtype(type)
+    bits = np.array([value], dt).view(f"u{dt.itemsize}")[0]
+    return f"0x{int(bits):0{2 * dt.itemsize}X}"
 
 
 class StringAttr(Attribute):
@@ -540,7 +568,34 @@ class StringAttr(Attribute):
         return cls._make(value=value, _key=("str", value))
 
     def __str__(self):
-        return '"' + self.value.replace('"', '\\"') + '"'
+        return _string_literal(self.value)
+
+
+def _string_literal(text):
+    """A string literal as MLIR prints one: printable ASCII as it is, except \\ (doubled) and every
+    other byte (the quote, newline, non-ASCII as UTF-8 bytes) as a two-digit hex escape (\\22)."""
+    out = []
+    for b in text.encode("utf-8"):
+        c = chr(b)
+        if c == "\\":
+            out.append("\\\\")
+        elif 0x20 <= b < 0x7F and c != '"':
+            out.append(c)
+        else:
+            out.append(f"\\{b:02X}")
+    return '"' + "".join(out) + '"'
+
+
+_BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*\Z")
+
+
+def _symbol_name(name):
+    """@name, or @"name" when it is not a bare identifier."""
+    return "@" + (name if _BARE_ID.match(name) else _string_literal(name))
+
+
+def _attr_name(name):
+    return name if _BARE_ID.match(name) else _string_literal(name)
 
 
 class UnitAttr(Attribute):
@@ -617,7 +672,7 @@ class FlatSymbolRefAttr(Attribute):
         return cls._make(value=str(value), _key=("sym", str(value)))
 
     def __str__(self):
-        return "@" + self.value
+        return _symbol_name(self.value)
 
 
 class DictAttr(Attribute):
@@ -810,7 +865,7 @@ class AffineBinaryExpr(AffineExpr):
         return f"({self.lhs._py()} {self._pyop} {self.rhs._py()})"
 
     def __str__(self):
-        return f"{self.lhs} {self._op} {self.rhs}"
+        return _expr_text(self, strong=False)
 
 
 class AffineAddExpr(AffineBinaryExpr):
@@ -834,6 +889,35 @@ class AffineCeilDivExpr(AffineBinaryExpr):
 
     def _py(self):
         return f"(-((-{self.lhs._py()}) // {self.rhs._py()}))"
+
+
+def _const_value(e):
+    return e.value if isinstance(e, AffineConstantExpr) else None
+
+
+def _expr_text(e, strong):
+    """An affine expression as MLIR's printer spells it: + and - bind weakly, * mod floordiv ceildiv
+    strongly (a weak expression inside a strong one is parenthesised), x + y * -c as x - y * c,
+    x + -c as x - c, x * -1 as -x."""
+    if not isinstance(e, AffineBinaryExpr):
+        return str(e)
+    lhs, rhs = e.lhs, e.rhs
+    if isinstance(e, AffineAddExpr):
+        rc = _const_value(rhs)
+        if isinstance(rhs, AffineMulExpr) and (_const_value(rhs.rhs) or 0) < 0:
+            c = -_const_value(rhs.rhs)
+            sub = _expr_text(rhs.lhs, strong=c != 1 or isinstance(rhs.lhs, AffineAddExpr))
+            text = f"{_expr_text(lhs, False)} - {sub}" + ("" if c == 1 else f" * {c}")
+        elif rc is not None and rc < 0:
+            text = f"{_expr_text(lhs, False)} - {-rc}"
+        else:
+            text = f"{_expr_text(lhs, False)} + {_expr_text(rhs, False)}"
+        return f"({text})" if strong else text
+    if isinstance(e, AffineMulExpr) and _const_value(rhs) == -1:
+        text = "-" + _expr_text(lhs, True)
+    else:
+        text = f"{_expr_text(lhs, True)} {e._op} {_expr_text(rhs, True)}"
+    return f"({text})" if strong else text
 
 
 def _check_expr(e, n_dims, n_syms):
@@ -1145,6 +1229,9 @@ class Operation:
 
     OPERATION_NAME = "builtin.unknown"
     _is_terminator = False
+    # The attributes MLIR keeps as the op's inherent properties (printed `<{...}>` in the generic
+    # form); every other attribute is discardable (`{...}`). AIR ops stay unregistered: none.
+    _PROPERTIES = ()
 
     def _init_op(self, operands=(), result_types=(), num_regions=0, loc=None, ip=None, insert=True):
         self.operands = list(operands)
@@ -1219,10 +1306,55 @@ class Operation:
     def __repr__(self):
         return f"<{self.OPERATION_NAME} at {self._loc}>"
 
+    def get_asm(self, binary=False, large_elements_limit=None, large_resource_limit=None,
+                enable_debug_info=False, pretty_debug_info=False, print_generic_op_form=False,
+                use_local_scope=False, use_name_loc_as_prefix=False, assume_verified=False,
+                skip_regions=False):
+        """The op's text as the real bindings' get_asm: the custom form, or with
+        print_generic_op_form=True MLIR's generic form (what stock mlir-opt parses with
+        --allow-unregistered-dialect). The elision limits have nothing to elide here."""
+        if enable_debug_info or pretty_debug_info:
+            raise UnsupportedError("Operation.print / get_asm: enable_debug_info (locations) is not emulated")
+        if skip_regions and not print_generic_op_form:
+            raise UnsupportedError("Operation.print / get_asm: skip_regions is emulated for the generic "
+                                   "form only (print_generic_op_form=True)")
+        text = "\n".join(_Printer(generic=print_generic_op_form, skip_regions=skip_regions).op_lines(self, 0))
+        return text.encode() if binary else text
+
+    def print(self, large_elements_limit=None, large_resource_limit=None, enable_debug_info=False,
+              pretty_debug_info=False, print_generic_op_form=False, use_local_scope=False,
+              use_name_loc_as_prefix=False, assume_verified=False, file=None, binary=False,
+              skip_regions=False):
+        """Operation.print of the real bindings (same keywords and order): writes to file
+        (default sys.stdout), bytes when binary=True; the AsmState overload is not emulated."""
+        if large_elements_limit is not None and not isinstance(large_elements_limit, int):
+            raise UnsupportedError("Operation.print(state, ...): AsmState is not emulated")
+        text = self.get_asm(binary=binary, print_generic_op_form=print_generic_op_form,
+                            enable_debug_info=enable_debug_info, pretty_debug_info=pretty_debug_info,
+                            skip_regions=skip_regions)
+        out = sys.stdout if file is None else file
+        out.write(text)
+
     # --- printing -----------------------------------------------------
     def _print_custom(self, p, indent):
         """Return a list of lines or None for the generic form."""
         return None
+
+    def _generic_extras(self):
+        """(properties, attributes) the generic form shows beyond op.attributes: what MLIR stores on
+        the op but the emulator keeps in Python fields (operandSegmentSizes, static_offsets, ...).
+        Values are attributes or verbatim attribute text."""
+        return {}, {}
+
+    def _generic_attributes(self):
+        """(properties, discardable attributes) of the generic form, each sorted by name as MLIR's
+        dictionaries are."""
+        extra_props, extra_attrs = self._generic_extras()
+        props = {k: v for k, v in self.attributes.items() if k in self._PROPERTIES}
+        attrs = {k: v for k, v in self.attributes.items() if k not in self._PROPERTIES}
+        props.update(extra_props)
+        attrs.update(extra_attrs)
+        return sorted(props.items()), sorted(attrs.items())
 
 
 OpView = Operation
@@ -1230,6 +1362,7 @@ OpView = Operation
 
 class ModuleOp(Operation):
     OPERATION_NAME = "builtin.module"
+    _PROPERTIES = ("sym_name", "sym_visibility")
 
     def __init__(self):
         self._init_op(num_regions=1, insert=False)
@@ -1281,7 +1414,12 @@ class Module:
 
 
 class _Printer:
-    def __init__(self):
+    """Prints ops in their custom form (each op's _print_custom) or, with generic=True, in MLIR's
+    generic form: %r = "dialect.op"(%a, %b) <{properties}> ({regions}) {attributes} : (types) -> types."""
+
+    def __init__(self, generic=False, skip_regions=False):
+        self.generic = generic
+        self.skip_regions = skip_regions
         self._names = {}
         self._n = 0
         self._a = 0
@@ -1306,19 +1444,29 @@ class _Printer:
     def mixed(self, vals):
         return "[" + ", ".join(self.name(v) if isinstance(v, Value) else str(v) for v in vals) + "]"
 
+    @staticmethod
+    def attr_items(items):
+        return ", ".join(_attr_name(k) if isinstance(v, UnitAttr) else f"{_attr_name(k)} = {v}"
+                         for k, v in items)
+
     def attr_dict(self, op, skip=()):
         items = [(k, v) for k, v in op.attributes.items() if k not in skip]
         if not items:
             return ""
-        parts = []
-        for k, v in items:
-            parts.append(k if isinstance(v, UnitAttr) else f"{k} = {v}")
-        return " {" + ", ".join(parts) + "}"
+        return " {" + self.attr_items(items) + "}"
 
     def results_prefix(self, op):
-        if not op.results:
+        """'%3 = ', or for several results '%3:2 = ' (the results are then %3#0, %3#1)."""
+        rs = op.results
+        if not rs:
             return ""
-        return self.names(op.results) + " = "
+        if len(rs) == 1:
+            return self.name(rs[0]) + " = "
+        n = self._n
+        self._n += 1
+        for i, r in enumerate(rs):
+            self._names[r._uid] = f"%{n}#{i}"
+        return f"%{n}:{len(rs)} = "
 
     def block_lines(self, block, indent):
         lines = []
@@ -1333,6 +1481,8 @@ class _Printer:
         return lines
 
     def op_lines(self, op, indent):
+        if self.generic:
+            return self.generic_op_lines(op, indent)
         custom = op._print_custom(self, indent)
         if custom is not None:
             return custom
@@ -1346,6 +1496,41 @@ class _Printer:
         for r in op.regions:
             lines += self.region_lines(r, indent + 2)
         lines.append(pad + "})")
+        return lines
+
+    # --- the generic form ------------------------------------------------
+    @staticmethod
+    def _result_types(types):
+        if len(types) == 1 and not isinstance(types[0], FunctionType):
+            return str(types[0])
+        return "(" + ", ".join(map(str, types)) + ")"
+
+    def generic_op_lines(self, op, indent):
+        pad = " " * indent
+        props, attrs = op._generic_attributes()
+        head = f"{pad}{self.results_prefix(op)}\"{op.OPERATION_NAME}\"({self.names(op.operands)})"
+        if props:
+            head += " <{" + self.attr_items(props) + "}>"
+        tail = ""
+        if attrs:
+            tail += " {" + self.attr_items(attrs) + "}"
+        tail += (f" : ({', '.join(str(v.type) for v in op.operands)}) -> "
+                 f"{self._result_types([r.type for r in op.results])}")
+        if not op.regions:
+            return [head + tail]
+        if self.skip_regions:
+            return [head + " (" + ", ".join("{...}" for _ in op.regions) + ")" + tail]
+        lines = [head + " ({"]
+        for i, r in enumerate(op.regions):
+            if i:
+                lines.append(pad + "}, {")
+            for j, b in enumerate(r.blocks):
+                if j or b.arguments:
+                    args = ", ".join(f"{self.name(a)}: {a.type}" for a in b.arguments)
+                    lines.append(f"{pad}^bb{j}" + (f"({args})" if b.arguments else "") + ":")
+                for inner in b.operations:
+                    lines += self.generic_op_lines(inner, indent + 2)
+        lines.append(pad + "})" + tail)
         return lines
 
 

@@ -6,6 +6,7 @@ from ..emu.errors import TraceError
 
 class AffineApplyOp(Operation):
     OPERATION_NAME = "affine.apply"
+    _PROPERTIES = ("map",)
 
     def __init__(self, map, mapOperands, *, loc=None, ip=None):
         if isinstance(map, AffineMapAttr):

@@ -11,6 +11,7 @@ from ..ir import (
     AsyncTokenType,
     Context,
     DenseI32ArrayAttr,
+    DenseI64ArrayAttr,
     IndexType,
     InsertionPoint,
     IntegerAttr,
@@ -262,6 +263,14 @@ class _Side:
     def text(self, p):
         return f"{p.name(self.memref)}{p.mixed(self.offsets)} {p.mixed(self.sizes)} {p.mixed(self.strides)}"
 
+    def static_attrs(self, prefix):
+        """The pattern in MLIR's static/dynamic convention (memref.subview's static_offsets): the
+        Python ints, the dynamic-size marker where an SSA operand (in the op's operand list) stands."""
+        dyn = ShapedType.get_dynamic_size()
+        return {f"static_{prefix}{what}": DenseI64ArrayAttr.get(
+                    [dyn if isinstance(e, Value) else e for e in entries])
+                for what, entries in (("offsets", self.offsets), ("sizes", self.sizes), ("strides", self.strides))}
+
 
 class DmaMemcpyNdOp(Operation):
     OPERATION_NAME = "air.dma_memcpy_nd"
@@ -283,6 +292,11 @@ class DmaMemcpyNd(DmaMemcpyNdOp):
                       results)
         if pad_before is not None:
             raise UnsupportedError("air.dma_memcpy_nd: pad_before / pad_after are not emulated")
+
+    def _generic_extras(self):
+        # AIR stays unregistered in the generic form: the static pattern the emulator keeps in
+        # Python (mlir-air's builder makes index constants of it) shows as discardable attributes.
+        return {}, {**self.dst.static_attrs("dst_"), **self.src.static_attrs("src_")}
 
     def _print_custom(self, p, indent):
         return [" " * indent + f"{p.results_prefix(self)}air.dma_memcpy_nd ({self.dst.text(p)}, "
@@ -382,6 +396,9 @@ class _ChannelAccess(Operation):
         results = [AsyncTokenType.get()] if async_token is not None else []
         self._init_op(deps + self.indices + [self.side.memref] + self.side.dynamic(), results, loc=loc, ip=ip)
         self.attributes["chan_name"] = FlatSymbolRefAttr.get(chan_name)
+
+    def _generic_extras(self):
+        return {}, self.side.static_attrs("")
 
     def _print_custom(self, p, indent):
         idx = f"[{p.names(self.indices)}]" if self.indices else ""

@@ -3,7 +3,8 @@
 Each op class carries `_eval(values, result_type)`, the run-time semantics:
 integer results wrap to their bit width (index is 64-bit), division follows
 arith's rounding (divsi / remsi truncate toward zero, floordivsi / ceildivsi
-round as named), float ops compute in the element type (bf16 results are rounded
+round as named), a shift by the bit width or more (poison in MLIR) is an
+ExecutionError, float ops compute in the element type (bf16 results are rounded
 to bf16).
 """
 
@@ -23,7 +24,7 @@ from ..ir import (
     _FloatType,
     _as_value,
 )
-from ..emu.errors import TraceError
+from ..emu.errors import ExecutionError, TraceError
 
 
 def _wrap(v, t):
@@ -50,6 +51,7 @@ def _is_int_like(t):
 
 class ConstantOp(Operation):
     OPERATION_NAME = "arith.constant"
+    _PROPERTIES = ("value",)
 
     def __init__(self, result, value=None, *, loc=None, ip=None):
         if value is None:
@@ -121,6 +123,12 @@ def constant(result, value, *, loc=None, ip=None):
 
 class _BinaryOp(Operation):
     _kind = "int"  # or "float"
+    # arith's default flags, which MLIR stores on every addi / subi / muli / shli (overflowFlags) and
+    # every float op (fastmath), and prints in the generic form
+    _default_props = {}
+
+    def _generic_extras(self):
+        return dict(self._default_props), {}
 
     def __init__(self, lhs, rhs, *, loc=None, ip=None, **kwargs):
         a = _as_value(lhs, f"{self.OPERATION_NAME} lhs")
@@ -138,8 +146,14 @@ class _BinaryOp(Operation):
                 f"{p.names(self.operands)} : {self.results[0].type}"]
 
 
+_OVERFLOW = {"overflowFlags": "#arith.overflow<none>"}
+_FASTMATH = {"fastmath": "#arith.fastmath<none>"}
+
+
 def _int_op(name, fn):
-    cls = type(name, (_BinaryOp,), {"OPERATION_NAME": "arith." + fn.__name__.strip("_")})
+    opname = fn.__name__.strip("_")
+    cls = type(name, (_BinaryOp,), {"OPERATION_NAME": "arith." + opname,
+                                    "_default_props": _OVERFLOW if opname in ("addi", "subi", "muli", "shli") else {}})
     cls._eval = staticmethod(lambda v, t, _fn=fn: _wrap(_fn(v[0], v[1], t), t))
     return cls
 
@@ -219,16 +233,25 @@ def _xori(a, b, t):
     return a ^ b
 
 
+def _shift_amount(b, t, name):
+    """b as a shift amount: MLIR's shifts are poison when it is (unsigned) >= the bit width."""
+    w = 64 if isinstance(t, IndexType) else t.width
+    n = _unsigned(b, t)
+    if n >= w:
+        raise ExecutionError(f"arith.{name}: shift amount {n} >= the bit width {w} of {t} (poison in MLIR)")
+    return n
+
+
 def _shli(a, b, t):
-    return a << b
+    return a << _shift_amount(b, t, "shli")
 
 
 def _shrsi(a, b, t):
-    return a >> b
+    return a >> _shift_amount(b, t, "shrsi")
 
 
 def _shrui(a, b, t):
-    return _unsigned(a, t) >> b
+    return _unsigned(a, t) >> _shift_amount(b, t, "shrui")
 
 
 AddIOp = _int_op("AddIOp", _addi)
@@ -254,7 +277,8 @@ ShRUIOp = _int_op("ShRUIOp", _shrui)
 
 
 def _float_op(name, opname, fn):
-    cls = type(name, (_BinaryOp,), {"OPERATION_NAME": "arith." + opname, "_kind": "float"})
+    cls = type(name, (_BinaryOp,), {"OPERATION_NAME": "arith." + opname, "_kind": "float",
+                                    "_default_props": _FASTMATH})
     cls._eval = staticmethod(lambda v, t, _fn=fn: type(v[0])(_fn(np.float64(v[0]), np.float64(v[1]))))
     return cls
 
@@ -327,7 +351,7 @@ class IndexCastOp(_CastOp):
 
 class IndexCastUIOp(_CastOp):
     OPERATION_NAME = "arith.index_castui"
-    _check = IndexCastOp._check
+    _check = staticmethod(IndexCastOp._check)
 
     @staticmethod
     def _eval(v, t):
@@ -343,7 +367,7 @@ class ExtSIOp(_CastOp):
 
 class ExtUIOp(_CastOp):
     OPERATION_NAME = "arith.extui"
-    _check = ExtSIOp._check
+    _check = staticmethod(ExtSIOp._check)
 
     @staticmethod
     def _eval(v, t):
@@ -352,6 +376,10 @@ class ExtUIOp(_CastOp):
 
 class TruncIOp(_CastOp):
     OPERATION_NAME = "arith.trunci"
+
+    def _generic_extras(self):
+        return dict(_OVERFLOW), {}
+
     _check = staticmethod(lambda s, d: isinstance(s, IntegerType) and isinstance(d, IntegerType)
                           and d.width < s.width)
     _eval = staticmethod(lambda v, t: _wrap(v[0], t))
@@ -435,6 +463,7 @@ _CMP = {
 
 class CmpIOp(Operation):
     OPERATION_NAME = "arith.cmpi"
+    _PROPERTIES = ("predicate",)
 
     def __init__(self, predicate, lhs, rhs, *, loc=None, ip=None):
         if isinstance(predicate, str):

@@ -19,6 +19,7 @@ from ..emu.errors import TraceError
 
 class FuncOp(Operation):
     OPERATION_NAME = "func.func"
+    _PROPERTIES = ("sym_name", "function_type", "sym_visibility", "arg_attrs", "res_attrs", "no_inline")
 
     def __init__(self, name, type, *, visibility=None, body_builder=None, loc=None, ip=None):
         if isinstance(type, tuple):
@@ -145,6 +146,7 @@ func = FuncOp.from_py_func
 
 class CallOp(Operation):
     OPERATION_NAME = "func.call"
+    _PROPERTIES = ("callee", "arg_attrs", "res_attrs", "no_inline")
 
     def __init__(self, calleeOrResults, argumentsOrCallee=None, arguments=None, *, loc=None, ip=None):
         if isinstance(calleeOrResults, FuncOp):

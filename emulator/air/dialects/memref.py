@@ -1,7 +1,11 @@
 """memref: alloc / dealloc, subview, cast, load / store."""
 
 from ..ir import (
+    DenseI32ArrayAttr,
+    DenseI64ArrayAttr,
     IndexType,
+    IntegerAttr,
+    IntegerType,
     MemRefType,
     Operation,
     ShapedType,
@@ -15,6 +19,7 @@ from ..emu.errors import TraceError, UnsupportedError
 
 class AllocOp(Operation):
     OPERATION_NAME = "memref.alloc"
+    _PROPERTIES = ("alignment",)
 
     def __init__(self, memref, dynamicSizes=(), symbolOperands=(), *, alignment=None, loc=None, ip=None):
         if not isinstance(memref, MemRefType):
@@ -22,6 +27,12 @@ class AllocOp(Operation):
         if list(dynamicSizes) or list(symbolOperands):
             raise UnsupportedError("memref.alloc: dynamic sizes / symbol operands are not supported")
         self._init_op([], [memref], loc=loc, ip=ip)
+        if alignment is not None:
+            self.attributes["alignment"] = alignment if isinstance(alignment, IntegerAttr) \
+                else IntegerAttr.get(IntegerType.get_signless(64), int(alignment))
+
+    def _generic_extras(self):
+        return {"operandSegmentSizes": DenseI32ArrayAttr.get([0, 0])}, {}
 
     @property
     def memref(self):
@@ -120,6 +131,16 @@ class SubViewOp(Operation):
         self.static_offsets, self.static_sizes, self.static_strides = offsets, sizes, strides
         self.src_strides = src_strides
         self.elem_strides = tgt_strides
+
+    def _generic_extras(self):
+        dyn = ShapedType.get_dynamic_size()
+        return {
+            "operandSegmentSizes": DenseI32ArrayAttr.get([1, len(self.operands) - 1, 0, 0]),
+            "static_offsets": DenseI64ArrayAttr.get([dyn if isinstance(o, Value) else o
+                                                     for o in self.static_offsets]),
+            "static_sizes": DenseI64ArrayAttr.get(self.static_sizes),
+            "static_strides": DenseI64ArrayAttr.get(self.static_strides),
+        }, {}
 
     def _print_custom(self, p, indent):
         return [" " * indent + f"{p.results_prefix(self)}memref.subview {p.name(self.operands[0])}"

@@ -12,6 +12,7 @@ from .arith import constant
 
 class ForOp(Operation):
     OPERATION_NAME = "scf.for"
+    _PROPERTIES = ("unsignedCmp",)
 
     def __init__(self, lower_bound, upper_bound, step, iter_args=None, *, loc=None, ip=None):
         if iter_args is None:
