@@ -52,7 +52,7 @@ KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer print compile bench test deps clean
+.PHONY: upstream-check run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer print compile bench test deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -99,6 +99,11 @@ bench: deps
 compile: deps
 	$(MAKE) -C kernels peano $(KERNEL_ARGS)
 	$(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --compile
+
+# mlir-air's own hardware-tested examples, unchanged, on the emulator (docs/emulator.md#the-acceptance-corpus).
+upstream-check: deps
+	@test -n "$(AIR_SRC)" || { echo "upstream-check: give AIR_SRC=<a checkout of mlir-air> [AIE_SRC=<a checkout of mlir-aie>]"; exit 2; }
+	$(PYTHON) emulator/upstream_check.py --air-src $(AIR_SRC) $(if $(AIE_SRC),--aie-src $(AIE_SRC))
 
 # Installs the Python dependencies once per requirements.txt change and interpreter (.venv first, if used).
 # --system-site-packages: what the system python already has (e.g. mlir-air wheels) stays visible.

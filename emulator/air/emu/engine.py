@@ -175,18 +175,33 @@ def _mark_written(b, base, shape, estr):
         _ndarray(shape, np.bool_, w, b.off + base, estr)[...] = True
 
 
-def _check_written(b, base, shape, estr, where):
+def _written_view(b, base, shape, estr):
+    """The written flags of an access (None: an untracked buffer, all written)."""
     w = b.root.written
-    if w is None:
-        return
-    view = _ndarray(shape, np.bool_, w, b.off + base, estr)
-    if not view.all():
-        first = tuple(int(i) for i in np.argwhere(~view)[0])
-        n = int(view.size - np.count_nonzero(view))
+    return None if w is None else _ndarray(shape, np.bool_, w, b.off + base, estr)
+
+
+def _unwritten_into_host(src_flags, where, src_name):
+    """Never-written elements travel with the data (a DMA may copy padding nobody reads, as mlir-air's
+    cascade GEMV does), but they must not reach the host's memory looking like results."""
+    if src_flags is not None and not src_flags.all():
+        first = tuple(int(i) for i in np.argwhere(~src_flags)[0])
+        n = int(src_flags.size - np.count_nonzero(src_flags))
         raise UnwrittenReadError(
-            f"{where}: reads {n} of {view.size} elements that nothing has written yet (first at "
-            f"{first} of this access) from {b.name}; on the NPU the DMA would send whatever the "
-            f"memory held: fill the buffer (DMA, channel get or kernel) before it is read")
+            f"{where}: {n} of the {src_flags.size} elements it delivers to host memory were never written "
+            f"(first at {first} of the access, from {src_name}); on the NPU they would hold whatever the "
+            f"memory held: fill the buffer (DMA, channel get or kernel) before it is sent")
+
+
+def _copy_written(src_flags, d, db, dshape, dstr, where, src_name):
+    """A transfer's destination is written where its source was (all of it from an untracked source)."""
+    w = d.root.written
+    if w is None:
+        if d.level == L3:
+            _unwritten_into_host(src_flags, where, src_name)
+        return
+    dv = _ndarray(dshape, np.bool_, w, d.off + db, dstr)
+    dv[...] = True if src_flags is None else src_flags.reshape(dshape)
 
 
 class _Scope:
@@ -950,10 +965,9 @@ class Compiler:
                 raise DmaBoundsError(f"{where}: src moves {n} elements but dst receives {nd_}")
             sb = s_base(s, sspan)
             db = d_base(d, dspan)
-            _check_written(s, sb, sshape, sstr, where)
             sv = _ndarray(sshape, cdt, s.arr, (s.off + sb) * isz, tuple(x * isz for x in sstr))
             dv = _ndarray(dshape, cdt, d.arr, (d.off + db) * isz, tuple(x * isz for x in dstr))
-            _mark_written(d, db, dshape, dstr)
+            _copy_written(_written_view(s, sb, sshape, sstr), d, db, dshape, dstr, where, s.name)
             if sshape == dshape:
                 dv[...] = sv
             else:
@@ -1047,16 +1061,18 @@ class Compiler:
                 _dead(b, where)
             shape, estr, n, spn = dims_fn()
             base = base_fn(b, spn)
-            _check_written(b, base, shape, estr, where)
             v = _ndarray(shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr))
             data = np.array(v, copy=True).reshape(-1).view(np.uint8)
+            flags = _written_view(b, base, shape, estr)
+            # per byte, so a get of another element type can take it; None: all written
+            wbytes = None if flags is None or flags.all() else np.repeat(flags.reshape(-1), isz)
             fifos, avail = rt.fifos, rt.avail
             for key in targets(idx_fn()):
                 q = fifos.get(key)
                 if q is None:
                     q = fifos[key] = deque()
                     avail[key] = 0
-                q.append([data, 0, lv])
+                q.append([data, 0, lv, wbytes, b.name])
                 avail[key] += data.size
             rt.cnt[c_put] += 1
         return run
@@ -1097,14 +1113,16 @@ class Compiler:
                     f"(e.g. the launch-level get after the segment that puts), or the design needs "
                     f"producer and consumer to run at once")
             q = rt.fifos[key]
-            parts = []
+            parts, wparts = [], []
             left = need
             cnt = rt.cnt
+            src_name = q[0][4]
             while left:
                 item = q[0]
-                data, pos, src_lv = item
+                data, pos, src_lv, wbytes = item[:4]
                 take = min(left, data.size - pos)
                 parts.append(data[pos:pos + take])
+                wparts.append(np.ones(take, np.bool_) if wbytes is None else wbytes[pos:pos + take])
                 cb, ct = ctrs[src_lv]
                 cnt[cb] += take
                 cnt[ct] += 1
@@ -1117,7 +1135,9 @@ class Compiler:
             flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
             v = _ndarray(shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr))
             v[...] = flat.view(cdt).reshape(shape)
-            _mark_written(b, base, shape, estr)
+            wflat = np.concatenate(wparts)
+            flags = None if wflat.all() else wflat.reshape(-1, isz).all(axis=1).reshape(shape)
+            _copy_written(flags, b, base, shape, estr, where, src_name)
             pe = rt.pe
             if pe is not None and b.root.owner != pe:
                 track(b, base, shape, estr, where)

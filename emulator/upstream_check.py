@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: MIT
+"""Run mlir-air's own hardware-tested examples, unchanged, on this emulator: the acceptance corpus.
+
+    python3 emulator/upstream_check.py --air-src <mlir-air checkout> [--aie-src <mlir-aie checkout>]
+    make upstream-check AIR_SRC=<mlir-air checkout> [AIE_SRC=<mlir-aie checkout>]
+
+Each case is an example's own builder script, run as its Makefile and lit test run it (same options), with
+its kernel built for the host by g++ against the emulator's aie_api with the same -D flags its Makefile
+gives Peano, in a scratch directory (build/upstream/<case>). A case passes when the script prints PASS!
+(or, compile-only, finishes its compile). The documented failures are configurations mlir-air's kernel
+registry notes (programming_examples/kernel_registry/) record as refused by aircc on NPU2: each must be
+refused here for the documented reason. Nothing of mlir-air or mlir-aie is copied into this repository:
+the sources are read from the given checkouts.
+
+The last line is `upstream examples: P/T PASS, R/F documented failures rejected`; the exit code is 0 when
+every case that could run passed and every documented failure was rejected, 1 otherwise, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+EX = "programming_examples"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    source: str  # path in the checkout
+    root: str  # "air" or "aie": which checkout holds it
+    lib: str  # link_with name without .o: the host build is <lib>.so
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    script: str  # path in the mlir-air checkout
+    args: tuple[str, ...]
+    kernels: tuple[Kernel, ...]
+    refused: str | None = None  # a documented failure: the regex its error must match
+    note: str = ""  # where the configuration comes from, and any change made for the emulator
+    env: dict = field(default_factory=dict)
+
+
+INT4_GEMM = f"{EX}/matrix_multiplication/int4_awq/matmul_int4_packed.py"
+INT4_KERNEL = f"{EX}/matrix_vector_multiplication/int4_awq/mv_int4_bf16.cc"
+GEMV = f"{EX}/matrix_vector_multiplication/int4_awq/matvec_int4_packed.py"
+GEMV_ADD = f"{EX}/matrix_vector_multiplication/int4_awq/matvec_int4_packed_add.py"
+F32OUT = f"{EX}/matrix_multiplication/bf16_in_fp32_out/run.py"
+BF16OUT = f"{EX}/matrix_multiplication/bf16_in_bf16_out/run.py"
+BFP16X = f"{EX}/matrix_multiplication/bf16_x_bfp16/matmul_bf16_x_bfp16.py"
+
+
+def int4_gemm_kernel(tm, tn, tk):
+    return Kernel(INT4_KERNEL, "air", "mv_int4_bf16", (f"-DDIM_M={tm}", f"-DDIM_N={tn}", f"-DDIM_K_CHUNK={tk}",
+                                                       "-DDIM_GS=128", "-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"))
+
+
+def gemv_kernel(m_tile=8, k_chunk=2048):
+    return Kernel(INT4_KERNEL, "air", "mv_int4_bf16", (f"-DDIM_M={m_tile}", f"-DDIM_K={k_chunk}", "-DDIM_GS=128"))
+
+
+def dense_kernel(example, tm, tn, tk):
+    """mm_aie2p.cc of the bf16 dense GEMMs, with their Makefile's -D flags."""
+    return Kernel(f"{EX}/matrix_multiplication/{example}/mm_aie2p.cc", "air", "mm", (
+        "-DBIT_WIDTH=8", f"-DDIM_M={tm}", f"-DDIM_N={tn}", f"-DDIM_K={tk}", f"-DDIM_N_DIV_4={tn // 4}",
+        f"-DDIM_M_DIV_4={tm // 4}", f"-DDIM_N_DIV_8={tn // 8}", f"-DDIM_M_DIV_8={tm // 8}",
+        "-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"))
+
+
+def gemm_args(m, k, n, tm, tn, tk1, tk2, hm, hn):
+    return ("--m", str(m), "--k", str(k), "--n", str(n), "--tile-m", str(tm), "--tile-n", str(tn),
+            "--tile-k-l1", str(tk1), "--tile-k-l2", str(tk2), "--herd-m", str(hm), "--herd-n", str(hn))
+
+
+def f32out(m, k, n, tm=64, tk2=256, tk1=32, tn=128, mode="compile-and-run"):
+    return ("--arch", "aie2p", "--codegen", "external", "--m", str(m), "--k", str(k), "--n", str(n),
+            "--tile-m", str(tm), "--tile-k-l2", str(tk2), "--tile-k-l1", str(tk1), "--tile-n", str(tn),
+            "--herd-m", "8", "--herd-n", "4", "--compile-mode", mode, "--perf-iters", "0")
+
+
+CASES = (
+    # The int4 GEMM and GEMV: their lit tests' configurations (run_packed_npu2_*_peano.lit).
+    Case("int4 GEMM 64x128x128, herd 2x4", INT4_GEMM,
+         ("--m", "64", "--k", "128", "--n", "128", "--gs", "128") + gemm_args(64, 128, 128, 16, 16, 128, 128, 2, 4)[6:],
+         (int4_gemm_kernel(16, 16, 128),), note="run_packed_npu2_small_peano.lit"),
+    Case("int4 GEMM 32x2048x2048, herd 2x4", INT4_GEMM,
+         ("--m", "32", "--k", "2048", "--n", "2048", "--gs", "128") + gemm_args(32, 2048, 2048, 16, 16, 128, 2048, 2, 4)[6:],
+         (int4_gemm_kernel(16, 16, 128),), note="run_packed_npu2_llama_qproj_seq32_peano.lit"),
+    Case("int4 GEMV 2048x2048", GEMV, ("--output-format", "elf", "--m", "2048", "--k", "2048", "--gs", "128",
+                                       "--m-tile", "8", "--k-chunk", "2048"), (gemv_kernel(),),
+         note="run_packed_npu2_2048x2048_peano.lit"),
+    Case("int4 GEMV 2048x8192", GEMV, ("--output-format", "elf", "--m", "2048", "--k", "8192", "--gs", "128",
+                                       "--m-tile", "8", "--k-chunk", "2048"), (gemv_kernel(),),
+         note="run_packed_npu2_2048x8192_peano.lit"),
+    Case("int4 GEMV + residual add 2048x2048", GEMV_ADD, ("--output-format", "elf", "--m", "2048", "--k", "2048",
+                                                          "--gs", "128", "--m-tile", "8", "--k-chunk", "2048"),
+         (gemv_kernel(),), note="run_packed_add_npu2_2048x2048_peano.lit"),
+    # The dense bf16 GEMM with f32 out, external kernel, its Makefile's default tiles (64/256/32/128, 8x4).
+    Case("bf16-in f32-out GEMM 2048x8192x2048, external", F32OUT, f32out(2048, 8192, 2048),
+         (dense_kernel("bf16_in_fp32_out", 64, 128, 32),), note="run_npu2_external_peano.lit"),
+    Case("bf16-in f32-out GEMM 2048x2048x11008, tile_n 64, tile_k_l2 128 (builds)", F32OUT,
+         f32out(2048, 2048, 11008, tn=64, tk2=128, mode="compile-only"), (dense_kernel("bf16_in_fp32_out", 64, 64, 32),),
+         note="kernel registry: the Qwen2.5-3B gate/up shape builds at tile_k_l2 = 128"),
+    # The dense bf16 GEMM with bf16 out: the drain method at its lit's tile_m 32.
+    Case("bf16-in bf16-out GEMM 2048x8192x2048, drain, tile_m 32", BF16OUT,
+         ("--m", "2048", "--k", "8192", "--n", "2048", "--tile-m", "32", "--high-precision", "true",
+          "--method", "drain"), (dense_kernel("bf16_in_bf16_out", 32, 128, 32),),
+         note="run_npu2_high_precision_drain_peano.lit"),
+    # bf16 x bfp16: its two lit configurations.
+    Case("bf16 x bfp16 GEMM 64x64x64, herd 1x1", BFP16X, gemm_args(64, 64, 64, 64, 64, 64, 64, 1, 1),
+         (Kernel(f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc", "air", "mm_bf16_x_bfp16",
+                 ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=64")),), note="run_packed_npu2_small_peano.lit"),
+    Case("bf16 x bfp16 GEMM 2048^3, herd 8x4", BFP16X, gemm_args(2048, 2048, 2048, 64, 64, 128, 2048, 8, 4),
+         (Kernel(f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc", "air", "mm_bf16_x_bfp16",
+                 ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=128")),), note="run_packed_npu2_llama_qproj_peano.lit"),
+    # Documented failures (mlir-air programming_examples/kernel_registry/).
+    Case("bf16-in f32-out GEMM 2048x2048x11008, tile_n 64, tile_k_l2 256", F32OUT,
+         f32out(2048, 2048, 11008, tn=64, tk2=256, mode="compile-only"), (dense_kernel("bf16_in_fp32_out", 64, 64, 32),),
+         refused=r"Stride 2818048 exceeds the \[1:1048576\] range",
+         note="supported_kernels.md, Qwen2.5-3B gate/up: 'aie.dma_bd op Stride 2818048 exceeds the [1:1048576] range'"),
+    Case("bf16-in bf16-out GEMM 2048x8192x2048, drain, tile_m 64", BF16OUT,
+         ("--m", "2048", "--k", "8192", "--n", "2048", "--tile-m", "64", "--high-precision", "true",
+          "--method", "drain", "--compile-mode", "compile-only"), (dense_kernel("bf16_in_bf16_out", 64, 128, 32),),
+         refused=r"per-PE L1 \(allocations \+ stack\) needs \d+ bytes, the limit is 65536",
+         note="details/GEMM_bf16_in_bf16_out.md: at tile_m = 64 the drain needs 72 KB > 64 KB of L1"),
+)
+
+
+def build(kernel: Kernel, src: str, out_dir: str) -> str | None:
+    """g++ of one kernel into out_dir/<lib>.so; None, or the first error line."""
+    path = os.path.join(src, kernel.source)
+    if not os.path.isfile(path):
+        return f"{kernel.source} is not in {src}"
+    cmd = ["g++", "-std=c++20", "-O2", "-fPIC", "-shared", "-w", "-I", os.path.join(HERE, "include"),
+           "-I", os.path.dirname(path), *kernel.flags, path, "-o", os.path.join(out_dir, kernel.lib + ".so")]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:300])
+        return f"g++ {os.path.basename(path)}: {first}"
+    return None
+
+
+def run_case(case: Case, air_src: str, aie_src: str | None, timeout: float) -> tuple[str, str]:
+    """(verdict, detail): verdict is PASS, FAIL, SKIP, REJECTED or NOT REJECTED."""
+    roots = {"air": air_src, "aie": aie_src}
+    work = os.path.join(REPO, "build", "upstream", re.sub(r"[^a-z0-9]+", "_", case.name.lower()).strip("_"))
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    for k in case.kernels:
+        if roots[k.root] is None:
+            return "SKIP", f"needs {k.source} from mlir-aie: give AIE_SRC"
+        err = build(k, roots[k.root], work)
+        if err:
+            return ("FAIL" if case.refused is None else "NOT REJECTED"), err
+    script = os.path.join(air_src, case.script)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(script)]), **case.env)
+    t0 = time.monotonic()
+    try:
+        res = subprocess.run([sys.executable, script, *case.args], cwd=work, env=env, capture_output=True,
+                             text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "FAIL", f"no result within {timeout:.0f} s"
+    out = res.stdout + res.stderr
+    took = f"{time.monotonic() - t0:.0f} s"
+    if case.refused is not None:
+        if res.returncode and re.search(case.refused, out):
+            return "REJECTED", f"{took}: {re.search(case.refused, out).group(0)}"
+        return "NOT REJECTED", f"{took}: exit {res.returncode}, expected /{case.refused}/"
+    compile_only = "compile-only" in case.args
+    ok = res.returncode == 0 and (("PASS!" in out) or compile_only)
+    tail = [ln for ln in out.splitlines() if ln.strip()][-1:] or [""]
+    return ("PASS" if ok else "FAIL"), f"{took}: {tail[0][:160]}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--air-src", required=True, help="a checkout of Xilinx/mlir-air (programming_examples/ is used)")
+    p.add_argument("--aie-src", help="a checkout of Xilinx/mlir-aie, or any tree holding its aie_kernels/")
+    p.add_argument("--only", help="run the cases whose name contains this text")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per case (default 1800)")
+    args = p.parse_args(argv)
+    if not os.path.isdir(os.path.join(args.air_src, EX)):
+        print(f"error: {args.air_src} has no {EX}/: give a checkout of mlir-air as --air-src / AIR_SRC",
+              file=sys.stderr)
+        return 2
+    if args.aie_src is not None and not os.path.isdir(os.path.join(args.aie_src, "aie_kernels")):
+        print(f"error: {args.aie_src} has no aie_kernels/: give a checkout of mlir-aie as --aie-src / AIE_SRC",
+              file=sys.stderr)
+        return 2
+    cases = [c for c in CASES if args.only is None or args.only in c.name]
+    passed = total = rejected = failures = 0
+    bad = False
+    for case in cases:
+        verdict, detail = run_case(case, args.air_src, args.aie_src, args.timeout)
+        print(f"{verdict:<13} {case.name}  [{case.note}]  {detail}", flush=True)
+        if case.refused is not None:
+            failures += 1
+            rejected += verdict == "REJECTED"
+            bad |= verdict != "REJECTED"
+        elif verdict != "SKIP":
+            total += 1
+            passed += verdict == "PASS"
+            bad |= verdict != "PASS"
+    print(f"upstream examples: {passed}/{total} PASS, {rejected}/{failures} documented failures rejected")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
