@@ -5,6 +5,7 @@
 // mmul: c (M*N floats, row-major) += a (M*K) x b (K*N), `steps` times with successive a/b operands.
 template <unsigned M, unsigned K, unsigned N>
 static void mmul_run(const bfloat16 *a, const bfloat16 *b, float *c, int steps, int from_zero) {
+    aie::set_rounding(aie::rounding_mode::conv_even);  // as kernels do: the bfp16 emulation follows the mode
     using MM = aie::mmul<M, K, N, bfloat16, bfloat16, accauto>;
     MM mm;
     if (!from_zero) mm = MM(aie::load_v<MM::size_C>(c));
@@ -90,8 +91,9 @@ static void block_mmul_run(LoadA load_a, const uint8_t *b, float *c, int steps, 
 
 extern "C" {
 
-// `count` x 64 floats -> accfloat -> bfp16ebs8, pushed through an output stream (72 bytes each).
+// `count` x 64 floats -> accfloat -> bfp16ebs8 (conv_even), pushed through an output stream (72 bytes each).
 void op_to_bfp16(const float *in, int count, uint8_t *out) {
+    aie::set_rounding(aie::rounding_mode::conv_even);
     aie::block_vector_output_buffer_stream<bfp16ebs8, 64> os(as_blocks(out));
     for (int i = 0; i < count; ++i) os << aie::to_vector<bfp16ebs8>(aie::accum<accfloat, 64>(aie::load_v<64>(in + 64 * i)));
 }
@@ -120,6 +122,7 @@ void op_mmul_bfp16_bfp16(const uint8_t *a, const uint8_t *b, float *c, int steps
                                                                        from_zero);
 }
 void op_mmul_bf16_bfp16(const bfloat16 *a, const uint8_t *b, float *c, int steps, int from_zero) {
+    aie::set_rounding(aie::rounding_mode::conv_even);  // A is converted to bfp16ebs8 under the mode
     block_mmul_run<aie::mmul<8, 8, 8, bfloat16, bfp16ebs8, accfloat>>(
         [&](int s) { return aie::load_v<64>(a + 64 * s); }, b, c, steps, from_zero);
 }

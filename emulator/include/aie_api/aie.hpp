@@ -15,3 +15,4 @@
 #include "detail/host_ops.hpp"
 #include "detail/host_mmul.hpp"
 #include "detail/host_block.hpp"
+#include "detail/host_intrinsics.hpp"

@@ -3,7 +3,8 @@
 //   aie::block_vector<bfp16ebs8, 64>           8 blocks of 8 values; each block one 8-bit exponent E and 8
 //                                              two's-complement 8-bit mantissas m; value = m * 2^(E - 133)
 //   accum<accfloat, 64>::to_vector<bfp16ebs8>() accfloat -> blocks of 8 consecutive lanes (the calibrated
-//                                              bfp16 rule of detail/host_mmul.hpp, to_bfp16_block)
+//                                              bfp16 rule of detail/host_mmul.hpp, to_bfp16_block, under
+//                                              the current rounding mode)
 //   accum<accfloat, 64>(block_vector, shift)   exact: value * 2^shift
 //   block_vector_(restrict_)input_buffer_stream / output_buffer_stream   pop / push / seek
 //   aie::op_transpose(block_vector)            the B operand of a block mmul
@@ -92,17 +93,19 @@ template <typename X> concept BlockVector = host::is_block_vector_v<X>;
 
 // accfloat -> bfp16ebs8: every 8 consecutive lanes become one block, by the calibrated bfp16 rule
 // (host::to_bfp16_block: E = the biased f32 exponent of the block's largest magnitude, mantissas rounded
-// half to even and saturated to [-128, 127]). aie_api on AIE2P ignores `shift` for block types
-// (its conversion calls the intrinsic without it); so does the host. The rounding mode is not consulted:
-// whether the hardware conversion obeys aie::set_rounding is not documented (kernels set conv_even).
+// under the mode set by aie::set_rounding -- half to even under conv_even, toward -inf under the reset
+// mode floor, as NPU2 measurements indicate (see to_bfp16_block) -- and saturated to [-128, 127]).
+// aie_api on AIE2P ignores `shift` for block types (its conversion calls the intrinsic without it);
+// so does the host.
 template <typename Tag, unsigned N>
 template <typename T> requires(host::is_block_type_v<T>)
 block_vector<T, N> accum<Tag, N>::to_vector(int /*shift: ignored, as in aie_api*/) const {
     block_vector<T, N> r;
+    const host::rnd mode = host::current_rnd();
     for (unsigned b = 0; b < N / 8; ++b) {
         int8_t m[8];
         int step;
-        host::to_bfp16_block(d_ + 8 * b, 1, m, &step);
+        host::to_bfp16_block(d_ + 8 * b, 1, m, &step, mode);
         bool zero = true;
         for (unsigned k = 0; k < 8; ++k) zero = zero && m[k] == 0;
         r.d_[9 * b] = zero ? uint8_t(0) : uint8_t(step + host::kBfp16Bias);
