@@ -90,7 +90,7 @@ run_llama_down: TILE_K_L2 = 1024
 run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down: run
 
 print: deps
-	PYTHONPATH=$(AIR_PATH) $(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --print-module
+	PYTHONPATH=$(AIR_PATH) $(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) -p
 
 # Every Llama-3.2-1B projection: measured on NPU2, modelled (and labelled so) elsewhere; also build/bench.csv.
 bench: deps
@@ -98,7 +98,7 @@ bench: deps
 
 compile: deps
 	$(MAKE) -C kernels peano $(KERNEL_ARGS)
-	$(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --compile
+	$(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --compile-mode compile-only
 
 # mlir-air's own hardware-tested examples, unchanged, on the emulator (docs/emulator.md#the-acceptance-corpus).
 upstream-check: deps

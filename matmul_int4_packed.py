@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # int4-AWQ GEMM for NPU2 (AIE2P): the MLIR-AIR design.
 """C[M, N] (bf16) = A[M, K] (bf16) x dequant(W)[K, N], W as packed int4-AWQ records.
 
@@ -46,6 +47,8 @@ import os
 import signal
 import sys
 
+import numpy as np
+
 try:
     from air.backend.xrt import XRTBackend
     from air.dialects.affine import apply as affine_apply
@@ -77,9 +80,9 @@ except ImportError as e:  # run as a script without mlir-air: say what to do ins
           "to use the emulator's air package", file=sys.stderr)
     sys.exit(2)
 
+from int4awq.design import DesignConfig  # the example's own host package, beside this file
+
 REPO = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, REPO)
-from int4awq.design import DesignConfig  # noqa: E402  (the repository's own host package)
 
 MMUL = 8  # the kernel's aie::mmul<8, 8, 8> block edge: A arrives in 8x8 blocks
 # One name for the zero, compute and drain herds: aircc merges same-named herds of a segment into time
@@ -105,8 +108,13 @@ def kernel_func(name, arg_types, obj):
 
 
 @module_builder
-def build_module(cfg: DesignConfig):
-    """The AIR module for one validated configuration (see int4awq.design.DesignConfig)."""
+def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1=64, tile_n=64, herd_m=8,
+                 herd_n=4, n_per_segment=1):
+    """The AIR module, for plain integers in the order of mlir-air's int4 GEMM builder (tile_k_l2
+    defaults to K), or for a validated int4awq.design.DesignConfig passed as the only argument."""
+    cfg = m if isinstance(m, DesignConfig) else DesignConfig(
+        m=m, k=k, n=n, gs=gs, tile_m=tile_m, tile_n=tile_n, tile_k_l1=tile_k_l1,
+        tile_k_l2=k if tile_k_l2 is None else tile_k_l2, herd_m=herd_m, herd_n=herd_n, n_per_segment=n_per_segment)
     m, k, n = cfg.m, cfg.k, cfg.n
     tm, tn, tk1, tk2, hm, hn = cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.tile_k_l2, cfg.herd_m, cfg.herd_n
     rec = cfg.record_bytes
@@ -267,39 +275,9 @@ def backend_options(cfg: DesignConfig) -> dict:
     )
 
 
-def main(argv=None) -> int:
-    from int4awq.design import add_design_arguments, config_from_args
-    from int4awq.errors import ConfigError
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_design_arguments(parser)
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("-p", "--print-module", action="store_true", help="print the AIR module")
-    action.add_argument("--print-resources", action="store_true",
-                        help="print the DMA channels, BDs, locks and memtile space the design needs on NPU2 "
-                             "(the emulator's model of aircc's lowering); exit 2 if over a limit")
-    action.add_argument("--compile", action="store_true",
-                        help="compile with aircc for npu2 into --build-dir (needs mlir-air, mlir-aie, Peano)")
-    parser.add_argument("--build-dir", default=None, help="default: build/npu/<configuration>")
-    args = parser.parse_args(argv)
-    try:
-        cfg, _ = config_from_args(args, args.m, args.k, args.n, 128 if args.gs is None else args.gs)
-        module = build_module(cfg)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.print_module:
-        print(module)
-        return 0
-    if args.print_resources:
-        try:
-            report = cfg.resources()
-        except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        print(report.table())
-        return 0 if report.summary() == "resources: within limits" else 2
-    build_dir = args.build_dir or os.path.join(REPO, "build", "npu", cfg.name)
+def compile_only(cfg: DesignConfig, module, build_dir: str | None) -> int:
+    """aircc for npu2 in build_dir, where the kernel object is linked (aircc resolves link_with there)."""
+    build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     obj = os.path.join(REPO, "kernels", "build", cfg.kernel_object)
     if not os.path.isfile(obj):
         print(f"error: kernel object {obj} is missing: run `make -C kernels peano` with the same tiles first",
@@ -309,10 +287,69 @@ def main(argv=None) -> int:
     link = os.path.join(build_dir, cfg.kernel_object)
     if not os.path.exists(link):
         os.symlink(obj, link)
-    os.chdir(build_dir)  # aircc resolves link_with in the working directory
+    os.chdir(build_dir)
     XRTBackend(**backend_options(cfg)).compile(module)
     print(f"compiled: {os.path.join(build_dir, 'air.xclbin')} and air.insts.bin")
     return 0
+
+
+def compile_and_run(cfg: DesignConfig, module, verbose: bool) -> int:
+    """As mlir-air's examples do: seeded operands, XRTRunner.run_test against the reference, PASS! or
+    failed. (host/run.py is the full host program: checkpoints, exact mode, padding, reports.)"""
+    from air.backend.xrt_runner import XRTRunner
+
+    from int4awq.design import build_host_kernel
+    from int4awq.quant import random_activations, random_weights
+    from int4awq.record import pack_weights
+    from int4awq.reference import reference_gemm
+
+    w = random_weights(cfg.k, cfg.n, cfg.gs, seed=0)
+    a = random_activations(cfg.m, cfg.k, seed=1)
+    expected = reference_gemm(a, w)[1]
+    if getattr(sys.modules["air"], "EMULATED", False):
+        os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
+    else:
+        os.chdir(os.path.join(REPO, "kernels", "build"))  # where `make -C kernels peano` put the object
+    rms = float(np.sqrt(np.mean(expected.astype(np.float32) ** 2)))
+    runner = XRTRunner(verbose=verbose, **backend_options(cfg))
+    code = runner.run_test(module, inputs=[a, pack_weights(w, cfg.tile_n, cfg.tile_k_l1)],
+                           expected_outputs=[expected], rtol=0.05, atol=0.05 * rms,
+                           max_mismatch_percentage=0.1, min_correlation=0.999)
+    return 0 if code == 0 else 1
+
+
+def main(argv=None) -> int:
+    from int4awq.design import add_design_arguments, config_from_args
+    from int4awq.errors import ConfigError
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_design_arguments(parser)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-p", "--print-module-only", action="store_true", help="print the AIR module and stop")
+    parser.add_argument("--print-resources", action="store_true",
+                        help="print the DMA channels, BDs, locks and memtile space the design needs on NPU2 "
+                             "(the emulator's model of aircc's lowering) and stop; exit 2 if over a limit")
+    parser.add_argument("--compile-mode", choices=["compile-only", "compile-and-run"], default="compile-and-run",
+                        help="compile-only: aircc for npu2 into --build-dir; compile-and-run (default): run on "
+                             "seeded operands and check, on NPU2 or (PYTHONPATH=emulator) the emulator")
+    parser.add_argument("--build-dir", default=None, help="compile-only output (default: build/npu/<configuration>)")
+    args = parser.parse_args(argv)
+    try:
+        cfg, _ = config_from_args(args, args.m, args.k, args.n, 128 if args.gs is None else args.gs)
+        module = build_module(cfg)
+        if args.print_module_only:
+            print(module)
+            return 0
+        if args.print_resources:
+            report = cfg.resources()
+            print(report.table())
+            return 0 if report.summary() == "resources: within limits" else 2
+        if args.compile_mode == "compile-only":
+            return compile_only(cfg, module, args.build_dir)
+        return compile_and_run(cfg, module, args.verbose)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

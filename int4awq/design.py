@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import functools
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -194,6 +195,18 @@ def _static_program(cfg: DesignConfig):
     from matmul_int4_packed import build_module
 
     return Program(build_module(cfg), Options(stack_size=cfg.stack_bytes, link=False), check=False)
+
+
+def build_host_kernel(cfg: DesignConfig) -> str:
+    """Build the kernel source for x86-64 (kernels/Makefile host, the same -D tile macros as for Peano),
+    for the emulator; returns the directory holding the library."""
+    kernels = os.path.join(REPO, "kernels")
+    cmd = ["make", "-s", "-C", kernels, "host", f"DIM_M={cfg.tile_m}", f"DIM_N={cfg.tile_n}",
+           f"DIM_K_CHUNK={cfg.tile_k_l1}", f"DIM_GS={cfg.gs}"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        raise ConfigError(f"building the host kernel failed ({' '.join(cmd)}):\n{res.stdout}{res.stderr}")
+    return os.path.join(kernels, "build")
 
 
 def _round_up(x: int, step: int) -> int:
