@@ -34,10 +34,15 @@ EX = "programming_examples"
 
 @dataclass(frozen=True)
 class Kernel:
-    source: str  # path in the checkout
-    root: str  # "air" or "aie": which checkout holds it
+    source: str | tuple  # path(s) in the checkout; several are linked into one object, as their Makefile does
+    root: str | tuple  # "air" or "aie" (one per source): which checkout holds it
     lib: str  # link_with name without .o: the host build is <lib>.so
     flags: tuple[str, ...] = ()
+
+    def parts(self):
+        sources = (self.source,) if isinstance(self.source, str) else self.source
+        roots = (self.root,) * len(sources) if isinstance(self.root, str) else self.root
+        return list(zip(sources, roots))
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,16 @@ def dense_kernel(example, tm, tn, tk):
         "-DBIT_WIDTH=8", f"-DDIM_M={tm}", f"-DDIM_N={tn}", f"-DDIM_K={tk}", f"-DDIM_N_DIV_4={tn // 4}",
         f"-DDIM_M_DIV_4={tm // 4}", f"-DDIM_N_DIV_8={tn // 8}", f"-DDIM_M_DIV_8={tm // 8}",
         "-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"))
+
+
+BFP16 = f"{EX}/matrix_multiplication/bfp16/run.py"
+BFP16_TILES = ("--tile-m", "64", "--tile-k-l2", "128", "--tile-k-l1", "64", "--tile-n", "64", "--arch", "aie2p")
+BFP16_LLAMA = ("--tile-m", "32", "--tile-k-l2", "128", "--tile-k-l1", "64", "--tile-n", "64", "--arch", "aie2p")
+
+
+def bfp16_kernel(tm, tk, tn):
+    return Kernel(("aie_kernels/aie2p/mm_bfp.cc", f"{EX}/matrix_multiplication/bfp16/bfp_cvt.cc"), ("aie", "air"),
+                  "mm_bfp", (f"-DDIM_M={tm}", f"-DDIM_K={tk}", f"-DDIM_N={tn}"))
 
 
 def gemm_args(m, k, n, tm, tn, tk1, tk2, hm, hn):
@@ -123,6 +138,26 @@ CASES = (
     Case("bf16 x bfp16 GEMM 2048^3, herd 8x4", BFP16X, gemm_args(2048, 2048, 2048, 64, 64, 128, 2048, 8, 4),
          (Kernel(f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc", "air", "mm_bf16_x_bfp16",
                  ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=128")),), note="run_packed_npu2_llama_qproj_peano.lit"),
+    # bfp16 x bfp16 with mlir-aie's reference kernel aie_kernels/aie2p/mm_bfp.cc, linked with the example's
+    # bfp_cvt.cc into one object as its Makefile does. Its script refuses to run without PEANO_INSTALL_DIR
+    # (a guard for the NPU build); the emulator needs no Peano, so the variable names a placeholder.
+    *(Case(f"bfp16 GEMM {label}", BFP16, args, (bfp16_kernel(*tiles),), note=lit,
+           env={"PEANO_INSTALL_DIR": "/nonexistent/peano-not-needed-by-the-emulator"})
+      for label, args, tiles, lit in (
+          ("64^3, herd 1x1", ("--herd-m", "1", "--herd-n", "1", "--m", "64", "--n", "64", "--k", "64",
+                              "--tile-m", "64", "--tile-k-l2", "64", "--tile-k-l1", "64", "--tile-n", "64",
+                              "--arch", "aie2p"), (64, 64, 64), "run_npu2_makefile_peano_1x1.lit"),
+          ("512^3, herd 4x4", ("--herd-m", "4", "--herd-n", "4", "--m", "512", "--n", "512", "--k", "512")
+           + BFP16_TILES, (64, 64, 64), "run_npu2_makefile_peano.lit"),
+          ("512^3, herd 4x4, bf16 out", ("--herd-m", "4", "--herd-n", "4", "--m", "512", "--n", "512", "--k", "512")
+           + BFP16_TILES + ("--output-dtype", "bf16"), (64, 64, 64), "run_npu2_makefile_peano_bf16_output.lit"),
+          ("1024x512x512, herd 8x4", ("--herd-m", "8", "--herd-n", "4", "--m", "1024", "--n", "512", "--k", "512")
+           + BFP16_TILES, (64, 64, 64), "run_npu2_makefile_peano_8x4.lit"),
+          ("128x2048x2048, herd 4x4", ("--herd-m", "4", "--herd-n", "4", "--m", "128", "--k", "2048", "--n", "2048")
+           + BFP16_LLAMA, (32, 64, 64), "run_npu2_llama_4x4_qo_peano.lit"),
+          ("128x2048x512, herd 4x4", ("--herd-m", "4", "--herd-n", "4", "--m", "128", "--k", "2048", "--n", "512")
+           + BFP16_LLAMA, (32, 64, 64), "run_npu2_llama_4x4_kv_peano.lit"),
+      )),
     # Documented failures (mlir-air programming_examples/kernel_registry/).
     Case("bf16-in f32-out GEMM 2048x2048x11008, tile_n 64, tile_k_l2 256", F32OUT,
          f32out(2048, 2048, 11008, tn=64, tk2=256, mode="compile-only"), (dense_kernel("bf16_in_fp32_out", 64, 64, 32),),
@@ -136,17 +171,20 @@ CASES = (
 )
 
 
-def build(kernel: Kernel, src: str, out_dir: str) -> str | None:
-    """g++ of one kernel into out_dir/<lib>.so; None, or the first error line."""
-    path = os.path.join(src, kernel.source)
-    if not os.path.isfile(path):
-        return f"{kernel.source} is not in {src}"
+def build(kernel: Kernel, roots: dict, out_dir: str) -> str | None:
+    """g++ of one kernel (its sources into one library) into out_dir/<lib>.so; None, or why not."""
+    paths = []
+    for source, root in kernel.parts():
+        path = os.path.join(roots[root], source)
+        if not os.path.isfile(path):
+            return f"{source} is not in {roots[root]}"
+        paths.append(path)
     cmd = ["g++", "-std=c++20", "-O2", "-fPIC", "-shared", "-w", "-I", os.path.join(HERE, "include"),
-           "-I", os.path.dirname(path), *kernel.flags, path, "-o", os.path.join(out_dir, kernel.lib + ".so")]
+           *kernel.flags, *paths, "-o", os.path.join(out_dir, kernel.lib + ".so")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
         first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:300])
-        return f"g++ {os.path.basename(path)}: {first}"
+        return f"g++ {' '.join(os.path.basename(p) for p in paths)}: {first}"
     return None
 
 
@@ -157,9 +195,10 @@ def run_case(case: Case, air_src: str, aie_src: str | None, timeout: float) -> t
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     for k in case.kernels:
-        if roots[k.root] is None:
-            return "SKIP", f"needs {k.source} from mlir-aie: give AIE_SRC"
-        err = build(k, roots[k.root], work)
+        missing = [source for source, root in k.parts() if roots[root] is None]
+        if missing:
+            return "SKIP", f"needs {missing[0]} from mlir-aie: give AIE_SRC"
+        err = build(k, roots, work)
         if err:
             return ("FAIL" if case.refused is None else "NOT REJECTED"), err
     script = os.path.join(air_src, case.script)

@@ -248,8 +248,17 @@ class _Chain:
         self.bds, self.dims, self.unrolled, self.repeat = bds, dims, unrolled, repeat
 
 
-def _chain(w, end, loops, pp_loop):
-    dims = w.pattern(end)
+def _split_pattern(dims, pieces):
+    """One piece's share of a pattern that aircc splits with its L2 buffer into `pieces` transfers:
+    the outermost dimension divided among them (the buffer is split along its fan-out, outermost)."""
+    if pieces <= 1 or dims[0][0] % pieces:
+        return dims
+    size, stride = dims[0]
+    return ([(size // pieces, stride)] if size > pieces else []) + list(dims[1:]) or [(1, 1)]
+
+
+def _chain(w, end, loops, pp_loop, pieces=1):
+    dims = _split_pattern(w.pattern(end), pieces)
     bds, unrolled, folding, repeat = 1, [], True, 1
     for loop in reversed(loops):
         trip = _trip(loop)
@@ -642,7 +651,7 @@ def _memtiles(w, pp_loop, notes):
                 for i in range(n)]
         for e in ends:
             loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
-            ch = _chain(w, e, loops, pp_loop(e))
+            ch = _chain(w, e, loops, pp_loop(e), n if e.herd is None else 1)
             _check_strides(w, e, ch, "memtile")
             for key, off, span in inst[id(e)]:
                 if d is None:
@@ -718,7 +727,7 @@ def _shims(w, n_pieces):
             elif other.herd is not None:
                 count = len({w.offset(e, env) for env in _pe_space(w.compiler, other.herd)})
         loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
-        ch = _chain(w, e, loops, None)
+        ch = _chain(w, e, loops, None, count)
         _check_strides(w, e, ch, "shim")
         per[e.direction] += [(e.where(), ch.bds)] * count
     tiles = [Tile("shim", f"shim, column {i}") for i in range(COLUMNS)]
