@@ -158,3 +158,116 @@ class HostKernel:
                 c[mt * tm : (mt + 1) * tm, nt * tn : (nt + 1) * tn] = self.drain()
         return c
 
+
+
+# ------------------------------------------------------------------------------------------ GEMV (decode)
+GEMV_MAX_M = 32  # rows of A one GEMV call takes (four 8-row bands; kernels/mv_int4_bf16.cc GEMV_MAX_M)
+
+
+def k_part_chunks(k: int, tile_k: int, k_split: int) -> list[list[int]]:
+    """The K-chunks each of k_split parts sums: chunk kc belongs to part kc % k_split (interleaved, so one
+    step of a K-split design reads k_split consecutive records and one contiguous stretch of A)."""
+    chunks = k // tile_k
+    if k_split < 1 or chunks % k_split:
+        raise ConfigError(f"K / tile_k = {chunks} K-chunks do not split into {k_split} equal parts")
+    return [list(range(q, chunks, k_split)) for q in range(k_split)]
+
+
+def _gemv_part(a_bfp: np.ndarray, w_bfp: np.ndarray, s: np.ndarray, chunks: list[int], tile_k: int,
+               gs: int) -> np.ndarray:
+    """f32 [M, N]: one K part's partial sum, the chunks in order, spans and folds as in kernel_gemm_model."""
+    m, n = a_bfp.shape[0], w_bfp.shape[1]
+    span = min(tile_k, gs)
+    c = np.zeros((m, n), dtype=np.float32)
+    for kc in chunks:
+        for f in range(kc * tile_k // span, (kc + 1) * tile_k // span):
+            g_acc = None
+            for kb in range(f * span // 8, (f + 1) * span // 8):
+                d = (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)  # exact
+                g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
+            sc = s[(f * span) // gs][None, :]
+            hi = bf16_rne(g_acc)
+            lo = bf16_rne(g_acc - hi)
+            c = (c + hi * sc).astype(np.float32)
+            c = (c + lo * sc).astype(np.float32)
+    return c
+
+
+def kernel_gemv_model(a: np.ndarray, w: AwqWeights, tile_k: int, k_split: int = 1) -> np.ndarray:
+    """bf16 [M, N]: what the GEMV entries compute for C = A x dequant(W), M <= GEMV_MAX_M, with K cut into
+    k_split interleaved parts (k_part_chunks): each part's partial sum is the GEMM kernel's arithmetic over
+    its chunks (bit-identical per row to kernel_gemm_model for k_split = 1), then the parts are added in
+    order in f32 (round to nearest even), p0 + p1, then + p2, ..., as the chain of PEs does, and rounded
+    to bf16 once."""
+    m, k = a.shape
+    if not 1 <= m <= GEMV_MAX_M:
+        raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
+    n, gs = w.n, w.gs
+    a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))
+    qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(np.float32)
+    w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
+    s = w.s.astype(np.float32)
+    total = None
+    for chunks in k_part_chunks(k, tile_k, k_split):
+        part = _gemv_part(a_bfp, w_bfp, s, chunks, tile_k, gs)
+        total = part if total is None else (total + part).astype(np.float32)
+    return total.astype(bfloat16)
+
+
+def gemv_acc_elems(m: int, tile_n: int) -> int:
+    """f32 elements of one GEMV accumulator tile: ceil(m / 8) bands of 8 rows x tile_n."""
+    return -(-m // 8) * 8 * tile_n
+
+
+class GemvHostKernel(HostKernel):
+    """The GEMV entries of the same host-built object (same record, same scratch), driven like a chain of
+    k_split PEs per N-tile: each zeroes, accumulates its K part's records, adds the previous PE's partial
+    sum; the last drains."""
+
+    def __init__(self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None):
+        super().__init__(tile_m, tile_n, tile_k, gs, lib)
+        vp, i32 = ctypes.c_void_p, ctypes.c_int32
+        for name, args in (("gemv_int4_zero", [vp, i32]), ("gemv_int4_accumulate", [vp, vp, vp, vp, i32]),
+                           ("gemv_int4_add", [vp, vp, i32]), ("gemv_int4_drain", [vp, vp, i32])):
+            fn = getattr(self.lib, name)
+            fn.argtypes, fn.restype = args, None
+        tn, tk = tile_n, tile_k
+        self.g_acc = aligned_empty((gemv_acc_elems(GEMV_MAX_M, tn),), np.float32)
+        self.g_part = aligned_empty((gemv_acc_elems(GEMV_MAX_M, tn),), np.float32)
+        self.g_a = aligned_empty((GEMV_MAX_M * tk,), bfloat16)
+        self.g_out = aligned_empty((GEMV_MAX_M * tn,), bfloat16)
+
+    def gemv_zero(self, acc: np.ndarray, m: int) -> None:
+        self.lib.gemv_int4_zero(acc.ctypes.data, m)
+
+    def gemv_accumulate(self, record: np.ndarray, a_rows: np.ndarray, acc: np.ndarray) -> None:
+        m = a_rows.shape[0]
+        self.w_buf[...] = record
+        self.g_a[: a_rows.size] = a_rows.reshape(-1)
+        self.lib.gemv_int4_accumulate(self.w_buf.ctypes.data, self.g_a.ctypes.data, acc.ctypes.data,
+                                      self.scratch.ctypes.data, m)
+
+    def gemv(self, a: np.ndarray, w: AwqWeights, k_split: int = 1, packed: np.ndarray | None = None) -> np.ndarray:
+        """C = A x dequant(W) in bf16 for M <= GEMV_MAX_M rows, N-tile by N-tile, K in k_split parts."""
+        tn, tk = self.tile_n, self.tile_k
+        m, k = a.shape
+        if not 1 <= m <= GEMV_MAX_M:
+            raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
+        check_weight_tiling(k, w.n, w.gs, tn, tk)
+        if packed is None:
+            packed = pack_weights(w, tn, tk)
+        parts = k_part_chunks(k, tk, k_split)
+        elems = gemv_acc_elems(m, tn)
+        acc, part = self.g_acc[:elems], self.g_part[:elems]
+        c = np.empty((m, w.n), dtype=bfloat16)
+        for nt in range(w.n // tn):
+            for q, chunks in enumerate(parts):
+                target = acc if q == 0 else part
+                self.gemv_zero(target, m)
+                for kc in chunks:
+                    self.gemv_accumulate(packed[nt, kc], np.ascontiguousarray(a[:, kc * tk : (kc + 1) * tk]), target)
+                if q:  # PE q receives the running sum of PEs 0..q-1 and adds its own: acc = acc + part
+                    self.lib.gemv_int4_add(acc.ctypes.data, part.ctypes.data, m)
+            self.lib.gemv_int4_drain(acc.ctypes.data, self.g_out.ctypes.data, m)
+            c[:, nt * tn : (nt + 1) * tn] = self.g_out[: m * tn].reshape(m, tn)
+        return c

@@ -254,3 +254,120 @@ void gemm_int4_drain(float *c_acc, bfloat16 *c_out) {
 }
 
 }  // extern "C"
+
+//===----------------------------------------------------------------------===//
+// GEMV entries: the same packed record, m = 1 .. GEMV_MAX_M rows of A (decode, and small-M prefill).
+//
+//   gemv_int4_zero(acc, m)                                 acc = 0
+//   gemv_int4_accumulate(w_record, a_rows, acc, w_scratch, m)   acc += a_rows x dequant(w_record)
+//   gemv_int4_add(acc, partial, m)                         acc = partial + acc (f32, RNE): K-split sums
+//   gemv_int4_drain(acc, c_out, m)                         c_out = bf16(acc), m rows, RNE
+//
+// m is a run-time argument, so one object serves every row count and the GEMM entries above. The record is
+// the GEMM's, byte for byte (DIM_N x DIM_K_CHUNK, group DIM_GS); DIM_M is only the GEMM's tile.
+//
+//   a_rows     m x DIM_K_CHUNK bf16, row-major (row r at r * DIM_K_CHUNK): the rows as they are in DDR
+//   acc        bands * 8 * DIM_N f32, bands = ceil(m / 8), blocked like the GEMM's c_acc: block (b, nb)
+//              at (b * DIM_N/8 + nb) * 64, row-major inside; rows m .. 8 * bands - 1 stay 0
+//   c_out      m x DIM_N bf16, row-major
+//   w_scratch  record.w_scratch_elems(DIM_N, DIM_K_CHUNK) bf16, the GEMM's scratch (B lines + one A line)
+//
+// A call dequantises the record once into the B lines exactly as the GEMM does (dequantize above), then per
+// band of up to 8 rows converts those rows to one bfp16 A line (rows m .. 8 * bands - 1 read as 0) and sweeps
+// the column blocks two at a time: two independent 8x8x8 bfp16 mmul accumulators, three block-stream pops
+// and two macs per step. Roundings are the GEMM's, in the GEMM's order, row by row: rows of A are converted
+// to bfp16 in blocks of 8 along K (so a row's values do not depend on the other rows), one f32 RNE addition
+// per 8-deep block into the span's G, then c += hi * s, c += lo * s. So for one K sweep (zero, accumulate per
+// chunk, drain) a row of C is bit-identical to the same row of the GEMM; a K-split design adds the parts'
+// partial sums with gemv_int4_add, and int4awq.kernel_model.kernel_gemv_model models that order too.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+constexpr unsigned GEMV_MAX_M = 32;  // rows per call: four 8-row bands
+inline unsigned gemv_bands(int32_t m) {
+    const unsigned u = m < 1 ? 1u : (m > int32_t(GEMV_MAX_M) ? GEMV_MAX_M : unsigned(m));
+    return (u + 7u) / 8u;
+}
+inline unsigned gemv_rows(int32_t m) { return m < 1 ? 1u : (m > int32_t(GEMV_MAX_M) ? GEMV_MAX_M : unsigned(m)); }
+
+// Rows r0 .. r0 + rows - 1 of a_rows (row-major, DIM_K_CHUNK long) -> the A line of w_scratch (line NB), one
+// block vector per 8-deep K block; the rows past `rows` of the 8-row block are 0.
+void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0, unsigned rows, uint8_t *__restrict scratch) {
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> out(line(scratch, NB));
+    const bfloat16 *__restrict pa = a_rows + r0 * TK;
+    KERNEL_MIN_ITERS(2)
+    for (unsigned kb = 0; kb < KB; ++kb) {
+        aie::vector<bfloat16, 64> blk = aie::zeros<bfloat16, 64>();
+        for (unsigned r = 0; r < rows; ++r) blk.insert(r, aie::load_v<8>(pa + r * TK + kb * 8));
+        out << aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+void gemv_int4_zero(float *acc, int32_t m) {
+    const aie::vector<float, 16> z = aie::zeros<float, 16>();
+    const unsigned n = gemv_bands(m) * 8 * TN;
+    KERNEL_MIN_ITERS(4)
+    for (unsigned i = 0; i < n; i += 16) aie::store_v(acc + i, z);
+}
+
+void gemv_int4_accumulate(uint8_t *w_record, bfloat16 *a_rows, float *acc, bfloat16 *w_scratch, int32_t m) {
+    ::aie::set_rounding(aie::rounding_mode::conv_even);
+    uint8_t *__restrict scratch = reinterpret_cast<uint8_t *>(w_scratch);
+    dequantize(w_record, scratch);
+
+    const bfloat16 *__restrict scales = reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
+    const unsigned rows = gemv_rows(m);
+    for (unsigned b = 0; b < gemv_bands(m); ++b) {
+        const unsigned r0 = b * 8;
+        gemv_convert_a(a_rows, r0, rows - r0 < 8 ? rows - r0 : 8, scratch);
+        for (unsigned nb = 0; nb < NB; nb += 2) {
+            float *__restrict c0 = acc + (b * NB + nb) * BLK;
+            float *__restrict c1 = c0 + BLK;
+            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(line(scratch, NB));
+            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb0(line(scratch, nb));
+            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb1(line(scratch, nb + 1));
+            for (unsigned f = 0; f < NF; ++f) {
+                MMUL g0, g1;  // default-constructed: zero for the first mac
+                KERNEL_MIN_ITERS(2)
+                for (unsigned kb = 0; kb < SB; ++kb) {
+                    const BLOCKS a = sa.pop();
+                    const BLOCKS b0 = sb0.pop();
+                    const BLOCKS b1 = sb1.pop();
+                    g0.mac(a, aie::op_transpose(b0));
+                    g1.mac(a, aie::op_transpose(b1));
+                }
+                const bfloat16 *sp = scales + f * TN + nb * 8;
+                fold(g0, replicate_row(aie::load_v<8>(sp)), c0);
+                fold(g1, replicate_row(aie::load_v<8>(sp + 8)), c1);
+            }
+        }
+    }
+}
+
+void gemv_int4_add(float *acc, float *partial, int32_t m) {
+    const unsigned n = gemv_bands(m) * 8 * TN;
+    KERNEL_MIN_ITERS(4)
+    for (unsigned i = 0; i < n; i += 16)
+        aie::store_v(acc + i, aie::add(aie::load_v<16>(partial + i), aie::load_v<16>(acc + i)));
+}
+
+void gemv_int4_drain(float *acc, bfloat16 *c_out, int32_t m) {
+    ::aie::set_rounding(aie::rounding_mode::conv_even);
+    const unsigned rows = gemv_rows(m);
+    for (unsigned b = 0; b < gemv_bands(m); ++b) {
+        const unsigned n_rows = rows - b * 8 < 8 ? rows - b * 8 : 8;
+        for (unsigned nb = 0; nb < NB; ++nb) {
+            const aie::accum<accfloat, 64> blk(aie::load_v<64>(acc + (b * NB + nb) * BLK));
+            const aie::vector<bfloat16, 64> v = blk.to_vector<bfloat16>();
+            bfloat16 *__restrict dst = c_out + b * 8 * TN + nb * 8;
+            for (unsigned r = 0; r < n_rows; ++r) aie::store_v(dst + r * TN, v.extract<8>(r));
+        }
+    }
+}
+
+}  // extern "C"
