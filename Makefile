@@ -3,6 +3,7 @@
 #   make run8x4                    the main job: 8x4 herd, 64x64 tiles (NPU2 if present, else the emulator)
 #   make test                      every test that can run here (pytest + lit)
 #   make run_llama_qproj           Llama-3.2-1B q_proj at M = 2048 (M=N=K=2048); run_llama_down: K=8192
+#   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make compile print             aircc build for NPU2 / print the AIR module
 # Variables (command line overrides the target's own): M K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2
 # HERD_M HERD_N N_PER_SEGMENT STACK_SIZE BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
@@ -52,16 +53,26 @@ KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: upstream-check run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer print compile bench test deps clean
+.PHONY: upstream-check run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
 
-# One decoder layer of a checkpoint, each projection with its default configuration (int4awq/configs.json).
+# One decoder layer of a checkpoint, each projection with its default configuration (int4awq/configs.json;
+# for M <= 8 the decode GEMV's, docs/decode.md).
 run_llama_layer: M = 128
 run_llama_layer: deps
 	@test -n "$(AWQ)" || { echo "run_llama_layer: give AWQ=<checkpoint directory or .safetensors>"; exit 2; }
 	$(HOST) --awq $(AWQ) --decoder-layer $(LAYER) --m $(M) --backend $(BACKEND) $(RUN_ARGS)
+
+# Llama-3.2-1B q_proj at decode, M = 1: the GEMV design on all 32 PEs (matvec_int4_packed.py, docs/decode.md);
+# AWQ=path runs the checkpoint's AWQ_LAYER instead of random weights.
+run_llama_decode: M = 1
+run_llama_decode: K = 2048
+run_llama_decode: N = 2048
+run_llama_decode: deps
+	$(HOST) --design gemv --m $(M) $(if $(AWQ),--awq $(AWQ) --layer $(AWQ_LAYER),--k $(K) --n $(N) --gs $(GS)) \
+	  --backend $(BACKEND) $(RUN_ARGS)
 
 run1x1: M = 64
 run1x1: K = 512

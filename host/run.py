@@ -32,7 +32,10 @@ try:
     from ml_dtypes import bfloat16
 
     from int4awq import record
+    from int4awq import gemv
     from int4awq.design import DesignConfig, add_design_arguments, config_from_args
+    from int4awq.gemv import GEMV_AUTO_MAX_M, GemvConfig
+    from int4awq.kernel_model import GEMV_MAX_M
     from int4awq.quant import AwqWeights, dequantize, random_activations, random_weights
     from int4awq.reference import (BF16_MAX, check, check_accumulator_range, check_activations, explain_failure,
                                    reference_gemm)
@@ -59,6 +62,12 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv):
     p = _Parser(description=__doc__.splitlines()[0])
     add_design_arguments(p, shape_required=False)
+    p.add_argument("--design", choices=("auto", "gemm", "gemv"), default="auto",
+                   help=f"gemv: the decode design (matvec_int4_packed.py, M <= {GEMV_MAX_M}, all 32 PEs); gemm: "
+                        f"matmul_int4_packed.py; auto (default): gemv for M <= {GEMV_AUTO_MAX_M} unless a GEMM-only "
+                        "option is given")
+    p.add_argument("--k-split", dest="k_split", type=int, default=None,
+                   help="gemv: PEs per chain down a column, 2 or 4 (default: the best modelled)")
     p.add_argument("--backend", choices=("auto", "npu", "emu"), default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--exact", action="store_true",
@@ -334,7 +343,10 @@ def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report,
     from air.backend.xrt import XRTBackend
     from air.emu import EmulatorError
 
-    from matmul_int4_packed import backend_options, build_module
+    if isinstance(cfg, GemvConfig):
+        from matvec_int4_packed import backend_options, build_module
+    else:
+        from matmul_int4_packed import backend_options, build_module
 
     build_host_kernel(cfg)
     os.environ["AIR_EMU_LIB_PATH"] = KERNEL_BUILD
@@ -466,11 +478,69 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
 
 
 # ------------------------------------------------------------------------------------------ runs
+GEMM_ONLY_OPTIONS = ("tile_k_l2", "herd_m", "herd_n", "n_per_segment")
+
+
+def choose_design(args, m: int) -> tuple[str, str]:
+    """("gemm" | "gemv", why): --design, else the decode design for M <= GEMV_AUTO_MAX_M unless an option
+    only the GEMM has was given."""
+    gemm_only = [f"--{opt.replace('_', '-')}" for opt in GEMM_ONLY_OPTIONS if getattr(args, opt, None) is not None]
+    if args.design == "gemv":
+        if gemm_only:
+            raise ConfigError(f"--design gemv: {gemm_only[0]} is a GEMM option; the decode design takes --tile-n, "
+                              "--tile-k-l1, --k-split, --tile-m (the shared object's GEMM tile) and --stack-size")
+        return "gemv", "--design gemv"
+    if args.design == "gemm":
+        if args.k_split is not None:
+            raise ConfigError("--k-split is a decode (gemv) option; the GEMM does not split K across PEs")
+        return "gemm", "--design gemm"
+    if args.k_split is not None and not gemm_only:
+        return "gemv", "--k-split given"
+    if m <= GEMV_AUTO_MAX_M and not gemm_only:
+        return "gemv", f"M = {m} <= {GEMV_AUTO_MAX_M}: decode"
+    if args.k_split is not None:
+        raise ConfigError(f"--k-split is a decode (gemv) option; {gemm_only[0]} is a GEMM option")
+    return "gemm", (f"{gemm_only[0]} given" if m <= GEMV_AUTO_MAX_M else f"M = {m} > {GEMV_AUTO_MAX_M}")
+
+
+def configure(args, m: int, k: int, n: int, gs: int):
+    """(configuration, where it came from, design and why) for the run."""
+    design, why = choose_design(args, m)
+    if design == "gemv":
+        cfg, source = gemv.config_from_args(args, m, k, n, gs)
+    else:
+        cfg, source = config_from_args(args, m, k, n, gs)
+    return cfg, source, f"{design}: {why}"
+
+
+def pes_of(cfg) -> int:
+    """The compute tiles the configuration uses."""
+    return cfg.pes if isinstance(cfg, GemvConfig) else cfg.herd_m * cfg.herd_n
+
+
+def modelled_line(cfg, m: int, n: int) -> str:
+    if isinstance(cfg, GemvConfig):
+        est = gemv.modelled(cfg, m, n)
+        head = (f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us (DDR "
+                f"{est.ddr_s * 1e6:.1f} us, compute {est.compute_s * 1e6:.1f} us), {est.gbps:.1f} GB/s, "
+                f"{est.bound}-bound")
+    else:
+        from int4awq.sweep import modelled
+
+        est = modelled(cfg, m, n)
+        head = (f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
+                f"{est.tops:.3f} TOPS, {est.bound}-bound")
+    return _joined(head, "(MODELLED, int4awq/model.py; not measured)")
+
+
 def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False, emu: dict | None = None):
-    """Configure, pack, run, check one GEMM: (configuration, CheckResult, C [M, N]). emu, when given,
-    receives the emulator's budget and counters for the report (and "backend")."""
+    """Configure, pack, run, check one GEMM (or, for few rows, the decode GEMV): (configuration,
+    CheckResult, C [M, N]). emu, when given, receives the emulator's budget and counters for the report
+    (and "backend")."""
     m = a.shape[0]
-    cfg, source = config_from_args(args, m, w.k, w.n, w.gs)
+    cfg, source, design = configure(args, m, w.k, w.n, w.gs)
+    if isinstance(cfg, GemvConfig) or m <= GEMV_AUTO_MAX_M or args.design != "auto":
+        source = f"{source}; {design}"  # a GEMM line says why only when the choice is not the usual one
     padding = [f"{name} padded from {real}" for name, real, big in (("M", m, cfg.m), ("N", w.n, cfg.n)) if big != real]
     if not quiet:
         print(_joined(cfg.summary(), f"[{source}{'; ' + ', '.join(padding) if padding else ''}]"))
@@ -487,11 +557,7 @@ def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False, emu: dict 
     else:
         c, _ = run_npu(cfg, a_padded, w_packed, build_dir, args.iters, args.warmup)
     if args.report:
-        from int4awq.sweep import modelled
-
-        est = modelled(cfg, m, w.n)
-        print(_joined(f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
-                      f"{est.tops:.3f} TOPS, {est.bound}-bound", "(MODELLED, int4awq/model.py; not measured)"))
+        print(modelled_line(cfg, m, w.n))
     c = c[:m, : w.n]
     res = explain_failure(check(c, ref, exact=args.exact), c, a, w, exact=args.exact)
     return cfg, res, c
@@ -516,9 +582,11 @@ def run_decoder_layer(args) -> bool:
         t0 = time.perf_counter()
         cfg, res, _ = run_gemm(args, a, w, quiet=True)
         ok &= res.passed
-        print(f"{name:<34} K={w.k:<5} N={w.n:<5} tiles {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1} herd "
-              f"{cfg.herd_m}x{cfg.herd_n}  {time.perf_counter() - t0:6.1f} s  corr {res.correlation:.6f}  "
-              f"mean rel L1 {res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL'}", flush=True)
+        shape = (f"GEMV {cfg.tile_n}x{cfg.tile_k_l1} k_split {cfg.k_split}" if isinstance(cfg, GemvConfig) else
+                 f"tiles {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1} herd {cfg.herd_m}x{cfg.herd_n}")
+        print(f"{name:<34} K={w.k:<5} N={w.n:<5} {shape} pes={pes_of(cfg)}  {time.perf_counter() - t0:6.1f} s  "
+              f"corr {res.correlation:.6f}  mean rel L1 {res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL'}",
+              flush=True)
     print("PASS!" if ok else "FAIL!")
     return ok
 
@@ -537,6 +605,7 @@ def _main(argv) -> int:
     a, w = load_inputs(args)
     emu = {}
     cfg, result, c = run_gemm(args, a, w, emu=emu)
+    print(f"pes={pes_of(cfg)}   (compute tiles used, of 32)")
     print(result.report(), flush=True)
     if args.save is not None:
         save_outputs(args.save, a, c, w)
