@@ -102,6 +102,7 @@ template <typename T> requires(host::is_block_type_v<T>)
 block_vector<T, N> accum<Tag, N>::to_vector(int /*shift: ignored, as in aie_api*/) const {
     block_vector<T, N> r;
     const host::rnd mode = host::current_rnd();
+    ::host::profile::count(::host::profile::CONVERT, (N + 63) / 64);  // one block conversion per 64 lanes
     for (unsigned b = 0; b < N / 8; ++b) {
         int8_t m[8];
         int step;
@@ -120,6 +121,7 @@ template <typename Tag, unsigned N>
 template <typename T>
 void accum<Tag, N>::from_vector(const block_vector<T, N> &v, int shift) {
     static_assert(host::is_block_type_v<T>);
+    ::host::profile::count(::host::profile::CONVERT, (N + 63) / 64);
     for (unsigned i = 0; i < N; ++i)
         d_[i] = float(std::ldexp(double(host::block_mantissa(v, i)), host::block_exponent(v, i / 8) - host::kBfp16Bias + shift));
 }
@@ -148,24 +150,32 @@ public:
     using vector_type = block_vector<std::remove_const_t<T>, Elems>;
     using value_type = vector_type;
 
-    explicit block_vector_input_buffer_stream(const T *ptr) : p_(start(ptr)) {}
+    explicit block_vector_input_buffer_stream(const T *ptr) : p_(start(ptr)) { ::host::profile::stream_opened(true); }
+    block_vector_input_buffer_stream(const block_vector_input_buffer_stream &o) : p_(o.p_), pops_(o.pops_) {
+        ::host::profile::stream_opened(true);
+    }
+    ~block_vector_input_buffer_stream() { ::host::profile::stream_closed(true); }
 
+    // A pop takes the block from the load FIFO; the FIFO refills 512 bits at a time (a second load every
+    // 512 / 64 = 8 pops of 64 bits of header-and-mantissa words; aie_api detail/aie2p/array_helpers.hpp).
     vector_type pop() {
         vector_type v;
         std::memcpy(v.d_, p_, vector_type::bytes());
         p_ += vector_type::bytes();
+        ::host::profile::count(::host::profile::LOAD, (pops_++ % 8) == 0 ? 2 : 1);
         return v;
     }
     block_vector_input_buffer_stream &operator>>(vector_type &v) {
         v = pop();
         return *this;
     }
-    void seek(int inc) { p_ = start(p_ + inc * int(vector_type::bytes())); }
-    void seek_byte(int inc) { p_ = start(p_ + inc); }
+    void seek(int inc) { p_ = start(p_ + inc * int(vector_type::bytes())); pops_ = 0; }
+    void seek_byte(int inc) { p_ = start(p_ + inc); pops_ = 0; }
 
 private:
     static const uint8_t *start(const void *p) { return host::aligned_access<64>(static_cast<const uint8_t *>(p)); }
     const uint8_t *p_;
+    unsigned pops_ = 0;
 };
 
 template <typename T, unsigned Elems>
@@ -174,11 +184,17 @@ public:
     using vector_type = block_vector<std::remove_const_t<T>, Elems>;
     using value_type = vector_type;
 
-    explicit block_vector_output_buffer_stream(T *ptr) : p_(start(ptr)) {}
+    explicit block_vector_output_buffer_stream(T *ptr) : p_(start(ptr)) { ::host::profile::stream_opened(false); }
+    block_vector_output_buffer_stream(const block_vector_output_buffer_stream &o) : p_(o.p_) {
+        ::host::profile::stream_opened(false);
+    }
+    ~block_vector_output_buffer_stream() { ::host::profile::stream_closed(false); }
 
+    // A push is a push into the store FIFO and its flush: two store-slot operations.
     void push(const vector_type &v) {
         std::memcpy(p_, v.d_, vector_type::bytes());
         p_ += vector_type::bytes();
+        ::host::profile::count(::host::profile::STORE, 2);
     }
     block_vector_output_buffer_stream &operator<<(const vector_type &v) {
         push(v);
@@ -233,6 +249,7 @@ struct mmul<M, K, N, TypeA, bfp16ebs8, AccumTag> : host::mmul_acc<M * N> {
     }
     void mac(const a_type &a, const host::transposed_op<b_type> &b) {
         this->start_mac();
+        ::host::profile::count(::host::profile::MAC);  // one 8x8x8 block matmul
         int8_t ma[M][8], mb[N][8];
         int sa[M], sb[N];
         if constexpr (std::is_same_v<TypeA, bfp16ebs8>)

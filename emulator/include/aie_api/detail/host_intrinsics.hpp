@@ -93,6 +93,7 @@ inline accum<accfloat, 64> block_mac_8x8_8x8T(accum<accfloat, 64> acc, const blo
                                                const block_vector<bfp16ebs8, 64> &b, bool subtract) {
     int8_t ma[8][8], mb[8][8];
     int sa[8], sb[8];
+    ::host::profile::count(::host::profile::MAC);
     block_operand(a, ma, sa);
     block_operand(b, mb, sb);
     bfp16_block_mac<8, 8>(acc.d_, ma, sa, mb, sb, subtract);

@@ -207,10 +207,17 @@ struct mmul : host::mmul_acc<M * N> {
 
     void mac(const vector<TypeA, size_A> &a, const vector<TypeB, size_B> &b) {
         this->start_mac();
-        if constexpr (via_bfp16)
+        if constexpr (via_bfp16) {
+            // A and B to accfloat and to bfp16 blocks, B transposed first, then one block matmul
+            ::host::profile::count(::host::profile::CONVERT, 4);
+            ::host::profile::count(::host::profile::SHUFFLE, 1);
+            ::host::profile::count(::host::profile::MAC, 1);
             mac_bfp16(a, b);
-        else
+        } else {
+            // 4x8x8 is one native bf16 matmul; other shapes go through 32-lane element-wise MACs
+            ::host::profile::count(::host::profile::MAC, M * N * K == 256 ? 1 : M * N * K / 32);
             mac_elementwise(a, b);
+        }
     }
 
 private:

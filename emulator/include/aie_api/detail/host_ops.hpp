@@ -79,6 +79,7 @@ inline auto load_v(const T *ptr) {
     constexpr unsigned bytes = vector<U, Elems>::bits() / 8;
     const T *p = host::aligned_access<bytes>(ptr);
     std::memcpy(r.d_, p, bytes);
+    ::host::profile::count(::host::profile::LOAD, ::host::profile::words512(bytes * 8));
     return r;
 }
 template <typename T>
@@ -89,6 +90,7 @@ inline T *store_v(T *ptr, const vector<std::remove_cv_t<T>, Elems> &v) {
     constexpr unsigned bytes = vector<std::remove_cv_t<T>, Elems>::bits() / 8;
     T *p = host::aligned_access<bytes>(ptr);
     std::memcpy(p, v.d_, bytes);
+    ::host::profile::count(::host::profile::STORE, ::host::profile::words512(bytes * 8));
     return ptr;
 }
 
@@ -99,11 +101,15 @@ inline auto load_unaligned_v(const T *ptr, unsigned /*aligned_elems*/ = 1) {
     using U = std::remove_cv_t<T>;
     vector<U, Elems> r;
     std::memcpy(r.d_, ptr, vector<U, Elems>::bits() / 8);
+    // two aligned loads and a shuffle per 512-bit word
+    ::host::profile::count(::host::profile::LOAD, 2 * ::host::profile::words512(vector<U, Elems>::bits()));
+    ::host::profile::count(::host::profile::SHUFFLE, ::host::profile::words512(vector<U, Elems>::bits()));
     return r;
 }
 template <typename T, unsigned Elems>
 inline T *store_unaligned_v(T *ptr, const vector<std::remove_cv_t<T>, Elems> &v, unsigned /*aligned_elems*/ = 1) {
     std::memcpy(ptr, v.d_, vector<std::remove_cv_t<T>, Elems>::bits() / 8);
+    ::host::profile::count(::host::profile::STORE, 2 * ::host::profile::words512(vector<std::remove_cv_t<T>, Elems>::bits()));
     return ptr;
 }
 
@@ -123,6 +129,7 @@ inline auto zeros() {
 
 template <typename T, unsigned Elems = host::native_elems_v<T>, typename V>
 inline vector<T, Elems> broadcast(V value) {
+    ::host::profile::count(::host::profile::SHUFFLE);
     vector<T, Elems> r;
     if constexpr (host::is_4bit_v<T>) {
         for (unsigned i = 0; i < Elems; ++i) r.set(int(value), i);
@@ -160,6 +167,7 @@ inline auto concat(const accum<Tag, E> &a, const As &...as) {
 template <typename T, unsigned N>
 inline vector<T, N> transpose(const vector<T, N> &v, unsigned Row, unsigned Col) {
     if (Row * Col != N || Row == 0 || Col == 0) host::fatal("transpose: Row * Col must equal the vector size");
+    ::host::profile::count(::host::profile::SHUFFLE, ::host::profile::words512(vector<T, N>::bits()));
     vector<T, N> r;
     for (unsigned rr = 0; rr < Row; ++rr)
         for (unsigned c = 0; c < Col; ++c) r.set(v.get(rr * Col + c), c * Row + rr);
@@ -172,6 +180,7 @@ inline std::pair<vector<T, N>, vector<T, N>> interleave_zip(const vector<T, N> &
                                                             unsigned chunk) {
     if (!host::is_pow2(chunk) || chunk > N || host::type_bits_v<T> * chunk < 8)
         host::fatal("interleave_zip: chunk must be a power of two, <= the vector size, and >= 8 bits");
+    ::host::profile::count(::host::profile::SHUFFLE, 2 * ::host::profile::words512(vector<T, N>::bits()));
     vector<T, N> out[2];
     unsigned o = 0;
     for (unsigned base = 0; base < N; base += chunk)
@@ -186,6 +195,7 @@ inline std::pair<vector<T, N>, vector<T, N>> interleave_unzip(const vector<T, N>
                                                               unsigned chunk) {
     if (!host::is_pow2(chunk) || chunk > N || host::type_bits_v<T> * chunk < 8)
         host::fatal("interleave_unzip: chunk must be a power of two, <= the vector size, and >= 8 bits");
+    ::host::profile::count(::host::profile::SHUFFLE, 2 * ::host::profile::words512(vector<T, N>::bits()));
     vector<T, N> out[2];
     unsigned o[2] = {0, 0};
     for (const vector<T, N> *src : {&v, &w})
@@ -199,6 +209,7 @@ inline std::pair<vector<T, N>, vector<T, N>> interleave_unzip(const vector<T, N>
 // ------------------------------------------------------------------------------- add / sub / neg
 template <typename T, unsigned N>
 inline vector<T, N> add(const vector<T, N> &a, const vector<T, N> &b) {
+    ::host::profile::count(::host::profile::ALU, ::host::profile::words512(vector<T, N>::bits()));
     static_assert(!host::is_4bit_v<T>, "add: 4-bit vectors have no arithmetic on AIE2P; unpack first");
     vector<T, N> r;
     for (unsigned i = 0; i < N; ++i) r.d_[i] = host::add_elem<T>(a.d_[i], b.d_[i], false);
@@ -206,6 +217,7 @@ inline vector<T, N> add(const vector<T, N> &a, const vector<T, N> &b) {
 }
 template <typename T, unsigned N>
 inline vector<T, N> sub(const vector<T, N> &a, const vector<T, N> &b) {
+    ::host::profile::count(::host::profile::ALU, ::host::profile::words512(vector<T, N>::bits()));
     static_assert(!host::is_4bit_v<T>, "sub: 4-bit vectors have no arithmetic on AIE2P; unpack first");
     vector<T, N> r;
     for (unsigned i = 0; i < N; ++i) r.d_[i] = host::add_elem<T>(a.d_[i], b.d_[i], true);
@@ -222,18 +234,21 @@ inline vector<T, N> sub(E s, const vector<T, N> &a) { return sub(broadcast<T, N>
 
 template <typename Tag, unsigned N>
 inline accum<Tag, N> add(const accum<Tag, N> &a, const accum<Tag, N> &b) {
+    ::host::profile::count(::host::profile::ALU, (N + 15) / 16);  // 16 f32 lanes per add
     accum<Tag, N> r;
     for (unsigned i = 0; i < N; ++i) r.d_[i] = a.d_[i] + b.d_[i];
     return r;
 }
 template <typename Tag, unsigned N>
 inline accum<Tag, N> sub(const accum<Tag, N> &a, const accum<Tag, N> &b) {
+    ::host::profile::count(::host::profile::ALU, (N + 15) / 16);  // 16 f32 lanes per add
     accum<Tag, N> r;
     for (unsigned i = 0; i < N; ++i) r.d_[i] = a.d_[i] - b.d_[i];
     return r;
 }
 template <typename Tag, unsigned N, typename T>
 inline accum<Tag, N> add(const accum<Tag, N> &a, const vector<T, N> &v) {
+    ::host::profile::count(::host::profile::ALU, (N + 15) / 16);  // 16 f32 lanes per add
     static_assert(host::is_float_elem_v<T>, "add(accfloat, vector): bfloat16 or float vector");
     accum<Tag, N> r;
     for (unsigned i = 0; i < N; ++i) r.d_[i] = a.d_[i] + float(v.d_[i]);
@@ -241,6 +256,7 @@ inline accum<Tag, N> add(const accum<Tag, N> &a, const vector<T, N> &v) {
 }
 template <typename Tag, unsigned N, typename T>
 inline accum<Tag, N> sub(const accum<Tag, N> &a, const vector<T, N> &v) {
+    ::host::profile::count(::host::profile::ALU, (N + 15) / 16);  // 16 f32 lanes per add
     static_assert(host::is_float_elem_v<T>, "sub(accfloat, vector): bfloat16 or float vector");
     accum<Tag, N> r;
     for (unsigned i = 0; i < N; ++i) r.d_[i] = a.d_[i] - float(v.d_[i]);
@@ -289,6 +305,7 @@ template <bool Negate, typename Tag, unsigned N, typename A, typename B>
 inline accum<accfloat, N> mul_acc(const accum<Tag, N> *acc, bool subtract, const vector<A, N> &a,
                                   const vector<B, N> &b) {
     check_mul_types<A, B>();
+    ::host::profile::count(::host::profile::MAC, (N + 31) / 32);  // 32 bf16 lanes per element-wise MAC
     accum<accfloat, N> r;
     for (unsigned i = 0; i < N; ++i) {
         float p = float(a.d_[i]) * float(b.d_[i]);
@@ -369,6 +386,7 @@ inline T reduce_min(const vector<T, N> &v) {
 // folds aie::to_float on int4 to zero (docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero) -- unpack to int8 first.
 template <typename TR, typename T, unsigned N>
 inline vector<TR, N> to_float(const vector<T, N> &v, int shift = 0) {
+    ::host::profile::count(::host::profile::CONVERT, (N + 31) / 32);
     static_assert(!host::is_4bit_v<T>,
                   "to_float: not on 4-bit vectors (Peano folds it to zero: docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero); unpack to int8 first");
     static_assert(!host::is_float_elem_v<T>, "to_float: integer source vectors only");

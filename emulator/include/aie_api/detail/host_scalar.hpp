@@ -14,8 +14,10 @@
 
 // ---------------------------------------------------------------------------------------------
 // chess-style loop annotations (the AIE toolchains accept them; they steer scheduling only) compile away.
+#include "host_profile.hpp"
+
 #ifndef chess_prepare_for_pipelining
-#define chess_prepare_for_pipelining
+#define chess_prepare_for_pipelining AIE_HOST_LOOP_ITERATION
 #endif
 #ifndef chess_loop_range
 #define chess_loop_range(...)

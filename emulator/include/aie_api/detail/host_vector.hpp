@@ -143,6 +143,7 @@ public:
         static_assert(host::type_bits_v<U> == 2 * host::type_bits_v<T>,
                       "unpack: the destination type must be twice as wide as the source");
         vector<U, N> r;
+        ::host::profile::count(::host::profile::SHUFFLE, ::host::profile::words512(vector<U, N>::bits()));
         constexpr unsigned b = host::type_bits_v<T>;
         for (unsigned i = 0; i < N; ++i) {
             int64_t raw;
@@ -192,6 +193,7 @@ public:
     void from_vector(const vector<T, N> &v, int shift = 0) {
         static_assert(host::is_float_elem_v<T>, "accum<accfloat>::from_vector: bfloat16 or float vectors only");
         if (shift != 0) host::fatal("accum<accfloat>::from_vector: shift must be 0 for floating-point data");
+        ::host::profile::count(::host::profile::CONVERT, (N + 31) / 32);  // ups
         for (unsigned i = 0; i < N; ++i) d_[i] = float(v.d_[i]);
     }
 
@@ -206,8 +208,9 @@ public:
         if (shift != 0) host::fatal("accum<accfloat>::to_vector: shift must be 0 for floating-point data");
         vector<T, N> r;
         if constexpr (std::is_same_v<T, float>) {
-            std::memcpy(r.d_, d_, sizeof(d_));
+            std::memcpy(r.d_, d_, sizeof(d_));  // a register move
         } else {
+            ::host::profile::count(::host::profile::CONVERT, (N + 31) / 32);  // srs
             const host::rnd m = host::current_rnd();
             for (unsigned i = 0; i < N; ++i) r.d_[i] = bfloat16::from_bits(host::f32_to_bf16_bits(d_[i], m));
         }

@@ -1,0 +1,86 @@
+"""The host aie_api's profiling build (-DAIE_HOST_PROFILE) counts what a kernel issues per AIE2P slot
+class, per marked loop, and the block streams live at once; int4awq.kernel_profile reads it."""
+
+import ctypes
+import os
+import subprocess
+
+import pytest
+
+from int4awq.kernel_profile import SLOTS, profile_accumulate, read_profile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A kernel of known issue: per call, an entry-marked loop of 4 trips (two 512-bit loads, one add, one
+# store each), a per-iteration-marked loop (chess style) of 3 trips run twice, a 1024-bit load outside
+# loops, and two input streams and one output stream alive together.
+SOURCE = r"""
+#include <aie_api/aie.hpp>
+extern "C" void probe(const int32 *in, int32 *out, uint8_t *blocks) {
+    AIE_HOST_LOOP_ENTRY
+    for (int i = 0; i < 4; ++i) {
+        auto a = aie::load_v<16>(in + 16 * i);
+        auto b = aie::load_v<16>(in + 64 + 16 * i);
+        aie::store_v(out + 16 * i, aie::add(a, b));
+    }
+    for (int r = 0; r < 2; ++r) {
+        auto x = aie::load_v<32>(in);  // outside any marked loop, 1024 bits: two loads
+        for (int j = 0; j < 3; ++j) chess_prepare_for_pipelining {
+            aie::store_v(out, x.extract<16>(0));
+        }
+    }
+    aie::block_vector_input_buffer_stream<bfp16ebs8, 64> s0(reinterpret_cast<bfp16ebs8 *>(blocks));
+    aie::block_vector_input_buffer_stream<bfp16ebs8, 64> s1(reinterpret_cast<bfp16ebs8 *>(blocks + 128));
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o(reinterpret_cast<bfp16ebs8 *>(blocks + 256));
+    o << s0.pop();
+    o << s1.pop();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    d = tmp_path_factory.mktemp("profile")
+    src = d / "probe.cc"
+    src.write_text(SOURCE)
+    lib = d / "probe.so"
+    subprocess.run(["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-DAIE_HOST_PROFILE", "-I",
+                    os.path.join(REPO, "emulator", "include"), str(src), "-o", str(lib)], check=True)
+    return ctypes.CDLL(str(lib))
+
+
+def run_probe(lib):
+    import numpy as np
+
+    a = np.zeros(128 + 16, np.int32)
+    out = np.zeros(64 + 16, np.int32)
+    blocks = np.zeros(512 + 64, np.uint8)
+    off = (-blocks.ctypes.data) % 64
+    lib.aie_host_profile_reset()
+    lib.probe(ctypes.c_void_p(a.ctypes.data + (-a.ctypes.data) % 64), ctypes.c_void_p(out.ctypes.data + (-out.ctypes.data) % 64),
+              ctypes.c_void_p(blocks.ctypes.data + off))
+    return read_profile(lib)
+
+
+def test_the_profile_counts_loops_slots_and_streams(probe):
+    p = run_probe(probe)
+    by_kind = sorted(p.loops, key=lambda lp: lp.line)
+    entry, per_iteration = by_kind
+    assert entry.entries == 1 and entry.ops == dict(zip(SLOTS, (0, 8, 4, 0, 0, 4)))
+    assert per_iteration.entries == 2  # two runs of three consecutive iterations
+    assert per_iteration.ops["STORE"] == 6
+    # outside loops: the two 1024-bit loads (2 each), two pops (each stream's first pop refills its FIFO:
+    # 2 each), two pushes (push + flush)
+    assert p.outside["LOAD"] == 4 + 4 and p.outside["STORE"] == 4
+    assert (p.peak_in, p.peak_out) == (2, 1)
+    assert p.cycles_lower_bound == 4 + 6 + 12  # loads in pairs; the rest one per cycle
+
+
+def test_the_kernels_hot_loop_is_one_mmul_per_step_and_its_streams_are_counted():
+    p = profile_accumulate(64, 64, 64, 128)
+    hot = max(p.loops, key=lambda lp: lp.ops["MAC"])
+    assert hot.ops["MAC"] == 8 * 8 * 8  # one 8x8x8 block matmul per step
+    assert hot.entries == (64 // 16) * (64 // 16)  # one per 2x2 block of accumulators and fold span
+    assert hot.ops["LOAD"] == 4 * 8 * 8 * 8 // 4 + 64  # four pops a step, a FIFO refill every 8 per stream
+    # today's kernel keeps four input and two output block streams alive (the core has 2 and 1)
+    assert (p.peak_in, p.peak_out) == (4, 2)
