@@ -42,12 +42,13 @@
 #include <aie_api/aie.hpp>
 #include <stdint.h>
 
-// Loop trip-count hint for Peano (clang loop pragma); nothing elsewhere.
+// Marks a software-pipelined loop: a trip-count hint for Peano (clang loop pragma); on the host, the
+// profiling build's loop scope (AIE_HOST_LOOP_ENTRY, empty unless -DAIE_HOST_PROFILE).
 #if defined(__AIECC__)
 #define KERNEL_STR_(x) #x
 #define KERNEL_MIN_ITERS(n) _Pragma(KERNEL_STR_(clang loop min_iteration_count(n)))
 #else
-#define KERNEL_MIN_ITERS(n)
+#define KERNEL_MIN_ITERS(n) AIE_HOST_LOOP_ENTRY
 #endif
 
 #if !defined(DIM_M) || !defined(DIM_N) || !defined(DIM_K_CHUNK) || !defined(DIM_GS)
