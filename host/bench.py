@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Every Llama-3.2-1B projection in the default-configuration table: measured on NPU2, modelled elsewhere.
 
+After the prefill rows, the decode rows: every projection at M = 1 on the GEMV design (matvec_int4_packed.py,
+docs/decode.md) with its DDR and compute times, effective GB/s, and one token's 7 projections x 16 layers
+next to published decode figures.
+
 On a machine with an NPU2 (and the toolchain) each row is compiled (`make compile`), run --warmup times,
 then timed over --iters runs, and checked. Without one, the table holds the traffic and roofline model's
 figures and says so; --emulate also runs every row on the emulator and checks it (correlation column,
@@ -25,14 +29,22 @@ try:
 
     from int4awq.npu import npu2_present
     from int4awq.quant import random_activations, random_weights
-    from int4awq.sweep import default_config, load_table, modelled
+    from int4awq import model
+    from int4awq.sweep import LLAMA_PROJECTIONS, default_config, load_table, modelled
 except ModuleNotFoundError as _missing:
     print(missing_module_line(_missing), file=sys.stderr)
     sys.exit(2)
 except KeyboardInterrupt:
     sys.exit(130)
 
-COLUMNS = ("projection", "m", "k", "n", "config", "ddr_mb", "us", "tops", "correlation", "source")
+COLUMNS = ("projection", "m", "k", "n", "config", "ddr_mb", "us", "tops", "correlation", "source",
+           "ddr_us", "compute_us", "gbps")
+LAYERS = 16  # Llama-3.2-1B decoder layers
+# Published decode rates of Llama-3.2-1B on NPUs, whole model (attention, LM head and all), for comparison:
+PUBLISHED_DECODE = (
+    ("FastFlowLM, 1k context, Krackan (as quoted in issue 14)", 64.5),
+    ("mlir-air llms/llama32_1b_int4, int4 NPU decode ~56 ms/token (its Makefile)", 17.8),
+)
 
 
 def checked_run(cfg, m, k, n, run):
@@ -56,6 +68,27 @@ def measure(cfg, m, k, n, iters, warmup):
            f"N_PER_SEGMENT={cfg.n_per_segment}"]
     if subprocess.run(cmd).returncode:
         raise ConfigError(f"`{' '.join(cmd[3:])}` failed (its output is above)")
+    times = []
+
+    def on_npu(a, w_packed):
+        c, t = run_npu(cfg, a, w_packed, os.path.join(REPO, "build", "npu", cfg.name), iters, warmup)
+        times.extend(t)
+        return c
+
+    res = checked_run(cfg, m, k, n, on_npu)
+    return float(np.mean(times)), res.correlation
+
+
+def measure_gemv(cfg, m, k, n, iters, warmup):
+    """(mean us, correlation) of one decode configuration on the NPU: matvec_int4_packed.py compiles it
+    (and builds its kernel object), then the host program's NPU path runs it."""
+    from host.run import run_npu
+
+    cmd = [sys.executable, os.path.join(REPO, "matvec_int4_packed.py"), "--m", str(cfg.m), "--k", str(cfg.k),
+           "--n", str(cfg.n), "--gs", str(cfg.gs), "--tile-n", str(cfg.tile_n), "--tile-k-l1", str(cfg.tile_k_l1),
+           "--k-split", str(cfg.k_split), "--tile-m", str(cfg.tile_m), "--compile-mode", "compile-only"]
+    if subprocess.run(cmd, cwd=REPO).returncode:
+        raise ConfigError(f"`{' '.join(cmd[1:])}` failed (its output is above)")
     times = []
 
     def on_npu(a, w_packed):
@@ -143,6 +176,7 @@ def _main(argv) -> int:
         rows.append(row)
         print(f"{row['projection']:<10} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
               f"{row['us']:>9.1f} us {row['tops']:>6.3f} TOPS {row['correlation']:<9} {row['source']}", flush=True)
+    failures += decode_rows(rows, on_npu, args)
     try:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -152,6 +186,56 @@ def _main(argv) -> int:
         raise ConfigError(f"--csv {args.csv}: writing failed ({e.strerror})") from None
     print(f"wrote {args.csv}")
     return 1 if failures else 0
+
+
+def decode_rows(rows: list, on_npu: bool, args) -> int:
+    """The M = 1 rows (one per Llama-3.2-1B projection, the GEMV design) and one token's projections
+    over 16 layers; returns the number of emulator failures."""
+    from int4awq import gemv
+
+    print()
+    print(f"decode, M = 1: the GEMV design on all 32 PEs (matvec_int4_packed.py); "
+          f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / 42.5 GB/s, compute) + "
+          f"{model.FIXED_S * 1e6:.0f} us per launch")
+    failures, token_s, token_ddr, token_fixed = 0, 0.0, 0, 0.0
+    for name, (k, n) in LLAMA_PROJECTIONS.items():
+        cfg = gemv.default_config(1, k, n, 128)
+        est = gemv.modelled(cfg, 1, n)
+        row = dict(projection=name, m=1, k=k, n=n,
+                   config=f"GEMV {cfg.tile_n}x{cfg.tile_k_l1} ks{cfg.k_split} pes{cfg.pes}",
+                   ddr_mb=round(est.ddr_bytes / 1e6, 2), us=round(est.seconds * 1e6, 1), tops=round(est.tops, 3),
+                   correlation="", source=f"modelled, {est.bound}-bound", ddr_us=round(est.ddr_s * 1e6, 1),
+                   compute_us=round(est.compute_s * 1e6, 1), gbps=round(est.gbps, 1))
+        seconds = est.seconds
+        if on_npu:
+            us, corr = measure_gemv(cfg, 1, k, n, args.iters, args.warmup)
+            seconds = us * 1e-6
+            row.update(us=round(us, 1), tops=round(2 * k * n / us / 1e6, 3), correlation=f"{corr:.6f}",
+                       source="measured", gbps=round(est.ddr_bytes / us / 1e3, 1))
+        elif args.emulate:
+            corr, passed = emulate(cfg, 1, k, n)
+            failures += not passed
+            row.update(correlation=f"{corr:.6f}", source=row["source"] + "; emulator " + ("PASS" if passed else "FAIL"))
+        token_s += seconds
+        token_ddr += est.ddr_bytes
+        token_fixed += model.FIXED_S
+        rows.append(row)
+        print(f"{name:<10} M=1     K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
+              f"{row['us']:>9.1f} us {row['gbps']:>5.1f} GB/s  (DDR {row['ddr_us']:>6.1f} us, compute "
+              f"{row['compute_us']:>6.1f} us) {row['source']}", flush=True)
+    what = "MEASURED" if on_npu else "MODELLED"
+    per_token = LAYERS * token_s
+    print(f"one token, 7 projections x {LAYERS} layers ({what}, projections only: no attention, norms, LM head): "
+          f"{per_token * 1e3:.2f} ms = {1 / per_token:.1f} tok/s; DDR {LAYERS * token_ddr / 1e6:.0f} MB = "
+          f"{LAYERS * token_ddr / model.DDR_BYTES_PER_S * 1e3:.2f} ms at 42.5 GB/s; the fixed cost of "
+          f"{7 * LAYERS} launches is {LAYERS * token_fixed * 1e3:.2f} ms of it ({100 * token_fixed / token_s:.0f} %)")
+    if not on_npu:
+        print(f"  without the per-launch fixed cost (one launch per token, as a fused decode would be): "
+              f"{(per_token - LAYERS * token_fixed) * 1e3:.2f} ms = {1 / (per_token - LAYERS * token_fixed):.1f} tok/s "
+              "(MODELLED)")
+    for who, tok_s in PUBLISHED_DECODE:
+        print(f"  published, whole model: {who}: {tok_s} tok/s = {1e3 / tok_s:.1f} ms/token")
+    return failures
 
 
 if __name__ == "__main__":
