@@ -111,7 +111,12 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
         [1, acc_n], f32, memory_space=l1, layout=StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [acc_n, 1]))
     part_l1 = MemRefType.get([acc_n], f32, memory_space=l1)
     out_l1 = MemRefType.get([m, tn], bf16, memory_space=l1)
-    scratch_l1 = MemRefType.get([cfg.scratch_elems], bf16, memory_space=l1)
+    # the kernel's scratch: one herd-wide buffer per row herd, allocated by the segment, a slice per PE (a
+    # buffer a PE allocated itself and first touched by a kernel call would keep aircc from ping-ponging
+    # the records and A in the loops around that call, as in the GEMM)
+    scratch_row = MemRefType.get([COLUMNS, cfg.scratch_elems], bf16, memory_space=l1)
+    scratch_l1 = MemRefType.get([1, cfg.scratch_elems], bf16, memory_space=l1,
+                                layout=StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [cfg.scratch_elems, 1]))
 
     obj = cfg.kernel_object
     i32 = T.i32()
@@ -133,15 +138,16 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
     def tile(acc, j):
         return acc if ntg == 1 else subview(acc, offsets=[j, 0], sizes=[1, acc_n], strides=[1, 1])
 
-    def row_herd(y):
+    def row_herd(y, scratch_buf):
         c, q = divmod(y, ks)
         first, last = q == 0, q == ks - 1
         a_rest_l1 = None if last else MemRefType.get([ks - 1 - q, m, tk], bf16, memory_space=l1)
 
-        @herd(name=f"gemv_row{y}", sizes=[COLUMNS, 1])
-        def body(x, _y, _sx, _sy):
+        @herd(name=f"gemv_row{y}", sizes=[COLUMNS, 1], operands=[scratch_buf])
+        def body(x, _y, _sx, _sy, scratch_h):
             rows = arith.ConstantOp(i32, m)
-            acc, scratch = AllocOp(acc_l1, [], []), AllocOp(scratch_l1, [], [])
+            acc = AllocOp(acc_l1, [], [])
+            scratch = subview(scratch_h, offsets=[x, 0], sizes=[1, cfg.scratch_elems], strides=[1, 1])
             for j in loop(ntg):
                 CallOp(zero, [tile(acc, j), rows])
             source = (A_IN, [x, c]) if first else (CHAIN, [x, y - 1])
@@ -174,7 +180,6 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
                     ChannelPut(C_OUT, out, indices=[x, c])
                     DeallocOp(out)
             DeallocOp(acc)
-            DeallocOp(scratch)
 
         body.attributes["link_with"] = StringAttr.get(obj)
         body.attributes["x_loc"] = IntegerAttr.get(T.i64(), 0)
@@ -208,8 +213,11 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
                                            sizes=[1, ntg, 1, rec], strides=[ntg * ks * rec, ks * rec, rec, 1])
                         DeallocOp(stage)
 
+                scratch = [AllocOp(scratch_row, [], []) for _ in range(ROWS)]
                 for y in range(ROWS):
-                    row_herd(y)
+                    row_herd(y, scratch[y])
+                for buf in scratch:
+                    DeallocOp(buf)
 
             # C: the last PE of each chain writes its group's tiles_per_group * tile_n columns
             for x in range(COLUMNS):

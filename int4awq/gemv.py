@@ -107,7 +107,7 @@ class GemvConfig:
         if worst["total"] > L1_BYTES:
             parts = ", ".join(f"{k} {v}" for k, v in worst.items() if k != "total")
             raise ConfigError(f"the decode PE needs {worst['total']} bytes of L1 ({parts}), more than the "
-                              f"{L1_BYTES} a PE has: use a smaller tile_k_l1 or tile_n, or a larger k_split")
+                              f"{L1_BYTES} a PE has: use a smaller tile_k_l1 or tile_n, k_split 2 (more N groups), or fewer rows")
         if self.l2_stage_bytes() * 2 > MEMTILE_BYTES:
             raise ConfigError(f"a column's weight staging needs 2 x {self.l2_stage_bytes()} bytes of L2, more than "
                               f"a memtile's {MEMTILE_BYTES}: use a smaller tile_n")
@@ -183,19 +183,22 @@ class GemvConfig:
 
     # Budgets and traffic ---------------------------------------------------------------------------
     def l1_budget(self, q: int = 0) -> dict[str, int]:
-        """L1 bytes of the PE at chain position q, as the builder allocates them (a buffer filled in a loop
-        of more than one trip is ping-ponged, so counted twice)."""
-        pp_step = 2 if self.steps > 1 else 1
-        pp_tile = 2 if self.tiles_per_group > 1 else 1
+        """L1 bytes of the PE at chain position q, as the builder allocates them and aircc ping-pongs them
+        (the innermost loop of more than one trip whose buffers are all first written by a DMA: the tile
+        loop's record when a PE has several N tiles, else the step loop's record and A; after the K steps
+        the partial sums in, except on the last PE, where the drain writes C's tile first)."""
+        tile_loop = self.tiles_per_group > 1
+        pp_step = 2 if self.steps > 1 and not tile_loop else 1
+        pp_record = 2 if tile_loop else pp_step
         first, last = q == 0, q == self.k_split - 1
         a_row = 2 * self.m * self.tile_k_l1
         b = {
-            "record": (2 if self.steps * self.tiles_per_group > 1 else 1) * self.record_bytes,
+            "record": pp_record * self.record_bytes,
             "a_own": pp_step * a_row,
             "a_rest": 0 if last else pp_step * (self.k_split - 1 - q) * a_row,
             "acc": self.tiles_per_group * 4 * self.acc_elems,
-            "partial_in": 0 if first else pp_tile * 4 * self.acc_elems,
-            "c_out": pp_tile * 2 * self.m * self.tile_n if last else 0,
+            "partial_in": 0 if first else (2 if tile_loop and not last else 1) * 4 * self.acc_elems,
+            "c_out": 2 * self.m * self.tile_n if last else 0,
             "w_scratch": record.w_scratch_bytes(self.tile_n, self.tile_k_l1),
             "stack": self.stack_bytes,
         }
@@ -318,16 +321,20 @@ def modelled(cfg: GemvConfig, m: int | None = None, n: int | None = None) -> Gem
 
 
 # ------------------------------------------------------------------------------------------ choosing
-def legal_configs(m: int, k: int, n: int, gs: int):
+def legal_configs(m: int, k: int, n: int, gs: int, problems: list | None = None):
+    """Every configuration of the search space the rules accept; `problems` collects why the others fail."""
     check_dims(M=m, K=k, N=n)
     check_group_size(k, gs)
+    if m > GEMV_MAX_M:
+        raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)")
     for tn, tk, ks in itertools.product(TILE_NS, TILE_KS, K_SPLITS):
         if (tk % gs and gs % tk) or k % (tk * ks):
             continue
         try:
             yield GemvConfig.padded(m, k, n, gs, tile_n=tn, tile_k_l1=tk, k_split=ks)
-        except ConfigError:
-            continue
+        except ConfigError as e:
+            if problems is not None:
+                problems.append(f"{tn}x{tk} k_split {ks}: {e}")
 
 
 def _emulator_in_process() -> bool:
@@ -342,13 +349,18 @@ def default_config(m: int, k: int, n: int, gs: int) -> GemvConfig:
     runs in a child process on the emulator's package."""
     if not _emulator_in_process():
         return _default_in_child(m, k, n, gs)
-    ranked = sorted(legal_configs(m, k, n, gs),
+    problems = []
+    ranked = sorted(legal_configs(m, k, n, gs, problems),
                     key=lambda c: (round(modelled(c, m, n).seconds, 9), c.ddr_bytes(),
                                    c.steps * c.tiles_per_group, -c.tile_n * c.tile_k_l1, c.k_split))
     for cfg in ranked:
         if cfg.resource_problem() is None:
             return cfg
-    raise ConfigError(f"no decode configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model")
+    if not ranked:
+        raise ConfigError(f"no decode configuration for M={m} K={k} N={n} GS={gs} fits"
+                          + (f" (e.g. {problems[0]})" if problems else ""))
+    raise ConfigError(f"no decode configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model "
+                      f"(the fastest: {ranked[0].resource_problem()})")
 
 
 def _default_in_child(m: int, k: int, n: int, gs: int) -> GemvConfig:
