@@ -130,7 +130,7 @@ $(DEPS_STAMP): requirements.txt $(USES_VENV)
 deps: $(DEPS_STAMP)
 
 test: deps
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q tests emulator/tests
 	$(PYTHON) -c 'from lit.main import main; main()' -sv tests
 
 clean:

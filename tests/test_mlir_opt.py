@@ -29,7 +29,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests", "designs"))
+sys.path.insert(0, os.path.join(REPO, "emulator", "tests", "designs"))
 import emu_testlib  # noqa: E402,F401  (puts the emulated `air` first on sys.path)
 
 from air.dialects import arith  # noqa: E402

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-EMULATOR = os.path.join(REPO, "emulator")
+EMULATOR = os.path.dirname(os.path.dirname(HERE))  # emulator/, holding the emulated `air` package
+REPO = os.path.dirname(EMULATOR)
 if EMULATOR not in sys.path:
     sys.path.insert(0, EMULATOR)
 if HERE not in sys.path:
