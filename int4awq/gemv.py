@@ -66,7 +66,7 @@ def object_tile_m(tile_n: int, tile_k: int, gs: int) -> int:
             record.check_kernel_tiles(tm, tile_n, tile_k, gs)
             return tm
         except ConfigError as e:
-            problem = problem or e
+            problem = e  # the last, the smallest tile_m: the most lenient
     raise ConfigError(f"record tile {tile_n} x {tile_k} (gs {gs}): no GEMM tile_m in {list(OBJECT_TILE_MS)} "
                       f"accepts it, so no object serves both designs ({problem})")
 
@@ -418,8 +418,7 @@ def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) 
     base = default_config(m, k, n, gs)
     if not given:
         return base, "best modelled decode configuration"
-    tiles = dict(tile_n=base.tile_n, tile_k_l1=base.tile_k_l1, k_split=base.k_split, tile_m=base.tile_m,
-                 stack_size=base.stack_size)
+    tiles = dict(tile_n=base.tile_n, tile_k_l1=base.tile_k_l1, k_split=base.k_split)  # tile_m: the record's own
     tiles.update(given)
     source = "command line" if {"tile_n", "tile_k_l1", "k_split"} <= set(given) else \
         "command line over the best modelled decode configuration"
