@@ -33,7 +33,7 @@ try:
 
     from int4awq import record
     from int4awq import gemv
-    from int4awq.design import DesignConfig, add_design_arguments, config_from_args
+    from int4awq.design import DesignConfig, add_design_arguments, build_host_kernel, config_from_args
     from int4awq.gemv import GEMV_AUTO_MAX_M, GemvConfig
     from int4awq.kernel_model import GEMV_MAX_M
     from int4awq.quant import AwqWeights, dequantize, random_activations, random_weights
@@ -301,15 +301,6 @@ def choose_backend(requested: str, build_dir: str, quiet: bool = False) -> str:
     return "npu" if found else "emu"
 
 
-def build_host_kernel(cfg: DesignConfig) -> None:
-    """The emulator calls the kernel source built for x86-64 (same -D tile macros as for Peano)."""
-    cmd = ["make", "-s", "-C", os.path.join(REPO, "kernels"), "host", f"DIM_M={cfg.tile_m}",
-           f"DIM_N={cfg.tile_n}", f"DIM_K_CHUNK={cfg.tile_k_l1}", f"DIM_GS={cfg.gs}"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode:
-        raise ConfigError(f"building the host kernel failed ({' '.join(cmd)}):\n{res.stdout}{res.stderr}")
-
-
 class _Heartbeat:
     """Off a terminal (CI logs), a line on stderr every HEARTBEAT_SECONDS while a long step runs; on a
     terminal the emulator's own progress line does this."""
@@ -348,7 +339,7 @@ def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report,
     else:
         from matmul_int4_packed import backend_options, build_module
 
-    build_host_kernel(cfg)
+    build_host_kernel(cfg)  # int4awq.design
     os.environ["AIR_EMU_LIB_PATH"] = KERNEL_BUILD
     backend = XRTBackend(**backend_options(cfg))
     try:

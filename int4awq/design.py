@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import functools
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -198,15 +197,14 @@ def _static_program(cfg: DesignConfig):
 
 
 def build_host_kernel(cfg: DesignConfig) -> str:
-    """Build the kernel source for x86-64 (kernels/Makefile host, the same -D tile macros as for Peano),
-    for the emulator; returns the directory holding the library."""
-    kernels = os.path.join(REPO, "kernels")
-    cmd = ["make", "-s", "-C", kernels, "host", f"DIM_M={cfg.tile_m}", f"DIM_N={cfg.tile_n}",
-           f"DIM_K_CHUNK={cfg.tile_k_l1}", f"DIM_GS={cfg.gs}"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode:
-        raise ConfigError(f"building the host kernel failed ({' '.join(cmd)}):\n{res.stdout}{res.stderr}")
-    return os.path.join(kernels, "build")
+    """The kernel built for x86-64 for the emulator (kernel_model.build_host_kernel: kernels/Makefile host,
+    the same -D tile macros as for Peano); returns the directory holding the library."""
+    from .kernel_model import build_host_kernel as build
+
+    try:
+        return str(build(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs).parent)
+    except RuntimeError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _round_up(x: int, step: int) -> int:

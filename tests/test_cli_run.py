@@ -239,7 +239,7 @@ def test_report_tables_fit_for_the_largest_configuration(monkeypatch):
 
     cfg = DesignConfig(m=2048, k=8192, n=2048, gs=128, tile_m=64, tile_n=64, tile_k_l1=64, tile_k_l2=1024,
                        herd_m=8, herd_n=4)
-    host_run.build_host_kernel(cfg)
+    host_run.build_host_kernel(cfg)  # int4awq.design, as host.run uses it
     monkeypatch.setenv("AIR_EMU_LIB_PATH", host_run.KERNEL_BUILD)
     backend = XRTBackend(**backend_options(cfg))
     backend.compile(build_module(cfg))

@@ -46,7 +46,11 @@ def test_activations_file_and_default_configuration(tmp_path):
     a = (np.random.default_rng(3).standard_normal((5, 256))).astype(np.float32)
     path = tmp_path / "a.npy"
     np.save(path, a)
+    # five rows go to the decode GEMV by default; the GEMM pads them to a whole herd block
     code, out, err = run("--activations", str(path), "--k", "256", "--n", "64", "--backend", "emu")
+    assert code == 0, out + err
+    assert out.startswith("GEMV M=5") and "pes=" in out
+    code, out, err = run("--activations", str(path), "--k", "256", "--n", "64", "--backend", "emu", "--design", "gemm")
     assert code == 0, out + err
     assert "best modelled legal configuration" in out and "M padded from 5" in out
 
@@ -55,7 +59,7 @@ def test_emulator_counters_agree_with_the_design():
     sys.path.insert(0, os.path.join(REPO, "emulator"))
     from air.backend.xrt import XRTBackend
 
-    from host.run import build_host_kernel
+    from int4awq.design import build_host_kernel
     from int4awq import record
     from int4awq.design import DesignConfig
     from int4awq.quant import random_activations, random_weights
