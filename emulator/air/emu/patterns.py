@@ -47,8 +47,10 @@ MAX_DIMS = {L3: 4, L2: 4, L1: 3}
 ENGINE = {L3: "shim DMA", L2: "memtile DMA", L1: "core-tile DMA"}
 
 
-def canonical(sizes, strides):
-    """[(size, stride)] outermost first, size-1 dims dropped, contiguous dims merged."""
+def canonical(sizes, strides, max_size=None):
+    """[(size, stride)] outermost first, size-1 dims dropped, contiguous dims merged.  With max_size,
+    a merge that would make a non-contiguous dimension larger than it is not made (AIR's wrap-and-stride
+    canonicalisation keeps each wrap within its field, maxSize 1023)."""
     dims = [(int(s), int(t)) for s, t in zip(sizes, strides) if int(s) != 1]
     out = []
     for sz, st in dims:
@@ -56,7 +58,7 @@ def canonical(sizes, strides):
     i = len(out) - 2
     while i >= 0:
         o, n = out[i], out[i + 1]
-        if o[1] == n[0] * n[1]:
+        if o[1] == n[0] * n[1] and (max_size is None or n[1] == 1 or o[0] * n[0] <= max_size):
             out[i] = [o[0] * n[0], n[1]]
             del out[i + 1]
         i -= 1

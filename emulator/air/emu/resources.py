@@ -277,7 +277,9 @@ def _chain(w, end, loops, pp_loop, pieces=1):
             folding = False
             continue
         if folding:
-            new = P.canonical([trip] + [d[0] for d in dims], [coef] + [d[1] for d in dims])
+            # folding adds the loop as the outermost wrap; it merges into the next one only within the
+            # wrap field (applyAIRSpecializeChannelWrapAndStridePattern's maxSize 1023)
+            new = P.canonical([trip] + [d[0] for d in dims], [coef] + [d[1] for d in dims], P.BD_WRAP_MAX[L2])
             if _fits(new, end.level):
                 dims = new
                 continue
