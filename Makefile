@@ -53,7 +53,7 @@ KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: upstream-check run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps clean
+.PHONY: format format-check upstream-check run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -129,7 +129,18 @@ $(DEPS_STAMP): requirements.txt $(USES_VENV)
 	@mkdir -p build && touch $@
 deps: $(DEPS_STAMP)
 
-test: deps
+# Formatting as mlir-air's CI checks it: black (its defaults) for Python, clang-format (LLVM style,
+# .clang-format) for C++.
+CXX_SOURCES = $(shell git ls-files '*.cc' '*.hpp' '*.h' 2>/dev/null)
+CLANG_FORMAT = $(PYTHON) -c 'import sys, clang_format; sys.argv[0] = "clang-format"; clang_format.clang_format()'
+format-check: deps
+	$(PYTHON) -m black --check -q $(shell git ls-files '*.py' 2>/dev/null) || { echo "format-check: run \`make format\`"; exit 1; }
+	$(CLANG_FORMAT) --dry-run --Werror $(CXX_SOURCES) || { echo "format-check: run \`make format\`"; exit 1; }
+format: deps
+	$(PYTHON) -m black -q $(shell git ls-files '*.py')
+	$(CLANG_FORMAT) -i $(CXX_SOURCES)
+
+test: deps format-check
 	$(PYTHON) -m pytest -q tests emulator/tests
 	$(PYTHON) -c 'from lit.main import main; main()' -sv tests
 

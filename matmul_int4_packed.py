@@ -53,7 +53,16 @@ try:
     from air.backend.xrt import XRTBackend
     from air.dialects.affine import apply as affine_apply
     from air.dialects.air import (
-        Channel, ChannelGet, ChannelPut, MemorySpace, T, dma_memcpy_nd, herd, launch, module_builder, segment,
+        Channel,
+        ChannelGet,
+        ChannelPut,
+        MemorySpace,
+        T,
+        dma_memcpy_nd,
+        herd,
+        launch,
+        module_builder,
+        segment,
     )
     from air.dialects.func import CallOp, FuncOp
     from air.dialects.memref import AllocOp, DeallocOp, subview
@@ -73,14 +82,21 @@ try:
         StringAttr,
         UnitAttr,
     )
-except ImportError as e:  # run as a script without mlir-air: say what to do instead of a traceback
+except (
+    ImportError
+) as e:  # run as a script without mlir-air: say what to do instead of a traceback
     if __name__ != "__main__":
         raise
-    print(f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine'), or set PYTHONPATH=emulator "
-          "to use the emulator's air package", file=sys.stderr)
+    print(
+        f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine'), or set PYTHONPATH=emulator "
+        "to use the emulator's air package",
+        file=sys.stderr,
+    )
     sys.exit(2)
 
-from int4awq.design import DesignConfig  # the example's own host package, beside this file
+from int4awq.design import (
+    DesignConfig,
+)  # the example's own host package, beside this file
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -93,7 +109,10 @@ A_CHANNEL = "a_refeed"  # A from its resident L2 block to the herd (n_per_segmen
 
 def affine_sum(*terms):
     """affine.apply of sum(index * factor) over (index, factor) terms: offsets as MLIR wants them."""
-    exprs = [AffineExpr.get_mul(AffineSymbolExpr.get(i), AffineConstantExpr.get(f)) for i, (_, f) in enumerate(terms)]
+    exprs = [
+        AffineExpr.get_mul(AffineSymbolExpr.get(i), AffineConstantExpr.get(f))
+        for i, (_, f) in enumerate(terms)
+    ]
     total = exprs[0]
     for e in exprs[1:]:
         total = AffineExpr.get_add(total, e)
@@ -108,15 +127,48 @@ def kernel_func(name, arg_types, obj):
 
 
 @module_builder
-def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1=64, tile_n=64, herd_m=8,
-                 herd_n=4, n_per_segment=1):
+def build_module(
+    m,
+    k=None,
+    n=None,
+    gs=128,
+    tile_m=64,
+    tile_k_l2=None,
+    tile_k_l1=64,
+    tile_n=64,
+    herd_m=8,
+    herd_n=4,
+    n_per_segment=1,
+):
     """The AIR module, for plain integers in the order of mlir-air's int4 GEMM builder (tile_k_l2
-    defaults to K), or for a validated int4awq.design.DesignConfig passed as the only argument."""
-    cfg = m if isinstance(m, DesignConfig) else DesignConfig(
-        m=m, k=k, n=n, gs=gs, tile_m=tile_m, tile_n=tile_n, tile_k_l1=tile_k_l1,
-        tile_k_l2=k if tile_k_l2 is None else tile_k_l2, herd_m=herd_m, herd_n=herd_n, n_per_segment=n_per_segment)
+    defaults to K), or for a validated int4awq.design.DesignConfig passed as the only argument.
+    """
+    cfg = (
+        m
+        if isinstance(m, DesignConfig)
+        else DesignConfig(
+            m=m,
+            k=k,
+            n=n,
+            gs=gs,
+            tile_m=tile_m,
+            tile_n=tile_n,
+            tile_k_l1=tile_k_l1,
+            tile_k_l2=k if tile_k_l2 is None else tile_k_l2,
+            herd_m=herd_m,
+            herd_n=herd_n,
+            n_per_segment=n_per_segment,
+        )
+    )
     m, k, n = cfg.m, cfg.k, cfg.n
-    tm, tn, tk1, tk2, hm, hn = cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.tile_k_l2, cfg.herd_m, cfg.herd_n
+    tm, tn, tk1, tk2, hm, hn = (
+        cfg.tile_m,
+        cfg.tile_n,
+        cfg.tile_k_l1,
+        cfg.tile_k_l2,
+        cfg.herd_m,
+        cfg.herd_n,
+    )
     rec = cfg.record_bytes
     chunks_per_l2 = tk2 // tk1
     chunks = k // tk1
@@ -132,7 +184,9 @@ def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1
     c_l3 = MemRefType.get([m, n], bf16)
     # L2: one segment's block.
     ka = k if cfg.a_resident else tk2  # the K extent of the L2 A block
-    a_l2 = MemRefType.get([hm, tm // MMUL, ka // MMUL, MMUL, MMUL], bf16, memory_space=l2)
+    a_l2 = MemRefType.get(
+        [hm, tm // MMUL, ka // MMUL, MMUL, MMUL], bf16, memory_space=l2
+    )
     w_l2 = MemRefType.get([hn, chunks_per_l2, rec], u8, memory_space=l2)
     c_l2 = MemRefType.get([hm, hn, tm, tn], bf16, memory_space=l2)
     # L1: herd-wide accumulator and drain (a slice per PE), and each PE's own buffers.
@@ -142,15 +196,23 @@ def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1
     w_l1 = MemRefType.get([rec], u8, memory_space=l1)
     scratch_herd = MemRefType.get([hm, hn, cfg.scratch_elems], bf16, memory_space=l1)
     # A PE's slice of a herd-wide buffer, as memref.subview types it: dynamic offset, parent strides.
-    slice_layout = StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [hn * tile, tile, 1])
+    slice_layout = StridedLayoutAttr.get(
+        ShapedType.get_dynamic_size(), [hn * tile, tile, 1]
+    )
     acc_pe = MemRefType.get([1, 1, tile], f32, memory_space=l1, layout=slice_layout)
     out_pe = MemRefType.get([1, 1, tile], bf16, memory_space=l1, layout=slice_layout)
-    scratch_layout = StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [hn * cfg.scratch_elems, cfg.scratch_elems, 1])
-    scratch_pe = MemRefType.get([1, 1, cfg.scratch_elems], bf16, memory_space=l1, layout=scratch_layout)
+    scratch_layout = StridedLayoutAttr.get(
+        ShapedType.get_dynamic_size(), [hn * cfg.scratch_elems, cfg.scratch_elems, 1]
+    )
+    scratch_pe = MemRefType.get(
+        [1, 1, cfg.scratch_elems], bf16, memory_space=l1, layout=scratch_layout
+    )
 
     obj = cfg.kernel_object
     zero = kernel_func("gemm_int4_zero", [acc_pe], obj)
-    accumulate = kernel_func("gemm_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe], obj)
+    accumulate = kernel_func(
+        "gemm_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe], obj
+    )
     drain = kernel_func("gemm_int4_drain", [acc_pe, out_pe], obj)
 
     def pe_slice(buf, x, y, size=tile):
@@ -163,12 +225,18 @@ def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1
 
     @FuncOp.from_py_func(a_l3, w_l3, c_l3)
     def matmul_int4_packed(arg_a, arg_w, arg_c):
-        @launch(operands=[arg_a, arg_w, arg_c], sizes=[m // (hm * tm), n // (hn * tn * nps)])
+        @launch(
+            operands=[arg_a, arg_w, arg_c], sizes=[m // (hm * tm), n // (hn * tn * nps)]
+        )
         def launch_body(bm, bn, _nbm, _nbn, l3a, l3w, l3c):
             @segment(name="gemm_seg", operands=[bm, bn, l3a, l3w, l3c])
             def segment_body(bm_s, bn_s, l3a_s, l3w_s, l3c_s):
                 row0 = affine_sum((bm_s, hm * tm))  # first row of A and C in this block
-                l2a, l2w, l2c = AllocOp(a_l2, [], []), AllocOp(w_l2, [], []), AllocOp(c_l2, [], [])
+                l2a, l2w, l2c = (
+                    AllocOp(a_l2, [], []),
+                    AllocOp(w_l2, [], []),
+                    AllocOp(c_l2, [], []),
+                )
                 acc, out = AllocOp(acc_herd, [], []), AllocOp(out_herd, [], [])
                 scratch = AllocOp(scratch_herd, [], [])
 
@@ -176,10 +244,14 @@ def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1
                     # A[row0 : +hm*tm, k0 : +ka] read row by row, written as 8x8 blocks: rows (x, i, r)
                     # and columns (kb, s) land at ((x*tm/8 + i)*ka/8 + kb)*64 + r*8 + s.
                     dma_memcpy_nd(
-                        l2a, l3a_s,
-                        dst_offsets=[0, 0, 0, 0], dst_sizes=[hm * tm // MMUL, MMUL, ka // MMUL, MMUL],
+                        l2a,
+                        l3a_s,
+                        dst_offsets=[0, 0, 0, 0],
+                        dst_sizes=[hm * tm // MMUL, MMUL, ka // MMUL, MMUL],
                         dst_strides=[MMUL * ka, MMUL, MMUL * MMUL, 1],
-                        src_offsets=[row0, k0], src_sizes=[hm * tm, ka], src_strides=[k, 1],
+                        src_offsets=[row0, k0],
+                        src_sizes=[hm * tm, ka],
+                        src_strides=[k, 1],
                     )
 
                 def a_chunk_in(a_chunk, l2a_h=None, *, x, y, c):
@@ -188,9 +260,11 @@ def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1
                         ChannelGet(A_CHANNEL, a_chunk, indices=[x, y])
                     else:
                         dma_memcpy_nd(
-                            a_chunk, l2a_h,
+                            a_chunk,
+                            l2a_h,
                             src_offsets=[x, 0, affine_sum((c, tk1 * MMUL))],
-                            src_sizes=[1, tm // MMUL, tk1 * MMUL], src_strides=[tm * ka, MMUL * ka, 1],
+                            src_sizes=[1, tm // MMUL, tk1 * MMUL],
+                            src_strides=[tm * ka, MMUL * ka, 1],
                         )
 
                 def compute_block(nblock):
@@ -205,23 +279,46 @@ def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1
                             fetch_a(affine_sum((kr, tk2)))
                         # records (nblock*hn + j, kr*chunks_per_l2 + c) -> [hn, chunks_per_l2, rec]
                         dma_memcpy_nd(
-                            l2w, l3w_s,
-                            src_offsets=[affine_sum((nblock, hn)), affine_sum((kr, chunks_per_l2)), 0],
-                            src_sizes=[hn, chunks_per_l2, rec], src_strides=[chunks * rec, rec, 1],
+                            l2w,
+                            l3w_s,
+                            src_offsets=[
+                                affine_sum((nblock, hn)),
+                                affine_sum((kr, chunks_per_l2)),
+                                0,
+                            ],
+                            src_sizes=[hn, chunks_per_l2, rec],
+                            src_strides=[chunks * rec, rec, 1],
                         )
 
                         # a resident A reaches the herd through its channel, not as an operand
-                        @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch, l2w] + ([] if cfg.a_resident else [l2a]))
+                        @herd(
+                            name=HERD,
+                            sizes=[hm, hn],
+                            operands=[acc, scratch, l2w]
+                            + ([] if cfg.a_resident else [l2a]),
+                        )
                         def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2w_h, *l2a_h):
-                            a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
+                            a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(
+                                w_l1, [], []
+                            )
                             for c in for_(0, chunks_per_l2):
                                 a_chunk_in(a_chunk, *l2a_h, x=x, y=y, c=c)
                                 dma_memcpy_nd(
-                                    w_rec, l2w_h,
-                                    src_offsets=[y, c, 0], src_sizes=[1, 1, rec], src_strides=[chunks_per_l2 * rec, rec, 1],
+                                    w_rec,
+                                    l2w_h,
+                                    src_offsets=[y, c, 0],
+                                    src_sizes=[1, 1, rec],
+                                    src_strides=[chunks_per_l2 * rec, rec, 1],
                                 )
-                                CallOp(accumulate, [w_rec, a_chunk, pe_slice(acc_h, x, y),
-                                                    pe_slice(scratch_h, x, y, cfg.scratch_elems)])
+                                CallOp(
+                                    accumulate,
+                                    [
+                                        w_rec,
+                                        a_chunk,
+                                        pe_slice(acc_h, x, y),
+                                        pe_slice(scratch_h, x, y, cfg.scratch_elems),
+                                    ],
+                                )
                                 yield_([])
                             DeallocOp(a_chunk)
                             DeallocOp(w_rec)
@@ -232,16 +329,26 @@ def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1
                     def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
                         CallOp(drain, [pe_slice(acc_h, x, y), pe_slice(out_h, x, y)])
                         dma_memcpy_nd(
-                            l2c_h, out_h,
-                            dst_offsets=[x, y, 0], dst_sizes=[1, 1, tile], dst_strides=[hn * tile, tile, 1],
-                            src_offsets=[x, y, 0], src_sizes=[1, 1, tile], src_strides=[hn * tile, tile, 1],
+                            l2c_h,
+                            out_h,
+                            dst_offsets=[x, y, 0],
+                            dst_sizes=[1, 1, tile],
+                            dst_strides=[hn * tile, tile, 1],
+                            src_offsets=[x, y, 0],
+                            src_sizes=[1, 1, tile],
+                            src_strides=[hn * tile, tile, 1],
                         )
 
                     # [hm, hn, tm, tn] -> C[row0 : +hm*tm, nblock*hn*tn : +hn*tn]
                     dma_memcpy_nd(
-                        l3c_s, l2c,
-                        dst_offsets=[row0, affine_sum((nblock, hn * tn))], dst_sizes=[hm * tm, hn * tn], dst_strides=[n, 1],
-                        src_offsets=[0, 0, 0, 0], src_sizes=[hm, tm, hn, tn], src_strides=[hn * tile, tn, tile, 1],
+                        l3c_s,
+                        l2c,
+                        dst_offsets=[row0, affine_sum((nblock, hn * tn))],
+                        dst_sizes=[hm * tm, hn * tn],
+                        dst_strides=[n, 1],
+                        src_offsets=[0, 0, 0, 0],
+                        src_sizes=[hm, tm, hn, tn],
+                        src_strides=[hn * tile, tn, tile, 1],
                     )
 
                 if cfg.a_resident:
@@ -249,9 +356,14 @@ def build_module(m, k=None, n=None, gs=128, tile_m=64, tile_k_l2=None, tile_k_l1
                     for x in range(hm):
                         # the refeed primitive: the put alone in its loop; all of row x's K, chunk by chunk
                         for _ in for_(0, nps):
-                            ChannelPut(A_CHANNEL, l2a, indices=[x, 0], offsets=[x, 0, 0, 0],
-                                       sizes=[1, chunks, tm // MMUL, tk1 * MMUL],
-                                       strides=[tm * k, tk1 * MMUL, MMUL * k, 1])
+                            ChannelPut(
+                                A_CHANNEL,
+                                l2a,
+                                indices=[x, 0],
+                                offsets=[x, 0, 0, 0],
+                                sizes=[1, chunks, tm // MMUL, tk1 * MMUL],
+                                strides=[tm * k, tk1 * MMUL, MMUL * k, 1],
+                            )
                             yield_([])
                     for nb in for_(0, nps):
                         compute_block(affine_sum((bn_s, nps), (nb, 1)))
@@ -280,8 +392,10 @@ def compile_only(cfg: DesignConfig, module, build_dir: str | None) -> int:
     build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     obj = os.path.join(REPO, "kernels", "build", cfg.kernel_object)
     if not os.path.isfile(obj):
-        print(f"error: kernel object {obj} is missing: run `make -C kernels peano` with the same tiles first",
-              file=sys.stderr)
+        print(
+            f"error: kernel object {obj} is missing: run `make -C kernels peano` with the same tiles first",
+            file=sys.stderr,
+        )
         return 2
     os.makedirs(build_dir, exist_ok=True)
     link = os.path.join(build_dir, cfg.kernel_object)
@@ -295,7 +409,8 @@ def compile_only(cfg: DesignConfig, module, build_dir: str | None) -> int:
 
 def compile_and_run(cfg: DesignConfig, module, verbose: bool) -> int:
     """As mlir-air's examples do: seeded operands, XRTRunner.run_test against the reference, PASS! or
-    failed. (host/run.py is the full host program: checkpoints, exact mode, padding, reports.)"""
+    failed. (host/run.py is the full host program: checkpoints, exact mode, padding, reports.)
+    """
     from air.backend.xrt_runner import XRTRunner
 
     from int4awq.design import build_host_kernel
@@ -309,12 +424,20 @@ def compile_and_run(cfg: DesignConfig, module, verbose: bool) -> int:
     if getattr(sys.modules["air"], "EMULATED", False):
         os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
     else:
-        os.chdir(os.path.join(REPO, "kernels", "build"))  # where `make -C kernels peano` put the object
+        os.chdir(
+            os.path.join(REPO, "kernels", "build")
+        )  # where `make -C kernels peano` put the object
     rms = float(np.sqrt(np.mean(expected.astype(np.float32) ** 2)))
     runner = XRTRunner(verbose=verbose, **backend_options(cfg))
-    code = runner.run_test(module, inputs=[a, pack_weights(w, cfg.tile_n, cfg.tile_k_l1)],
-                           expected_outputs=[expected], rtol=0.05, atol=0.05 * rms,
-                           max_mismatch_percentage=0.1, min_correlation=0.999)
+    code = runner.run_test(
+        module,
+        inputs=[a, pack_weights(w, cfg.tile_n, cfg.tile_k_l1)],
+        expected_outputs=[expected],
+        rtol=0.05,
+        atol=0.05 * rms,
+        max_mismatch_percentage=0.1,
+        min_correlation=0.999,
+    )
     return 0 if code == 0 else 1
 
 
@@ -325,17 +448,35 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_design_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("-p", "--print-module-only", action="store_true", help="print the AIR module and stop")
-    parser.add_argument("--print-resources", action="store_true",
-                        help="print the DMA channels, BDs, locks and memtile space the design needs on NPU2 "
-                             "(the emulator's model of aircc's lowering) and stop; exit 2 if over a limit")
-    parser.add_argument("--compile-mode", choices=["compile-only", "compile-and-run"], default="compile-and-run",
-                        help="compile-only: aircc for npu2 into --build-dir; compile-and-run (default): run on "
-                             "seeded operands and check, on NPU2 or (PYTHONPATH=emulator) the emulator")
-    parser.add_argument("--build-dir", default=None, help="compile-only output (default: build/npu/<configuration>)")
+    parser.add_argument(
+        "-p",
+        "--print-module-only",
+        action="store_true",
+        help="print the AIR module and stop",
+    )
+    parser.add_argument(
+        "--print-resources",
+        action="store_true",
+        help="print the DMA channels, BDs, locks and memtile space the design needs on NPU2 "
+        "(the emulator's model of aircc's lowering) and stop; exit 2 if over a limit",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        choices=["compile-only", "compile-and-run"],
+        default="compile-and-run",
+        help="compile-only: aircc for npu2 into --build-dir; compile-and-run (default): run on "
+        "seeded operands and check, on NPU2 or (PYTHONPATH=emulator) the emulator",
+    )
+    parser.add_argument(
+        "--build-dir",
+        default=None,
+        help="compile-only output (default: build/npu/<configuration>)",
+    )
     args = parser.parse_args(argv)
     try:
-        cfg, _ = config_from_args(args, args.m, args.k, args.n, 128 if args.gs is None else args.gs)
+        cfg, _ = config_from_args(
+            args, args.m, args.k, args.n, 128 if args.gs is None else args.gs
+        )
         module = build_module(cfg)
         if args.print_module_only:
             print(module)

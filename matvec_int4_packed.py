@@ -39,22 +39,50 @@ import sys
 try:
     from air.backend.xrt import XRTBackend
     from air.dialects import arith
-    from air.dialects.air import Channel, ChannelGet, ChannelPut, MemorySpace, T, herd, launch, module_builder, segment
+    from air.dialects.air import (
+        Channel,
+        ChannelGet,
+        ChannelPut,
+        MemorySpace,
+        T,
+        herd,
+        launch,
+        module_builder,
+        segment,
+    )
     from air.dialects.func import CallOp, FuncOp
     from air.dialects.memref import AllocOp, DeallocOp, subview
     from air.dialects.scf import for_, yield_
-    from air.ir import (BF16Type, F32Type, IntegerAttr, IntegerType, MemRefType, ShapedType, StridedLayoutAttr,
-                        StringAttr, UnitAttr)
-except ImportError as e:  # run as a script without mlir-air: say what to do instead of a traceback
+    from air.ir import (
+        BF16Type,
+        F32Type,
+        IntegerAttr,
+        IntegerType,
+        MemRefType,
+        ShapedType,
+        StridedLayoutAttr,
+        StringAttr,
+        UnitAttr,
+    )
+except (
+    ImportError
+) as e:  # run as a script without mlir-air: say what to do instead of a traceback
     if __name__ != "__main__":
         raise
-    print(f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine'), or set PYTHONPATH=emulator "
-          "to use the emulator's air package", file=sys.stderr)
+    print(
+        f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine'), or set PYTHONPATH=emulator "
+        "to use the emulator's air package",
+        file=sys.stderr,
+    )
     sys.exit(2)
 
 import numpy as np
 
-from int4awq.gemv import COLUMNS, ROWS, GemvConfig  # the example's own host package, beside this file
+from int4awq.gemv import (
+    COLUMNS,
+    ROWS,
+    GemvConfig,
+)  # the example's own host package, beside this file
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -62,7 +90,9 @@ W_L3 = "w_l3_col"  # weights DDR -> memtile: w_l3_col0 .. w_l3_col7
 A_L3 = "a_l3_col"  # A DDR -> memtile: a_l3_col0 .. a_l3_col7
 W_IN = "w_in"  # records memtile -> PE
 A_IN = "a_in"  # A memtile -> the first PE of each chain (broadcast over the column's chains)
-CHAIN = "chain"  # PE (x, y) -> PE (x, y + 1): A's remaining parts, then the partial sums
+CHAIN = (
+    "chain"  # PE (x, y) -> PE (x, y + 1): A's remaining parts, then the partial sums
+)
 C_OUT = "c_out"  # the last PE of each chain -> DDR
 
 
@@ -75,7 +105,8 @@ def kernel_func(name, arg_types, obj):
 
 def loop(trips):
     """scf.for over `trips` iterations yielding its induction variable, or, for one trip, no loop and the
-    index 0 (a one-trip loop would only stop aircc from ping-ponging the buffers inside it)."""
+    index 0 (a one-trip loop would only stop aircc from ping-ponging the buffers inside it).
+    """
     if trips > 1:
         for iv in for_(0, trips):
             yield iv
@@ -87,11 +118,23 @@ def loop(trips):
 @module_builder
 def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2):
     """The AIR module, for plain integers (M, K, N, group size, the record's tile_n and tile_k_l1, the
-    chain length k_split), or for a validated int4awq.gemv.GemvConfig passed as the only argument."""
-    cfg = m if isinstance(m, GemvConfig) else GemvConfig(m=m, k=k, n=n, gs=gs, tile_n=tile_n,
-                                                         tile_k_l1=tile_k_l1, k_split=k_split)
+    chain length k_split), or for a validated int4awq.gemv.GemvConfig passed as the only argument.
+    """
+    cfg = (
+        m
+        if isinstance(m, GemvConfig)
+        else GemvConfig(
+            m=m, k=k, n=n, gs=gs, tile_n=tile_n, tile_k_l1=tile_k_l1, k_split=k_split
+        )
+    )
     m, k, n, tn, tk, ks = cfg.m, cfg.k, cfg.n, cfg.tile_n, cfg.tile_k_l1, cfg.k_split
-    rec, cpc, ntg, steps, acc_n = cfg.record_bytes, cfg.chains_per_column, cfg.tiles_per_group, cfg.steps, cfg.acc_elems
+    rec, cpc, ntg, steps, acc_n = (
+        cfg.record_bytes,
+        cfg.chains_per_column,
+        cfg.tiles_per_group,
+        cfg.steps,
+        cfg.acc_elems,
+    )
     chunks = cfg.k_chunks
 
     bf16, f32, u8 = BF16Type.get(), F32Type.get(), IntegerType.get_signless(8)
@@ -107,21 +150,37 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
     a_own_l1 = MemRefType.get([m, tk], bf16, memory_space=l1)
     acc_l1 = MemRefType.get([ntg, acc_n], f32, memory_space=l1)
     # one N tile's accumulator: a subview of acc at the tile's loop index, or all of acc for one tile
-    acc_tile = acc_l1 if ntg == 1 else MemRefType.get(
-        [1, acc_n], f32, memory_space=l1, layout=StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [acc_n, 1]))
+    acc_tile = (
+        acc_l1
+        if ntg == 1
+        else MemRefType.get(
+            [1, acc_n],
+            f32,
+            memory_space=l1,
+            layout=StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [acc_n, 1]),
+        )
+    )
     part_l1 = MemRefType.get([acc_n], f32, memory_space=l1)
     out_l1 = MemRefType.get([m, tn], bf16, memory_space=l1)
     # the kernel's scratch: one herd-wide buffer per row herd, allocated by the segment, a slice per PE (a
     # buffer a PE allocated itself and first touched by a kernel call would keep aircc from ping-ponging
     # the records and A in the loops around that call, as in the GEMM)
     scratch_row = MemRefType.get([COLUMNS, cfg.scratch_elems], bf16, memory_space=l1)
-    scratch_l1 = MemRefType.get([1, cfg.scratch_elems], bf16, memory_space=l1,
-                                layout=StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [cfg.scratch_elems, 1]))
+    scratch_l1 = MemRefType.get(
+        [1, cfg.scratch_elems],
+        bf16,
+        memory_space=l1,
+        layout=StridedLayoutAttr.get(
+            ShapedType.get_dynamic_size(), [cfg.scratch_elems, 1]
+        ),
+    )
 
     obj = cfg.kernel_object
     i32 = T.i32()
     zero = kernel_func("gemv_int4_zero", [acc_tile, i32], obj)
-    accumulate = kernel_func("gemv_int4_accumulate", [rec_l1, a_own_l1, acc_tile, scratch_l1, i32], obj)
+    accumulate = kernel_func(
+        "gemv_int4_accumulate", [rec_l1, a_own_l1, acc_tile, scratch_l1, i32], obj
+    )
     add = kernel_func("gemv_int4_add", [acc_tile, part_l1, i32], obj)
     drain = kernel_func("gemv_int4_drain", [acc_tile, out_l1, i32], obj)
 
@@ -129,25 +188,35 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
     # the sub-channels of one declaration a single shim DMA channel; air.shim_col places a declaration)
     for x in range(COLUMNS):
         for name in (W_L3, A_L3):
-            Channel(f"{name}{x}", size=[1]).attributes["air.shim_col"] = IntegerAttr.get(T.i64(), x)
+            Channel(f"{name}{x}", size=[1]).attributes["air.shim_col"] = (
+                IntegerAttr.get(T.i64(), x)
+            )
     Channel(W_IN, size=[COLUMNS, ROWS])
     Channel(A_IN, size=[COLUMNS, 1], broadcast_shape=[COLUMNS, cpc])
     Channel(CHAIN, size=[COLUMNS, ROWS - 1])
     Channel(C_OUT, size=[COLUMNS, cpc])
 
     def tile(acc, j):
-        return acc if ntg == 1 else subview(acc, offsets=[j, 0], sizes=[1, acc_n], strides=[1, 1])
+        return (
+            acc
+            if ntg == 1
+            else subview(acc, offsets=[j, 0], sizes=[1, acc_n], strides=[1, 1])
+        )
 
     def row_herd(y, scratch_buf):
         c, q = divmod(y, ks)
         first, last = q == 0, q == ks - 1
-        a_rest_l1 = None if last else MemRefType.get([ks - 1 - q, m, tk], bf16, memory_space=l1)
+        a_rest_l1 = (
+            None if last else MemRefType.get([ks - 1 - q, m, tk], bf16, memory_space=l1)
+        )
 
         @herd(name=f"gemv_row{y}", sizes=[COLUMNS, 1], operands=[scratch_buf])
         def body(x, _y, _sx, _sy, scratch_h):
             rows = arith.ConstantOp(i32, m)
             acc = AllocOp(acc_l1, [], [])
-            scratch = subview(scratch_h, offsets=[x, 0], sizes=[1, cfg.scratch_elems], strides=[1, 1])
+            scratch = subview(
+                scratch_h, offsets=[x, 0], sizes=[1, cfg.scratch_elems], strides=[1, 1]
+            )
             for j in loop(ntg):
                 CallOp(zero, [tile(acc, j), rows])
             source = (A_IN, [x, c]) if first else (CHAIN, [x, y - 1])
@@ -173,7 +242,14 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
                     CallOp(add, [tile(acc, j), part, rows])
                     DeallocOp(part)
                 if not last:
-                    ChannelPut(CHAIN, acc, indices=[x, y], offsets=[j, 0], sizes=[1, acc_n], strides=[acc_n, 1])
+                    ChannelPut(
+                        CHAIN,
+                        acc,
+                        indices=[x, y],
+                        offsets=[j, 0],
+                        sizes=[1, acc_n],
+                        strides=[acc_n, 1],
+                    )
                 else:
                     out = AllocOp(out_l1, [], [])
                     CallOp(drain, [tile(acc, j), out, rows])
@@ -192,10 +268,20 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
             for x in range(COLUMNS):
                 # column x's records in step order: step i, chain c, tile j, part q -> record
                 # (nt = (x*cpc + c)*ntg + j, kc = i*ks + q); the ks parts of a tile are one run of records
-                ChannelPut(f"{W_L3}{x}", l3w, offsets=[0, x * cpc * ntg, 0],
-                           sizes=[steps, cpc * ntg, ks * rec], strides=[ks * rec, chunks * rec, 1])
+                ChannelPut(
+                    f"{W_L3}{x}",
+                    l3w,
+                    offsets=[0, x * cpc * ntg, 0],
+                    sizes=[steps, cpc * ntg, ks * rec],
+                    strides=[ks * rec, chunks * rec, 1],
+                )
                 # all of A, step by step: per step its ks K-chunks, part by part, each all M rows
-                ChannelPut(f"{A_L3}{x}", l3a, sizes=[steps, ks, m, tk], strides=[ks * tk, tk, k, 1])
+                ChannelPut(
+                    f"{A_L3}{x}",
+                    l3a,
+                    sizes=[steps, ks, m, tk],
+                    strides=[ks * tk, tk, k, 1],
+                )
 
             @segment(name="gemv_seg")
             def segment_body():
@@ -209,8 +295,14 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
                         ChannelGet(f"{W_L3}{x}", stage)
                         for c in range(cpc):
                             for q in range(ks):
-                                ChannelPut(W_IN, stage, indices=[x, c * ks + q], offsets=[c, 0, q, 0],
-                                           sizes=[1, ntg, 1, rec], strides=[ntg * ks * rec, ks * rec, rec, 1])
+                                ChannelPut(
+                                    W_IN,
+                                    stage,
+                                    indices=[x, c * ks + q],
+                                    offsets=[c, 0, q, 0],
+                                    sizes=[1, ntg, 1, rec],
+                                    strides=[ntg * ks * rec, ks * rec, rec, 1],
+                                )
                         DeallocOp(stage)
 
                 scratch = [AllocOp(scratch_row, [], []) for _ in range(ROWS)]
@@ -223,29 +315,49 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
             for x in range(COLUMNS):
                 for c in range(cpc):
                     g = x * cpc + c
-                    ChannelGet(C_OUT, l3c, indices=[x, c], offsets=[0, 0, g * ntg * tn], sizes=[ntg, m, tn],
-                               strides=[tn, n, 1])
-
+                    ChannelGet(
+                        C_OUT,
+                        l3c,
+                        indices=[x, c],
+                        offsets=[0, 0, g * ntg * tn],
+                        sizes=[ntg, m, tn],
+                        strides=[tn, n, 1],
+                    )
 
 
 def backend_options(cfg: GemvConfig) -> dict:
     """XRTBackend options for this design (the NPU compile and the emulator take the same)."""
-    return dict(target_device="npu2", stack_size=cfg.stack_bytes, omit_while_true_loop=False,
-                instance_name="matvec_int4_packed")
+    return dict(
+        target_device="npu2",
+        stack_size=cfg.stack_bytes,
+        omit_while_true_loop=False,
+        instance_name="matvec_int4_packed",
+    )
 
 
 def compile_only(cfg: GemvConfig, module, build_dir: str | None) -> int:
     """aircc for npu2 in build_dir, where the Peano kernel object is linked."""
     build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     obj = os.path.join(REPO, "kernels", "build", cfg.kernel_object)
-    if not os.path.isfile(obj):  # the object this configuration links: Peano builds it (kernels/Makefile)
+    if not os.path.isfile(
+        obj
+    ):  # the object this configuration links: Peano builds it (kernels/Makefile)
         import subprocess
 
-        dims = [f"DIM_M={cfg.tile_m}", f"DIM_N={cfg.tile_n}", f"DIM_K_CHUNK={cfg.tile_k_l1}", f"DIM_GS={cfg.gs}"]
-        if subprocess.run(["make", "-C", os.path.join(REPO, "kernels"), "peano", *dims]).returncode or \
-                not os.path.isfile(obj):
-            print(f"error: kernel object {obj} could not be built (make -C kernels peano {' '.join(dims)}; its "
-                  "output is above)", file=sys.stderr)
+        dims = [
+            f"DIM_M={cfg.tile_m}",
+            f"DIM_N={cfg.tile_n}",
+            f"DIM_K_CHUNK={cfg.tile_k_l1}",
+            f"DIM_GS={cfg.gs}",
+        ]
+        if subprocess.run(
+            ["make", "-C", os.path.join(REPO, "kernels"), "peano", *dims]
+        ).returncode or not os.path.isfile(obj):
+            print(
+                f"error: kernel object {obj} could not be built (make -C kernels peano {' '.join(dims)}; its "
+                "output is above)",
+                file=sys.stderr,
+            )
             return 2
     os.makedirs(build_dir, exist_ok=True)
     link = os.path.join(build_dir, cfg.kernel_object)
@@ -259,7 +371,8 @@ def compile_only(cfg: GemvConfig, module, build_dir: str | None) -> int:
 
 def compile_and_run(cfg: GemvConfig, module, verbose: bool) -> int:
     """As mlir-air's examples do: seeded operands, XRTRunner.run_test against the reference, PASS! or
-    failed. (host/run.py is the full host program: checkpoints, exact mode, padding, reports.)"""
+    failed. (host/run.py is the full host program: checkpoints, exact mode, padding, reports.)
+    """
     from air.backend.xrt_runner import XRTRunner
 
     from int4awq.design import build_host_kernel
@@ -273,12 +386,20 @@ def compile_and_run(cfg: GemvConfig, module, verbose: bool) -> int:
     if getattr(sys.modules["air"], "EMULATED", False):
         os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
     else:
-        os.chdir(os.path.join(REPO, "kernels", "build"))  # where `make -C kernels peano` put the object
+        os.chdir(
+            os.path.join(REPO, "kernels", "build")
+        )  # where `make -C kernels peano` put the object
     rms = float(np.sqrt(np.mean(expected.astype(np.float32) ** 2)))
     runner = XRTRunner(verbose=verbose, **backend_options(cfg))
-    code = runner.run_test(module, inputs=[a, pack_weights(w, cfg.tile_n, cfg.tile_k_l1)],
-                           expected_outputs=[expected], rtol=0.05, atol=0.05 * rms,
-                           max_mismatch_percentage=0.1, min_correlation=0.999)
+    code = runner.run_test(
+        module,
+        inputs=[a, pack_weights(w, cfg.tile_n, cfg.tile_k_l1)],
+        expected_outputs=[expected],
+        rtol=0.05,
+        atol=0.05 * rms,
+        max_mismatch_percentage=0.1,
+        min_correlation=0.999,
+    )
     return 0 if code == 0 else 1
 
 
@@ -287,25 +408,51 @@ def main(argv=None) -> int:
     from int4awq.gemv import config_from_args
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--m", type=int, required=True, help="rows of A and C (1 to 32)")
+    parser.add_argument(
+        "--m", type=int, required=True, help="rows of A and C (1 to 32)"
+    )
     parser.add_argument("--k", type=int, required=True, help="reduction dimension")
     parser.add_argument("--n", type=int, required=True, help="columns of C")
     parser.add_argument("--gs", type=int, default=128, help="AWQ group size along K")
-    for opt, what in (("tile-n", "the record's N tile"), ("tile-k-l1", "the record's K-chunk"),
-                      ("k-split", "PEs per chain down a column, 2 or 4"),
-                      ("tile-m", "the GEMM tile_m of the shared kernel object"),
-                      ("stack-size", "the core's stack in L1, bytes")):
-        parser.add_argument(f"--{opt}", dest=opt.replace("-", "_"), type=int, default=None,
-                            help=f"{what} (default: the best modelled configuration the resource model accepts)")
+    for opt, what in (
+        ("tile-n", "the record's N tile"),
+        ("tile-k-l1", "the record's K-chunk"),
+        ("k-split", "PEs per chain down a column, 2 or 4"),
+        ("tile-m", "the GEMM tile_m of the shared kernel object"),
+        ("stack-size", "the core's stack in L1, bytes"),
+    ):
+        parser.add_argument(
+            f"--{opt}",
+            dest=opt.replace("-", "_"),
+            type=int,
+            default=None,
+            help=f"{what} (default: the best modelled configuration the resource model accepts)",
+        )
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("-p", "--print-module-only", action="store_true", help="print the AIR module and stop")
-    parser.add_argument("--print-resources", action="store_true",
-                        help="print the NPU2 resource table (the emulator's model of aircc's lowering) and stop; "
-                             "exit 2 if over a limit")
-    parser.add_argument("--compile-mode", choices=["compile-only", "compile-and-run"], default="compile-and-run",
-                        help="compile-only: aircc for npu2 into --build-dir; compile-and-run (default): run on "
-                             "seeded operands and check, on NPU2 or (PYTHONPATH=emulator) the emulator")
-    parser.add_argument("--build-dir", default=None, help="compile-only output (default: build/npu/<configuration>)")
+    parser.add_argument(
+        "-p",
+        "--print-module-only",
+        action="store_true",
+        help="print the AIR module and stop",
+    )
+    parser.add_argument(
+        "--print-resources",
+        action="store_true",
+        help="print the NPU2 resource table (the emulator's model of aircc's lowering) and stop; "
+        "exit 2 if over a limit",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        choices=["compile-only", "compile-and-run"],
+        default="compile-and-run",
+        help="compile-only: aircc for npu2 into --build-dir; compile-and-run (default): run on "
+        "seeded operands and check, on NPU2 or (PYTHONPATH=emulator) the emulator",
+    )
+    parser.add_argument(
+        "--build-dir",
+        default=None,
+        help="compile-only output (default: build/npu/<configuration>)",
+    )
     args = parser.parse_args(argv)
     try:
         cfg, _ = config_from_args(args, args.m, args.k, args.n, args.gs)

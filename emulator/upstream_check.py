@@ -34,7 +34,9 @@ EX = "programming_examples"
 
 @dataclass(frozen=True)
 class Kernel:
-    source: str | tuple  # path(s) in the checkout; several are linked into one object, as their Makefile does
+    source: (
+        str | tuple
+    )  # path(s) in the checkout; several are linked into one object, as their Makefile does
     root: str | tuple  # "air" or "aie" (one per source): which checkout holds it
     lib: str  # link_with name without .o: the host build is <lib>.so
     flags: tuple[str, ...] = ()
@@ -52,7 +54,9 @@ class Case:
     args: tuple[str, ...]
     kernels: tuple[Kernel, ...]
     refused: str | None = None  # a documented failure: the regex its error must match
-    note: str = ""  # where the configuration comes from, and any change made for the emulator
+    note: str = (
+        ""  # where the configuration comes from, and any change made for the emulator
+    )
     env: dict = field(default_factory=dict)
 
 
@@ -66,108 +70,447 @@ BFP16X = f"{EX}/matrix_multiplication/bf16_x_bfp16/matmul_bf16_x_bfp16.py"
 
 
 def int4_gemm_kernel(tm, tn, tk):
-    return Kernel(INT4_KERNEL, "air", "mv_int4_bf16", (f"-DDIM_M={tm}", f"-DDIM_N={tn}", f"-DDIM_K_CHUNK={tk}",
-                                                       "-DDIM_GS=128", "-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"))
+    return Kernel(
+        INT4_KERNEL,
+        "air",
+        "mv_int4_bf16",
+        (
+            f"-DDIM_M={tm}",
+            f"-DDIM_N={tn}",
+            f"-DDIM_K_CHUNK={tk}",
+            "-DDIM_GS=128",
+            "-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16",
+        ),
+    )
 
 
 def gemv_kernel(m_tile=8, k_chunk=2048):
-    return Kernel(INT4_KERNEL, "air", "mv_int4_bf16", (f"-DDIM_M={m_tile}", f"-DDIM_K={k_chunk}", "-DDIM_GS=128"))
+    return Kernel(
+        INT4_KERNEL,
+        "air",
+        "mv_int4_bf16",
+        (f"-DDIM_M={m_tile}", f"-DDIM_K={k_chunk}", "-DDIM_GS=128"),
+    )
 
 
 def dense_kernel(example, tm, tn, tk):
     """mm_aie2p.cc of the bf16 dense GEMMs, with their Makefile's -D flags."""
-    return Kernel(f"{EX}/matrix_multiplication/{example}/mm_aie2p.cc", "air", "mm", (
-        "-DBIT_WIDTH=8", f"-DDIM_M={tm}", f"-DDIM_N={tn}", f"-DDIM_K={tk}", f"-DDIM_N_DIV_4={tn // 4}",
-        f"-DDIM_M_DIV_4={tm // 4}", f"-DDIM_N_DIV_8={tn // 8}", f"-DDIM_M_DIV_8={tm // 8}",
-        "-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"))
+    return Kernel(
+        f"{EX}/matrix_multiplication/{example}/mm_aie2p.cc",
+        "air",
+        "mm",
+        (
+            "-DBIT_WIDTH=8",
+            f"-DDIM_M={tm}",
+            f"-DDIM_N={tn}",
+            f"-DDIM_K={tk}",
+            f"-DDIM_N_DIV_4={tn // 4}",
+            f"-DDIM_M_DIV_4={tm // 4}",
+            f"-DDIM_N_DIV_8={tn // 8}",
+            f"-DDIM_M_DIV_8={tm // 8}",
+            "-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16",
+        ),
+    )
 
 
 BFP16 = f"{EX}/matrix_multiplication/bfp16/run.py"
-BFP16_TILES = ("--tile-m", "64", "--tile-k-l2", "128", "--tile-k-l1", "64", "--tile-n", "64", "--arch", "aie2p")
-BFP16_LLAMA = ("--tile-m", "32", "--tile-k-l2", "128", "--tile-k-l1", "64", "--tile-n", "64", "--arch", "aie2p")
+BFP16_TILES = (
+    "--tile-m",
+    "64",
+    "--tile-k-l2",
+    "128",
+    "--tile-k-l1",
+    "64",
+    "--tile-n",
+    "64",
+    "--arch",
+    "aie2p",
+)
+BFP16_LLAMA = (
+    "--tile-m",
+    "32",
+    "--tile-k-l2",
+    "128",
+    "--tile-k-l1",
+    "64",
+    "--tile-n",
+    "64",
+    "--arch",
+    "aie2p",
+)
 
 
 def bfp16_kernel(tm, tk, tn):
-    return Kernel(("aie_kernels/aie2p/mm_bfp.cc", f"{EX}/matrix_multiplication/bfp16/bfp_cvt.cc"), ("aie", "air"),
-                  "mm_bfp", (f"-DDIM_M={tm}", f"-DDIM_K={tk}", f"-DDIM_N={tn}"))
+    return Kernel(
+        ("aie_kernels/aie2p/mm_bfp.cc", f"{EX}/matrix_multiplication/bfp16/bfp_cvt.cc"),
+        ("aie", "air"),
+        "mm_bfp",
+        (f"-DDIM_M={tm}", f"-DDIM_K={tk}", f"-DDIM_N={tn}"),
+    )
 
 
 def gemm_args(m, k, n, tm, tn, tk1, tk2, hm, hn):
-    return ("--m", str(m), "--k", str(k), "--n", str(n), "--tile-m", str(tm), "--tile-n", str(tn),
-            "--tile-k-l1", str(tk1), "--tile-k-l2", str(tk2), "--herd-m", str(hm), "--herd-n", str(hn))
+    return (
+        "--m",
+        str(m),
+        "--k",
+        str(k),
+        "--n",
+        str(n),
+        "--tile-m",
+        str(tm),
+        "--tile-n",
+        str(tn),
+        "--tile-k-l1",
+        str(tk1),
+        "--tile-k-l2",
+        str(tk2),
+        "--herd-m",
+        str(hm),
+        "--herd-n",
+        str(hn),
+    )
 
 
 def f32out(m, k, n, tm=64, tk2=256, tk1=32, tn=128, mode="compile-and-run"):
-    return ("--arch", "aie2p", "--codegen", "external", "--m", str(m), "--k", str(k), "--n", str(n),
-            "--tile-m", str(tm), "--tile-k-l2", str(tk2), "--tile-k-l1", str(tk1), "--tile-n", str(tn),
-            "--herd-m", "8", "--herd-n", "4", "--compile-mode", mode, "--perf-iters", "0")
+    return (
+        "--arch",
+        "aie2p",
+        "--codegen",
+        "external",
+        "--m",
+        str(m),
+        "--k",
+        str(k),
+        "--n",
+        str(n),
+        "--tile-m",
+        str(tm),
+        "--tile-k-l2",
+        str(tk2),
+        "--tile-k-l1",
+        str(tk1),
+        "--tile-n",
+        str(tn),
+        "--herd-m",
+        "8",
+        "--herd-n",
+        "4",
+        "--compile-mode",
+        mode,
+        "--perf-iters",
+        "0",
+    )
 
 
 CASES = (
     # The int4 GEMM and GEMV: their lit tests' configurations (run_packed_npu2_*_peano.lit).
-    Case("int4 GEMM 64x128x128, herd 2x4", INT4_GEMM,
-         ("--m", "64", "--k", "128", "--n", "128", "--gs", "128") + gemm_args(64, 128, 128, 16, 16, 128, 128, 2, 4)[6:],
-         (int4_gemm_kernel(16, 16, 128),), note="run_packed_npu2_small_peano.lit"),
-    Case("int4 GEMM 32x2048x2048, herd 2x4", INT4_GEMM,
-         ("--m", "32", "--k", "2048", "--n", "2048", "--gs", "128") + gemm_args(32, 2048, 2048, 16, 16, 128, 2048, 2, 4)[6:],
-         (int4_gemm_kernel(16, 16, 128),), note="run_packed_npu2_llama_qproj_seq32_peano.lit"),
-    Case("int4 GEMV 2048x2048", GEMV, ("--output-format", "elf", "--m", "2048", "--k", "2048", "--gs", "128",
-                                       "--m-tile", "8", "--k-chunk", "2048"), (gemv_kernel(),),
-         note="run_packed_npu2_2048x2048_peano.lit"),
-    Case("int4 GEMV 2048x8192", GEMV, ("--output-format", "elf", "--m", "2048", "--k", "8192", "--gs", "128",
-                                       "--m-tile", "8", "--k-chunk", "2048"), (gemv_kernel(),),
-         note="run_packed_npu2_2048x8192_peano.lit"),
-    Case("int4 GEMV + residual add 2048x2048", GEMV_ADD, ("--output-format", "elf", "--m", "2048", "--k", "2048",
-                                                          "--gs", "128", "--m-tile", "8", "--k-chunk", "2048"),
-         (gemv_kernel(),), note="run_packed_add_npu2_2048x2048_peano.lit"),
+    Case(
+        "int4 GEMM 64x128x128, herd 2x4",
+        INT4_GEMM,
+        ("--m", "64", "--k", "128", "--n", "128", "--gs", "128")
+        + gemm_args(64, 128, 128, 16, 16, 128, 128, 2, 4)[6:],
+        (int4_gemm_kernel(16, 16, 128),),
+        note="run_packed_npu2_small_peano.lit",
+    ),
+    Case(
+        "int4 GEMM 32x2048x2048, herd 2x4",
+        INT4_GEMM,
+        ("--m", "32", "--k", "2048", "--n", "2048", "--gs", "128")
+        + gemm_args(32, 2048, 2048, 16, 16, 128, 2048, 2, 4)[6:],
+        (int4_gemm_kernel(16, 16, 128),),
+        note="run_packed_npu2_llama_qproj_seq32_peano.lit",
+    ),
+    Case(
+        "int4 GEMV 2048x2048",
+        GEMV,
+        (
+            "--output-format",
+            "elf",
+            "--m",
+            "2048",
+            "--k",
+            "2048",
+            "--gs",
+            "128",
+            "--m-tile",
+            "8",
+            "--k-chunk",
+            "2048",
+        ),
+        (gemv_kernel(),),
+        note="run_packed_npu2_2048x2048_peano.lit",
+    ),
+    Case(
+        "int4 GEMV 2048x8192",
+        GEMV,
+        (
+            "--output-format",
+            "elf",
+            "--m",
+            "2048",
+            "--k",
+            "8192",
+            "--gs",
+            "128",
+            "--m-tile",
+            "8",
+            "--k-chunk",
+            "2048",
+        ),
+        (gemv_kernel(),),
+        note="run_packed_npu2_2048x8192_peano.lit",
+    ),
+    Case(
+        "int4 GEMV + residual add 2048x2048",
+        GEMV_ADD,
+        (
+            "--output-format",
+            "elf",
+            "--m",
+            "2048",
+            "--k",
+            "2048",
+            "--gs",
+            "128",
+            "--m-tile",
+            "8",
+            "--k-chunk",
+            "2048",
+        ),
+        (gemv_kernel(),),
+        note="run_packed_add_npu2_2048x2048_peano.lit",
+    ),
     # The dense bf16 GEMM with f32 out, external kernel, its Makefile's default tiles (64/256/32/128, 8x4).
-    Case("bf16-in f32-out GEMM 2048x8192x2048, external", F32OUT, f32out(2048, 8192, 2048),
-         (dense_kernel("bf16_in_fp32_out", 64, 128, 32),), note="run_npu2_external_peano.lit"),
-    Case("bf16-in f32-out GEMM 2048x2048x11008, tile_n 64, tile_k_l2 128 (builds)", F32OUT,
-         f32out(2048, 2048, 11008, tn=64, tk2=128, mode="compile-only"), (dense_kernel("bf16_in_fp32_out", 64, 64, 32),),
-         note="kernel registry: the Qwen2.5-3B gate/up shape builds at tile_k_l2 = 128"),
+    Case(
+        "bf16-in f32-out GEMM 2048x8192x2048, external",
+        F32OUT,
+        f32out(2048, 8192, 2048),
+        (dense_kernel("bf16_in_fp32_out", 64, 128, 32),),
+        note="run_npu2_external_peano.lit",
+    ),
+    Case(
+        "bf16-in f32-out GEMM 2048x2048x11008, tile_n 64, tile_k_l2 128 (builds)",
+        F32OUT,
+        f32out(2048, 2048, 11008, tn=64, tk2=128, mode="compile-only"),
+        (dense_kernel("bf16_in_fp32_out", 64, 64, 32),),
+        note="kernel registry: the Qwen2.5-3B gate/up shape builds at tile_k_l2 = 128",
+    ),
     # The dense bf16 GEMM with bf16 out: the drain method at its lit's tile_m 32.
-    Case("bf16-in bf16-out GEMM 2048x8192x2048, drain, tile_m 32", BF16OUT,
-         ("--m", "2048", "--k", "8192", "--n", "2048", "--tile-m", "32", "--high-precision", "true",
-          "--method", "drain"), (dense_kernel("bf16_in_bf16_out", 32, 128, 32),),
-         note="run_npu2_high_precision_drain_peano.lit"),
+    Case(
+        "bf16-in bf16-out GEMM 2048x8192x2048, drain, tile_m 32",
+        BF16OUT,
+        (
+            "--m",
+            "2048",
+            "--k",
+            "8192",
+            "--n",
+            "2048",
+            "--tile-m",
+            "32",
+            "--high-precision",
+            "true",
+            "--method",
+            "drain",
+        ),
+        (dense_kernel("bf16_in_bf16_out", 32, 128, 32),),
+        note="run_npu2_high_precision_drain_peano.lit",
+    ),
     # bf16 x bfp16: its two lit configurations.
-    Case("bf16 x bfp16 GEMM 64x64x64, herd 1x1", BFP16X, gemm_args(64, 64, 64, 64, 64, 64, 64, 1, 1),
-         (Kernel(f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc", "air", "mm_bf16_x_bfp16",
-                 ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=64")),), note="run_packed_npu2_small_peano.lit"),
-    Case("bf16 x bfp16 GEMM 2048^3, herd 8x4", BFP16X, gemm_args(2048, 2048, 2048, 64, 64, 128, 2048, 8, 4),
-         (Kernel(f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc", "air", "mm_bf16_x_bfp16",
-                 ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=128")),), note="run_packed_npu2_llama_qproj_peano.lit"),
+    Case(
+        "bf16 x bfp16 GEMM 64x64x64, herd 1x1",
+        BFP16X,
+        gemm_args(64, 64, 64, 64, 64, 64, 64, 1, 1),
+        (
+            Kernel(
+                f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc",
+                "air",
+                "mm_bf16_x_bfp16",
+                ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=64"),
+            ),
+        ),
+        note="run_packed_npu2_small_peano.lit",
+    ),
+    Case(
+        "bf16 x bfp16 GEMM 2048^3, herd 8x4",
+        BFP16X,
+        gemm_args(2048, 2048, 2048, 64, 64, 128, 2048, 8, 4),
+        (
+            Kernel(
+                f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc",
+                "air",
+                "mm_bf16_x_bfp16",
+                ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=128"),
+            ),
+        ),
+        note="run_packed_npu2_llama_qproj_peano.lit",
+    ),
     # bfp16 x bfp16 with mlir-aie's reference kernel aie_kernels/aie2p/mm_bfp.cc, linked with the example's
     # bfp_cvt.cc into one object as its Makefile does. Its script refuses to run without PEANO_INSTALL_DIR
     # (a guard for the NPU build); the emulator needs no Peano, so the variable names a placeholder.
-    *(Case(f"bfp16 GEMM {label}", BFP16, args, (bfp16_kernel(*tiles),), note=lit,
-           env={"PEANO_INSTALL_DIR": "/nonexistent/peano-not-needed-by-the-emulator"})
-      for label, args, tiles, lit in (
-          ("64^3, herd 1x1", ("--herd-m", "1", "--herd-n", "1", "--m", "64", "--n", "64", "--k", "64",
-                              "--tile-m", "64", "--tile-k-l2", "64", "--tile-k-l1", "64", "--tile-n", "64",
-                              "--arch", "aie2p"), (64, 64, 64), "run_npu2_makefile_peano_1x1.lit"),
-          ("512^3, herd 4x4", ("--herd-m", "4", "--herd-n", "4", "--m", "512", "--n", "512", "--k", "512")
-           + BFP16_TILES, (64, 64, 64), "run_npu2_makefile_peano.lit"),
-          ("512^3, herd 4x4, bf16 out", ("--herd-m", "4", "--herd-n", "4", "--m", "512", "--n", "512", "--k", "512")
-           + BFP16_TILES + ("--output-dtype", "bf16"), (64, 64, 64), "run_npu2_makefile_peano_bf16_output.lit"),
-          ("1024x512x512, herd 8x4", ("--herd-m", "8", "--herd-n", "4", "--m", "1024", "--n", "512", "--k", "512")
-           + BFP16_TILES, (64, 64, 64), "run_npu2_makefile_peano_8x4.lit"),
-          ("128x2048x2048, herd 4x4", ("--herd-m", "4", "--herd-n", "4", "--m", "128", "--k", "2048", "--n", "2048")
-           + BFP16_LLAMA, (32, 64, 64), "run_npu2_llama_4x4_qo_peano.lit"),
-          ("128x2048x512, herd 4x4", ("--herd-m", "4", "--herd-n", "4", "--m", "128", "--k", "2048", "--n", "512")
-           + BFP16_LLAMA, (32, 64, 64), "run_npu2_llama_4x4_kv_peano.lit"),
-      )),
+    *(
+        Case(
+            f"bfp16 GEMM {label}",
+            BFP16,
+            args,
+            (bfp16_kernel(*tiles),),
+            note=lit,
+            env={"PEANO_INSTALL_DIR": "/nonexistent/peano-not-needed-by-the-emulator"},
+        )
+        for label, args, tiles, lit in (
+            (
+                "64^3, herd 1x1",
+                (
+                    "--herd-m",
+                    "1",
+                    "--herd-n",
+                    "1",
+                    "--m",
+                    "64",
+                    "--n",
+                    "64",
+                    "--k",
+                    "64",
+                    "--tile-m",
+                    "64",
+                    "--tile-k-l2",
+                    "64",
+                    "--tile-k-l1",
+                    "64",
+                    "--tile-n",
+                    "64",
+                    "--arch",
+                    "aie2p",
+                ),
+                (64, 64, 64),
+                "run_npu2_makefile_peano_1x1.lit",
+            ),
+            (
+                "512^3, herd 4x4",
+                (
+                    "--herd-m",
+                    "4",
+                    "--herd-n",
+                    "4",
+                    "--m",
+                    "512",
+                    "--n",
+                    "512",
+                    "--k",
+                    "512",
+                )
+                + BFP16_TILES,
+                (64, 64, 64),
+                "run_npu2_makefile_peano.lit",
+            ),
+            (
+                "512^3, herd 4x4, bf16 out",
+                (
+                    "--herd-m",
+                    "4",
+                    "--herd-n",
+                    "4",
+                    "--m",
+                    "512",
+                    "--n",
+                    "512",
+                    "--k",
+                    "512",
+                )
+                + BFP16_TILES
+                + ("--output-dtype", "bf16"),
+                (64, 64, 64),
+                "run_npu2_makefile_peano_bf16_output.lit",
+            ),
+            (
+                "1024x512x512, herd 8x4",
+                (
+                    "--herd-m",
+                    "8",
+                    "--herd-n",
+                    "4",
+                    "--m",
+                    "1024",
+                    "--n",
+                    "512",
+                    "--k",
+                    "512",
+                )
+                + BFP16_TILES,
+                (64, 64, 64),
+                "run_npu2_makefile_peano_8x4.lit",
+            ),
+            (
+                "128x2048x2048, herd 4x4",
+                (
+                    "--herd-m",
+                    "4",
+                    "--herd-n",
+                    "4",
+                    "--m",
+                    "128",
+                    "--k",
+                    "2048",
+                    "--n",
+                    "2048",
+                )
+                + BFP16_LLAMA,
+                (32, 64, 64),
+                "run_npu2_llama_4x4_qo_peano.lit",
+            ),
+            (
+                "128x2048x512, herd 4x4",
+                (
+                    "--herd-m",
+                    "4",
+                    "--herd-n",
+                    "4",
+                    "--m",
+                    "128",
+                    "--k",
+                    "2048",
+                    "--n",
+                    "512",
+                )
+                + BFP16_LLAMA,
+                (32, 64, 64),
+                "run_npu2_llama_4x4_kv_peano.lit",
+            ),
+        )
+    ),
     # Documented failures (mlir-air programming_examples/kernel_registry/).
-    Case("bf16-in f32-out GEMM 2048x2048x11008, tile_n 64, tile_k_l2 256", F32OUT,
-         f32out(2048, 2048, 11008, tn=64, tk2=256, mode="compile-only"), (dense_kernel("bf16_in_fp32_out", 64, 64, 32),),
-         refused=r"Stride 2818048 exceeds the \[1:1048576\] range",
-         note="supported_kernels.md, Qwen2.5-3B gate/up: 'aie.dma_bd op Stride 2818048 exceeds the [1:1048576] range'"),
-    Case("bf16-in bf16-out GEMM 2048x8192x2048, drain, tile_m 64", BF16OUT,
-         ("--m", "2048", "--k", "8192", "--n", "2048", "--tile-m", "64", "--high-precision", "true",
-          "--method", "drain", "--compile-mode", "compile-only"), (dense_kernel("bf16_in_bf16_out", 64, 128, 32),),
-         refused=r"per-PE L1 \(allocations \+ stack\) needs \d+ bytes, the limit is 65536",
-         note="details/GEMM_bf16_in_bf16_out.md: at tile_m = 64 the drain needs 72 KB > 64 KB of L1"),
+    Case(
+        "bf16-in f32-out GEMM 2048x2048x11008, tile_n 64, tile_k_l2 256",
+        F32OUT,
+        f32out(2048, 2048, 11008, tn=64, tk2=256, mode="compile-only"),
+        (dense_kernel("bf16_in_fp32_out", 64, 64, 32),),
+        refused=r"Stride 2818048 exceeds the \[1:1048576\] range",
+        note="supported_kernels.md, Qwen2.5-3B gate/up: 'aie.dma_bd op Stride 2818048 exceeds the [1:1048576] range'",
+    ),
+    Case(
+        "bf16-in bf16-out GEMM 2048x8192x2048, drain, tile_m 64",
+        BF16OUT,
+        (
+            "--m",
+            "2048",
+            "--k",
+            "8192",
+            "--n",
+            "2048",
+            "--tile-m",
+            "64",
+            "--high-precision",
+            "true",
+            "--method",
+            "drain",
+            "--compile-mode",
+            "compile-only",
+        ),
+        (dense_kernel("bf16_in_bf16_out", 64, 128, 32),),
+        refused=r"per-PE L1 \(allocations \+ stack\) needs \d+ bytes, the limit is 65536",
+        note="details/GEMM_bf16_in_bf16_out.md: at tile_m = 64 the drain needs 72 KB > 64 KB of L1",
+    ),
 )
 
 
@@ -179,19 +522,41 @@ def build(kernel: Kernel, roots: dict, out_dir: str) -> str | None:
         if not os.path.isfile(path):
             return f"{source} is not in {roots[root]}"
         paths.append(path)
-    cmd = ["g++", "-std=c++20", "-O2", "-fPIC", "-shared", "-w", "-I", os.path.join(HERE, "include"),
-           *kernel.flags, *paths, "-o", os.path.join(out_dir, kernel.lib + ".so")]
+    cmd = [
+        "g++",
+        "-std=c++20",
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-w",
+        "-I",
+        os.path.join(HERE, "include"),
+        *kernel.flags,
+        *paths,
+        "-o",
+        os.path.join(out_dir, kernel.lib + ".so"),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
-        first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:300])
+        first = next(
+            (ln for ln in res.stderr.splitlines() if "error" in ln),
+            res.stderr.strip()[:300],
+        )
         return f"g++ {' '.join(os.path.basename(p) for p in paths)}: {first}"
     return None
 
 
-def run_case(case: Case, air_src: str, aie_src: str | None, timeout: float) -> tuple[str, str]:
+def run_case(
+    case: Case, air_src: str, aie_src: str | None, timeout: float
+) -> tuple[str, str]:
     """(verdict, detail): verdict is PASS, FAIL, SKIP, REJECTED or NOT REJECTED."""
     roots = {"air": air_src, "aie": aie_src}
-    work = os.path.join(REPO, "build", "upstream", re.sub(r"[^a-z0-9]+", "_", case.name.lower()).strip("_"))
+    work = os.path.join(
+        REPO,
+        "build",
+        "upstream",
+        re.sub(r"[^a-z0-9]+", "_", case.name.lower()).strip("_"),
+    )
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     for k in case.kernels:
@@ -202,11 +567,21 @@ def run_case(case: Case, air_src: str, aie_src: str | None, timeout: float) -> t
         if err:
             return ("FAIL" if case.refused is None else "NOT REJECTED"), err
     script = os.path.join(air_src, case.script)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(script)]), **case.env)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(script)]),
+        **case.env,
+    )
     t0 = time.monotonic()
     try:
-        res = subprocess.run([sys.executable, script, *case.args], cwd=work, env=env, capture_output=True,
-                             text=True, timeout=timeout)
+        res = subprocess.run(
+            [sys.executable, script, *case.args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return "FAIL", f"no result within {timeout:.0f} s"
     out = res.stdout + res.stderr
@@ -214,7 +589,10 @@ def run_case(case: Case, air_src: str, aie_src: str | None, timeout: float) -> t
     if case.refused is not None:
         if res.returncode and re.search(case.refused, out):
             return "REJECTED", f"{took}: {re.search(case.refused, out).group(0)}"
-        return "NOT REJECTED", f"{took}: exit {res.returncode}, expected /{case.refused}/"
+        return (
+            "NOT REJECTED",
+            f"{took}: exit {res.returncode}, expected /{case.refused}/",
+        )
     compile_only = "compile-only" in case.args
     ok = res.returncode == 0 and (("PASS!" in out) or compile_only)
     tail = [ln for ln in out.splitlines() if ln.strip()][-1:] or [""]
@@ -223,18 +601,33 @@ def run_case(case: Case, air_src: str, aie_src: str | None, timeout: float) -> t
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--air-src", required=True, help="a checkout of Xilinx/mlir-air (programming_examples/ is used)")
-    p.add_argument("--aie-src", help="a checkout of Xilinx/mlir-aie, or any tree holding its aie_kernels/")
+    p.add_argument(
+        "--air-src",
+        required=True,
+        help="a checkout of Xilinx/mlir-air (programming_examples/ is used)",
+    )
+    p.add_argument(
+        "--aie-src",
+        help="a checkout of Xilinx/mlir-aie, or any tree holding its aie_kernels/",
+    )
     p.add_argument("--only", help="run the cases whose name contains this text")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per case (default 1800)")
+    p.add_argument(
+        "--timeout", type=float, default=1800, help="seconds per case (default 1800)"
+    )
     args = p.parse_args(argv)
     if not os.path.isdir(os.path.join(args.air_src, EX)):
-        print(f"error: {args.air_src} has no {EX}/: give a checkout of mlir-air as --air-src / AIR_SRC",
-              file=sys.stderr)
+        print(
+            f"error: {args.air_src} has no {EX}/: give a checkout of mlir-air as --air-src / AIR_SRC",
+            file=sys.stderr,
+        )
         return 2
-    if args.aie_src is not None and not os.path.isdir(os.path.join(args.aie_src, "aie_kernels")):
-        print(f"error: {args.aie_src} has no aie_kernels/: give a checkout of mlir-aie as --aie-src / AIE_SRC",
-              file=sys.stderr)
+    if args.aie_src is not None and not os.path.isdir(
+        os.path.join(args.aie_src, "aie_kernels")
+    ):
+        print(
+            f"error: {args.aie_src} has no aie_kernels/: give a checkout of mlir-aie as --aie-src / AIE_SRC",
+            file=sys.stderr,
+        )
         return 2
     cases = [c for c in CASES if args.only is None or args.only in c.name]
     passed = total = rejected = failures = 0
@@ -250,7 +643,9 @@ def main(argv=None) -> int:
             total += 1
             passed += verdict == "PASS"
             bad |= verdict != "PASS"
-    print(f"upstream examples: {passed}/{total} PASS, {rejected}/{failures} documented failures rejected")
+    print(
+        f"upstream examples: {passed}/{total} PASS, {rejected}/{failures} documented failures rejected"
+    )
     return 1 if bad else 0
 
 

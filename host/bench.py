@@ -22,7 +22,10 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from int4awq.errors import ConfigError, missing_module_line  # noqa: E402  (standard library only)
+from int4awq.errors import (
+    ConfigError,
+    missing_module_line,
+)  # noqa: E402  (standard library only)
 
 try:
     import numpy as np
@@ -37,13 +40,29 @@ except ModuleNotFoundError as _missing:
 except KeyboardInterrupt:
     sys.exit(130)
 
-COLUMNS = ("projection", "m", "k", "n", "config", "ddr_mb", "us", "tops", "correlation", "source",
-           "ddr_us", "compute_us", "gbps")
+COLUMNS = (
+    "projection",
+    "m",
+    "k",
+    "n",
+    "config",
+    "ddr_mb",
+    "us",
+    "tops",
+    "correlation",
+    "source",
+    "ddr_us",
+    "compute_us",
+    "gbps",
+)
 LAYERS = 16  # Llama-3.2-1B decoder layers
 # Published decode rates of Llama-3.2-1B on NPUs, whole model (attention, LM head and all), for comparison:
 PUBLISHED_DECODE = (
     ("FastFlowLM, 1k context, Krackan (as quoted in issue 14)", 64.5),
-    ("mlir-air llms/llama32_1b_int4, int4 NPU decode ~56 ms/token (its Makefile)", 17.8),
+    (
+        "mlir-air llms/llama32_1b_int4, int4 NPU decode ~56 ms/token (its Makefile)",
+        17.8,
+    ),
 )
 
 
@@ -62,16 +81,37 @@ def measure(cfg, m, k, n, iters, warmup):
     """(mean us, correlation) of one configuration on the NPU."""
     from host.run import run_npu
 
-    cmd = ["make", "-s", "-C", REPO, "compile", f"M={cfg.m}", f"K={cfg.k}", f"N={cfg.n}",
-           f"GS={cfg.gs}", f"TILE_M={cfg.tile_m}", f"TILE_N={cfg.tile_n}", f"TILE_K_L1={cfg.tile_k_l1}",
-           f"TILE_K_L2={cfg.tile_k_l2}", f"HERD_M={cfg.herd_m}", f"HERD_N={cfg.herd_n}",
-           f"N_PER_SEGMENT={cfg.n_per_segment}"]
+    cmd = [
+        "make",
+        "-s",
+        "-C",
+        REPO,
+        "compile",
+        f"M={cfg.m}",
+        f"K={cfg.k}",
+        f"N={cfg.n}",
+        f"GS={cfg.gs}",
+        f"TILE_M={cfg.tile_m}",
+        f"TILE_N={cfg.tile_n}",
+        f"TILE_K_L1={cfg.tile_k_l1}",
+        f"TILE_K_L2={cfg.tile_k_l2}",
+        f"HERD_M={cfg.herd_m}",
+        f"HERD_N={cfg.herd_n}",
+        f"N_PER_SEGMENT={cfg.n_per_segment}",
+    ]
     if subprocess.run(cmd).returncode:
         raise ConfigError(f"`{' '.join(cmd[3:])}` failed (its output is above)")
     times = []
 
     def on_npu(a, w_packed):
-        c, t = run_npu(cfg, a, w_packed, os.path.join(REPO, "build", "npu", cfg.name), iters, warmup)
+        c, t = run_npu(
+            cfg,
+            a,
+            w_packed,
+            os.path.join(REPO, "build", "npu", cfg.name),
+            iters,
+            warmup,
+        )
         times.extend(t)
         return c
 
@@ -84,15 +124,41 @@ def measure_gemv(cfg, m, k, n, iters, warmup):
     (and builds its kernel object), then the host program's NPU path runs it."""
     from host.run import run_npu
 
-    cmd = [sys.executable, os.path.join(REPO, "matvec_int4_packed.py"), "--m", str(cfg.m), "--k", str(cfg.k),
-           "--n", str(cfg.n), "--gs", str(cfg.gs), "--tile-n", str(cfg.tile_n), "--tile-k-l1", str(cfg.tile_k_l1),
-           "--k-split", str(cfg.k_split), "--tile-m", str(cfg.tile_m), "--compile-mode", "compile-only"]
+    cmd = [
+        sys.executable,
+        os.path.join(REPO, "matvec_int4_packed.py"),
+        "--m",
+        str(cfg.m),
+        "--k",
+        str(cfg.k),
+        "--n",
+        str(cfg.n),
+        "--gs",
+        str(cfg.gs),
+        "--tile-n",
+        str(cfg.tile_n),
+        "--tile-k-l1",
+        str(cfg.tile_k_l1),
+        "--k-split",
+        str(cfg.k_split),
+        "--tile-m",
+        str(cfg.tile_m),
+        "--compile-mode",
+        "compile-only",
+    ]
     if subprocess.run(cmd, cwd=REPO).returncode:
         raise ConfigError(f"`{' '.join(cmd[1:])}` failed (its output is above)")
     times = []
 
     def on_npu(a, w_packed):
-        c, t = run_npu(cfg, a, w_packed, os.path.join(REPO, "build", "npu", cfg.name), iters, warmup)
+        c, t = run_npu(
+            cfg,
+            a,
+            w_packed,
+            os.path.join(REPO, "build", "npu", cfg.name),
+            iters,
+            warmup,
+        )
         times.extend(t)
         return c
 
@@ -104,7 +170,13 @@ def emulate(cfg, m, k, n):
     """(correlation, passed) of one configuration on the emulator."""
     from host.run import run_emulator
 
-    res = checked_run(cfg, m, k, n, lambda a, w_packed: run_emulator(cfg, a, w_packed, report=False, quiet=True))
+    res = checked_run(
+        cfg,
+        m,
+        k,
+        n,
+        lambda a, w_packed: run_emulator(cfg, a, w_packed, report=False, quiet=True),
+    )
     return res.correlation, res.passed
 
 
@@ -145,37 +217,67 @@ def _main(argv) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--csv", default=os.path.join(REPO, "build", "bench.csv"))
-    p.add_argument("--modelled", action="store_true", help="print the model's table even with an NPU2 present")
-    p.add_argument("--emulate", action="store_true", help="without an NPU2: also run and check every row on the emulator")
+    p.add_argument(
+        "--modelled",
+        action="store_true",
+        help="print the model's table even with an NPU2 present",
+    )
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        help="without an NPU2: also run and check every row on the emulator",
+    )
     args = p.parse_args(argv)
     if args.iters < 1 or args.warmup < 0:
-        raise ConfigError(f"--iters {args.iters} / --warmup {args.warmup}: need iters >= 1, warmup >= 0")
+        raise ConfigError(
+            f"--iters {args.iters} / --warmup {args.warmup}: need iters >= 1, warmup >= 0"
+        )
     check_csv(args.csv)
 
     on_npu, why = (False, "--modelled") if args.modelled else npu2_present()
-    print(f"{'MEASURED on NPU2' if on_npu else 'MODELLED (no NPU2: ' + why + ')'}; "
-          f"model: int4awq/model.py (DDR 42.5 GB/s effective, per-call kernel op counts)")
+    print(
+        f"{'MEASURED on NPU2' if on_npu else 'MODELLED (no NPU2: ' + why + ')'}; "
+        f"model: int4awq/model.py (DDR 42.5 GB/s effective, per-call kernel op counts)"
+    )
     rows, failures = [], 0
     for entry in load_table():
         m, k, n = entry["m"], entry["k"], entry["n"]
         cfg, _ = default_config(m, k, n, entry["gs"])
         est = modelled(cfg, m, n)
-        row = dict(projection=entry["projection"], m=m, k=k, n=n,
-                   config=f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}"
-                          f" r{cfg.n_per_segment}",
-                   ddr_mb=round(cfg.ddr_bytes() / 1e6, 2), us=round(est.seconds * 1e6, 1),
-                   tops=round(est.tops, 3), correlation="", source="modelled")
+        row = dict(
+            projection=entry["projection"],
+            m=m,
+            k=k,
+            n=n,
+            config=f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}"
+            f" r{cfg.n_per_segment}",
+            ddr_mb=round(cfg.ddr_bytes() / 1e6, 2),
+            us=round(est.seconds * 1e6, 1),
+            tops=round(est.tops, 3),
+            correlation="",
+            source="modelled",
+        )
         if on_npu:
             us, corr = measure(cfg, m, k, n, args.iters, args.warmup)
-            row.update(us=round(us, 1), tops=round(2 * m * k * n / us / 1e6, 3), correlation=f"{corr:.6f}",
-                       source="measured")
+            row.update(
+                us=round(us, 1),
+                tops=round(2 * m * k * n / us / 1e6, 3),
+                correlation=f"{corr:.6f}",
+                source="measured",
+            )
         elif args.emulate:
             corr, passed = emulate(cfg, m, k, n)
             failures += not passed
-            row.update(correlation=f"{corr:.6f}", source="modelled; emulator " + ("PASS" if passed else "FAIL"))
+            row.update(
+                correlation=f"{corr:.6f}",
+                source="modelled; emulator " + ("PASS" if passed else "FAIL"),
+            )
         rows.append(row)
-        print(f"{row['projection']:<10} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
-              f"{row['us']:>9.1f} us {row['tops']:>6.3f} TOPS {row['correlation']:<9} {row['source']}", flush=True)
+        print(
+            f"{row['projection']:<10} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
+            f"{row['us']:>9.1f} us {row['tops']:>6.3f} TOPS {row['correlation']:<9} {row['source']}",
+            flush=True,
+        )
     failures += decode_rows(rows, on_npu, args)
     try:
         with open(args.csv, "w", newline="") as f:
@@ -194,47 +296,76 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
     from int4awq import gemv
 
     print()
-    print(f"decode, M = 1: the GEMV design on all 32 PEs (matvec_int4_packed.py); "
-          f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / 42.5 GB/s, compute) + "
-          f"{model.FIXED_S * 1e6:.0f} us per launch")
+    print(
+        f"decode, M = 1: the GEMV design on all 32 PEs (matvec_int4_packed.py); "
+        f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / 42.5 GB/s, compute) + "
+        f"{model.FIXED_S * 1e6:.0f} us per launch"
+    )
     failures, token_s, token_ddr, token_fixed = 0, 0.0, 0, 0.0
     for name, (k, n) in LLAMA_PROJECTIONS.items():
         cfg = gemv.default_config(1, k, n, 128)
         est = gemv.modelled(cfg, 1, n)
-        row = dict(projection=name, m=1, k=k, n=n,
-                   config=f"GEMV {cfg.tile_n}x{cfg.tile_k_l1} ks{cfg.k_split} pes{cfg.pes}",
-                   ddr_mb=round(est.ddr_bytes / 1e6, 2), us=round(est.seconds * 1e6, 1), tops=round(est.tops, 3),
-                   correlation="", source=f"modelled, {est.bound}-bound", ddr_us=round(est.ddr_s * 1e6, 1),
-                   compute_us=round(est.compute_s * 1e6, 1), gbps=round(est.gbps, 1))
+        row = dict(
+            projection=name,
+            m=1,
+            k=k,
+            n=n,
+            config=f"GEMV {cfg.tile_n}x{cfg.tile_k_l1} ks{cfg.k_split} pes{cfg.pes}",
+            ddr_mb=round(est.ddr_bytes / 1e6, 2),
+            us=round(est.seconds * 1e6, 1),
+            tops=round(est.tops, 3),
+            correlation="",
+            source=f"modelled, {est.bound}-bound",
+            ddr_us=round(est.ddr_s * 1e6, 1),
+            compute_us=round(est.compute_s * 1e6, 1),
+            gbps=round(est.gbps, 1),
+        )
         seconds = est.seconds
         if on_npu:
             us, corr = measure_gemv(cfg, 1, k, n, args.iters, args.warmup)
             seconds = us * 1e-6
-            row.update(us=round(us, 1), tops=round(2 * k * n / us / 1e6, 3), correlation=f"{corr:.6f}",
-                       source="measured", gbps=round(est.ddr_bytes / us / 1e3, 1))
+            row.update(
+                us=round(us, 1),
+                tops=round(2 * k * n / us / 1e6, 3),
+                correlation=f"{corr:.6f}",
+                source="measured",
+                gbps=round(est.ddr_bytes / us / 1e3, 1),
+            )
         elif args.emulate:
             corr, passed = emulate(cfg, 1, k, n)
             failures += not passed
-            row.update(correlation=f"{corr:.6f}", source=row["source"] + "; emulator " + ("PASS" if passed else "FAIL"))
+            row.update(
+                correlation=f"{corr:.6f}",
+                source=row["source"] + "; emulator " + ("PASS" if passed else "FAIL"),
+            )
         token_s += seconds
         token_ddr += est.ddr_bytes
         token_fixed += model.FIXED_S
         rows.append(row)
-        print(f"{name:<10} M=1     K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
-              f"{row['us']:>9.1f} us {row['gbps']:>5.1f} GB/s  (DDR {row['ddr_us']:>6.1f} us, compute "
-              f"{row['compute_us']:>6.1f} us) {row['source']}", flush=True)
+        print(
+            f"{name:<10} M=1     K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
+            f"{row['us']:>9.1f} us {row['gbps']:>5.1f} GB/s  (DDR {row['ddr_us']:>6.1f} us, compute "
+            f"{row['compute_us']:>6.1f} us) {row['source']}",
+            flush=True,
+        )
     what = "MEASURED" if on_npu else "MODELLED"
     per_token = LAYERS * token_s
-    print(f"one token, 7 projections x {LAYERS} layers ({what}, projections only: no attention, norms, LM head): "
-          f"{per_token * 1e3:.2f} ms = {1 / per_token:.1f} tok/s; DDR {LAYERS * token_ddr / 1e6:.0f} MB = "
-          f"{LAYERS * token_ddr / model.DDR_BYTES_PER_S * 1e3:.2f} ms at 42.5 GB/s; the fixed cost of "
-          f"{7 * LAYERS} launches is {LAYERS * token_fixed * 1e3:.2f} ms of it ({100 * token_fixed / token_s:.0f} %)")
+    print(
+        f"one token, 7 projections x {LAYERS} layers ({what}, projections only: no attention, norms, LM head): "
+        f"{per_token * 1e3:.2f} ms = {1 / per_token:.1f} tok/s; DDR {LAYERS * token_ddr / 1e6:.0f} MB = "
+        f"{LAYERS * token_ddr / model.DDR_BYTES_PER_S * 1e3:.2f} ms at 42.5 GB/s; the fixed cost of "
+        f"{7 * LAYERS} launches is {LAYERS * token_fixed * 1e3:.2f} ms of it ({100 * token_fixed / token_s:.0f} %)"
+    )
     if not on_npu:
-        print(f"  without the per-launch fixed cost (one launch per token, as a fused decode would be): "
-              f"{(per_token - LAYERS * token_fixed) * 1e3:.2f} ms = {1 / (per_token - LAYERS * token_fixed):.1f} tok/s "
-              "(MODELLED)")
+        print(
+            f"  without the per-launch fixed cost (one launch per token, as a fused decode would be): "
+            f"{(per_token - LAYERS * token_fixed) * 1e3:.2f} ms = {1 / (per_token - LAYERS * token_fixed):.1f} tok/s "
+            "(MODELLED)"
+        )
     for who, tok_s in PUBLISHED_DECODE:
-        print(f"  published, whole model: {who}: {tok_s} tok/s = {1e3 / tok_s:.1f} ms/token")
+        print(
+            f"  published, whole model: {who}: {tok_s} tok/s = {1e3 / tok_s:.1f} ms/token"
+        )
     return failures
 
 

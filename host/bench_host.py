@@ -47,10 +47,14 @@ def main() -> int:
     for acc in (np.float64, np.float32):
         t0 = time.perf_counter()
         reference_gemm(a, w, accumulate=acc)
-        print(f"reference GEMM 2048^3 ({np.dtype(acc).name} accumulation): {time.perf_counter() - t0:.2f} s")
+        print(
+            f"reference GEMM 2048^3 ({np.dtype(acc).name} accumulation): {time.perf_counter() - t0:.2f} s"
+        )
 
     dt = bench_pack(layers=16, tile_n=tn, tile_k=tk, gs=gs)
-    print(f"packer: all Llama-3.2-1B projections, 16 layers (tile_n {tn}, tile_k {tk}, gs {gs}): {dt:.2f} s")
+    print(
+        f"packer: all Llama-3.2-1B projections, 16 layers (tile_n {tn}, tile_k {tk}, gs {gs}): {dt:.2f} s"
+    )
 
     hk = HostKernel(tm, tn, tk, gs)
     k = max(tk, gs)
@@ -66,9 +70,11 @@ def main() -> int:
     dt = time.perf_counter() - t0
     macs = args.calls * tm * tn * tk
     per_call = dt / args.calls
-    print(f"host kernel {tm}x{tn}x{tk} (gs {gs}): {macs / dt / 1e6:.0f} MMAC/s, {per_call * 1e6:.0f} us per "
-          f"gemm_int4_accumulate call; a 2048^3 GEMM ({2048**3 // (tm * tn * tk)} calls) ~ "
-          f"{2048**3 / (macs / dt):.1f} s of kernel time")
+    print(
+        f"host kernel {tm}x{tn}x{tk} (gs {gs}): {macs / dt / 1e6:.0f} MMAC/s, {per_call * 1e6:.0f} us per "
+        f"gemm_int4_accumulate call; a 2048^3 GEMM ({2048**3 // (tm * tn * tk)} calls) ~ "
+        f"{2048**3 / (macs / dt):.1f} s of kernel time"
+    )
     assert np.isfinite(hk.c_acc).all()
     return 0
 

@@ -25,7 +25,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from int4awq.errors import ConfigError, missing_module_line  # noqa: E402  (standard library only)
+from int4awq.errors import (
+    ConfigError,
+    missing_module_line,
+)  # noqa: E402  (standard library only)
 
 try:
     import numpy as np
@@ -33,12 +36,23 @@ try:
 
     from int4awq import record
     from int4awq import gemv
-    from int4awq.design import DesignConfig, add_design_arguments, build_host_kernel, config_from_args
+    from int4awq.design import (
+        DesignConfig,
+        add_design_arguments,
+        build_host_kernel,
+        config_from_args,
+    )
     from int4awq.gemv import GEMV_AUTO_MAX_M, GemvConfig
     from int4awq.kernel_model import GEMV_MAX_M
     from int4awq.quant import AwqWeights, dequantize, random_activations, random_weights
-    from int4awq.reference import (BF16_MAX, check, check_accumulator_range, check_activations, explain_failure,
-                                   reference_gemm)
+    from int4awq.reference import (
+        BF16_MAX,
+        check,
+        check_accumulator_range,
+        check_activations,
+        explain_failure,
+        reference_gemm,
+    )
 except ModuleNotFoundError as _missing:
     print(missing_module_line(_missing), file=sys.stderr)
     sys.exit(2)
@@ -48,7 +62,9 @@ except KeyboardInterrupt:
 EMULATOR_DIR = os.path.join(REPO, "emulator")
 KERNEL_BUILD = os.path.join(REPO, "kernels", "build")
 REPORT_WIDTH = 100  # every line --report prints fits in this many columns
-HEARTBEAT_SECONDS = 30.0  # off a terminal, a line this often while the emulator runs (CI logs)
+HEARTBEAT_SECONDS = (
+    30.0  # off a terminal, a line this often while the emulator runs (CI logs)
+)
 SAVED = ("a.npy", "c.npy", "w_dequant.npy")
 
 
@@ -62,30 +78,68 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv):
     p = _Parser(description=__doc__.splitlines()[0])
     add_design_arguments(p, shape_required=False)
-    p.add_argument("--design", choices=("auto", "gemm", "gemv"), default="auto",
-                   help=f"gemv: the decode design (matvec_int4_packed.py, M <= {GEMV_MAX_M}, all 32 PEs); gemm: "
-                        f"matmul_int4_packed.py; auto (default): gemv for M <= {GEMV_AUTO_MAX_M} unless a GEMM-only "
-                        "option is given")
-    p.add_argument("--k-split", dest="k_split", type=int, default=None,
-                   help="gemv: PEs per chain down a column, 2 or 4 (default: the best modelled)")
+    p.add_argument(
+        "--design",
+        choices=("auto", "gemm", "gemv"),
+        default="auto",
+        help=f"gemv: the decode design (matvec_int4_packed.py, M <= {GEMV_MAX_M}, all 32 PEs); gemm: "
+        f"matmul_int4_packed.py; auto (default): gemv for M <= {GEMV_AUTO_MAX_M} unless a GEMM-only "
+        "option is given",
+    )
+    p.add_argument(
+        "--k-split",
+        dest="k_split",
+        type=int,
+        default=None,
+        help="gemv: PEs per chain down a column, 2 or 4 (default: the best modelled)",
+    )
     p.add_argument("--backend", choices=("auto", "npu", "emu"), default="auto")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--exact", action="store_true",
-                   help="exact-mode operands: the only error left is C's bf16 rounding, checked tightly")
-    p.add_argument("--awq", metavar="PATH", help="int4 checkpoint (AutoAWQ, GPTQ, compressed-tensors)")
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="exact-mode operands: the only error left is C's bf16 rounding, checked tightly",
+    )
+    p.add_argument(
+        "--awq",
+        metavar="PATH",
+        help="int4 checkpoint (AutoAWQ, GPTQ, compressed-tensors)",
+    )
     p.add_argument("--layer", help="with --awq: the linear layer to run")
-    p.add_argument("--list-layers", action="store_true", help="with --awq: list its int4 layers and exit")
-    p.add_argument("--decoder-layer", type=int, metavar="L",
-                   help="with --awq: run all seven projections of decoder layer L, a line each")
-    p.add_argument("--activations", metavar="A.npy",
-                   help="A [M, K] instead of random activations (.npy: bfloat16, float16, float32 or float64)")
-    p.add_argument("--save", metavar="DIR",
-                   help="write a.npy [M, K], c.npy [M, N] (bf16 values as float32) and w_dequant.npy [K, N] float32")
-    p.add_argument("--report", action="store_true",
-                   help="after the result: memory budgets, traffic counters and the modelled NPU2 time")
-    p.add_argument("--iters", type=int, default=10, help="timed NPU iterations (after --warmup)")
+    p.add_argument(
+        "--list-layers",
+        action="store_true",
+        help="with --awq: list its int4 layers and exit",
+    )
+    p.add_argument(
+        "--decoder-layer",
+        type=int,
+        metavar="L",
+        help="with --awq: run all seven projections of decoder layer L, a line each",
+    )
+    p.add_argument(
+        "--activations",
+        metavar="A.npy",
+        help="A [M, K] instead of random activations (.npy: bfloat16, float16, float32 or float64)",
+    )
+    p.add_argument(
+        "--save",
+        metavar="DIR",
+        help="write a.npy [M, K], c.npy [M, N] (bf16 values as float32) and w_dequant.npy [K, N] float32",
+    )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="after the result: memory budgets, traffic counters and the modelled NPU2 time",
+    )
+    p.add_argument(
+        "--iters", type=int, default=10, help="timed NPU iterations (after --warmup)"
+    )
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--build-dir", help="where `make compile` put air.xclbin (default build/npu/<config>)")
+    p.add_argument(
+        "--build-dir",
+        help="where `make compile` put air.xclbin (default build/npu/<config>)",
+    )
     return p.parse_args(argv)
 
 
@@ -93,28 +147,54 @@ def parse_args(argv):
 def check_options(args) -> None:
     """Every rule between options, before anything is loaded or run."""
     if args.iters < 1 or args.warmup < 0:
-        raise ConfigError(f"--iters {args.iters} / --warmup {args.warmup}: need iters >= 1, warmup >= 0")
+        raise ConfigError(
+            f"--iters {args.iters} / --warmup {args.warmup}: need iters >= 1, warmup >= 0"
+        )
     if args.seed < 0:
         raise ConfigError(f"--seed {args.seed}: must be a non-negative integer")
     if args.awq == "":
-        raise ConfigError("--awq: the path is empty (give a checkpoint directory or a .safetensors file)")
+        raise ConfigError(
+            "--awq: the path is empty (give a checkpoint directory or a .safetensors file)"
+        )
     if (args.list_layers or args.decoder_layer is not None) and args.awq is None:
         raise ConfigError("--list-layers and --decoder-layer need --awq PATH")
     if args.list_layers:
-        given = [opt for opt, on in (("--layer", args.layer is not None),
-                                     ("--decoder-layer", args.decoder_layer is not None)) if on]
+        given = [
+            opt
+            for opt, on in (
+                ("--layer", args.layer is not None),
+                ("--decoder-layer", args.decoder_layer is not None),
+            )
+            if on
+        ]
         if given:
-            raise ConfigError(f"--list-layers lists the layers and exits; it cannot be combined with {given[0]}")
+            raise ConfigError(
+                f"--list-layers lists the layers and exits; it cannot be combined with {given[0]}"
+            )
     if args.decoder_layer is not None:
         if args.decoder_layer < 0:
-            raise ConfigError(f"--decoder-layer {args.decoder_layer}: must be a non-negative layer index")
-        clash = [opt for opt, on in (
-            ("--layer", args.layer is not None), ("--activations", args.activations is not None),
-            ("--exact", args.exact), ("--save", args.save is not None), ("--report", args.report),
-            ("--k", args.k is not None), ("--n", args.n is not None), ("--gs", args.gs is not None)) if on]
+            raise ConfigError(
+                f"--decoder-layer {args.decoder_layer}: must be a non-negative layer index"
+            )
+        clash = [
+            opt
+            for opt, on in (
+                ("--layer", args.layer is not None),
+                ("--activations", args.activations is not None),
+                ("--exact", args.exact),
+                ("--save", args.save is not None),
+                ("--report", args.report),
+                ("--k", args.k is not None),
+                ("--n", args.n is not None),
+                ("--gs", args.gs is not None),
+            )
+            if on
+        ]
         if clash:
-            raise ConfigError(f"--decoder-layer runs each projection with its own K, N and GS and random A, a line"
-                              f" each; it cannot be combined with {clash[0]}")
+            raise ConfigError(
+                f"--decoder-layer runs each projection with its own K, N and GS and random A, a line"
+                f" each; it cannot be combined with {clash[0]}"
+            )
     if args.save is not None:
         prepare_save(args.save)
 
@@ -128,12 +208,18 @@ def prepare_save(path: str) -> None:
     except FileExistsError:
         raise ConfigError(f"--save {path}: exists and is not a directory") from None
     except NotADirectoryError:
-        raise ConfigError(f"--save {path}: a parent of it is a file, not a directory") from None
+        raise ConfigError(
+            f"--save {path}: a parent of it is a file, not a directory"
+        ) from None
     except OSError as e:
-        raise ConfigError(f"--save {path}: cannot create the directory ({e.strerror})") from None
+        raise ConfigError(
+            f"--save {path}: cannot create the directory ({e.strerror})"
+        ) from None
     for name in SAVED:
         if os.path.isdir(os.path.join(path, name)):
-            raise ConfigError(f"--save {path}: {name} there is a directory; it would be overwritten by a file")
+            raise ConfigError(
+                f"--save {path}: {name} there is a directory; it would be overwritten by a file"
+            )
     try:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
             pass
@@ -144,7 +230,9 @@ def prepare_save(path: str) -> None:
 def save_outputs(path: str, a: np.ndarray, c: np.ndarray, w: AwqWeights) -> None:
     # bf16 values widened to float32 (exact), so plain numpy loads them without ml_dtypes.
     try:
-        for name, arr in zip(SAVED, (a.astype(np.float32), c.astype(np.float32), dequantize(w))):
+        for name, arr in zip(
+            SAVED, (a.astype(np.float32), c.astype(np.float32), dequantize(w))
+        ):
             np.save(os.path.join(path, name), arr)
     except OSError as e:
         raise ConfigError(f"--save {path}: writing failed ({e.strerror})") from None
@@ -167,7 +255,8 @@ def available_memory() -> int | None:
 
 def host_bytes(m: int, k: int, n: int) -> int:
     """About the peak host memory of one run: A (f32, bf16, padded, f64 for the reference), W while it is
-    made (f32 intermediates, codes) and dequantised (f32, f64), and C (f64, f32, bf16, the device's)."""
+    made (f32 intermediates, codes) and dequantised (f32, f64), and C (f64, f32, bf16, the device's).
+    """
     return 16 * m * k + 24 * k * n + 20 * m * n
 
 
@@ -176,12 +265,16 @@ def check_host_memory(m: int, k: int, n: int) -> None:
         return  # the shape checks name the bad dimension
     need, have = host_bytes(m, k, n), available_memory()
     if have is not None and need > have:
-        raise ConfigError(f"M={m} K={k} N={n} needs about {need / 2**30:.3g} GiB of host memory for the operands, "
-                          f"the reference and C; {have / 2**30:.3g} GiB is available: use smaller sizes")
+        raise ConfigError(
+            f"M={m} K={k} N={n} needs about {need / 2**30:.3g} GiB of host memory for the operands, "
+            f"the reference and C; {have / 2**30:.3g} GiB is available: use smaller sizes"
+        )
 
 
 # ------------------------------------------------------------------------------------------ inputs
-ACCEPTED_DTYPES = "bfloat16 (ml_dtypes, stored by np.save as |V2), float16, float32 or float64"
+ACCEPTED_DTYPES = (
+    "bfloat16 (ml_dtypes, stored by np.save as |V2), float16, float32 or float64"
+)
 
 
 def load_activations(path: str) -> np.ndarray:
@@ -193,19 +286,30 @@ def load_activations(path: str) -> np.ndarray:
     except OSError as e:
         raise ConfigError(f"{what}: cannot read ({e.strerror})") from None
     if head.startswith(b"PK\x03\x04"):
-        raise ConfigError(f"{what}: an .npz archive; give one array A [M, K] saved with np.save (.npy)")
+        raise ConfigError(
+            f"{what}: an .npz archive; give one array A [M, K] saved with np.save (.npy)"
+        )
     if head != b"\x93NUMPY":
-        raise ConfigError(f"{what}: not a .npy file (np.save's format); give A [M, K] saved with np.save")
+        raise ConfigError(
+            f"{what}: not a .npy file (np.save's format); give A [M, K] saved with np.save"
+        )
     try:
         a = np.load(path, allow_pickle=False)
     except ValueError as e:
         if "pickle" in str(e):
-            raise ConfigError(f"{what}: holds Python objects (an object array); give a numeric array, "
-                              f"{ACCEPTED_DTYPES}") from None
+            raise ConfigError(
+                f"{what}: holds Python objects (an object array); give a numeric array, "
+                f"{ACCEPTED_DTYPES}"
+            ) from None
         raise ConfigError(f"{what}: cannot read ({str(e).splitlines()[0]})") from None
     except (OSError, EOFError) as e:
         raise ConfigError(f"{what}: cannot read ({e})") from None
-    if a.dtype.kind == "V" and a.dtype.itemsize == 2 and a.dtype.names is None and a.dtype.subdtype is None:
+    if (
+        a.dtype.kind == "V"
+        and a.dtype.itemsize == 2
+        and a.dtype.names is None
+        and a.dtype.subdtype is None
+    ):
         a = a.view(bfloat16)  # np.save stores ml_dtypes' bfloat16 as a 2-byte void
     elif a.dtype == bfloat16:
         pass
@@ -214,12 +318,16 @@ def load_activations(path: str) -> np.ndarray:
         a64 = a.astype(np.float64)
         bad = np.argwhere(~np.isfinite(a64))
         if bad.size:
-            raise ConfigError(f"{what}: A{bad[0].tolist()} = {a64[tuple(bad[0])]}: contains NaN or Inf")
+            raise ConfigError(
+                f"{what}: A{bad[0].tolist()} = {a64[tuple(bad[0])]}: contains NaN or Inf"
+            )
         big = float(np.max(np.abs(a64), initial=0.0))
         with np.errstate(over="ignore"):
             a = a.astype(bfloat16)
         if big > BF16_MAX or not np.isfinite(a.astype(np.float32)).all():
-            raise ConfigError(f"{what}: values up to {big:.4g} exceed bfloat16's range (max {BF16_MAX:.4g})")
+            raise ConfigError(
+                f"{what}: values up to {big:.4g} exceed bfloat16's range (max {BF16_MAX:.4g})"
+            )
     else:
         raise ConfigError(f"{what}: dtype {a.dtype}, expected {ACCEPTED_DTYPES}")
     if a.ndim != 2:
@@ -235,27 +343,43 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
         if not args.layer:
             raise ConfigError("--awq needs --layer NAME (see --list-layers)")
         if args.exact:
-            raise ConfigError("--exact makes its own weights; it cannot be combined with --awq")
+            raise ConfigError(
+                "--exact makes its own weights; it cannot be combined with --awq"
+            )
         w, report = load_layer(args.awq, args.layer)
         print(report.summary())
         if args.gs not in (None, w.gs):
-            raise ConfigError(f"--gs {args.gs} differs from the checkpoint's group size {w.gs}")
+            raise ConfigError(
+                f"--gs {args.gs} differs from the checkpoint's group size {w.gs}"
+            )
         for name, given, real in (("--k", args.k, w.k), ("--n", args.n, w.n)):
             if given is not None and given != real:
-                raise ConfigError(f"{name} {given} differs from layer {args.layer}'s {real}")
+                raise ConfigError(
+                    f"{name} {given} differs from layer {args.layer}'s {real}"
+                )
     else:
         if args.layer is not None:
             raise ConfigError("--layer needs --awq PATH")
         if args.k is None or args.n is None:
             raise ConfigError("give --k and --n (or --awq PATH --layer NAME)")
         check_host_memory(args.m or 1, args.k, args.n)
-        w = random_weights(args.k, args.n, 128 if args.gs is None else args.gs, args.seed, exact=args.exact)
+        w = random_weights(
+            args.k,
+            args.n,
+            128 if args.gs is None else args.gs,
+            args.seed,
+            exact=args.exact,
+        )
     if args.activations is not None:
         if args.exact:
-            raise ConfigError("--exact makes its own activations; it cannot be combined with --activations")
+            raise ConfigError(
+                "--exact makes its own activations; it cannot be combined with --activations"
+            )
         a = load_activations(args.activations)
         if args.m is not None and a.shape[0] != args.m:
-            raise ConfigError(f"--m {args.m} differs from the {a.shape[0]} rows of {args.activations}")
+            raise ConfigError(
+                f"--m {args.m} differs from the {a.shape[0]} rows of {args.activations}"
+            )
     else:
         if args.m is None:
             raise ConfigError("give --m (rows of A) or --activations A.npy")
@@ -271,15 +395,23 @@ def pad_weights(w: AwqWeights, n: int) -> AwqWeights:
     extra = n - w.n
     if not extra:
         return w
-    return AwqWeights(np.pad(w.q, ((0, 0), (0, extra))), np.pad(w.z, ((0, 0), (0, extra))),
-                      np.pad(w.s, ((0, 0), (0, extra)), constant_values=bfloat16(1)), w.gs)
+    return AwqWeights(
+        np.pad(w.q, ((0, 0), (0, extra))),
+        np.pad(w.z, ((0, 0), (0, extra))),
+        np.pad(w.s, ((0, 0), (0, extra)), constant_values=bfloat16(1)),
+        w.gs,
+    )
 
 
-def padded_operands(cfg: DesignConfig, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.ndarray]:
+def padded_operands(
+    cfg: DesignConfig, a: np.ndarray, w: AwqWeights
+) -> tuple[np.ndarray, np.ndarray]:
     """(A with zero rows up to cfg.m, W padded to cfg.n and packed into the kernel's records)."""
     a_padded = np.zeros((cfg.m, cfg.k), bfloat16)
     a_padded[: a.shape[0]] = a
-    return a_padded, record.pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
+    return a_padded, record.pack_weights(
+        pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1
+    )
 
 
 # ------------------------------------------------------------------------------------------ backends
@@ -293,9 +425,15 @@ def choose_backend(requested: str, build_dir: str, quiet: bool = False) -> str:
         try:
             import pyxrt  # noqa: F401
         except ImportError:
-            found, why = False, "an NPU2 is present but pyxrt is not importable (source XRT's setup.sh)"
+            found, why = (
+                False,
+                "an NPU2 is present but pyxrt is not importable (source XRT's setup.sh)",
+            )
     if found and not os.path.isfile(os.path.join(build_dir, "air.xclbin")):
-        found, why = False, f"an NPU2 is present but {build_dir}/air.xclbin is missing (run `make compile`)"
+        found, why = (
+            False,
+            f"an NPU2 is present but {build_dir}/air.xclbin is missing (run `make compile`)",
+        )
     if not quiet:
         print(f"backend: {'npu' if found else 'emu'} ({why})")
     return "npu" if found else "emu"
@@ -318,8 +456,11 @@ class _Heartbeat:
 
     def _run(self):
         while not self.stop.wait(HEARTBEAT_SECONDS):
-            print(f"[host/run.py] still {self.what}: {time.monotonic() - self.t0:.0f} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"[host/run.py] still {self.what}: {time.monotonic() - self.t0:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def __exit__(self, *exc):
         self.stop.set()
@@ -327,7 +468,9 @@ class _Heartbeat:
             self.thread.join()
 
 
-def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report, quiet: bool) -> np.ndarray:
+def run_emulator(
+    cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report, quiet: bool
+) -> np.ndarray:
     """C from the emulator. report: a dict to receive the emulator's "budget", "resources" and "stats"
     (or falsy)."""
     sys.path.insert(0, EMULATOR_DIR)  # `import air` now resolves to the emulator
@@ -362,19 +505,34 @@ def run_emulator(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report,
     return np.asarray(c).reshape(cfg.m, cfg.n)
 
 
-def run_npu(cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, build_dir: str, iters: int, warmup: int):
+def run_npu(
+    cfg: DesignConfig,
+    a: np.ndarray,
+    w_packed: np.ndarray,
+    build_dir: str,
+    iters: int,
+    warmup: int,
+):
     """(C, the timed iterations in us) on the NPU."""
     from int4awq.npu import run_xclbin
 
     c = np.zeros((cfg.m, cfg.n), bfloat16)
     try:
-        res = run_xclbin(os.path.join(build_dir, "air.xclbin"), os.path.join(build_dir, "air.insts.bin"),
-                         [a, w_packed, c], outputs=[2], iters=iters, warmup=warmup)
+        res = run_xclbin(
+            os.path.join(build_dir, "air.xclbin"),
+            os.path.join(build_dir, "air.insts.bin"),
+            [a, w_packed, c],
+            outputs=[2],
+            iters=iters,
+            warmup=warmup,
+        )
     except RuntimeError as e:
         raise RunFailure(str(e)) from None
     t = float(np.mean(res.times_us))
-    print(f"NPU time: {t:.1f} us mean over {iters} iterations after {warmup} warm-up "
-          f"(min {min(res.times_us):.1f}); {2 * cfg.m * cfg.k * cfg.n / t / 1e6:.3f} TOPS (padded shape)")
+    print(
+        f"NPU time: {t:.1f} us mean over {iters} iterations after {warmup} warm-up "
+        f"(min {min(res.times_us):.1f}); {2 * cfg.m * cfg.k * cfg.n / t / 1e6:.3f} TOPS (padded shape)"
+    )
     return res.outputs[0], res.times_us
 
 
@@ -388,23 +546,40 @@ def _fit(line: str, width: int = REPORT_WIDTH, indent: str = "    ") -> list[str
     if len(line) <= width:
         return [line]
     lead = line[: len(line) - len(line.lstrip())]
-    return textwrap.wrap(line, width, initial_indent="", subsequent_indent=lead + indent,
-                         break_long_words=True, break_on_hyphens=False) or [line[:width]]
+    return textwrap.wrap(
+        line,
+        width,
+        initial_indent="",
+        subsequent_indent=lead + indent,
+        break_long_words=True,
+        break_on_hyphens=False,
+    ) or [line[:width]]
 
 
 def _joined(head: str, tail: str, width: int = REPORT_WIDTH) -> str:
     """head and tail on one line when they fit in width, else tail indented on the next line."""
-    return f"{head}  {tail}" if len(head) + 2 + len(tail) <= width else f"{head}\n    {tail}"
+    return (
+        f"{head}  {tail}"
+        if len(head) + 2 + len(tail) <= width
+        else f"{head}\n    {tail}"
+    )
 
 
-def _table(headers: tuple, rows: list[tuple], width: int, indent: str = "  ") -> list[str]:
+def _table(
+    headers: tuple, rows: list[tuple], width: int, indent: str = "  "
+) -> list[str]:
     """Left-aligned text, right-aligned numbers; the last column wraps to keep every line in width."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers) - 1)]
+    widths = [
+        max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers) - 1)
+    ]
     fixed = len(indent) + sum(w + 2 for w in widths)
     last = max(width - fixed, 16)
 
     def cells(r):
-        return "  ".join(str(c).rjust(w) if isinstance(c, int) else str(c).ljust(w) for c, w in zip(r, widths))
+        return "  ".join(
+            str(c).rjust(w) if isinstance(c, int) else str(c).ljust(w)
+            for c, w in zip(r, widths)
+        )
 
     out = []
     for i, r in enumerate([headers, *rows]):
@@ -412,7 +587,12 @@ def _table(headers: tuple, rows: list[tuple], width: int, indent: str = "  ") ->
         out.append((indent + cells(r) + "  " + parts[0]).rstrip())
         out += [(" " * fixed + p).rstrip() for p in parts[1:]]
         if i == 0:
-            out.append(indent + "  ".join("-" * w for w in widths) + "  " + "-" * min(last, max(len(str(r[-1])), 4)))
+            out.append(
+                indent
+                + "  ".join("-" * w for w in widths)
+                + "  "
+                + "-" * min(last, max(len(str(r[-1])), 4))
+            )
     return out
 
 
@@ -424,15 +604,22 @@ def _short_type(t: str) -> str:
 
 def budget_lines(budget, width: int = REPORT_WIDTH) -> list[str]:
     """The emulator's static budget (per-PE L1 of every herd, L2 of every segment) in `width` columns."""
-    lines = [f"Memory budget (emulator, static): L1 per PE {budget.l1_limit} B incl. stack_size "
-             f"{budget.stack_size}; L2 per segment {budget.memtiles} memtiles = {budget.l2_limit} B"]
+    lines = [
+        f"Memory budget (emulator, static): L1 per PE {budget.l1_limit} B incl. stack_size "
+        f"{budget.stack_size}; L2 per segment {budget.memtiles} memtiles = {budget.l2_limit} B"
+    ]
     for b in budget.herds + budget.segments:
         shape = f" [{b.shape[0]} x {b.shape[1]}]" if b.shape else ""
         where = "L1 per PE of herd" if b.kind == "herd" else "L2 of segment"
         lines.append("")
-        lines.append(f"{where} @{b.name}{shape} at {b.loc}: {b.used} / {b.limit} B "
-                     f"({100.0 * b.used / b.limit:.1f}%) {'OK' if b.ok else 'OVER'}")
-        rows = [(e.loc, _short_type(e.type), e.bytes, f"x{e.factor}", e.total, e.note) for e in b.entries]
+        lines.append(
+            f"{where} @{b.name}{shape} at {b.loc}: {b.used} / {b.limit} B "
+            f"({100.0 * b.used / b.limit:.1f}%) {'OK' if b.ok else 'OVER'}"
+        )
+        rows = [
+            (e.loc, _short_type(e.type), e.bytes, f"x{e.factor}", e.total, e.note)
+            for e in b.entries
+        ]
         if b.extra_name:
             rows.append((b.extra_name, "", b.extra, "x1", b.extra, ""))
         lines += _table(("alloc", "type", "bytes", "", "total", "note"), rows, width)
@@ -452,7 +639,9 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
     if resources is None:
         try:
             resources = cfg.resources()
-        except ConfigError as e:  # mlir-air's own air package is loaded: the model needs the emulator's
+        except (
+            ConfigError
+        ) as e:  # mlir-air's own air package is loaded: the model needs the emulator's
             sections.append(("", [f"resources: not modelled in this process ({e})"]))
     if resources is not None:
         sections.append(("", resources.table().splitlines()))
@@ -475,23 +664,37 @@ GEMM_ONLY_OPTIONS = ("tile_k_l2", "herd_m", "herd_n", "n_per_segment")
 def choose_design(args, m: int) -> tuple[str, str]:
     """("gemm" | "gemv", why): --design, else the decode design for M <= GEMV_AUTO_MAX_M unless an option
     only the GEMM has was given."""
-    gemm_only = [f"--{opt.replace('_', '-')}" for opt in GEMM_ONLY_OPTIONS if getattr(args, opt, None) is not None]
+    gemm_only = [
+        f"--{opt.replace('_', '-')}"
+        for opt in GEMM_ONLY_OPTIONS
+        if getattr(args, opt, None) is not None
+    ]
     if args.design == "gemv":
         if gemm_only:
-            raise ConfigError(f"--design gemv: {gemm_only[0]} is a GEMM option; the decode design takes --tile-n, "
-                              "--tile-k-l1, --k-split, --tile-m (the shared object's GEMM tile) and --stack-size")
+            raise ConfigError(
+                f"--design gemv: {gemm_only[0]} is a GEMM option; the decode design takes --tile-n, "
+                "--tile-k-l1, --k-split, --tile-m (the shared object's GEMM tile) and --stack-size"
+            )
         return "gemv", "--design gemv"
     if args.design == "gemm":
         if args.k_split is not None:
-            raise ConfigError("--k-split is a decode (gemv) option; the GEMM does not split K across PEs")
+            raise ConfigError(
+                "--k-split is a decode (gemv) option; the GEMM does not split K across PEs"
+            )
         return "gemm", "--design gemm"
     if args.k_split is not None and not gemm_only:
         return "gemv", "--k-split given"
     if m <= GEMV_AUTO_MAX_M and not gemm_only:
         return "gemv", f"M = {m} <= {GEMV_AUTO_MAX_M}: decode"
     if args.k_split is not None:
-        raise ConfigError(f"--k-split is a decode (gemv) option; {gemm_only[0]} is a GEMM option")
-    return "gemm", (f"{gemm_only[0]} given" if m <= GEMV_AUTO_MAX_M else f"M = {m} > {GEMV_AUTO_MAX_M}")
+        raise ConfigError(
+            f"--k-split is a decode (gemv) option; {gemm_only[0]} is a GEMM option"
+        )
+    return "gemm", (
+        f"{gemm_only[0]} given"
+        if m <= GEMV_AUTO_MAX_M
+        else f"M = {m} > {GEMV_AUTO_MAX_M}"
+    )
 
 
 def configure(args, m: int, k: int, n: int, gs: int):
@@ -512,19 +715,25 @@ def pes_of(cfg) -> int:
 def modelled_line(cfg, m: int, n: int) -> str:
     if isinstance(cfg, GemvConfig):
         est = gemv.modelled(cfg, m, n)
-        head = (f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us (DDR "
-                f"{est.ddr_s * 1e6:.1f} us, compute {est.compute_s * 1e6:.1f} us), {est.gbps:.1f} GB/s, "
-                f"{est.bound}-bound")
+        head = (
+            f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us (DDR "
+            f"{est.ddr_s * 1e6:.1f} us, compute {est.compute_s * 1e6:.1f} us), {est.gbps:.1f} GB/s, "
+            f"{est.bound}-bound"
+        )
     else:
         from int4awq.sweep import modelled
 
         est = modelled(cfg, m, n)
-        head = (f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
-                f"{est.tops:.3f} TOPS, {est.bound}-bound")
+        head = (
+            f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
+            f"{est.tops:.3f} TOPS, {est.bound}-bound"
+        )
     return _joined(head, "(MODELLED, int4awq/model.py; not measured)")
 
 
-def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False, emu: dict | None = None):
+def run_gemm(
+    args, a: np.ndarray, w: AwqWeights, quiet: bool = False, emu: dict | None = None
+):
     """Configure, pack, run, check one GEMM (or, for few rows, the decode GEMV): (configuration,
     CheckResult, C [M, N]). emu, when given, receives the emulator's budget and counters for the report
     (and "backend")."""
@@ -532,11 +741,22 @@ def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False, emu: dict 
     cfg, source, design = configure(args, m, w.k, w.n, w.gs)
     if isinstance(cfg, GemvConfig) or m <= GEMV_AUTO_MAX_M or args.design != "auto":
         source = f"{source}; {design}"  # a GEMM line says why only when the choice is not the usual one
-    padding = [f"{name} padded from {real}" for name, real, big in (("M", m, cfg.m), ("N", w.n, cfg.n)) if big != real]
+    padding = [
+        f"{name} padded from {real}"
+        for name, real, big in (("M", m, cfg.m), ("N", w.n, cfg.n))
+        if big != real
+    ]
     if not quiet:
-        print(_joined(cfg.summary(), f"[{source}{'; ' + ', '.join(padding) if padding else ''}]"))
+        print(
+            _joined(
+                cfg.summary(),
+                f"[{source}{'; ' + ', '.join(padding) if padding else ''}]",
+            )
+        )
     check_host_memory(cfg.m, cfg.k, cfg.n)
-    ref = reference_gemm(a, w)[0]  # before the run: an overflowing product is bad input, found at once
+    ref = reference_gemm(a, w)[
+        0
+    ]  # before the run: an overflowing product is bad input, found at once
     check_accumulator_range(a, w, min(cfg.gs, cfg.tile_k_l1))
     build_dir = args.build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     backend = choose_backend(args.backend, build_dir, quiet)
@@ -544,7 +764,9 @@ def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False, emu: dict 
         emu["backend"] = backend
     a_padded, w_packed = padded_operands(cfg, a, w)
     if backend == "emu":
-        c = run_emulator(cfg, a_padded, w_packed, emu if emu is not None else False, quiet)
+        c = run_emulator(
+            cfg, a_padded, w_packed, emu if emu is not None else False, quiet
+        )
     else:
         c, _ = run_npu(cfg, a_padded, w_packed, build_dir, args.iters, args.warmup)
     if args.report:
@@ -554,8 +776,15 @@ def run_gemm(args, a: np.ndarray, w: AwqWeights, quiet: bool = False, emu: dict 
     return cfg, res, c
 
 
-DECODER_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                       "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+DECODER_PROJECTIONS = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
 
 
 def run_decoder_layer(args) -> bool:
@@ -573,11 +802,16 @@ def run_decoder_layer(args) -> bool:
         t0 = time.perf_counter()
         cfg, res, _ = run_gemm(args, a, w, quiet=True)
         ok &= res.passed
-        shape = (f"GEMV {cfg.tile_n}x{cfg.tile_k_l1} k_split {cfg.k_split}" if isinstance(cfg, GemvConfig) else
-                 f"tiles {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1} herd {cfg.herd_m}x{cfg.herd_n}")
-        print(f"{name:<34} K={w.k:<5} N={w.n:<5} {shape} pes={pes_of(cfg)}  {time.perf_counter() - t0:6.1f} s  "
-              f"corr {res.correlation:.6f}  mean rel L1 {res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL'}",
-              flush=True)
+        shape = (
+            f"GEMV {cfg.tile_n}x{cfg.tile_k_l1} k_split {cfg.k_split}"
+            if isinstance(cfg, GemvConfig)
+            else f"tiles {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1} herd {cfg.herd_m}x{cfg.herd_n}"
+        )
+        print(
+            f"{name:<34} K={w.k:<5} N={w.n:<5} {shape} pes={pes_of(cfg)}  {time.perf_counter() - t0:6.1f} s  "
+            f"corr {res.correlation:.6f}  mean rel L1 {res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL'}",
+            flush=True,
+        )
     print("PASS!" if ok else "FAIL!")
     return ok
 
@@ -589,7 +823,9 @@ def _main(argv) -> int:
         from int4awq.checkpoints import list_layers
 
         for info in list_layers(args.awq):
-            print(f"{info.name}  {info.format}  K={info.in_features} N={info.out_features} GS={info.group_size}")
+            print(
+                f"{info.name}  {info.format}  K={info.in_features} N={info.out_features} GS={info.group_size}"
+            )
         return 0
     if args.decoder_layer is not None:
         return 0 if run_decoder_layer(args) else 1
@@ -615,9 +851,14 @@ def main(argv=None) -> int:
         print(f"run failed: {e}\nFAIL!")
         return 1
     except MemoryError:
-        print("error: out of host memory for these sizes: use smaller --m / --k / --n", file=sys.stderr)
+        print(
+            "error: out of host memory for these sizes: use smaller --m / --k / --n",
+            file=sys.stderr,
+        )
         return 2
-    except ModuleNotFoundError as e:  # e.g. safetensors, imported only when a checkpoint is read
+    except (
+        ModuleNotFoundError
+    ) as e:  # e.g. safetensors, imported only when a checkpoint is read
         print(missing_module_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -49,9 +49,19 @@ GPTQMODEL_MIN_V1_ASYM = (0, 9, 0)
 
 _NIBBLE_SHIFTS = np.arange(8, dtype=np.uint32) * np.uint32(4)
 _ST_DTYPES = {
-    "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16, "U32": np.uint32,
-    "I32": np.int32, "U64": np.uint64, "I64": np.int64, "F16": np.float16, "BF16": bfloat16,
-    "F32": np.float32, "F64": np.float64,
+    "BOOL": np.bool_,
+    "U8": np.uint8,
+    "I8": np.int8,
+    "U16": np.uint16,
+    "I16": np.int16,
+    "U32": np.uint32,
+    "I32": np.int32,
+    "U64": np.uint64,
+    "I64": np.int64,
+    "F16": np.float16,
+    "BF16": bfloat16,
+    "F32": np.float32,
+    "F64": np.float64,
 }
 _SCALE_DTYPES = ("F16", "BF16", "F32")
 _INT_DTYPES = ("U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64")
@@ -72,13 +82,21 @@ class ImportReport:
     format: str
     scale_dtype: str  # numpy name of the stored scales: float16, bfloat16 or float32
     total_scales: int
-    scales_changed: int  # scales whose value changed in the cast to bf16 (round to nearest even)
-    max_rel_scale_change: float  # max |bf16(s) - s| / |s| over all scales (0.0 when none changed)
+    scales_changed: (
+        int  # scales whose value changed in the cast to bf16 (round to nearest even)
+    )
+    max_rel_scale_change: (
+        float  # max |bf16(s) - s| / |s| over all scales (0.0 when none changed)
+    )
     k: int
     n: int
     group_size: int
-    zero_wraps: int = 0  # GPTQ v1 only: zero points stored as z - 1 = -1 (z = 0), read through the carry
-    has_bias: bool = False  # the checkpoint has <layer>.bias; the GEMM does not apply it
+    zero_wraps: int = (
+        0  # GPTQ v1 only: zero points stored as z - 1 = -1 (z = 0), read through the carry
+    )
+    has_bias: bool = (
+        False  # the checkpoint has <layer>.bias; the GEMM does not apply it
+    )
 
     def summary(self) -> str:
         pct = 100.0 * self.scales_changed / self.total_scales
@@ -115,7 +133,8 @@ def _safetensors_error(file: Path, e: Exception) -> ConfigError:
 
 def _read_header(file: Path) -> tuple[dict[str, _Entry], dict]:
     """Tensor names, dtypes and shapes, and the metadata, as safetensors validates and reports them
-    (offsets inside the data region, contiguous, no overlap, sizes matching shape and dtype)."""
+    (offsets inside the data region, contiguous, no overlap, sizes matching shape and dtype).
+    """
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -123,7 +142,9 @@ def _read_header(file: Path) -> tuple[dict[str, _Entry], dict]:
             entries = {}
             for name in f.keys():
                 sl = f.get_slice(name)
-                entries[name] = _Entry(file, str(sl.get_dtype()), tuple(int(x) for x in sl.get_shape()))
+                entries[name] = _Entry(
+                    file, str(sl.get_dtype()), tuple(int(x) for x in sl.get_shape())
+                )
             meta = f.metadata() or {}
     except (SafetensorError, OSError) as e:
         raise _safetensors_error(file, e) from None
@@ -143,12 +164,22 @@ class _Checkpoint:
 
     def __init__(self, path: str | Path):
         if not str(path):
-            raise ConfigError("checkpoint path is empty: give a directory or a .safetensors file")
+            raise ConfigError(
+                "checkpoint path is empty: give a directory or a .safetensors file"
+            )
         self.path = Path(path)
         self.config: dict | None = None  # quantization_config
         self.config_file = ""
         try:
-            kind = "dir" if self.path.is_dir() else "file" if self.path.is_file() else "other" if self.path.exists() else ""
+            kind = (
+                "dir"
+                if self.path.is_dir()
+                else (
+                    "file"
+                    if self.path.is_file()
+                    else "other" if self.path.exists() else ""
+                )
+            )
         except OSError as e:  # e.g. a name too long
             raise ConfigError(f"{self.path}: cannot read ({e.strerror})") from None
         if kind == "dir":
@@ -157,8 +188,10 @@ class _Checkpoint:
             self.shards = {self.path: None}
             self.where = None
         elif kind == "other":
-            raise ConfigError(f"{self.path}: not a regular file or a directory (give a checkpoint directory"
-                              " or a .safetensors file)")
+            raise ConfigError(
+                f"{self.path}: not a regular file or a directory (give a checkpoint directory"
+                " or a .safetensors file)"
+            )
         else:
             raise ConfigError(f"{self.path}: no such file or directory")
         self._headers: dict[Path, dict[str, _Entry]] = {}
@@ -169,8 +202,13 @@ class _Checkpoint:
         cfg = _load_json(d / "config.json") if (d / "config.json").is_file() else {}
         if isinstance(cfg.get("quantization_config"), dict):
             self.config, self.config_file = cfg["quantization_config"], "config.json"
-        elif (d / "quantize_config.json").is_file():  # AutoGPTQ keeps it next to config.json
-            self.config, self.config_file = _load_json(d / "quantize_config.json"), "quantize_config.json"
+        elif (
+            d / "quantize_config.json"
+        ).is_file():  # AutoGPTQ keeps it next to config.json
+            self.config, self.config_file = (
+                _load_json(d / "quantize_config.json"),
+                "quantize_config.json",
+            )
         index = d / "model.safetensors.index.json"
         if index.is_file():
             weight_map = _load_json(index).get("weight_map")
@@ -178,7 +216,9 @@ class _Checkpoint:
                 raise ConfigError(f"{index}: field weight_map missing or not an object")
             for t, f in weight_map.items():
                 if not isinstance(f, str) or not f:
-                    raise ConfigError(f"{index}: weight_map[{t!r}] = {f!r}: expected a shard file name")
+                    raise ConfigError(
+                        f"{index}: weight_map[{t!r}] = {f!r}: expected a shard file name"
+                    )
             self.where = {t: d / f for t, f in weight_map.items()}
             self.shards = {f: None for f in self.where.values()}
             return
@@ -197,7 +237,9 @@ class _Checkpoint:
     def _header(self, file: Path) -> dict[str, _Entry]:
         if file not in self._headers:
             if not file.is_file():
-                raise ConfigError(f"{file}: shard listed in model.safetensors.index.json is missing")
+                raise ConfigError(
+                    f"{file}: shard listed in model.safetensors.index.json is missing"
+                )
             self._headers[file], self._meta[file] = _read_header(file)
         return self._headers[file]
 
@@ -218,7 +260,9 @@ class _Checkpoint:
                 return None
             e = self._header(file).get(name)
             if e is None:
-                raise ConfigError(f"{file}: tensor {name} listed in model.safetensors.index.json is missing")
+                raise ConfigError(
+                    f"{file}: tensor {name} listed in model.safetensors.index.json is missing"
+                )
             return e
         return self._header(next(iter(self.shards))).get(name)
 
@@ -230,7 +274,9 @@ class _Checkpoint:
             raise ConfigError(f"tensor {name}: unsupported safetensors dtype {e.dtype}")
         try:
             arr = _native_get(e.file, name)
-        except TypeError:  # "data type 'bfloat16' not understood": safetensors before 0.8
+        except (
+            TypeError
+        ):  # "data type 'bfloat16' not understood": safetensors before 0.8
             import safetensors
 
             raise ConfigError(
@@ -240,8 +286,10 @@ class _Checkpoint:
         except (SafetensorError, OSError) as err:
             raise _safetensors_error(e.file, err) from None
         if arr.dtype != want or tuple(arr.shape) != e.shape:
-            raise ConfigError(f"{e.file}: tensor {name} read as {arr.dtype} {list(arr.shape)}, "
-                              f"its header says {e.dtype} {list(e.shape)}")
+            raise ConfigError(
+                f"{e.file}: tensor {name} read as {arr.dtype} {list(arr.shape)}, "
+                f"its header says {e.dtype} {list(e.shape)}"
+            )
         return arr
 
 
@@ -250,8 +298,13 @@ def _load_json(file: Path) -> dict:
         data = json.loads(file.read_text())
     except OSError as e:
         raise ConfigError(f"{file}: cannot read ({e.strerror})") from None
-    except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, over-long integers, deep nesting
-        raise ConfigError(f"{file}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    except (
+        ValueError,
+        RecursionError,
+    ) as e:  # bad UTF-8 or JSON, over-long integers, deep nesting
+        raise ConfigError(
+            f"{file}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a JSON object")
     return data
@@ -278,12 +331,21 @@ def _nibbles(words: np.ndarray) -> np.ndarray:
 class _Plan:
     info: LayerInfo
     tensors: dict  # role -> (tensor name, _Entry)
-    v1_carry_ok: bool = False  # GPTQ v1 written by GPTQModel >= 0.9.0: wrapped zero points are exact
+    v1_carry_ok: bool = (
+        False  # GPTQ v1 written by GPTQModel >= 0.9.0: wrapped zero points are exact
+    )
 
 
 _ROLE_SUFFIX = {
     "qweight": ("qweight", "qzeros", "scales", "g_idx", "bias"),
-    "ct": ("weight_packed", "weight_zero_point", "weight_scale", "weight_g_idx", "weight_shape", "bias"),
+    "ct": (
+        "weight_packed",
+        "weight_zero_point",
+        "weight_scale",
+        "weight_g_idx",
+        "weight_shape",
+        "bias",
+    ),
 }
 
 
@@ -300,13 +362,23 @@ def _field(ck: _Checkpoint, key: str) -> str:
     return f"{ck.config_file}: {where}{key}"
 
 
-def _expect(name: str, e: _Entry | None, dtypes: tuple[str, ...], shape: tuple | None, what: str = "") -> _Entry:
+def _expect(
+    name: str,
+    e: _Entry | None,
+    dtypes: tuple[str, ...],
+    shape: tuple | None,
+    what: str = "",
+) -> _Entry:
     if e is None:
         raise ConfigError(f"missing tensor {name}")
     if e.dtype not in dtypes:
-        raise ConfigError(f"tensor {name}: dtype {e.dtype}, expected {' or '.join(dtypes)}")
+        raise ConfigError(
+            f"tensor {name}: dtype {e.dtype}, expected {' or '.join(dtypes)}"
+        )
     if shape is not None and e.shape != shape:
-        raise ConfigError(f"tensor {name}: shape {list(e.shape)}, expected {list(shape)}{what}")
+        raise ConfigError(
+            f"tensor {name}: shape {list(e.shape)}, expected {list(shape)}{what}"
+        )
     return e
 
 
@@ -335,15 +407,21 @@ def _group_size(ck: _Checkpoint, field: str, gs, k: int, layer: str) -> int:
     if gs == -1:
         return k
     if gs <= 0:
-        raise ConfigError(f"{field} = {gs}: group size must be positive or -1 (one group per column)")
+        raise ConfigError(
+            f"{field} = {gs}: group size must be positive or -1 (one group per column)"
+        )
     if k % gs:
-        raise ConfigError(f"{field} = {gs} does not divide in_features = {k} of layer {layer}")
+        raise ConfigError(
+            f"{field} = {gs} does not divide in_features = {k} of layer {layer}"
+        )
     return gs
 
 
 def _gs_from_shapes(scale_name: str, groups: int, k: int) -> int:
     if groups <= 0 or k % groups:
-        raise ConfigError(f"tensor {scale_name}: {groups} groups do not divide in_features = {k}")
+        raise ConfigError(
+            f"tensor {scale_name}: {groups} groups do not divide in_features = {k}"
+        )
     return k // groups
 
 
@@ -354,7 +432,9 @@ def _plan_qweight(ck: _Checkpoint, layer: str, method: str | None) -> _Plan:
     qweight = _expect(t["qweight"], ck.entry(t["qweight"]), ("I32",), None)
     for nm, e in (("scales", scales), ("qweight", qweight)):
         if len(e.shape) != 2:
-            raise ConfigError(f"tensor {t[nm]}: shape {list(e.shape)}, expected 2 dimensions")
+            raise ConfigError(
+                f"tensor {t[nm]}: shape {list(e.shape)}, expected 2 dimensions"
+            )
     groups, n = scales.shape
     cfg = ck.config or {}
 
@@ -375,9 +455,13 @@ def _plan_qweight(ck: _Checkpoint, layer: str, method: str | None) -> _Plan:
         bkey, bits = _cfg_get(cfg, "bits", "w_bit", default=4)
         vkey, version = _cfg_get(cfg, "version", "format", default="gemm")
         if str(version).lower() != "gemm":
-            raise ConfigError(f"{_field(ck, vkey)} = {version!r}: only AutoAWQ's 'gemm' packing is supported")
+            raise ConfigError(
+                f"{_field(ck, vkey)} = {version!r}: only AutoAWQ's 'gemm' packing is supported"
+            )
         if cfg.get("backend") == "llm-awq":
-            raise ConfigError(f"{_field(ck, 'backend')} = 'llm-awq': llm-awq packing is not supported (only AutoAWQ gemm)")
+            raise ConfigError(
+                f"{_field(ck, 'backend')} = 'llm-awq': llm-awq packing is not supported (only AutoAWQ gemm)"
+            )
         k = qweight.shape[0]
         gkey, gs = _cfg_get(cfg, "group_size", "q_group_size")
     else:
@@ -385,33 +469,63 @@ def _plan_qweight(ck: _Checkpoint, layer: str, method: str | None) -> _Plan:
         if version is None:
             version = ck.metadata().get("gptq_checkpoint_format", "gptq")
         if version not in ("gptq", "gptq_v2"):
-            raise ConfigError(f"{_field(ck, fkey)} = {version!r}: only the 'gptq' and 'gptq_v2' layouts are supported")
+            raise ConfigError(
+                f"{_field(ck, fkey)} = {version!r}: only the 'gptq' and 'gptq_v2' layouts are supported"
+            )
         fmt = version
         dyn, over = _gptq_dynamic(cfg, layer)
-        bkey, bits = (dyn + "bits", over["bits"]) if "bits" in over else _cfg_get(cfg, "bits", default=4)
+        bkey, bits = (
+            (dyn + "bits", over["bits"])
+            if "bits" in over
+            else _cfg_get(cfg, "bits", default=4)
+        )
         k = qweight.shape[0] * 8
-        gkey, gs = (dyn + "group_size", over["group_size"]) if "group_size" in over else _cfg_get(cfg, "group_size")
+        gkey, gs = (
+            (dyn + "group_size", over["group_size"])
+            if "group_size" in over
+            else _cfg_get(cfg, "group_size")
+        )
         desc_act = over.get("desc_act", cfg.get("desc_act"))
         if desc_act and ck.entry(t["g_idx"]) is None:
-            raise ConfigError(f"{_field(ck, 'desc_act')} = true but tensor {t['g_idx']} is missing: act-order is not supported")
+            raise ConfigError(
+                f"{_field(ck, 'desc_act')} = true but tensor {t['g_idx']} is missing: act-order is not supported"
+            )
         if version == "gptq":
             v1_carry_ok = _gptqmodel_version(cfg) >= GPTQMODEL_MIN_V1_ASYM
     if _as_int(bits, _field(ck, bkey)) != 4:
-        raise ConfigError(f"{_field(ck, bkey)} = {bits}: only 4-bit weights are supported")
-    gs = _group_size(ck, _field(ck, gkey), gs, k, layer) if gs is not None else _gs_from_shapes(t["scales"], groups, k)
+        raise ConfigError(
+            f"{_field(ck, bkey)} = {bits}: only 4-bit weights are supported"
+        )
+    gs = (
+        _group_size(ck, _field(ck, gkey), gs, k, layer)
+        if gs is not None
+        else _gs_from_shapes(t["scales"], groups, k)
+    )
 
     g = k // gs
     if n % 8:
-        raise ConfigError(f"tensor {t['scales']}: out_features = {n} is not a multiple of 8 (int32 packing of zero points)")
+        raise ConfigError(
+            f"tensor {t['scales']}: out_features = {n} is not a multiple of 8 (int32 packing of zero points)"
+        )
     if fmt == "awq-gemm":
         _expect(t["qweight"], qweight, ("I32",), (k, n // 8), " = [K, N/8]")
     else:
         _expect(t["qweight"], qweight, ("I32",), (k // 8, n), " = [K/8, N]")
-    _expect(t["scales"], scales, _SCALE_DTYPES, (g, n), f" = [K/gs, N] for K={k} gs={gs}")
+    _expect(
+        t["scales"], scales, _SCALE_DTYPES, (g, n), f" = [K/gs, N] for K={k} gs={gs}"
+    )
     tensors = {"qweight": (t["qweight"], qweight), "scales": (t["scales"], scales)}
-    tensors["qzeros"] = (t["qzeros"], _expect(t["qzeros"], ck.entry(t["qzeros"]), ("I32",), (g, n // 8), " = [K/gs, N/8]"))
+    tensors["qzeros"] = (
+        t["qzeros"],
+        _expect(
+            t["qzeros"], ck.entry(t["qzeros"]), ("I32",), (g, n // 8), " = [K/gs, N/8]"
+        ),
+    )
     if fmt != "awq-gemm" and ck.entry(t["g_idx"]) is not None:
-        tensors["g_idx"] = (t["g_idx"], _expect(t["g_idx"], ck.entry(t["g_idx"]), _INT_DTYPES, (k,), " = [K]"))
+        tensors["g_idx"] = (
+            t["g_idx"],
+            _expect(t["g_idx"], ck.entry(t["g_idx"]), _INT_DTYPES, (k,), " = [K]"),
+        )
     if ck.entry(t["bias"]) is not None:
         tensors["bias"] = (t["bias"], ck.entry(t["bias"]))
     return _Plan(LayerInfo(layer, fmt, k, n, gs), tensors, v1_carry_ok=v1_carry_ok)
@@ -430,7 +544,9 @@ def _gptq_dynamic(cfg: dict, layer: str) -> tuple[str, dict]:
         try:
             hit = re.match(rx, layer)
         except re.error:
-            raise ConfigError(f"quantization_config.dynamic key {pattern!r}: not a regular expression") from None
+            raise ConfigError(
+                f"quantization_config.dynamic key {pattern!r}: not a regular expression"
+            ) from None
         if hit and isinstance(over, dict):
             return f"dynamic[{pattern!r}].", over
     return "", {}
@@ -460,37 +576,59 @@ def _ct_scheme(ck: _Checkpoint, layer: str) -> tuple[dict, str]:
     for gname, scheme in groups.items():
         if isinstance(scheme, list):  # a preset scheme name mapped to its targets
             if gname not in presets:
-                raise ConfigError(f"{_field(ck, 'config_groups.' + gname)}: preset scheme {gname!r} is not supported")
-            scheme = {"targets": scheme, "weights": {"num_bits": 4, "type": "int", "symmetric": presets[gname],
-                                                     "strategy": "group", "group_size": 128}}
+                raise ConfigError(
+                    f"{_field(ck, 'config_groups.' + gname)}: preset scheme {gname!r} is not supported"
+                )
+            scheme = {
+                "targets": scheme,
+                "weights": {
+                    "num_bits": 4,
+                    "type": "int",
+                    "symmetric": presets[gname],
+                    "strategy": "group",
+                    "group_size": 128,
+                },
+            }
         if not isinstance(scheme, dict):
             continue
         targets = scheme.get("targets") or []
         if isinstance(targets, str):
             targets = [targets]
         if not isinstance(targets, list):
-            raise ConfigError(f"{_field(ck, 'config_groups.' + gname + '.targets')} = {targets!r}: expected a list of"
-                              " module names or re: patterns")
+            raise ConfigError(
+                f"{_field(ck, 'config_groups.' + gname + '.targets')} = {targets!r}: expected a list of"
+                " module names or re: patterns"
+            )
         for target in targets:
             if not isinstance(target, str):
                 continue
             try:
                 hit = target.startswith("re:") and re.match(target[3:], layer)
             except re.error:
-                raise ConfigError(f"{_field(ck, 'config_groups.' + gname + '.targets')}: {target!r} is not a regular"
-                                  " expression") from None
+                raise ConfigError(
+                    f"{_field(ck, 'config_groups.' + gname + '.targets')}: {target!r} is not a regular"
+                    " expression"
+                ) from None
             if target == layer or hit:
                 by_name.append((gname, scheme))
                 break
-            if not target.startswith("re:") and "." not in target:  # a module class such as "Linear"
+            if (
+                not target.startswith("re:") and "." not in target
+            ):  # a module class such as "Linear"
                 by_class.append((gname, scheme))
                 break
     found = by_name or by_class
     if not found:
-        raise ConfigError(f"{_field(ck, 'config_groups')}: no group targets layer {layer}")
+        raise ConfigError(
+            f"{_field(ck, 'config_groups')}: no group targets layer {layer}"
+        )
     gname, scheme = found[0]
     prefix = f"config_groups.{gname}"
-    fkey, fmt = ("format", scheme["format"]) if scheme.get("format") else ("format", cfg.get("format"))
+    fkey, fmt = (
+        ("format", scheme["format"])
+        if scheme.get("format")
+        else ("format", cfg.get("format"))
+    )
     if fmt != "pack-quantized":
         raise ConfigError(
             f"{_field(ck, (prefix + '.' if scheme.get('format') else '') + fkey)} = {fmt!r}:"
@@ -503,7 +641,9 @@ def _ct_scheme(ck: _Checkpoint, layer: str) -> tuple[dict, str]:
         )
     w = scheme.get("weights")
     if not isinstance(w, dict):
-        raise ConfigError(f"{_field(ck, prefix + '.weights')} = {w!r}: layer {layer} has no weight quantisation")
+        raise ConfigError(
+            f"{_field(ck, prefix + '.weights')} = {w!r}: layer {layer} has no weight quantisation"
+        )
     return w, prefix + ".weights"
 
 
@@ -513,15 +653,19 @@ def _plan_ct(ck: _Checkpoint, layer: str) -> _Plan:
     scale = _expect(t["weight_scale"], ck.entry(t["weight_scale"]), _SCALE_DTYPES, None)
     for nm, e in (("weight_packed", packed), ("weight_scale", scale)):
         if len(e.shape) != 2:
-            raise ConfigError(f"tensor {t[nm]}: shape {list(e.shape)}, expected 2 dimensions")
+            raise ConfigError(
+                f"tensor {t[nm]}: shape {list(e.shape)}, expected 2 dimensions"
+            )
     n = packed.shape[0]
     ws = ck.entry(t["weight_shape"])
     if ws is not None:
         _expect(t["weight_shape"], ws, _INT_DTYPES, (2,))
         out_in = ck.read(ws, t["weight_shape"]).astype(np.int64)
         if int(out_in[0]) != n:
-            raise ConfigError(f"tensor {t['weight_shape']} = {out_in.tolist()}: out_features disagrees with "
-                              f"{t['weight_packed']} rows = {n}")
+            raise ConfigError(
+                f"tensor {t['weight_shape']} = {out_in.tolist()}: out_features disagrees with "
+                f"{t['weight_packed']} rows = {n}"
+            )
         k = int(out_in[1])
     else:
         k = packed.shape[1] * 8
@@ -530,36 +674,75 @@ def _plan_ct(ck: _Checkpoint, layer: str) -> _Plan:
         w, prefix = _ct_scheme(ck, layer)
         f = lambda key: _field(ck, f"{prefix}.{key}")  # noqa: E731
         if w.get("type", "int") != "int":
-            raise ConfigError(f"{f('type')} = {w.get('type')!r}: only integer quantisation is supported")
+            raise ConfigError(
+                f"{f('type')} = {w.get('type')!r}: only integer quantisation is supported"
+            )
         bits = w.get("num_bits", 8)
         if _as_int(bits, f("num_bits")) != 4:
-            raise ConfigError(f"{f('num_bits')} = {bits}: only 4-bit weights are supported")
+            raise ConfigError(
+                f"{f('num_bits')} = {bits}: only 4-bit weights are supported"
+            )
         strategy = w.get("strategy")
         if strategy == "group":
             gs = _group_size(ck, f("group_size"), w.get("group_size"), k, layer)
         elif strategy == "channel":
             gs = k
         else:
-            raise ConfigError(f"{f('strategy')} = {strategy!r}: only the 'group' and 'channel' strategies are supported")
+            raise ConfigError(
+                f"{f('strategy')} = {strategy!r}: only the 'group' and 'channel' strategies are supported"
+            )
         if not w.get("symmetric", True) and zp is None:
-            raise ConfigError(f"missing tensor {t['weight_zero_point']} ({f('symmetric')} = false)")
-        if w.get("actorder") in ("group", "dynamic") and ck.entry(t["weight_g_idx"]) is None:
-            raise ConfigError(f"{f('actorder')} = {w['actorder']!r} but tensor {t['weight_g_idx']} is missing")
+            raise ConfigError(
+                f"missing tensor {t['weight_zero_point']} ({f('symmetric')} = false)"
+            )
+        if (
+            w.get("actorder") in ("group", "dynamic")
+            and ck.entry(t["weight_g_idx"]) is None
+        ):
+            raise ConfigError(
+                f"{f('actorder')} = {w['actorder']!r} but tensor {t['weight_g_idx']} is missing"
+            )
     else:
-        gs = _gs_from_shapes(t["weight_scale"], scale.shape[1], k)  # symmetric exactly when zp is absent
+        gs = _gs_from_shapes(
+            t["weight_scale"], scale.shape[1], k
+        )  # symmetric exactly when zp is absent
     g = k // gs
     _expect(t["weight_packed"], packed, ("I32",), (n, -(-k // 8)), " = [N, ceil(K/8)]")
-    _expect(t["weight_scale"], scale, _SCALE_DTYPES, (n, g), f" = [N, K/gs] for K={k} gs={gs}")
-    tensors = {"weight_packed": (t["weight_packed"], packed), "weight_scale": (t["weight_scale"], scale)}
+    _expect(
+        t["weight_scale"],
+        scale,
+        _SCALE_DTYPES,
+        (n, g),
+        f" = [N, K/gs] for K={k} gs={gs}",
+    )
+    tensors = {
+        "weight_packed": (t["weight_packed"], packed),
+        "weight_scale": (t["weight_scale"], scale),
+    }
     if zp is not None:
         if zp.dtype == "I32":
-            _expect(t["weight_zero_point"], zp, ("I32",), (-(-n // 8), g), " = [ceil(N/8), K/gs] (packed along N)")
+            _expect(
+                t["weight_zero_point"],
+                zp,
+                ("I32",),
+                (-(-n // 8), g),
+                " = [ceil(N/8), K/gs] (packed along N)",
+            )
         else:  # compressed-tensors before April 2025 kept asymmetric zero points unpacked
-            _expect(t["weight_zero_point"], zp, ("I8",), (n, g), " = [N, K/gs] (unpacked int8)")
+            _expect(
+                t["weight_zero_point"],
+                zp,
+                ("I8",),
+                (n, g),
+                " = [N, K/gs] (unpacked int8)",
+            )
         tensors["weight_zero_point"] = (t["weight_zero_point"], zp)
     gi = ck.entry(t["weight_g_idx"])
     if gi is not None:
-        tensors["g_idx"] = (t["weight_g_idx"], _expect(t["weight_g_idx"], gi, _INT_DTYPES, (k,), " = [K]"))
+        tensors["g_idx"] = (
+            t["weight_g_idx"],
+            _expect(t["weight_g_idx"], gi, _INT_DTYPES, (k,), " = [K]"),
+        )
     if ck.entry(t["bias"]) is not None:
         tensors["bias"] = (t["bias"], ck.entry(t["bias"]))
     return _Plan(LayerInfo(layer, "compressed-tensors", k, n, gs), tensors)
@@ -570,10 +753,14 @@ def _plan(ck: _Checkpoint, layer: str, method: str | None) -> _Plan:
     has_q = ck.entry(f"{layer}.qweight") is not None
     if method == "compressed-tensors" or (method is None and has_ct):
         if not has_ct:
-            raise ConfigError(f"missing tensor {layer}.weight_packed (checkpoint is compressed-tensors)")
+            raise ConfigError(
+                f"missing tensor {layer}.weight_packed (checkpoint is compressed-tensors)"
+            )
         return _plan_ct(ck, layer)
     if not has_q:
-        raise ConfigError(f"missing tensor {layer}.qweight (checkpoint is {method or 'awq/gptq'})")
+        raise ConfigError(
+            f"missing tensor {layer}.qweight (checkpoint is {method or 'awq/gptq'})"
+        )
     return _plan_qweight(ck, layer, method)
 
 
@@ -583,7 +770,10 @@ def _layer_names(ck: _Checkpoint) -> list[str]:
         for suffix in (".qweight", ".weight_packed"):
             if t.endswith(suffix):
                 names.add(t[: -len(suffix)])
-    return sorted(names, key=lambda s: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)])
+    return sorted(
+        names,
+        key=lambda s: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)],
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -596,7 +786,9 @@ def list_layers(path: str | Path) -> list[LayerInfo]:
     method = _method(ck)
     layers = [_plan(ck, name, method).info for name in _layer_names(ck)]
     if not layers:
-        raise ConfigError(f"{path}: no int4 linear layers (no tensor named *.qweight or *.weight_packed)")
+        raise ConfigError(
+            f"{path}: no int4 linear layers (no tensor named *.qweight or *.weight_packed)"
+        )
     return layers
 
 
@@ -604,12 +796,23 @@ def load_layer(path: str | Path, name: str) -> tuple[AwqWeights, ImportReport]:
     """Layer `name` (its module prefix) as host AwqWeights plus the report of the scale conversion."""
     ck = _Checkpoint(path)
     method = _method(ck)
-    if ck.entry(f"{name}.qweight") is None and ck.entry(f"{name}.weight_packed") is None:
+    if (
+        ck.entry(f"{name}.qweight") is None
+        and ck.entry(f"{name}.weight_packed") is None
+    ):
         known = _layer_names(ck)
-        hint = ", ".join(known[:4]) + (f", ... ({len(known)} in all)" if len(known) > 4 else "")
-        raise ConfigError(f"layer {name!r} not found in {path} (int4 layers: {hint or 'none'})")
+        hint = ", ".join(known[:4]) + (
+            f", ... ({len(known)} in all)" if len(known) > 4 else ""
+        )
+        raise ConfigError(
+            f"layer {name!r} not found in {path} (int4 layers: {hint or 'none'})"
+        )
     plan = _plan(ck, name, method)
-    data = {role: ck.read(e, tname) for role, (tname, e) in plan.tensors.items() if role != "bias"}
+    data = {
+        role: ck.read(e, tname)
+        for role, (tname, e) in plan.tensors.items()
+        if role != "bias"
+    }
     info = plan.info
     wraps = 0
     if info.format == "compressed-tensors":
@@ -638,13 +841,19 @@ def _decode_qweight(plan: _Plan, data: dict) -> tuple[np.ndarray, np.ndarray, in
         q = _nibbles(data["qweight"])[:, :, AWQ_INVERSE].reshape(k, n)
         z = _nibbles(data["qzeros"])[:, :, AWQ_INVERSE].reshape(g, n)
         return q, z, 0
-    q = _nibbles(data["qweight"]).transpose(0, 2, 1).reshape(k, n)  # element j of row r is K row 8r + j
+    q = (
+        _nibbles(data["qweight"]).transpose(0, 2, 1).reshape(k, n)
+    )  # element j of row r is K row 8r + j
     words = np.ascontiguousarray(data["qzeros"]).view(np.uint32)
     if plan.info.format == "gptq_v2":
         return q, _nibbles(words).reshape(g, n), 0
     stored = _nibbles(words)
-    z_carry = _nibbles(words + np.uint32(GPTQ_V1_WORD_OFFSET))  # GPTQModel: one word addition (wraps mod 2^32)
-    z_nibble = (stored + np.uint8(1)) & np.uint8(0xF)  # AutoGPTQ: one per nibble, no carry
+    z_carry = _nibbles(
+        words + np.uint32(GPTQ_V1_WORD_OFFSET)
+    )  # GPTQModel: one word addition (wraps mod 2^32)
+    z_nibble = (stored + np.uint8(1)) & np.uint8(
+        0xF
+    )  # AutoGPTQ: one per nibble, no carry
     differ = np.argwhere((z_carry != z_nibble).any(axis=2))
     if differ.size and not plan.v1_carry_ok:
         r, c = (int(x) for x in differ[0])
@@ -658,17 +867,23 @@ def _decode_qweight(plan: _Plan, data: dict) -> tuple[np.ndarray, np.ndarray, in
     return q, z_carry.reshape(g, n), wraps
 
 
-def _decode_ct(plan: _Plan, data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+def _decode_ct(
+    plan: _Plan, data: dict
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     k, n = plan.info.in_features, plan.info.out_features
     g = k // plan.info.group_size
     packed = data["weight_packed"]
-    q = _nibbles(packed).reshape(n, -1)[:, :k].T  # stored v + 8 is the host code (v - zp = q - z)
+    q = (
+        _nibbles(packed).reshape(n, -1)[:, :k].T
+    )  # stored v + 8 is the host code (v - zp = q - z)
     zp = data.get("weight_zero_point")
     zname = plan.tensors.get("weight_zero_point", ("",))[0]
     if zp is None:
         z = np.full((g, n), CT_OFFSET, np.uint8)  # symmetric: zp = 0
     elif zp.dtype == np.int32:
-        z = _nibbles(zp).transpose(0, 2, 1).reshape(-1, g)[:n].T  # element j of row r is out row 8r + j
+        z = (
+            _nibbles(zp).transpose(0, 2, 1).reshape(-1, g)[:n].T
+        )  # element j of row r is out row 8r + j
     else:
         bad = np.argwhere((zp < -CT_OFFSET) | (zp >= CT_OFFSET))
         if bad.size:
@@ -678,7 +893,12 @@ def _decode_ct(plan: _Plan, data: dict) -> tuple[np.ndarray, np.ndarray, np.ndar
                 " (0..15 after the +8 offset)"
             )
         z = (zp.astype(np.int16) + CT_OFFSET).astype(np.uint8).T
-    return np.ascontiguousarray(q), np.ascontiguousarray(z), data["weight_scale"].T, plan.tensors["weight_scale"][0]
+    return (
+        np.ascontiguousarray(q),
+        np.ascontiguousarray(z),
+        data["weight_scale"].T,
+        plan.tensors["weight_scale"][0],
+    )
 
 
 def _check_g_idx(plan: _Plan, data: dict) -> None:
@@ -695,22 +915,33 @@ def _check_g_idx(plan: _Plan, data: dict) -> None:
         )
 
 
-def _convert_scales(src: np.ndarray, name: str, plan: _Plan, wraps: int) -> tuple[np.ndarray, ImportReport]:
+def _convert_scales(
+    src: np.ndarray, name: str, plan: _Plan, wraps: int
+) -> tuple[np.ndarray, ImportReport]:
     s64 = src.astype(np.float64)
     bad = np.argwhere(~(np.isfinite(s64) & (s64 > 0)))
     if bad.size:
         idx = tuple(int(x) for x in bad[0])
         if plan.info.format == "compressed-tensors":
             idx = idx[::-1]  # report in the tensor's own [N, K/gs] order
-        raise ConfigError(f"tensor {name}{list(idx)} = {float(s64[tuple(bad[0])])}: scales must be finite and > 0")
+        raise ConfigError(
+            f"tensor {name}{list(idx)} = {float(s64[tuple(bad[0])])}: scales must be finite and > 0"
+        )
     s = np.ascontiguousarray(src.astype(bfloat16))
     back = s.astype(np.float64)
     rel = np.abs(back - s64) / s64
     info = plan.info
     report = ImportReport(
-        name=info.name, format=info.format, scale_dtype=np.dtype(src.dtype).name, total_scales=int(s.size),
-        scales_changed=int(np.count_nonzero(back != s64)), max_rel_scale_change=float(rel.max(initial=0.0)),
-        k=info.in_features, n=info.out_features, group_size=info.group_size, zero_wraps=wraps,
+        name=info.name,
+        format=info.format,
+        scale_dtype=np.dtype(src.dtype).name,
+        total_scales=int(s.size),
+        scales_changed=int(np.count_nonzero(back != s64)),
+        max_rel_scale_change=float(rel.max(initial=0.0)),
+        k=info.in_features,
+        n=info.out_features,
+        group_size=info.group_size,
+        zero_wraps=wraps,
         has_bias="bias" in plan.tensors,
     )
     return s, report

@@ -23,7 +23,9 @@ EMULATOR_DIR = os.path.join(REPO, "emulator")
 HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
 MEMTILE_BYTES = 512 * 1024
 MEMTILES = 8
-MAX_REFEED = 63  # AIE2 locks are 6-bit: a refeed count is a lock value (docs/emulator.md)
+MAX_REFEED = (
+    63  # AIE2 locks are 6-bit: a refeed count is a lock value (docs/emulator.md)
+)
 
 
 @dataclass(frozen=True)
@@ -45,18 +47,37 @@ class DesignConfig:
     stack_size: int | None = None
 
     def __post_init__(self):
-        check_dims(M=self.m, K=self.k, N=self.n, tile_m=self.tile_m, tile_n=self.tile_n,
-                   tile_k_l1=self.tile_k_l1, tile_k_l2=self.tile_k_l2, herd_m=self.herd_m, herd_n=self.herd_n)
+        check_dims(
+            M=self.m,
+            K=self.k,
+            N=self.n,
+            tile_m=self.tile_m,
+            tile_n=self.tile_n,
+            tile_k_l1=self.tile_k_l1,
+            tile_k_l2=self.tile_k_l2,
+            herd_m=self.herd_m,
+            herd_n=self.herd_n,
+        )
         check_group_size(self.k, self.gs)
         if self.herd_m > HERD_COLS or self.herd_n > HERD_ROWS:
-            raise ConfigError(f"herd {self.herd_m}x{self.herd_n} does not fit the NPU2 array: "
-                              f"herd_m <= {HERD_COLS} (columns), herd_n <= {HERD_ROWS} (compute rows)")
-        if self.stack_size is not None and (self.stack_size < 1024 or self.stack_size % 16):
-            raise ConfigError(f"stack_size = {self.stack_size}: must be a multiple of 16 and at least 1024 bytes")
-        record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs, self.stack_size)  # incl. L1
+            raise ConfigError(
+                f"herd {self.herd_m}x{self.herd_n} does not fit the NPU2 array: "
+                f"herd_m <= {HERD_COLS} (columns), herd_n <= {HERD_ROWS} (compute rows)"
+            )
+        if self.stack_size is not None and (
+            self.stack_size < 1024 or self.stack_size % 16
+        ):
+            raise ConfigError(
+                f"stack_size = {self.stack_size}: must be a multiple of 16 and at least 1024 bytes"
+            )
+        record.check_kernel_tiles(
+            self.tile_m, self.tile_n, self.tile_k_l1, self.gs, self.stack_size
+        )  # incl. L1
         if not 1 <= self.n_per_segment <= MAX_REFEED:
-            raise ConfigError(f"n_per_segment = {self.n_per_segment}: must be 1 to {MAX_REFEED} (a refeed of "
-                              f"A n times sets a 6-bit lock to n)")
+            raise ConfigError(
+                f"n_per_segment = {self.n_per_segment}: must be 1 to {MAX_REFEED} (a refeed of "
+                f"A n times sets a 6-bit lock to n)"
+            )
         for what, size, step in (
             ("M", self.m, self.tile_m * self.herd_m),
             ("N", self.n, self.tile_n * self.herd_n * self.n_per_segment),
@@ -64,26 +85,51 @@ class DesignConfig:
             ("tile_k_l2", self.tile_k_l2, self.tile_k_l1),
         ):
             if size % step:
-                name = self._step_name(what) + (" * n_per_segment" if what == "N" and self.a_resident else "")
-                raise ConfigError(f"{what} = {size} is not a multiple of {step} ({name}): the design tiles it exactly")
+                name = self._step_name(what) + (
+                    " * n_per_segment" if what == "N" and self.a_resident else ""
+                )
+                raise ConfigError(
+                    f"{what} = {size} is not a multiple of {step} ({name}): the design tiles it exactly"
+                )
         l2 = self.l2_total()
         if l2 > MEMTILES * MEMTILE_BYTES:
-            raise ConfigError(f"segment L2 needs {l2} bytes > {MEMTILES} memtiles x {MEMTILE_BYTES} "
-                              f"({', '.join(f'{name} {size}' for name, size in self.l2_budget())}): "
-                              "use a smaller tile_k_l2")
+            raise ConfigError(
+                f"segment L2 needs {l2} bytes > {MEMTILES} memtiles x {MEMTILE_BYTES} "
+                f"({', '.join(f'{name} {size}' for name, size in self.l2_budget())}): "
+                "use a smaller tile_k_l2"
+            )
 
     @staticmethod
     def _step_name(what):
-        return {"M": "tile_m * herd_m", "N": "tile_n * herd_n", "K": "tile_k_l2", "tile_k_l2": "tile_k_l1"}[what]
+        return {
+            "M": "tile_m * herd_m",
+            "N": "tile_n * herd_n",
+            "K": "tile_k_l2",
+            "tile_k_l2": "tile_k_l1",
+        }[what]
 
     @classmethod
-    def padded(cls, m: int, k: int, n: int, gs: int, stack_size: int | None = None, **tiles: int) -> "DesignConfig":
+    def padded(
+        cls,
+        m: int,
+        k: int,
+        n: int,
+        gs: int,
+        stack_size: int | None = None,
+        **tiles: int,
+    ) -> "DesignConfig":
         """The configuration for an m x k x n GEMM with M and N rounded up to whole herd blocks (the host
         pads A with zero rows and W with zero columns, and drops them from C)."""
         check_dims(M=m, N=n, **tiles)
         n_step = tiles["tile_n"] * tiles["herd_n"] * tiles.get("n_per_segment", 1)
-        return cls(_round_up(m, tiles["tile_m"] * tiles["herd_m"]), k, _round_up(n, n_step), gs, **tiles,
-                   stack_size=stack_size)
+        return cls(
+            _round_up(m, tiles["tile_m"] * tiles["herd_m"]),
+            k,
+            _round_up(n, n_step),
+            gs,
+            **tiles,
+            stack_size=stack_size,
+        )
 
     # Derived sizes -----------------------------------------------------------------------------------
     @property
@@ -96,7 +142,9 @@ class DesignConfig:
 
     @property
     def stack_bytes(self) -> int:
-        return record.kernel_stack_bytes() if self.stack_size is None else self.stack_size
+        return (
+            record.kernel_stack_bytes() if self.stack_size is None else self.stack_size
+        )
 
     @property
     def kernel_object(self) -> str:
@@ -109,27 +157,52 @@ class DesignConfig:
 
     def ddr_bytes(self) -> int:
         """Bytes the design moves between DDR and the memtiles (the emulator's counters must agree):
-        A once per segment (per N block when it streams), the weights once per M block, C once."""
-        a = self.m * self.k * 2 * (self.n // (self.tile_n * self.herd_n * self.n_per_segment))
-        w = (self.n // self.tile_n) * (self.k // self.tile_k_l1) * self.record_bytes * (self.m // (self.tile_m * self.herd_m))
+        A once per segment (per N block when it streams), the weights once per M block, C once.
+        """
+        a = (
+            self.m
+            * self.k
+            * 2
+            * (self.n // (self.tile_n * self.herd_n * self.n_per_segment))
+        )
+        w = (
+            (self.n // self.tile_n)
+            * (self.k // self.tile_k_l1)
+            * self.record_bytes
+            * (self.m // (self.tile_m * self.herd_m))
+        )
         return a + w + self.m * self.n * 2
 
     @property
     def name(self) -> str:
-        return (f"m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_m}x{self.tile_n}"
-                f"_k{self.tile_k_l1}x{self.tile_k_l2}_h{self.herd_m}x{self.herd_n}"
-                + (f"_r{self.n_per_segment}" if self.a_resident else ""))
+        return (
+            f"m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_m}x{self.tile_n}"
+            f"_k{self.tile_k_l1}x{self.tile_k_l2}_h{self.herd_m}x{self.herd_n}"
+            + (f"_r{self.n_per_segment}" if self.a_resident else "")
+        )
 
     def summary(self) -> str:
-        return (f"M={self.m} K={self.k} N={self.n} GS={self.gs} tile_m={self.tile_m} tile_n={self.tile_n} "
-                f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2} herd={self.herd_m}x{self.herd_n}"
-                + (f" n_per_segment={self.n_per_segment} (A resident, refed)" if self.a_resident else ""))
+        return (
+            f"M={self.m} K={self.k} N={self.n} GS={self.gs} tile_m={self.tile_m} tile_n={self.tile_n} "
+            f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2} herd={self.herd_m}x{self.herd_n}"
+            + (
+                f" n_per_segment={self.n_per_segment} (A resident, refed)"
+                if self.a_resident
+                else ""
+            )
+        )
 
     # Budgets -----------------------------------------------------------------------------------------
     def l1_budget(self) -> list[tuple[str, int]]:
         """Per-PE L1 bytes (the kernel's rule, record.l1_budget): ping-ponged buffers count twice."""
-        budget = record.l1_budget(self.tile_m, self.tile_n, self.tile_k_l1, self.gs, check=False,
-                                  stack=self.stack_bytes)
+        budget = record.l1_budget(
+            self.tile_m,
+            self.tile_n,
+            self.tile_k_l1,
+            self.gs,
+            check=False,
+            stack=self.stack_bytes,
+        )
         return [(name, size) for name, size in budget.items() if name != "total"]
 
     def l2_budget(self) -> list[tuple[str, int]]:
@@ -138,9 +211,21 @@ class DesignConfig:
         a = 2 * self.herd_m * self.tile_m * self.tile_k_l2
         pp = 2 if self.k > self.tile_k_l2 else 1
         return [
-            ("A block bf16 (all of K, resident)", 2 * self.herd_m * self.tile_m * self.k) if self.a_resident
-            else (f"A block bf16 x{pp}", pp * a),
-            (f"W records x{pp}", pp * self.herd_n * (self.tile_k_l2 // self.tile_k_l1) * self.record_bytes),
+            (
+                (
+                    "A block bf16 (all of K, resident)",
+                    2 * self.herd_m * self.tile_m * self.k,
+                )
+                if self.a_resident
+                else (f"A block bf16 x{pp}", pp * a)
+            ),
+            (
+                f"W records x{pp}",
+                pp
+                * self.herd_n
+                * (self.tile_k_l2 // self.tile_k_l1)
+                * self.record_bytes,
+            ),
             ("C block bf16", 2 * self.herd_m * self.herd_n * self.tile_m * self.tile_n),
         ]
 
@@ -154,7 +239,8 @@ class DesignConfig:
         """The emulator's NPU2 resource model of this configuration (an air.emu ResourceReport: DMA
         channels, BD chains, locks and memtile placement, the rules aircc must satisfy). Static: it
         traces the builder with the emulated air API and loads no kernel. Raises ConfigError when
-        the resource model is not available (mlir-air's own `air` package already imported)."""
+        the resource model is not available (mlir-air's own `air` package already imported).
+        """
         return _static_program(self).resources
 
     def resource_problem(self) -> str | None:
@@ -164,16 +250,22 @@ class DesignConfig:
             report = self.resources()
         except ConfigError:
             raise
-        except Exception as e:  # the emulator's DesignError: a static rule (DMA limits, budgets)
+        except (
+            Exception
+        ) as e:  # the emulator's DesignError: a static rule (DMA limits, budgets)
             if not getattr(e, "static", False):
                 raise
             return str(e).splitlines()[0]
-        return None if report.summary() == "resources: within limits" else report.summary()
+        return (
+            None if report.summary() == "resources: within limits" else report.summary()
+        )
 
     def budget_report(self) -> str:
         lines = [f"L1 per PE: {self.l1_total()} / {record.L1_BYTES} bytes"]
         lines += [f"  {name:<22}{size:>8}" for name, size in self.l1_budget()]
-        lines.append(f"L2 per segment: {self.l2_total()} / {MEMTILES * MEMTILE_BYTES} bytes")
+        lines.append(
+            f"L2 per segment: {self.l2_total()} / {MEMTILES * MEMTILE_BYTES} bytes"
+        )
         lines += [f"  {name:<22}{size:>8}" for name, size in self.l2_budget()]
         return "\n".join(lines)
 
@@ -186,14 +278,18 @@ def _static_program(cfg: DesignConfig):
         sys.path.insert(0, EMULATOR_DIR)
         import air
     if not getattr(air, "EMULATED", False):
-        raise ConfigError("the resource model needs the emulator's air package (emulator/), but mlir-air's "
-                          "own `air` is imported: run the check in a separate process")
+        raise ConfigError(
+            "the resource model needs the emulator's air package (emulator/), but mlir-air's "
+            "own `air` is imported: run the check in a separate process"
+        )
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
     from air.emu.engine import Options, Program
     from matmul_int4_packed import build_module
 
-    return Program(build_module(cfg), Options(stack_size=cfg.stack_bytes, link=False), check=False)
+    return Program(
+        build_module(cfg), Options(stack_size=cfg.stack_bytes, link=False), check=False
+    )
 
 
 def build_host_kernel(cfg: DesignConfig) -> str:
@@ -215,20 +311,43 @@ TILE_OPTIONS = ("tile_m", "tile_n", "tile_k_l1", "tile_k_l2", "herd_m", "herd_n"
 DESIGN_OPTIONS = TILE_OPTIONS + ("n_per_segment",)
 
 
-def add_design_arguments(parser: argparse.ArgumentParser, shape_required: bool = True) -> None:
-    parser.add_argument("--m", type=int, required=shape_required, help="rows of A and C")
-    parser.add_argument("--k", type=int, required=shape_required, help="reduction dimension")
+def add_design_arguments(
+    parser: argparse.ArgumentParser, shape_required: bool = True
+) -> None:
+    parser.add_argument(
+        "--m", type=int, required=shape_required, help="rows of A and C"
+    )
+    parser.add_argument(
+        "--k", type=int, required=shape_required, help="reduction dimension"
+    )
     parser.add_argument("--n", type=int, required=shape_required, help="columns of C")
-    parser.add_argument("--gs", type=int, default=None, help="AWQ group size along K (default 128, or the checkpoint's)")
+    parser.add_argument(
+        "--gs",
+        type=int,
+        default=None,
+        help="AWQ group size along K (default 128, or the checkpoint's)",
+    )
     for opt in DESIGN_OPTIONS:
-        parser.add_argument(f"--{opt.replace('_', '-')}", dest=opt, type=int, default=None,
-                            help="default: from int4awq/configs.json or the model's best for the shape")
-    parser.add_argument("--stack-size", dest="stack_size", type=int, default=None,
-                        help=f"the core's stack in L1, bytes (default {record.kernel_stack_bytes()}, derived "
-                             "from what the kernel keeps live: docs/kernel.md)")
+        parser.add_argument(
+            f"--{opt.replace('_', '-')}",
+            dest=opt,
+            type=int,
+            default=None,
+            help="default: from int4awq/configs.json or the model's best for the shape",
+        )
+    parser.add_argument(
+        "--stack-size",
+        dest="stack_size",
+        type=int,
+        default=None,
+        help=f"the core's stack in L1, bytes (default {record.kernel_stack_bytes()}, derived "
+        "from what the kernel keeps live: docs/kernel.md)",
+    )
 
 
-def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) -> tuple[DesignConfig, str]:
+def config_from_args(
+    args: argparse.Namespace, m: int, k: int, n: int, gs: int
+) -> tuple[DesignConfig, str]:
     """(configuration, where it came from). M and N are padded up to whole herd blocks.
 
     With no tile option given, the shape's entry in the default table (or the model's best legal
@@ -237,14 +356,20 @@ def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) 
     from .sweep import default_config
 
     check_dims(M=m, K=k, N=n)
-    given = {opt: getattr(args, opt) for opt in DESIGN_OPTIONS if getattr(args, opt, None) is not None}
+    given = {
+        opt: getattr(args, opt)
+        for opt in DESIGN_OPTIONS
+        if getattr(args, opt, None) is not None
+    }
     stack = getattr(args, "stack_size", None)
     if all(opt in given for opt in TILE_OPTIONS):  # n_per_segment, when not given, is 1
         tiles, source = given, "command line"
     else:
         base, source = default_config(m, k, n, gs)
         if not given:
-            return (base if stack is None else dataclasses.replace(base, stack_size=stack)), source
+            return (
+                base if stack is None else dataclasses.replace(base, stack_size=stack)
+            ), source
         tiles = {opt: given.get(opt, getattr(base, opt)) for opt in DESIGN_OPTIONS}
         source = f"command line over {source}"
     return DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack), source

@@ -20,5 +20,7 @@ def missing_module_line(e: ModuleNotFoundError) -> str:
         how = f"run it with {os.path.relpath(venv_python)} (made by `make deps`), or"
     else:
         how = "run `make deps` (it installs them into .venv outside a virtualenv), or"
-    return (f"error: the Python package {e.name or '?'!r} is not installed for {sys.executable}: {how}"
-            f" `pip install -r {os.path.relpath(os.path.join(REPO, 'requirements.txt'))}` in a virtualenv")
+    return (
+        f"error: the Python package {e.name or '?'!r} is not installed for {sys.executable}: {how}"
+        f" `pip install -r {os.path.relpath(os.path.join(REPO, 'requirements.txt'))}` in a virtualenv"
+    )

@@ -33,7 +33,10 @@ from .quant import check_dims, check_group_size
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMULATOR_DIR = os.path.join(REPO, "emulator")
-COLUMNS, ROWS = 8, 4  # the NPU2 compute array: the decode design always uses all 32 tiles
+COLUMNS, ROWS = (
+    8,
+    4,
+)  # the NPU2 compute array: the decode design always uses all 32 tiles
 PES = COLUMNS * ROWS
 K_SPLITS = (2, 4)
 GEMV_AUTO_MAX_M = 8  # host/run.py picks this design by itself for M <= 8 (decode)
@@ -50,7 +53,8 @@ def check_k_split(k_split: int) -> None:
         raise ConfigError(
             f"k_split = {k_split}: must be 2 or 4. With 1, each of the 32 PEs would write its own C stream: NPU2 "
             "has 16 shim S2MM channels, and the memtiles' 48 S2MM are taken by the weight fills and outputs "
-            "(docs/decode.md#why-k-is-always-split)")
+            "(docs/decode.md#why-k-is-always-split)"
+        )
 
 
 OBJECT_TILE_MS = (64, 48, 32, 16)
@@ -59,7 +63,8 @@ OBJECT_TILE_MS = (64, 48, 32, 16)
 def object_tile_m(tile_n: int, tile_k: int, gs: int) -> int:
     """The GEMM tile_m of the kernel object a decode run links when none is given: the largest of
     OBJECT_TILE_MS with which the GEMM accepts this record tile (its tile rules and L1 budget). The record
-    is the GEMM's, so a record tile no GEMM configuration can use is refused here too."""
+    is the GEMM's, so a record tile no GEMM configuration can use is refused here too.
+    """
     problem = None
     for tm in OBJECT_TILE_MS:
         try:
@@ -67,8 +72,10 @@ def object_tile_m(tile_n: int, tile_k: int, gs: int) -> int:
             return tm
         except ConfigError as e:
             problem = e  # the last, the smallest tile_m: the most lenient
-    raise ConfigError(f"record tile {tile_n} x {tile_k} (gs {gs}): no GEMM tile_m in {list(OBJECT_TILE_MS)} "
-                      f"accepts it, so no object serves both designs ({problem})")
+    raise ConfigError(
+        f"record tile {tile_n} x {tile_k} (gs {gs}): no GEMM tile_m in {list(OBJECT_TILE_MS)} "
+        f"accepts it, so no object serves both designs ({problem})"
+    )
 
 
 @dataclass(frozen=True)
@@ -80,37 +87,59 @@ class GemvConfig:
     tile_n: int  # the record's N tile (the GEMM's tile_n)
     tile_k_l1: int  # the record's K-chunk (the GEMM's tile_k_l1)
     k_split: int = 2
-    tile_m: int | None = None  # the GEMM tile of the shared kernel object; None: object_tile_m()
+    tile_m: int | None = (
+        None  # the GEMM tile of the shared kernel object; None: object_tile_m()
+    )
     stack_size: int | None = None
 
     def __post_init__(self):
-        check_dims(M=self.m, K=self.k, N=self.n, tile_n=self.tile_n, tile_k_l1=self.tile_k_l1)
+        check_dims(
+            M=self.m, K=self.k, N=self.n, tile_n=self.tile_n, tile_k_l1=self.tile_k_l1
+        )
         check_group_size(self.k, self.gs)
         if self.m > GEMV_MAX_M:
-            raise ConfigError(f"M = {self.m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)")
+            raise ConfigError(
+                f"M = {self.m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
+            )
         check_k_split(self.k_split)
         if self.tile_m is None:
-            object.__setattr__(self, "tile_m", object_tile_m(self.tile_n, self.tile_k_l1, self.gs))
+            object.__setattr__(
+                self, "tile_m", object_tile_m(self.tile_n, self.tile_k_l1, self.gs)
+            )
         else:  # the object's GEMM entries must build and run at this tile too
             record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
-        if self.stack_size is not None and (self.stack_size < 1024 or self.stack_size % 16):
-            raise ConfigError(f"stack_size = {self.stack_size}: must be a multiple of 16 and at least 1024 bytes")
+        if self.stack_size is not None and (
+            self.stack_size < 1024 or self.stack_size % 16
+        ):
+            raise ConfigError(
+                f"stack_size = {self.stack_size}: must be a multiple of 16 and at least 1024 bytes"
+            )
         step_n = self.groups * self.tile_n
         if self.n % step_n:
-            raise ConfigError(f"N = {self.n} is not a multiple of {step_n} (tile_n * {self.groups} N groups): "
-                              "the design tiles it exactly")
+            raise ConfigError(
+                f"N = {self.n} is not a multiple of {step_n} (tile_n * {self.groups} N groups): "
+                "the design tiles it exactly"
+            )
         step_k = self.tile_k_l1 * self.k_split
         if self.k % step_k:
-            raise ConfigError(f"K = {self.k} is not a multiple of {step_k} (tile_k_l1 * k_split): every K part "
-                              "must hold the same number of K-chunks")
-        worst = max((self.l1_budget(q) for q in range(self.k_split)), key=lambda b: b["total"])
+            raise ConfigError(
+                f"K = {self.k} is not a multiple of {step_k} (tile_k_l1 * k_split): every K part "
+                "must hold the same number of K-chunks"
+            )
+        worst = max(
+            (self.l1_budget(q) for q in range(self.k_split)), key=lambda b: b["total"]
+        )
         if worst["total"] > L1_BYTES:
             parts = ", ".join(f"{k} {v}" for k, v in worst.items() if k != "total")
-            raise ConfigError(f"the decode PE needs {worst['total']} bytes of L1 ({parts}), more than the "
-                              f"{L1_BYTES} a PE has: use a smaller tile_k_l1 or tile_n, k_split 2 (more N groups), or fewer rows")
+            raise ConfigError(
+                f"the decode PE needs {worst['total']} bytes of L1 ({parts}), more than the "
+                f"{L1_BYTES} a PE has: use a smaller tile_k_l1 or tile_n, k_split 2 (more N groups), or fewer rows"
+            )
         if self.l2_stage_bytes() * 2 > MEMTILE_BYTES:
-            raise ConfigError(f"a column's weight staging needs 2 x {self.l2_stage_bytes()} bytes of L2, more than "
-                              f"a memtile's {MEMTILE_BYTES}: use a smaller tile_n")
+            raise ConfigError(
+                f"a column's weight staging needs 2 x {self.l2_stage_bytes()} bytes of L2, more than "
+                f"a memtile's {MEMTILE_BYTES}: use a smaller tile_n"
+            )
 
     @classmethod
     def padded(cls, m: int, k: int, n: int, gs: int, **tiles) -> "GemvConfig":
@@ -162,7 +191,9 @@ class GemvConfig:
 
     @property
     def stack_bytes(self) -> int:
-        return record.kernel_stack_bytes() if self.stack_size is None else self.stack_size
+        return (
+            record.kernel_stack_bytes() if self.stack_size is None else self.stack_size
+        )
 
     @property
     def kernel_object(self) -> str:
@@ -174,19 +205,24 @@ class GemvConfig:
 
     @property
     def name(self) -> str:
-        return (f"gemv_m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_n}x{self.tile_k_l1}"
-                f"_ks{self.k_split}_o{self.tile_m}")
+        return (
+            f"gemv_m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_n}x{self.tile_k_l1}"
+            f"_ks{self.k_split}_o{self.tile_m}"
+        )
 
     def summary(self) -> str:
-        return (f"GEMV M={self.m} K={self.k} N={self.n} GS={self.gs} tile_n={self.tile_n} "
-                f"tile_k_l1={self.tile_k_l1} k_split={self.k_split}")
+        return (
+            f"GEMV M={self.m} K={self.k} N={self.n} GS={self.gs} tile_n={self.tile_n} "
+            f"tile_k_l1={self.tile_k_l1} k_split={self.k_split}"
+        )
 
     # Budgets and traffic ---------------------------------------------------------------------------
     def l1_budget(self, q: int = 0) -> dict[str, int]:
         """L1 bytes of the PE at chain position q, as the builder allocates them and aircc ping-pongs them
         (the innermost loop of more than one trip whose buffers are all first written by a DMA: the tile
         loop's record when a PE has several N tiles, else the step loop's record and A; after the K steps
-        the partial sums in, except on the last PE, where the drain writes C's tile first)."""
+        the partial sums in, except on the last PE, where the drain writes C's tile first).
+        """
         tile_loop = self.tiles_per_group > 1
         pp_step = 2 if self.steps > 1 and not tile_loop else 1
         pp_record = 2 if tile_loop else pp_step
@@ -197,7 +233,11 @@ class GemvConfig:
             "a_own": pp_step * a_row,
             "a_rest": 0 if last else pp_step * (self.k_split - 1 - q) * a_row,
             "acc": self.tiles_per_group * 4 * self.acc_elems,
-            "partial_in": 0 if first else (2 if tile_loop and not last else 1) * 4 * self.acc_elems,
+            "partial_in": (
+                0
+                if first
+                else (2 if tile_loop and not last else 1) * 4 * self.acc_elems
+            ),
             "c_out": 2 * self.m * self.tile_n if last else 0,
             "w_scratch": record.w_scratch_bytes(self.tile_n, self.tile_k_l1),
             "stack": self.stack_bytes,
@@ -207,7 +247,12 @@ class GemvConfig:
 
     def l2_stage_bytes(self) -> int:
         """One column's weight staging for one step: its chains' records, one per N tile and K part."""
-        return self.chains_per_column * self.tiles_per_group * self.k_split * self.record_bytes
+        return (
+            self.chains_per_column
+            * self.tiles_per_group
+            * self.k_split
+            * self.record_bytes
+        )
 
     def ddr_bytes(self) -> int:
         """DDR traffic: every record once, A once per column (its own shim stream), C once."""
@@ -218,9 +263,17 @@ class GemvConfig:
         lines = []
         for q in range(self.k_split):
             b = self.l1_budget(q)
-            lines.append(f"L1 per PE, chain position {q}: {b['total']} / {L1_BYTES} bytes")
-            lines += [f"  {name:<22}{size:>8}" for name, size in b.items() if name != "total" and size]
-        lines.append(f"L2 per column: 2 x {self.l2_stage_bytes()} bytes of weight staging (ping-pong)")
+            lines.append(
+                f"L1 per PE, chain position {q}: {b['total']} / {L1_BYTES} bytes"
+            )
+            lines += [
+                f"  {name:<22}{size:>8}"
+                for name, size in b.items()
+                if name != "total" and size
+            ]
+        lines.append(
+            f"L2 per column: 2 x {self.l2_stage_bytes()} bytes of weight staging (ping-pong)"
+        )
         return "\n".join(lines)
 
     # The resource model ----------------------------------------------------------------------------
@@ -233,11 +286,15 @@ class GemvConfig:
             report = self.resources()
         except ConfigError:
             raise
-        except Exception as e:  # the emulator's DesignError: a static rule (DMA limits, budgets)
+        except (
+            Exception
+        ) as e:  # the emulator's DesignError: a static rule (DMA limits, budgets)
             if not getattr(e, "static", False):
                 raise
             return str(e).splitlines()[0]
-        return None if report.summary() == "resources: within limits" else report.summary()
+        return (
+            None if report.summary() == "resources: within limits" else report.summary()
+        )
 
 
 @functools.lru_cache(maxsize=256)
@@ -247,14 +304,18 @@ def _static_program(cfg: GemvConfig):
         sys.path.insert(0, EMULATOR_DIR)
         import air
     if not getattr(air, "EMULATED", False):
-        raise ConfigError("the resource model needs the emulator's air package (emulator/), but mlir-air's "
-                          "own `air` is imported: run the check in a separate process")
+        raise ConfigError(
+            "the resource model needs the emulator's air package (emulator/), but mlir-air's "
+            "own `air` is imported: run the check in a separate process"
+        )
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
     from air.emu.engine import Options, Program
     from matvec_int4_packed import build_module
 
-    return Program(build_module(cfg), Options(stack_size=cfg.stack_bytes, link=False), check=False)
+    return Program(
+        build_module(cfg), Options(stack_size=cfg.stack_bytes, link=False), check=False
+    )
 
 
 # ------------------------------------------------------------------------------------------ the model
@@ -263,7 +324,9 @@ class GemvEstimate:
     ddr_bytes: int
     flops: int
     ddr_s: float  # DDR bytes / 42.5 GB/s
-    compute_s: float  # the busiest PE's kernel operations at the native bfp16 issue rate
+    compute_s: (
+        float  # the busiest PE's kernel operations at the native bfp16 issue rate
+    )
     seconds: float  # max(ddr_s, compute_s) + the fixed per-launch cost
     bound: str
 
@@ -285,7 +348,8 @@ OPS_PER_SECOND = model.NATIVE_BFP16_FLOPS / PES / (2 * 8 * 8 * 8)
 def record_ops(tile_n: int, tile_k: int, gs: int, m: int) -> int:
     """Vector operations of one gemv_int4_accumulate call (each counted as one mmul step, as in
     model.kernel_efficiency): dequantisation once, then per 8-row band the A conversion (one load and
-    insert per row and block), the mmul steps, two streams' set-up per column pair and the scale folds."""
+    insert per row and block), the mmul steps, two streams' set-up per column pair and the scale folds.
+    """
     nb, kb = tile_n // 8, tile_k // 8
     folds = max(tile_k // gs, 1)
     ops = nb * kb * model.DEQUANT_OPS_PER_BLOCK + model.CALL_OVERHEAD_OPS
@@ -300,24 +364,35 @@ def record_ops(tile_n: int, tile_k: int, gs: int, m: int) -> int:
 
 def tile_end_ops(cfg: GemvConfig) -> int:
     """Per N tile outside the K loop: zero, the chain's add (load, load, add, store per 16 floats) and the
-    drain (per 8x8 block: load, convert, one store per row), each call with its overhead."""
+    drain (per 8x8 block: load, convert, one store per row), each call with its overhead.
+    """
     vec = cfg.acc_elems // 16
     blocks = cfg.acc_elems // 64
-    return (vec + 4 * vec + blocks * (2 + min(cfg.m, 8)) + 3 * model.CALL_OVERHEAD_OPS)
+    return vec + 4 * vec + blocks * (2 + min(cfg.m, 8)) + 3 * model.CALL_OVERHEAD_OPS
 
 
-def modelled(cfg: GemvConfig, m: int | None = None, n: int | None = None) -> GemvEstimate:
+def modelled(
+    cfg: GemvConfig, m: int | None = None, n: int | None = None
+) -> GemvEstimate:
     """The calibrated model (model.py: DDR bytes / 42.5 GB/s against compute, plus the fixed cost), with
-    the busiest PE's operation count as the compute side. FLOPs on the real m x n when given."""
+    the busiest PE's operation count as the compute side. FLOPs on the real m x n when given.
+    """
     m = cfg.m if m is None else m
     n = cfg.n if n is None else n
-    per_pe = (cfg.steps * cfg.tiles_per_group * record_ops(cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m)
-              + cfg.tiles_per_group * tile_end_ops(cfg))
+    per_pe = cfg.steps * cfg.tiles_per_group * record_ops(
+        cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m
+    ) + cfg.tiles_per_group * tile_end_ops(cfg)
     compute_s = per_pe / OPS_PER_SECOND
     ddr = cfg.ddr_bytes()
     ddr_s = ddr / model.DDR_BYTES_PER_S
-    return GemvEstimate(ddr, 2 * m * cfg.k * n, ddr_s, compute_s, max(ddr_s, compute_s) + model.FIXED_S,
-                        "DDR" if ddr_s >= compute_s else "compute")
+    return GemvEstimate(
+        ddr,
+        2 * m * cfg.k * n,
+        ddr_s,
+        compute_s,
+        max(ddr_s, compute_s) + model.FIXED_S,
+        "DDR" if ddr_s >= compute_s else "compute",
+    )
 
 
 # ------------------------------------------------------------------------------------------ choosing
@@ -326,7 +401,9 @@ def legal_configs(m: int, k: int, n: int, gs: int, problems: list | None = None)
     check_dims(M=m, K=k, N=n)
     check_group_size(k, gs)
     if m > GEMV_MAX_M:
-        raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)")
+        raise ConfigError(
+            f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
+        )
     for tn, tk, ks in itertools.product(TILE_NS, TILE_KS, K_SPLITS):
         if (tk % gs and gs % tk) or k % (tk * ks):
             continue
@@ -350,17 +427,28 @@ def default_config(m: int, k: int, n: int, gs: int) -> GemvConfig:
     if not _emulator_in_process():
         return _default_in_child(m, k, n, gs)
     problems = []
-    ranked = sorted(legal_configs(m, k, n, gs, problems),
-                    key=lambda c: (round(modelled(c, m, n).seconds, 9), c.ddr_bytes(),
-                                   c.steps * c.tiles_per_group, -c.tile_n * c.tile_k_l1, c.k_split))
+    ranked = sorted(
+        legal_configs(m, k, n, gs, problems),
+        key=lambda c: (
+            round(modelled(c, m, n).seconds, 9),
+            c.ddr_bytes(),
+            c.steps * c.tiles_per_group,
+            -c.tile_n * c.tile_k_l1,
+            c.k_split,
+        ),
+    )
     for cfg in ranked:
         if cfg.resource_problem() is None:
             return cfg
     if not ranked:
-        raise ConfigError(f"no decode configuration for M={m} K={k} N={n} GS={gs} fits"
-                          + (f" (e.g. {problems[0]})" if problems else ""))
-    raise ConfigError(f"no decode configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model "
-                      f"(the fastest: {ranked[0].resource_problem()})")
+        raise ConfigError(
+            f"no decode configuration for M={m} K={k} N={n} GS={gs} fits"
+            + (f" (e.g. {problems[0]})" if problems else "")
+        )
+    raise ConfigError(
+        f"no decode configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model "
+        f"(the fastest: {ranked[0].resource_problem()})"
+    )
 
 
 def _default_in_child(m: int, k: int, n: int, gs: int) -> GemvConfig:
@@ -368,11 +456,32 @@ def _default_in_child(m: int, k: int, n: int, gs: int) -> GemvConfig:
     import subprocess
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([EMULATOR_DIR, REPO]))
-    res = subprocess.run([sys.executable, "-m", "int4awq.gemv", "--m", str(m), "--k", str(k), "--n", str(n),
-                          "--gs", str(gs), "--json"], capture_output=True, text=True, env=env, cwd=REPO)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "int4awq.gemv",
+            "--m",
+            str(m),
+            "--k",
+            str(k),
+            "--n",
+            str(n),
+            "--gs",
+            str(gs),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     if res.returncode:
-        raise ConfigError((res.stderr.strip().splitlines() or ["the configuration search failed"])[-1]
-                          .removeprefix("error: "))
+        raise ConfigError(
+            (res.stderr.strip().splitlines() or ["the configuration search failed"])[
+                -1
+            ].removeprefix("error: ")
+        )
     return GemvConfig(**json.loads(res.stdout))
 
 
@@ -384,9 +493,15 @@ def main(argv=None) -> int:
     for dim in ("m", "k", "n"):
         p.add_argument(f"--{dim}", type=int, required=True)
     p.add_argument("--gs", type=int, default=128)
-    p.add_argument("--json", action="store_true", help="the configuration as JSON (GemvConfig fields)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="the configuration as JSON (GemvConfig fields)",
+    )
     args = p.parse_args(argv)
-    from int4awq import gemv  # run as __main__: use the package's module, the one the builder imports
+    from int4awq import (
+        gemv,
+    )  # run as __main__: use the package's module, the one the builder imports
 
     try:
         cfg = gemv.default_config(args.m, args.k, args.n, args.gs)
@@ -398,8 +513,10 @@ def main(argv=None) -> int:
         return 0
     est = gemv.modelled(cfg, args.m, args.n)
     print(cfg.summary())
-    print(f"MODELLED: DDR {est.ddr_bytes / 1e6:.2f} MB in {est.ddr_s * 1e6:.1f} us, compute {est.compute_s * 1e6:.1f} us, "
-          f"{est.seconds * 1e6:.1f} us with the fixed cost, {est.gbps:.1f} GB/s, {est.bound}-bound")
+    print(
+        f"MODELLED: DDR {est.ddr_bytes / 1e6:.2f} MB in {est.ddr_s * 1e6:.1f} us, compute {est.compute_s * 1e6:.1f} us, "
+        f"{est.seconds * 1e6:.1f} us with the fixed cost, {est.gbps:.1f} GB/s, {est.bound}-bound"
+    )
     return 0
 
 
@@ -407,19 +524,31 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def config_from_args(args: argparse.Namespace, m: int, k: int, n: int, gs: int) -> tuple[GemvConfig, str]:
+def config_from_args(
+    args: argparse.Namespace, m: int, k: int, n: int, gs: int
+) -> tuple[GemvConfig, str]:
     """(configuration, where it came from): the options given (--tile-n, --tile-k-l1, --k-split, --tile-m,
     --stack-size) over the default for the shape."""
     check_dims(M=m, K=k, N=n)
-    given = {key: getattr(args, key, None) for key in ("tile_n", "tile_k_l1", "k_split", "tile_m", "stack_size")}
+    given = {
+        key: getattr(args, key, None)
+        for key in ("tile_n", "tile_k_l1", "k_split", "tile_m", "stack_size")
+    }
     given = {key: v for key, v in given.items() if v is not None}
     if m > GEMV_MAX_M:
-        raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)")
+        raise ConfigError(
+            f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
+        )
     base = default_config(m, k, n, gs)
     if not given:
         return base, "best modelled decode configuration"
-    tiles = dict(tile_n=base.tile_n, tile_k_l1=base.tile_k_l1, k_split=base.k_split)  # tile_m: the record's own
+    tiles = dict(
+        tile_n=base.tile_n, tile_k_l1=base.tile_k_l1, k_split=base.k_split
+    )  # tile_m: the record's own
     tiles.update(given)
-    source = "command line" if {"tile_n", "tile_k_l1", "k_split"} <= set(given) else \
-        "command line over the best modelled decode configuration"
+    source = (
+        "command line"
+        if {"tile_n", "tile_k_l1", "k_split"} <= set(given)
+        else "command line over the best modelled decode configuration"
+    )
     return GemvConfig.padded(m, k, n, gs, **tiles), source

@@ -28,7 +28,14 @@ from ml_dtypes import bfloat16
 
 from .errors import ConfigError
 from .quant import AwqWeights
-from .record import check_kernel_tiles, check_weight_tiling, kernel_lib_name, pack_weights, record_bytes, w_scratch_elems
+from .record import (
+    check_kernel_tiles,
+    check_weight_tiling,
+    kernel_lib_name,
+    pack_weights,
+    record_bytes,
+    w_scratch_elems,
+)
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
 
@@ -38,8 +45,12 @@ def bfp16_blocks(x: np.ndarray) -> np.ndarray:
     """bfp16ebs8 value of x (float32, last axis = blocks of 8), as float64 (exact)."""
     x = np.asarray(x, dtype=np.float32)
     if x.shape[-1] != 8:
-        raise ConfigError(f"bfp16_blocks: last axis has {x.shape[-1]} values, expected blocks of 8")
-    x = np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0), x)  # subnormals count as 0
+        raise ConfigError(
+            f"bfp16_blocks: last axis has {x.shape[-1]} values, expected blocks of 8"
+        )
+    x = np.where(
+        np.abs(x) < np.finfo(np.float32).tiny, np.float32(0), x
+    )  # subnormals count as 0
     mx = np.max(np.abs(x), axis=-1, keepdims=True)
     _, p = np.frexp(mx)  # mx = f * 2^p, f in [0.5, 1): floor(log2 mx) = p - 1
     step = np.ldexp(1.0, (p - 1 - 6).astype(np.int32))
@@ -58,7 +69,9 @@ def kernel_gemm_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
     n, gs = w.n, w.gs
     span = min(tile_k, gs)
     a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))  # [M, KB, 8]
-    qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(np.float32)
+    qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(
+        np.float32
+    )
     w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))  # [KB, N, 8]
     s = w.s.astype(np.float32)
     c = np.zeros((m, n), dtype=np.float32)
@@ -79,8 +92,17 @@ def kernel_gemm_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
 def build_host_kernel(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Path:
     """make -C kernels host ... ; returns the path of the shared library."""
     check_kernel_tiles(tile_m, tile_n, tile_k, gs)
-    dims = [f"DIM_M={tile_m}", f"DIM_N={tile_n}", f"DIM_K_CHUNK={tile_k}", f"DIM_GS={gs}"]
-    proc = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "host", *dims], capture_output=True, text=True)
+    dims = [
+        f"DIM_M={tile_m}",
+        f"DIM_N={tile_n}",
+        f"DIM_K_CHUNK={tile_k}",
+        f"DIM_GS={gs}",
+    ]
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(KERNELS_DIR), "host", *dims],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise RuntimeError(f"kernel host build failed:\n{proc.stdout}{proc.stderr}")
     lib = KERNELS_DIR / "build" / kernel_lib_name(tile_m, tile_n, tile_k, gs, host=True)
@@ -107,12 +129,18 @@ def a_tile_blocked(a_tile: np.ndarray) -> np.ndarray:
 class HostKernel:
     """The host-built kernel for one tile configuration, driven through ctypes like a PE would."""
 
-    def __init__(self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None):
+    def __init__(
+        self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None
+    ):
         self.tile_m, self.tile_n, self.tile_k, self.gs = tile_m, tile_n, tile_k, gs
         self.path = lib or build_host_kernel(tile_m, tile_n, tile_k, gs)
         self.lib = ctypes.CDLL(str(self.path))
         vp = ctypes.c_void_p
-        for name, nargs in (("gemm_int4_zero", 1), ("gemm_int4_accumulate", 4), ("gemm_int4_drain", 2)):
+        for name, nargs in (
+            ("gemm_int4_zero", 1),
+            ("gemm_int4_accumulate", 4),
+            ("gemm_int4_drain", 2),
+        ):
             fn = getattr(self.lib, name)
             fn.argtypes, fn.restype = [vp] * nargs, None
         self.misaligned = self.lib.aie_host_misaligned_accesses
@@ -130,14 +158,20 @@ class HostKernel:
     def accumulate(self, record: np.ndarray, a_blocked: np.ndarray) -> None:
         self.w_buf[...] = record
         self.a_buf[...] = a_blocked
-        self.lib.gemm_int4_accumulate(self.w_buf.ctypes.data, self.a_buf.ctypes.data, self.c_acc.ctypes.data,
-                                      self.scratch.ctypes.data)
+        self.lib.gemm_int4_accumulate(
+            self.w_buf.ctypes.data,
+            self.a_buf.ctypes.data,
+            self.c_acc.ctypes.data,
+            self.scratch.ctypes.data,
+        )
 
     def drain(self) -> np.ndarray:
         self.lib.gemm_int4_drain(self.c_acc.ctypes.data, self.c_out.ctypes.data)
         return self.c_out.copy()
 
-    def gemm(self, a: np.ndarray, w: AwqWeights, packed: np.ndarray | None = None) -> np.ndarray:
+    def gemm(
+        self, a: np.ndarray, w: AwqWeights, packed: np.ndarray | None = None
+    ) -> np.ndarray:
         """C = A x dequant(W) in bf16, every (M-tile, N-tile) through zero / accumulate per K-chunk / drain."""
         tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
         m, k = a.shape
@@ -147,7 +181,9 @@ class HostKernel:
         if packed is None:
             packed = pack_weights(w, tn, tk)
         # A in kernel order, per (M-tile, K-chunk)
-        a_blk = a.reshape(m // tm, tm // 8, 8, k // tk, tk // 8, 8).transpose(0, 3, 1, 4, 2, 5)
+        a_blk = a.reshape(m // tm, tm // 8, 8, k // tk, tk // 8, 8).transpose(
+            0, 3, 1, 4, 2, 5
+        )
         a_blk = np.ascontiguousarray(a_blk).reshape(m // tm, k // tk, tm * tk)
         c = np.empty((m, w.n), dtype=bfloat16)
         for mt in range(m // tm):
@@ -159,22 +195,30 @@ class HostKernel:
         return c
 
 
-
 # ------------------------------------------------------------------------------------------ GEMV (decode)
 GEMV_MAX_M = 32  # rows of A one GEMV call takes (four 8-row bands; kernels/mv_int4_bf16.cc GEMV_MAX_M)
 
 
 def k_part_chunks(k: int, tile_k: int, k_split: int) -> list[list[int]]:
     """The K-chunks each of k_split parts sums: chunk kc belongs to part kc % k_split (interleaved, so one
-    step of a K-split design reads k_split consecutive records and one contiguous stretch of A)."""
+    step of a K-split design reads k_split consecutive records and one contiguous stretch of A).
+    """
     chunks = k // tile_k
     if k_split < 1 or chunks % k_split:
-        raise ConfigError(f"K / tile_k = {chunks} K-chunks do not split into {k_split} equal parts")
+        raise ConfigError(
+            f"K / tile_k = {chunks} K-chunks do not split into {k_split} equal parts"
+        )
     return [list(range(q, chunks, k_split)) for q in range(k_split)]
 
 
-def _gemv_part(a_bfp: np.ndarray, w_bfp: np.ndarray, s: np.ndarray, chunks: list[int], tile_k: int,
-               gs: int) -> np.ndarray:
+def _gemv_part(
+    a_bfp: np.ndarray,
+    w_bfp: np.ndarray,
+    s: np.ndarray,
+    chunks: list[int],
+    tile_k: int,
+    gs: int,
+) -> np.ndarray:
     """f32 [M, N]: one K part's partial sum, the chunks in order, spans and folds as in kernel_gemm_model."""
     m, n = a_bfp.shape[0], w_bfp.shape[1]
     span = min(tile_k, gs)
@@ -193,7 +237,9 @@ def _gemv_part(a_bfp: np.ndarray, w_bfp: np.ndarray, s: np.ndarray, chunks: list
     return c
 
 
-def kernel_gemv_model(a: np.ndarray, w: AwqWeights, tile_k: int, k_split: int = 1) -> np.ndarray:
+def kernel_gemv_model(
+    a: np.ndarray, w: AwqWeights, tile_k: int, k_split: int = 1
+) -> np.ndarray:
     """bf16 [M, N]: what the GEMV entries compute for C = A x dequant(W), M <= GEMV_MAX_M, with K cut into
     k_split interleaved parts (k_part_chunks): each part's partial sum is the GEMM kernel's arithmetic over
     its chunks (bit-identical per row to kernel_gemm_model for k_split = 1), then the parts are added in
@@ -204,7 +250,9 @@ def kernel_gemv_model(a: np.ndarray, w: AwqWeights, tile_k: int, k_split: int = 
         raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
     n, gs = w.n, w.gs
     a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))
-    qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(np.float32)
+    qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(
+        np.float32
+    )
     w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
     s = w.s.astype(np.float32)
     total = None
@@ -224,11 +272,17 @@ class GemvHostKernel(HostKernel):
     k_split PEs per N-tile: each zeroes, accumulates its K part's records, adds the previous PE's partial
     sum; the last drains."""
 
-    def __init__(self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None):
+    def __init__(
+        self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None
+    ):
         super().__init__(tile_m, tile_n, tile_k, gs, lib)
         vp, i32 = ctypes.c_void_p, ctypes.c_int32
-        for name, args in (("gemv_int4_zero", [vp, i32]), ("gemv_int4_accumulate", [vp, vp, vp, vp, i32]),
-                           ("gemv_int4_add", [vp, vp, i32]), ("gemv_int4_drain", [vp, vp, i32])):
+        for name, args in (
+            ("gemv_int4_zero", [vp, i32]),
+            ("gemv_int4_accumulate", [vp, vp, vp, vp, i32]),
+            ("gemv_int4_add", [vp, vp, i32]),
+            ("gemv_int4_drain", [vp, vp, i32]),
+        ):
             fn = getattr(self.lib, name)
             fn.argtypes, fn.restype = args, None
         tn, tk = tile_n, tile_k
@@ -240,14 +294,27 @@ class GemvHostKernel(HostKernel):
     def gemv_zero(self, acc: np.ndarray, m: int) -> None:
         self.lib.gemv_int4_zero(acc.ctypes.data, m)
 
-    def gemv_accumulate(self, record: np.ndarray, a_rows: np.ndarray, acc: np.ndarray) -> None:
+    def gemv_accumulate(
+        self, record: np.ndarray, a_rows: np.ndarray, acc: np.ndarray
+    ) -> None:
         m = a_rows.shape[0]
         self.w_buf[...] = record
         self.g_a[: a_rows.size] = a_rows.reshape(-1)
-        self.lib.gemv_int4_accumulate(self.w_buf.ctypes.data, self.g_a.ctypes.data, acc.ctypes.data,
-                                      self.scratch.ctypes.data, m)
+        self.lib.gemv_int4_accumulate(
+            self.w_buf.ctypes.data,
+            self.g_a.ctypes.data,
+            acc.ctypes.data,
+            self.scratch.ctypes.data,
+            m,
+        )
 
-    def gemv(self, a: np.ndarray, w: AwqWeights, k_split: int = 1, packed: np.ndarray | None = None) -> np.ndarray:
+    def gemv(
+        self,
+        a: np.ndarray,
+        w: AwqWeights,
+        k_split: int = 1,
+        packed: np.ndarray | None = None,
+    ) -> np.ndarray:
         """C = A x dequant(W) in bf16 for M <= GEMV_MAX_M rows, N-tile by N-tile, K in k_split parts."""
         tn, tk = self.tile_n, self.tile_k
         m, k = a.shape
@@ -265,8 +332,14 @@ class GemvHostKernel(HostKernel):
                 target = acc if q == 0 else part
                 self.gemv_zero(target, m)
                 for kc in chunks:
-                    self.gemv_accumulate(packed[nt, kc], np.ascontiguousarray(a[:, kc * tk : (kc + 1) * tk]), target)
-                if q:  # PE q receives the running sum of PEs 0..q-1 and adds its own: acc = acc + part
+                    self.gemv_accumulate(
+                        packed[nt, kc],
+                        np.ascontiguousarray(a[:, kc * tk : (kc + 1) * tk]),
+                        target,
+                    )
+                if (
+                    q
+                ):  # PE q receives the running sum of PEs 0..q-1 and adds its own: acc = acc + part
                     self.lib.gemv_int4_add(acc.ctypes.data, part.ctypes.data, m)
             self.lib.gemv_int4_drain(acc.ctypes.data, self.g_out.ctypes.data, m)
             c[:, nt * tn : (nt + 1) * tn] = self.g_out[: m * tn].reshape(m, tn)

@@ -22,8 +22,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SLOTS = ("MAC", "LOAD", "STORE", "SHUFFLE", "CONVERT", "ALU")  # the order of host_profile.hpp's enum
-WIDTH = {"LOAD": 2}  # instructions per cycle: two vector load units (lda, ldb), one of everything else
+SLOTS = (
+    "MAC",
+    "LOAD",
+    "STORE",
+    "SHUFFLE",
+    "CONVERT",
+    "ALU",
+)  # the order of host_profile.hpp's enum
+WIDTH = {
+    "LOAD": 2
+}  # instructions per cycle: two vector load units (lda, ldb), one of everything else
 LOAD_FIFOS, STORE_FIFOS = 2, 1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,15 +66,20 @@ class Profile:
 def read_profile(lib: ctypes.CDLL) -> Profile:
     """The profile a library built with -DAIE_HOST_PROFILE has gathered since its last reset."""
     fn = lib.aie_host_profile_read
-    fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint], ctypes.c_uint
+    fn.argtypes, fn.restype = [
+        ctypes.POINTER(ctypes.c_uint64),
+        ctypes.c_uint,
+    ], ctypes.c_uint
     buf = (ctypes.c_uint64 * 4096)()
     n = fn(buf, len(buf))
     v = list(buf[:n])
     loops, i = [], 1
     for _ in range(v[0]):
-        loops.append(Loop(v[i], v[i + 1], dict(zip(SLOTS, v[i + 2:i + 2 + len(SLOTS)]))))
+        loops.append(
+            Loop(v[i], v[i + 1], dict(zip(SLOTS, v[i + 2 : i + 2 + len(SLOTS)])))
+        )
         i += 2 + len(SLOTS)
-    outside = dict(zip(SLOTS, v[i:i + len(SLOTS)]))
+    outside = dict(zip(SLOTS, v[i : i + len(SLOTS)]))
     return Profile(loops, outside, v[i + len(SLOTS)], v[i + len(SLOTS) + 1])
 
 
@@ -77,10 +91,24 @@ def profile_accumulate(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Profil
     from .kernel_model import a_tile_blocked
 
     check_kernel_tiles(tile_m, tile_n, tile_k, gs)
-    cmd = ["make", "-s", "-C", os.path.join(REPO, "kernels"), "host-profile", f"DIM_M={tile_m}",
-           f"DIM_N={tile_n}", f"DIM_K_CHUNK={tile_k}", f"DIM_GS={gs}"]
+    cmd = [
+        "make",
+        "-s",
+        "-C",
+        os.path.join(REPO, "kernels"),
+        "host-profile",
+        f"DIM_M={tile_m}",
+        f"DIM_N={tile_n}",
+        f"DIM_K_CHUNK={tile_k}",
+        f"DIM_GS={gs}",
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
-    path = os.path.join(REPO, "kernels", "build", kernel_stem(tile_m, tile_n, tile_k, gs) + "_profile.so")
+    path = os.path.join(
+        REPO,
+        "kernels",
+        "build",
+        kernel_stem(tile_m, tile_n, tile_k, gs) + "_profile.so",
+    )
     k = HostKernel(tile_m, tile_n, tile_k, gs, lib=path)
     reset = k.lib.aie_host_profile_reset
     reset.argtypes, reset.restype = [], None
@@ -89,26 +117,49 @@ def profile_accumulate(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Profil
     a = random_activations(tile_m, k_total, seed=1)
     k.zero()
     reset()
-    k.accumulate(pack_weights(w, tile_n, tile_k)[0, 0], a_tile_blocked(np.ascontiguousarray(a[:, :tile_k])))
+    k.accumulate(
+        pack_weights(w, tile_n, tile_k)[0, 0],
+        a_tile_blocked(np.ascontiguousarray(a[:, :tile_k])),
+    )
     return read_profile(k.lib)
 
 
 def report(p: Profile, tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
     steps = (tile_m // 8) * (tile_n // 8) * (tile_k // 8)
-    head = f"{'loop (line)':<14}{'entries':>9}" + "".join(f"{s:>9}" for s in SLOTS) + f"{'cycles >=':>11}"
-    lines = [f"gemm_int4_accumulate {tile_m}x{tile_n}x{tile_k}, GS {gs}: {steps} 8x8x8 mmul steps "
-             f"(host aie_api profile, not a Peano schedule)", head]
+    head = (
+        f"{'loop (line)':<14}{'entries':>9}"
+        + "".join(f"{s:>9}" for s in SLOTS)
+        + f"{'cycles >=':>11}"
+    )
+    lines = [
+        f"gemm_int4_accumulate {tile_m}x{tile_n}x{tile_k}, GS {gs}: {steps} 8x8x8 mmul steps "
+        f"(host aie_api profile, not a Peano schedule)",
+        head,
+    ]
     for lp in sorted(p.loops, key=lambda lp: lp.line):
-        lines.append(f"{lp.line:<14}{lp.entries:>9}" + "".join(f"{lp.ops[s]:>9}" for s in SLOTS)
-                     + f"{lp.cycles:>11.0f}")
-    lines.append(f"{'outside loops':<14}{'':>9}" + "".join(f"{p.outside[s]:>9}" for s in SLOTS)
-                 + f"{sum(p.outside.values()):>11}")
-    lines.append(f"{'total':<14}{'':>9}" + "".join(f"{p.total(s):>9}" for s in SLOTS)
-                 + f"{p.cycles_lower_bound:>11.0f}")
-    lines.append(f"live block streams in/out: {p.peak_in}/{p.peak_out} (the core has {LOAD_FIFOS} load and "
-                 f"{STORE_FIFOS} store FIFO{'s' if STORE_FIFOS > 1 else ''})")
-    lines.append(f"cycles per call >= {p.cycles_lower_bound:.0f}, per 8x8x8 mmul step >= "
-                 f"{p.cycles_lower_bound / steps:.2f} (busiest slot per loop; no fill, drain or scalar code)")
+        lines.append(
+            f"{lp.line:<14}{lp.entries:>9}"
+            + "".join(f"{lp.ops[s]:>9}" for s in SLOTS)
+            + f"{lp.cycles:>11.0f}"
+        )
+    lines.append(
+        f"{'outside loops':<14}{'':>9}"
+        + "".join(f"{p.outside[s]:>9}" for s in SLOTS)
+        + f"{sum(p.outside.values()):>11}"
+    )
+    lines.append(
+        f"{'total':<14}{'':>9}"
+        + "".join(f"{p.total(s):>9}" for s in SLOTS)
+        + f"{p.cycles_lower_bound:>11.0f}"
+    )
+    lines.append(
+        f"live block streams in/out: {p.peak_in}/{p.peak_out} (the core has {LOAD_FIFOS} load and "
+        f"{STORE_FIFOS} store FIFO{'s' if STORE_FIFOS > 1 else ''})"
+    )
+    lines.append(
+        f"cycles per call >= {p.cycles_lower_bound:.0f}, per 8x8x8 mmul step >= "
+        f"{p.cycles_lower_bound / steps:.2f} (busiest slot per loop; no fill, drain or scalar code)"
+    )
     return "\n".join(lines)
 
 

@@ -57,7 +57,9 @@ def kernel_efficiency(tile_m: int, tile_n: int, tile_k: int, gs: int) -> float:
     return mmul / (mmul + dequant + a_convert + streams + fold + CALL_OVERHEAD_OPS)
 
 
-def int4_kernel_flops(tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32) -> float:
+def int4_kernel_flops(
+    tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32
+) -> float:
     """Modelled compute ceiling of the int4 design on `pes` of the 32 compute tiles."""
     return NATIVE_BFP16_FLOPS * kernel_efficiency(tile_m, tile_n, tile_k, gs) * pes / 32
 
@@ -77,11 +79,25 @@ class Estimate:
 def estimate(ddr_bytes: int, m: int, k: int, n: int, flops_ceiling: float) -> Estimate:
     flops = 2 * m * k * n
     t_ddr, t_compute = ddr_bytes / DDR_BYTES_PER_S, flops / flops_ceiling
-    return Estimate(ddr_bytes, flops, max(t_ddr, t_compute) + FIXED_S, "DDR" if t_ddr >= t_compute else "compute")
+    return Estimate(
+        ddr_bytes,
+        flops,
+        max(t_ddr, t_compute) + FIXED_S,
+        "DDR" if t_ddr >= t_compute else "compute",
+    )
 
 
-def dense_gemm_ddr_bytes(m: int, k: int, n: int, tile_m: int, tile_n: int, herd_m: int = 8, herd_n: int = 4,
-                         in_bytes: int = 2, out_bytes: int = 4) -> int:
+def dense_gemm_ddr_bytes(
+    m: int,
+    k: int,
+    n: int,
+    tile_m: int,
+    tile_n: int,
+    herd_m: int = 8,
+    herd_n: int = 4,
+    in_bytes: int = 2,
+    out_bytes: int = 4,
+) -> int:
     """mlir-air's dense GEMM: each L2 block of A is read once per launch column, each of B once per row."""
     cols = -(-n // (tile_n * herd_n))
     rows = -(-m // (tile_m * herd_m))

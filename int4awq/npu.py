@@ -32,11 +32,15 @@ def emulator_hint() -> str:
 def npu2_present() -> tuple[bool, str]:
     """(found, why): whether `xrt-smi examine` names an XDNA2 part."""
     xrt_smi = shutil.which("xrt-smi") or shutil.which(
-        "xrt-smi", path=os.path.join(os.environ.get("XILINX_XRT", "/opt/xilinx/xrt"), "bin"))
+        "xrt-smi",
+        path=os.path.join(os.environ.get("XILINX_XRT", "/opt/xilinx/xrt"), "bin"),
+    )
     if not xrt_smi:
         return False, "xrt-smi not found (XRT not installed or not sourced)"
     try:
-        out = subprocess.run([xrt_smi, "examine"], capture_output=True, text=True, timeout=30).stdout.lower()
+        out = subprocess.run(
+            [xrt_smi, "examine"], capture_output=True, text=True, timeout=30
+        ).stdout.lower()
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"xrt-smi examine failed: {e}"
     if any(model in out for model in NPU2_MODELS):
@@ -50,8 +54,15 @@ class NpuRun:
     times_us: list[float]  # one per timed iteration, kernel call to completion
 
 
-def run_xclbin(xclbin: str, insts: str, buffers: list[np.ndarray], outputs: list[int],
-               iters: int = 1, warmup: int = 0, xrt=None) -> NpuRun:
+def run_xclbin(
+    xclbin: str,
+    insts: str,
+    buffers: list[np.ndarray],
+    outputs: list[int],
+    iters: int = 1,
+    warmup: int = 0,
+    xrt=None,
+) -> NpuRun:
     """Run the design once per iteration on `buffers` (inputs and outputs, in argument order).
 
     outputs: indices of the buffers to read back. At most 5 data buffers fit the kernel's arguments.
@@ -60,13 +71,19 @@ def run_xclbin(xclbin: str, insts: str, buffers: list[np.ndarray], outputs: list
         try:
             import pyxrt as xrt
         except ImportError:
-            raise ConfigError(f"pyxrt is not importable: source XRT's setup.sh (see README) or use {emulator_hint()}") from None
+            raise ConfigError(
+                f"pyxrt is not importable: source XRT's setup.sh (see README) or use {emulator_hint()}"
+            ) from None
     for path in (xclbin, insts):
         if not os.path.isfile(path):
-            raise ConfigError(f"{path} is missing: run `make compile` with the same configuration first"
-                              f" (or use {emulator_hint()})")
+            raise ConfigError(
+                f"{path} is missing: run `make compile` with the same configuration first"
+                f" (or use {emulator_hint()})"
+            )
     if len(buffers) > 5:
-        raise ConfigError(f"{len(buffers)} data buffers; the NPU kernel takes at most 5")
+        raise ConfigError(
+            f"{len(buffers)} data buffers; the NPU kernel takes at most 5"
+        )
 
     device = xrt.device(0)
     image = xrt.xclbin(xclbin)
@@ -75,7 +92,9 @@ def run_xclbin(xclbin: str, insts: str, buffers: list[np.ndarray], outputs: list
     names = [k.get_name() for k in image.get_kernels()]
     match = [name for name in names if KERNEL_NAME in name]
     if not match:
-        raise ConfigError(f"{xclbin} has no kernel named like {KERNEL_NAME} (it has {names})")
+        raise ConfigError(
+            f"{xclbin} has no kernel named like {KERNEL_NAME} (it has {names})"
+        )
     kernel = xrt.kernel(context, match[0])
 
     instr = np.fromfile(insts, dtype=np.uint32)

@@ -29,16 +29,24 @@ GS_REASON = "the kernel's dequantisation converts two 8-deep K blocks per step"
 def check_dims(**dims: int) -> None:
     """Every named dimension must be a positive int (no empty GEMMs)."""
     for name, value in dims.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, np.integer))
+            or value <= 0
+        ):
             raise ConfigError(f"{name} = {value!r}: must be a positive integer")
 
 
 def check_group_size(k: int, gs: int) -> None:
     check_dims(K=k, GS=gs)
     if gs % GS_MULTIPLE:
-        raise ConfigError(f"GS = {gs}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})")
+        raise ConfigError(
+            f"GS = {gs}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})"
+        )
     if k % gs:
-        raise ConfigError(f"K = {k} is not a multiple of GS = {gs}: groups must tile K exactly")
+        raise ConfigError(
+            f"K = {k} is not a multiple of GS = {gs}: groups must tile K exactly"
+        )
 
 
 @dataclass(frozen=True)
@@ -62,10 +70,16 @@ class AwqWeights:
 
     def validate(self) -> "AwqWeights":
         """Raise ConfigError naming the first broken rule; return self when all hold."""
-        for name, arr, dtype in (("q", self.q, np.uint8), ("z", self.z, np.uint8), ("s", self.s, bfloat16)):
+        for name, arr, dtype in (
+            ("q", self.q, np.uint8),
+            ("z", self.z, np.uint8),
+            ("s", self.s, bfloat16),
+        ):
             if not isinstance(arr, np.ndarray) or arr.dtype != dtype:
                 got = getattr(arr, "dtype", type(arr).__name__)
-                raise ConfigError(f"{name}: dtype {got}, expected {np.dtype(dtype).name}")
+                raise ConfigError(
+                    f"{name}: dtype {got}, expected {np.dtype(dtype).name}"
+                )
             if arr.ndim != 2:
                 raise ConfigError(f"{name}: shape {arr.shape}, expected 2 dimensions")
         check_dims(K=self.q.shape[0], N=self.q.shape[1])
@@ -79,7 +93,9 @@ class AwqWeights:
             bad = np.flatnonzero(arr > QMAX)
             if bad.size:
                 idx = tuple(int(i) for i in np.unravel_index(bad[0], arr.shape))
-                raise ConfigError(f"{name}{list(idx)} = {arr[idx]}: 4-bit values must lie in 0..{QMAX}")
+                raise ConfigError(
+                    f"{name}{list(idx)} = {arr[idx]}: 4-bit values must lie in 0..{QMAX}"
+                )
         s = self.s.astype(np.float32)
         bad = np.flatnonzero(~(np.isfinite(s) & (s > 0)))
         if bad.size:
@@ -105,7 +121,9 @@ def quantize_awq(w: np.ndarray, gs: int) -> AwqWeights:
     """
     w = np.asarray(w)
     if w.ndim != 2 or not np.issubdtype(w.dtype, np.floating):
-        raise ConfigError(f"W: dtype {w.dtype} shape {w.shape}, expected a 2-D float array [K, N]")
+        raise ConfigError(
+            f"W: dtype {w.dtype} shape {w.shape}, expected a 2-D float array [K, N]"
+        )
     k, n = w.shape
     check_dims(K=k, N=n)
     check_group_size(k, gs)
@@ -117,10 +135,14 @@ def quantize_awq(w: np.ndarray, gs: int) -> AwqWeights:
     s = np.maximum(wmax - wmin, dt(1e-5)) / dt(QMAX)
     z = np.clip(-np.round(wmin / s), 0, QMAX)
     q = np.clip(np.round(g / s[:, None, :]) + z[:, None, :], 0, QMAX)
-    return AwqWeights(q.reshape(k, n).astype(np.uint8), z.astype(np.uint8), s.astype(bfloat16), gs)
+    return AwqWeights(
+        q.reshape(k, n).astype(np.uint8), z.astype(np.uint8), s.astype(bfloat16), gs
+    )
 
 
-def random_weights(k: int, n: int, gs: int, seed: int, exact: bool = False) -> AwqWeights:
+def random_weights(
+    k: int, n: int, gs: int, seed: int, exact: bool = False
+) -> AwqWeights:
     """Seeded weights. Default: AutoAWQ quantisation of W ~ N(0, 1/K), realistic codes and scales.
 
     exact=True: q, z uniform in 0..15 (so q - z in -15..15) and scales 2^-3 .. 2^0. With

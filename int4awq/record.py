@@ -33,7 +33,9 @@ from ml_dtypes import bfloat16
 from .errors import ConfigError
 from .quant import AwqWeights, check_dims
 
-ALIGN = 64  # section alignment: AIE2P's 512-bit vector loads need 64-byte aligned addresses
+ALIGN = (
+    64  # section alignment: AIE2P's 512-bit vector loads need 64-byte aligned addresses
+)
 BLOCK = 8  # mmul block edge (8x8x8 bf16 mmul)
 L1_BYTES = 64 * 1024  # data memory of one compute tile, stack included
 # The stack a PE's core needs: what gemm_int4_accumulate keeps live at its busiest point (the 2x2 hot
@@ -58,7 +60,9 @@ def _pad(x: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------ kernel rules
-def check_kernel_tiles(tile_m: int, tile_n: int, tile_k: int, gs: int, stack: int | None = None) -> None:
+def check_kernel_tiles(
+    tile_m: int, tile_n: int, tile_k: int, gs: int, stack: int | None = None
+) -> None:
     """Raise ConfigError (naming the numbers) unless the kernel supports this tile configuration.
 
     tile_m, tile_n: multiples of 16 (2x2 blocks of 8x8 mmul tiles; zero points read 16 columns at once).
@@ -70,10 +74,14 @@ def check_kernel_tiles(tile_m: int, tile_n: int, tile_k: int, gs: int, stack: in
     check_dims(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gs=gs)
     for name, v in (("tile_m", tile_m), ("tile_n", tile_n)):
         if v % 16:
-            raise ConfigError(f"{name} = {v}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)")
+            raise ConfigError(
+                f"{name} = {v}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
+            )
     for name, v in (("tile_k", tile_k), ("gs", gs)):
         if v % 16:
-            raise ConfigError(f"{name} = {v}: must be a multiple of 16 (dequantisation converts two 8-deep K blocks per step)")
+            raise ConfigError(
+                f"{name} = {v}: must be a multiple of 16 (dequantisation converts two 8-deep K blocks per step)"
+            )
     if tile_k % gs and gs % tile_k:
         raise ConfigError(
             f"tile_k = {tile_k} and gs = {gs}: one must divide the other (a K-chunk holds whole groups, "
@@ -120,7 +128,9 @@ class RecordLayout:
 def record_layout(tile_n: int, tile_k: int, gs: int) -> RecordLayout:
     check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
     if tile_n % 16 or tile_k % 16:
-        raise ConfigError(f"tile_n = {tile_n}, tile_k = {tile_k}: both must be multiples of 16")
+        raise ConfigError(
+            f"tile_n = {tile_n}, tile_k = {tile_k}: both must be multiples of 16"
+        )
     if tile_k % gs and gs % tile_k:
         raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
     groups = tile_k // gs if tile_k >= gs else 1
@@ -129,7 +139,19 @@ def record_layout(tile_n: int, tile_k: int, gs: int) -> RecordLayout:
     s_bytes = 2 * groups * tile_n
     z_off = s_off + _pad(s_bytes)
     z_bytes = groups * tile_n
-    return RecordLayout(tile_n, tile_k, gs, groups, 0, q_bytes, s_off, s_bytes, z_off, z_bytes, z_off + _pad(z_bytes))
+    return RecordLayout(
+        tile_n,
+        tile_k,
+        gs,
+        groups,
+        0,
+        q_bytes,
+        s_off,
+        s_bytes,
+        z_off,
+        z_bytes,
+        z_off + _pad(z_bytes),
+    )
 
 
 def record_bytes(tile_n: int, tile_k: int, gs: int) -> int:
@@ -137,7 +159,9 @@ def record_bytes(tile_n: int, tile_k: int, gs: int) -> int:
     return record_layout(tile_n, tile_k, gs).total
 
 
-BFP16_BLOCK_VECTOR_BYTES = 72  # aie::block_vector<bfp16ebs8, 64>: 8 blocks of (exponent byte, 8 mantissas)
+BFP16_BLOCK_VECTOR_BYTES = (
+    72  # aie::block_vector<bfp16ebs8, 64>: 8 blocks of (exponent byte, 8 mantissas)
+)
 
 
 def w_scratch_line_bytes(tile_k: int) -> int:
@@ -167,8 +191,14 @@ def kernel_stack_bytes() -> int:
     return -(-need // 1024) * 1024
 
 
-def l1_budget(tile_m: int, tile_n: int, tile_k: int, gs: int, check: bool = True,
-              stack: int | None = None) -> dict[str, int]:
+def l1_budget(
+    tile_m: int,
+    tile_n: int,
+    tile_k: int,
+    gs: int,
+    check: bool = True,
+    stack: int | None = None,
+) -> dict[str, int]:
     """Bytes of L1 one PE needs: the design's buffers (ping-pong ones twice) plus the stack (stack_size,
     by default kernel_stack_bytes())."""
     if check:
@@ -189,7 +219,9 @@ def kernel_stem(tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
     return f"{KERNEL_NAME}_m{tile_m}_n{tile_n}_k{tile_k}_gs{gs}"
 
 
-def kernel_lib_name(tile_m: int, tile_n: int, tile_k: int, gs: int, host: bool = False) -> str:
+def kernel_lib_name(
+    tile_m: int, tile_n: int, tile_k: int, gs: int, host: bool = False
+) -> str:
     """File name of the kernel built for this configuration: <stem>.o (Peano) or <stem>.so (host)."""
     return kernel_stem(tile_m, tile_n, tile_k, gs) + (".so" if host else ".o")
 
@@ -209,7 +241,11 @@ def _q_order(q: np.ndarray, tile_n: int, tile_k: int) -> np.ndarray:
     k, n = q.shape
     kc, nt, kb, nb = k // tile_k, n // tile_n, tile_k // BLOCK, tile_n // BLOCK
     # axes: (kc, kb, kk, nt, nb, nn) -> (nt, kc, nb, kb, kk, nn)
-    return q.reshape(kc, kb, BLOCK, nt, nb, BLOCK).transpose(3, 0, 4, 1, 2, 5).reshape(nt, kc, tile_n * tile_k)
+    return (
+        q.reshape(kc, kb, BLOCK, nt, nb, BLOCK)
+        .transpose(3, 0, 4, 1, 2, 5)
+        .reshape(nt, kc, tile_n * tile_k)
+    )
 
 
 def pack_weights(w: AwqWeights, tile_n: int, tile_k: int) -> np.ndarray:
@@ -224,9 +260,14 @@ def pack_weights(w: AwqWeights, tile_n: int, tile_k: int) -> np.ndarray:
     out[:, :, : lay.q_bytes] = codes[:, :, 0::2] | (codes[:, :, 1::2] << 4)
 
     g = _chunk_groups(w.k, w.gs, tile_k)  # [KC, G]
+
     def per_record(x: np.ndarray) -> np.ndarray:  # [groups, N] -> [NT, KC, G * TN]
         sel = x[g]  # [KC, G, N]
-        return sel.reshape(kc, lay.groups, nt, tile_n).transpose(2, 0, 1, 3).reshape(nt, kc, lay.groups * tile_n)
+        return (
+            sel.reshape(kc, lay.groups, nt, tile_n)
+            .transpose(2, 0, 1, 3)
+            .reshape(nt, kc, lay.groups * tile_n)
+        )
 
     s_bytes = np.ascontiguousarray(per_record(w.s)).view(np.uint8)  # bf16 little-endian
     out[:, :, lay.s_offset : lay.s_offset + lay.s_bytes] = s_bytes
@@ -234,12 +275,18 @@ def pack_weights(w: AwqWeights, tile_n: int, tile_k: int) -> np.ndarray:
     return out
 
 
-def unpack_weights(packed: np.ndarray, k: int, n: int, gs: int, tile_n: int, tile_k: int) -> AwqWeights:
+def unpack_weights(
+    packed: np.ndarray, k: int, n: int, gs: int, tile_n: int, tile_k: int
+) -> AwqWeights:
     """Exact inverse of pack_weights."""
     check_weight_tiling(k, n, gs, tile_n, tile_k)
     lay = record_layout(tile_n, tile_k, gs)
     nt, kc = n // tile_n, k // tile_k
-    if not isinstance(packed, np.ndarray) or packed.dtype != np.uint8 or packed.shape != (nt, kc, lay.total):
+    if (
+        not isinstance(packed, np.ndarray)
+        or packed.dtype != np.uint8
+        or packed.shape != (nt, kc, lay.total)
+    ):
         raise ConfigError(
             f"packed: dtype {getattr(packed, 'dtype', '?')} shape {getattr(packed, 'shape', '?')}, "
             f"expected uint8 {(nt, kc, lay.total)} for K={k} N={n} gs={gs} tile_n={tile_n} tile_k={tile_k}"
@@ -249,18 +296,32 @@ def unpack_weights(packed: np.ndarray, k: int, n: int, gs: int, tile_n: int, til
     codes[:, :, 0::2] = qb & 0xF
     codes[:, :, 1::2] = qb >> 4
     kb, nb = tile_k // BLOCK, tile_n // BLOCK
-    q = codes.reshape(nt, kc, nb, kb, BLOCK, BLOCK).transpose(1, 3, 4, 0, 2, 5).reshape(k, n)
+    q = (
+        codes.reshape(nt, kc, nb, kb, BLOCK, BLOCK)
+        .transpose(1, 3, 4, 0, 2, 5)
+        .reshape(k, n)
+    )
 
     def groups_of(section: np.ndarray) -> np.ndarray:  # [NT, KC, G*TN] -> [groups, N]
-        x = section.reshape(nt, kc, lay.groups, tile_n).transpose(1, 2, 0, 3).reshape(kc * lay.groups, n)
+        x = (
+            section.reshape(nt, kc, lay.groups, tile_n)
+            .transpose(1, 2, 0, 3)
+            .reshape(kc * lay.groups, n)
+        )
         if tile_k >= gs:
             return x
-        return x[:: gs // tile_k]  # every chunk of a group carries the same S, Z: take the first
+        return x[
+            :: gs // tile_k
+        ]  # every chunk of a group carries the same S, Z: take the first
 
-    s_raw = np.ascontiguousarray(packed[:, :, lay.s_offset : lay.s_offset + lay.s_bytes]).view(bfloat16)
+    s_raw = np.ascontiguousarray(
+        packed[:, :, lay.s_offset : lay.s_offset + lay.s_bytes]
+    ).view(bfloat16)
     s = groups_of(s_raw)
     z = groups_of(packed[:, :, lay.z_offset : lay.z_offset + lay.z_bytes])
-    return AwqWeights(np.ascontiguousarray(q), np.ascontiguousarray(z), np.ascontiguousarray(s), gs)
+    return AwqWeights(
+        np.ascontiguousarray(q), np.ascontiguousarray(z), np.ascontiguousarray(s), gs
+    )
 
 
 # ------------------------------------------------------------------------------------------ benchmark
@@ -275,12 +336,17 @@ LLAMA32_1B_PROJECTIONS = (  # (name, K = in_features, N = out_features), 16 laye
 )
 
 
-def bench_pack(layers: int = 16, tile_n: int = 64, tile_k: int = 64, gs: int = 128, seed: int = 0) -> float:
+def bench_pack(
+    layers: int = 16, tile_n: int = 64, tile_k: int = 64, gs: int = 128, seed: int = 0
+) -> float:
     """Seconds to pack every Llama-3.2-1B projection of `layers` layers (weights generated up front)."""
     rng = np.random.default_rng(seed)
     shapes = {(k, n) for _, k, n in LLAMA32_1B_PROJECTIONS}
     pool = {}
-    for k, n in shapes:  # random codes; the packer's speed does not depend on the values
+    for (
+        k,
+        n,
+    ) in shapes:  # random codes; the packer's speed does not depend on the values
         pool[(k, n)] = AwqWeights(
             rng.integers(0, 16, (k, n), dtype=np.uint8),
             rng.integers(0, 16, (k // gs, n), dtype=np.uint8),
@@ -295,8 +361,14 @@ def bench_pack(layers: int = 16, tile_n: int = 64, tile_k: int = 64, gs: int = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="int4-AWQ packed record: layout and packer benchmark")
-    ap.add_argument("--bench", action="store_true", help="time packing all Llama-3.2-1B projections (16 layers)")
+    ap = argparse.ArgumentParser(
+        description="int4-AWQ packed record: layout and packer benchmark"
+    )
+    ap.add_argument(
+        "--bench",
+        action="store_true",
+        help="time packing all Llama-3.2-1B projections (16 layers)",
+    )
     ap.add_argument("--tile-m", type=int, default=64)
     ap.add_argument("--tile-n", type=int, default=64)
     ap.add_argument("--tile-k", type=int, default=64)
@@ -309,7 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}")
         return 2
     print(f"record {lay}")
-    print("L1 budget (bytes): " + ", ".join(f"{k} {v}" for k, v in budget.items()) + f" of {L1_BYTES}")
+    print(
+        "L1 budget (bytes): "
+        + ", ".join(f"{k} {v}" for k, v in budget.items())
+        + f" of {L1_BYTES}"
+    )
     if args.bench:
         dt = bench_pack(tile_n=args.tile_n, tile_k=args.tile_k, gs=args.gs)
         print(f"packed all Llama-3.2-1B projections (16 layers) in {dt:.2f} s")

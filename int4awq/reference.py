@@ -34,7 +34,9 @@ def check_activations(a: np.ndarray, k: int) -> None:
     if a.shape[0] == 0:
         raise ConfigError("A: M = 0 rows; the GEMM needs at least one row")
     if a.shape[1] != k:
-        raise ConfigError(f"A: K = {a.shape[1]} columns but the weights have K = {k} rows")
+        raise ConfigError(
+            f"A: K = {a.shape[1]} columns but the weights have K = {k} rows"
+        )
     if not np.isfinite(a.astype(np.float32)).all():
         raise ConfigError("A: contains NaN or Inf")
 
@@ -42,15 +44,20 @@ def check_activations(a: np.ndarray, k: int) -> None:
 def bfp16_blocks(a: np.ndarray) -> np.ndarray:
     """A [M, K] as the kernel's bfp16ebs8 conversion leaves it (f64): per block of 8 consecutive K values,
     e = exponent of the largest magnitude, every value rounded half to even to a multiple of 2^(e - 6)
-    and saturated to [-128, 127] steps; bf16 subnormals (and all-subnormal blocks) become 0."""
+    and saturated to [-128, 127] steps; bf16 subnormals (and all-subnormal blocks) become 0.
+    """
     x = np.asarray(a).astype(np.float32)
     m, k = x.shape
     if k % BFP16_BLOCK:
-        raise ConfigError(f"A: K = {k} is not a multiple of the bfp16 block of {BFP16_BLOCK}")
+        raise ConfigError(
+            f"A: K = {k} is not a multiple of the bfp16 block of {BFP16_BLOCK}"
+        )
     x = x.reshape(m, k // BFP16_BLOCK, BFP16_BLOCK)
     normal = (x.view(np.uint32) & np.uint32(0x7F800000)) != 0
     v = np.where(normal, x, np.float32(0)).astype(np.float64)
-    _, e = np.frexp(np.abs(v).max(axis=2, keepdims=True))  # largest = f * 2^e, f in [0.5, 1)
+    _, e = np.frexp(
+        np.abs(v).max(axis=2, keepdims=True)
+    )  # largest = f * 2^e, f in [0.5, 1)
     step = np.ldexp(1.0, e - 7)  # 2^(exponent - 6), the exponent being e - 1
     out = np.clip(np.rint(v / step), -128, 127) * step
     return out.reshape(m, k)
@@ -64,19 +71,25 @@ class Bfp16Loss:
     subnormal: int
     flushed: int  # normal nonzero values that round to 0 in their block
     total: int
-    example: tuple | None  # (row, col, value, col of the block's largest, its value) of the first flush
+    example: (
+        tuple | None
+    )  # (row, col, value, col of the block's largest, its value) of the first flush
 
     def lines(self) -> list[str]:
         out = []
         if self.subnormal:
-            out.append(f"A holds {self.subnormal} of {self.total} values that are bf16 subnormals (below "
-                       f"{BF16_TINY:.3g}); the kernel's bfp16 conversion flushes them to 0")
+            out.append(
+                f"A holds {self.subnormal} of {self.total} values that are bf16 subnormals (below "
+                f"{BF16_TINY:.3g}); the kernel's bfp16 conversion flushes them to 0"
+            )
         if self.flushed:
             r, c, v, cmax, vmax = self.example
-            out.append(f"A holds {self.flushed} nonzero values that bfp16 blocks round to 0: 8 consecutive K"
-                       f" values share the exponent of the largest and keep 8-bit mantissas, so values"
-                       f" under about 1/128 of the block's largest vanish (e.g. A[{r}, {c}] = {v:.3g} beside"
-                       f" A[{r}, {cmax}] = {vmax:.3g})")
+            out.append(
+                f"A holds {self.flushed} nonzero values that bfp16 blocks round to 0: 8 consecutive K"
+                f" values share the exponent of the largest and keep 8-bit mantissas, so values"
+                f" under about 1/128 of the block's largest vanish (e.g. A[{r}, {c}] = {v:.3g} beside"
+                f" A[{r}, {cmax}] = {vmax:.3g})"
+            )
         return out
 
 
@@ -90,7 +103,7 @@ def bfp16_loss(a: np.ndarray) -> Bfp16Loss:
     if flushed.any():
         r, c = (int(i) for i in np.argwhere(flushed)[0])
         b0 = c - c % BFP16_BLOCK
-        cmax = b0 + int(np.argmax(np.abs(x[r, b0:b0 + BFP16_BLOCK])))
+        cmax = b0 + int(np.argmax(np.abs(x[r, b0 : b0 + BFP16_BLOCK])))
         example = (r, c, float(x[r, c]), cmax, float(x[r, cmax]))
     return Bfp16Loss(int(subnormal.sum()), int(flushed.sum()), int(x.size), example)
 
@@ -101,19 +114,30 @@ F32_MAX = float(np.finfo(np.float32).max)
 def check_accumulator_range(a: np.ndarray, w: AwqWeights, span: int) -> None:
     """The kernel sums A[r, span] x (q - z)[span, n] over each fold span of K (a group, or a K-chunk when a
     group spans several) in an f32 accumulator before it applies the scale. Raise ConfigError when A is so
-    large that such a sum can exceed f32's range (bounded by sum |a| x max |q - z| per span)."""
+    large that such a sum can exceed f32's range (bounded by sum |a| x max |q - z| per span).
+    """
     k = w.k
     if span <= 0 or k % span:
         return
-    a_sum = np.abs(a.astype(np.float64)).reshape(a.shape[0], k // span, span).sum(axis=2).max(axis=0)
+    a_sum = (
+        np.abs(a.astype(np.float64))
+        .reshape(a.shape[0], k // span, span)
+        .sum(axis=2)
+        .max(axis=0)
+    )
     qz = np.abs(w.q.astype(np.int16) - np.repeat(w.z, w.gs, axis=0).astype(np.int16))
     qz_max = qz.reshape(k // span, span, w.n).max(axis=(1, 2)).astype(np.float64)
     if (a_sum * qz_max).max(initial=0.0) <= F32_MAX:
         return  # no sum can overflow
     a64 = a.astype(np.float64)
-    for s in range(k // span):  # the sums themselves (one span at a time: M x N f64 each)
+    for s in range(
+        k // span
+    ):  # the sums themselves (one span at a time: M x N f64 each)
         rows = slice(s * span, (s + 1) * span)
-        g = np.abs(a64[:, rows] @ (w.q[rows].astype(np.float64) - np.repeat(w.z, w.gs, axis=0)[rows]))
+        g = np.abs(
+            a64[:, rows]
+            @ (w.q[rows].astype(np.float64) - np.repeat(w.z, w.gs, axis=0)[rows])
+        )
         if g.max(initial=0.0) > F32_MAX:
             r, n = (int(i) for i in np.unravel_index(np.argmax(g), g.shape))
             raise ConfigError(
@@ -123,7 +147,9 @@ def check_accumulator_range(a: np.ndarray, w: AwqWeights, span: int) -> None:
             )
 
 
-def reference_gemm(a: np.ndarray, w: AwqWeights, accumulate: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+def reference_gemm(
+    a: np.ndarray, w: AwqWeights, accumulate: type = np.float64
+) -> tuple[np.ndarray, np.ndarray]:
     """C = A @ dequant(W): (f32 [M, N], bf16 [M, N]). accumulate=np.float32 halves the time."""
     w.validate()
     check_activations(a, w.k)
@@ -137,8 +163,12 @@ def reference_gemm(a: np.ndarray, w: AwqWeights, accumulate: type = np.float64) 
             )
         c32 = c.astype(np.float32)
         c16 = c32.astype(bfloat16)
-    if not np.isfinite(c16.astype(np.float32)).all():  # within 2^-9 of BF16_MAX: rounds up to inf
-        raise ConfigError(f"C = A @ W rounds to inf in bfloat16 (|C| = {big:.6g}): scale A down")
+    if not np.isfinite(
+        c16.astype(np.float32)
+    ).all():  # within 2^-9 of BF16_MAX: rounds up to inf
+        raise ConfigError(
+            f"C = A @ W rounds to inf in bfloat16 (|C| = {big:.6g}): scale A down"
+        )
     return c32, c16
 
 
@@ -152,7 +182,9 @@ class CheckResult:
     max_rel_err: float | None  # exact mode only: over elements with |ref| >= bf16 tiny
     thresholds: dict
     failures: list[str] = field(default_factory=list)
-    causes: list[str] = field(default_factory=list)  # why it failed, when known (explain_failure)
+    causes: list[str] = field(
+        default_factory=list
+    )  # why it failed, when known (explain_failure)
 
     @property
     def passed(self) -> bool:
@@ -172,7 +204,9 @@ class CheckResult:
             f"max abs error   {self.max_abs_err:.4g}",
         ]
         if self.max_rel_err is not None:
-            lines.append(f"max rel error   {self.max_rel_err:.3e}   (exact mode: max 2^-8 = {BF16_REL_ROUNDING:.3e})")
+            lines.append(
+                f"max rel error   {self.max_rel_err:.3e}   (exact mode: max 2^-8 = {BF16_REL_ROUNDING:.3e})"
+            )
         lines += [f"failed: {f}" for f in self.failures]
         for c in self.causes:  # sentences: wrapped to 100 columns
             lines += textwrap.wrap(f"cause: {c}", 100, subsequent_indent="       ")
@@ -200,7 +234,9 @@ def check(
     c = np.asarray(c)
     ref = np.asarray(ref)
     if c.shape != ref.shape:
-        raise ConfigError(f"result shape {c.shape} differs from reference shape {ref.shape}")
+        raise ConfigError(
+            f"result shape {c.shape} differs from reference shape {ref.shape}"
+        )
     cf = c.astype(np.float64).ravel()
     rf = ref.astype(np.float64).ravel()
     if atol is None:
@@ -208,17 +244,26 @@ def check(
     finite = bool(np.isfinite(cf).all())
     err = np.abs(cf - rf)
     with np.errstate(invalid="ignore", divide="ignore"):
-        corr = float(np.corrcoef(cf, rf)[0, 1]) if finite and cf.size > 1 else float("nan")
+        corr = (
+            float(np.corrcoef(cf, rf)[0, 1]) if finite and cf.size > 1 else float("nan")
+        )
         sum_ref = float(np.abs(rf).sum())
         mean_rel_l1 = float(err.sum() / sum_ref) if sum_ref > 0 else float(err.sum())
     mismatches = int(np.count_nonzero(~np.isclose(cf, rf, rtol=rtol, atol=atol)))
     thresholds = dict(
-        rtol=rtol, atol=atol, min_correlation=min_correlation,
-        max_mismatch_pct=max_mismatch_pct, max_mean_rel_l1=max_mean_rel_l1,
+        rtol=rtol,
+        atol=atol,
+        min_correlation=min_correlation,
+        max_mismatch_pct=max_mismatch_pct,
+        max_mean_rel_l1=max_mean_rel_l1,
     )
-    res = CheckResult(corr, mismatches, cf.size, mean_rel_l1, float(err.max()), None, thresholds)
+    res = CheckResult(
+        corr, mismatches, cf.size, mean_rel_l1, float(err.max()), None, thresholds
+    )
     if not finite:
-        res.failures.append(f"{int(np.count_nonzero(~np.isfinite(cf)))} non-finite outputs")
+        res.failures.append(
+            f"{int(np.count_nonzero(~np.isfinite(cf)))} non-finite outputs"
+        )
     # A constant reference (e.g. all zeros) has no correlation to speak of; the element checks decide.
     if cf.size > 1 and np.ptp(rf) > 0 and not corr >= min_correlation:
         res.failures.append(f"correlation {corr:.6f} < {min_correlation}")
@@ -230,26 +275,38 @@ def check(
         big = np.abs(rf) >= BF16_TINY
         rel = err[big] / np.abs(rf[big])
         res.max_rel_err = float(rel.max()) if rel.size else 0.0
-        bad = int(np.count_nonzero(rel > BF16_REL_ROUNDING)) + int(np.count_nonzero(err[~big] > BF16_TINY))
+        bad = int(np.count_nonzero(rel > BF16_REL_ROUNDING)) + int(
+            np.count_nonzero(err[~big] > BF16_TINY)
+        )
         if bad:
-            res.failures.append(f"exact mode: {bad} elements off by more than bf16 rounding")
+            res.failures.append(
+                f"exact mode: {bad} elements off by more than bf16 rounding"
+            )
     return res
 
 
-def explain_failure(res: CheckResult, c: np.ndarray, a: np.ndarray, w: AwqWeights, **check_args) -> CheckResult:
+def explain_failure(
+    res: CheckResult, c: np.ndarray, a: np.ndarray, w: AwqWeights, **check_args
+) -> CheckResult:
     """Add the causes of a failed check that the operands explain: A's values the kernel's bfp16 blocks
     cannot hold. When C passes against the reference computed from A as the kernel rounds it, the
-    failure is A's dynamic range (or subnormals), not the kernel, and the cause says so."""
+    failure is A's dynamic range (or subnormals), not the kernel, and the cause says so.
+    """
     if res.passed:
         return res
     loss = bfp16_loss(a)
     lines = loss.lines()
     if not lines:
         return res
-    as_rounded = check(c, np.asarray(bfp16_blocks(a) @ dequantize(w).astype(np.float64), np.float32),
-                       **check_args)
+    as_rounded = check(
+        c,
+        np.asarray(bfp16_blocks(a) @ dequantize(w).astype(np.float64), np.float32),
+        **check_args,
+    )
     if as_rounded.passed:
-        lines.append(f"C matches the reference computed from A as the bfp16 blocks hold it (max abs error "
-                     f"{as_rounded.max_abs_err:.3g}): the failure is what the conversion drops, not the GEMM")
+        lines.append(
+            f"C matches the reference computed from A as the bfp16 blocks hold it (max abs error "
+            f"{as_rounded.max_abs_err:.3g}): the failure is what the conversion drops, not the GEMM"
+        )
     res.causes.extend(lines)
     return res

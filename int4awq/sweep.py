@@ -28,8 +28,13 @@ K_CHUNKS = (16, 32, 64, 128, 256)
 
 # Llama-3.2-1B projections (K = in_features, N = out_features) and the prefill lengths of the table.
 LLAMA_PROJECTIONS = {
-    "q_proj": (2048, 2048), "k_proj": (2048, 512), "v_proj": (2048, 512), "o_proj": (2048, 2048),
-    "gate_proj": (2048, 8192), "up_proj": (2048, 8192), "down_proj": (8192, 2048),
+    "q_proj": (2048, 2048),
+    "k_proj": (2048, 512),
+    "v_proj": (2048, 512),
+    "o_proj": (2048, 2048),
+    "gate_proj": (2048, 8192),
+    "up_proj": (2048, 8192),
+    "down_proj": (8192, 2048),
 }
 TABLE_M = (32, 128, 512, 2048)
 
@@ -52,19 +57,38 @@ def legal_configs(m: int, k: int, n: int, gs: int):
     """Every configuration the design, the kernel and the memory budgets accept for this shape."""
     check_dims(M=m, K=k, N=n)
     check_group_size(k, gs)
-    for tm, tn, tk1, hm, hn in itertools.product(TILES, TILES, K_CHUNKS, range(1, HERD_COLS + 1),
-                                                 range(1, HERD_ROWS + 1)):
+    for tm, tn, tk1, hm, hn in itertools.product(
+        TILES, TILES, K_CHUNKS, range(1, HERD_COLS + 1), range(1, HERD_ROWS + 1)
+    ):
         if k % tk1 or (tk1 % gs and gs % tk1):
             continue
         blocks = -(-n // (tn * hn))  # N blocks of the padded shape
         # A streaming (1), or resident and refed over all N blocks or a power-of-two share of them
-        sweeps = sorted({1} | {s for s in (blocks, *(1 << j for j in range(1, 6))) if 1 < s <= MAX_REFEED
-                               and blocks % s == 0})
-        for tk2, nps in itertools.product(sorted({k} | {tk1 << j for j in range(8) if k % (tk1 << j) == 0}),
-                                          sweeps):
+        sweeps = sorted(
+            {1}
+            | {
+                s
+                for s in (blocks, *(1 << j for j in range(1, 6)))
+                if 1 < s <= MAX_REFEED and blocks % s == 0
+            }
+        )
+        for tk2, nps in itertools.product(
+            sorted({k} | {tk1 << j for j in range(8) if k % (tk1 << j) == 0}), sweeps
+        ):
             try:
-                yield DesignConfig.padded(m, k, n, gs, tile_m=tm, tile_n=tn, tile_k_l1=tk1, tile_k_l2=tk2,
-                                          herd_m=hm, herd_n=hn, n_per_segment=nps)
+                yield DesignConfig.padded(
+                    m,
+                    k,
+                    n,
+                    gs,
+                    tile_m=tm,
+                    tile_n=tn,
+                    tile_k_l1=tk1,
+                    tile_k_l2=tk2,
+                    herd_m=hm,
+                    herd_n=hn,
+                    n_per_segment=nps,
+                )
             except ConfigError:
                 continue
 
@@ -72,7 +96,14 @@ def legal_configs(m: int, k: int, n: int, gs: int):
 def ranked(m: int, k: int, n: int, gs: int) -> list[Ranked]:
     """Legal configurations, fastest modelled first (ties: less DDR traffic, then larger tiles)."""
     out = [Ranked(cfg, modelled(cfg, m, n)) for cfg in legal_configs(m, k, n, gs)]
-    out.sort(key=lambda r: (r.est.seconds, r.est.ddr_bytes, -r.cfg.tile_m * r.cfg.tile_n, -r.cfg.tile_k_l2))
+    out.sort(
+        key=lambda r: (
+            r.est.seconds,
+            r.est.ddr_bytes,
+            -r.cfg.tile_m * r.cfg.tile_n,
+            -r.cfg.tile_k_l2,
+        )
+    )
     if not out:
         raise ConfigError(f"no legal configuration for M={m} K={k} N={n} GS={gs}")
     return out
@@ -80,7 +111,8 @@ def ranked(m: int, k: int, n: int, gs: int) -> list[Ranked]:
 
 def accepted(m: int, k: int, n: int, gs: int, top: int = 1) -> list[Ranked]:
     """The `top` fastest modelled configurations that the emulator's resource model also accepts
-    (DMA channels, BD chains, locks, memtile placement: air.emu.resources), fastest first."""
+    (DMA channels, BD chains, locks, memtile placement: air.emu.resources), fastest first.
+    """
     out = []
     for r in ranked(m, k, n, gs):
         if r.cfg.resource_problem() is not None:
@@ -89,7 +121,9 @@ def accepted(m: int, k: int, n: int, gs: int, top: int = 1) -> list[Ranked]:
         if len(out) == top:
             break
     if not out:
-        raise ConfigError(f"no configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model")
+        raise ConfigError(
+            f"no configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model"
+        )
     return out
 
 
@@ -113,13 +147,22 @@ def write_table(path: str = TABLE) -> None:
         best = accepted(m, k, n, 128)[0]
         row = {"projection": name, "m": m, "k": k, "n": n, "gs": 128}
         row.update({key: getattr(best.cfg, key) for key in DESIGN_OPTIONS})
-        row.update(modelled_us=round(best.est.seconds * 1e6, 1), modelled_tops=round(best.est.tops, 3),
-                   ddr_mb=round(best.est.ddr_bytes / 1e6, 2))
+        row.update(
+            modelled_us=round(best.est.seconds * 1e6, 1),
+            modelled_tops=round(best.est.tops, 3),
+            ddr_mb=round(best.est.ddr_bytes / 1e6, 2),
+        )
         rows.append(row)
     with open(path, "w") as f:
-        json.dump({"note": "default configurations per shape; generated by `python -m int4awq.sweep "
-                           "--write-table`; figures are MODELLED (int4awq/model.py), not measured",
-                   "configs": rows}, f, indent=1)
+        json.dump(
+            {
+                "note": "default configurations per shape; generated by `python -m int4awq.sweep "
+                "--write-table`; figures are MODELLED (int4awq/model.py), not measured",
+                "configs": rows,
+            },
+            f,
+            indent=1,
+        )
         f.write("\n")
 
 
@@ -143,14 +186,20 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"the {len(rows)} fastest configurations for M={args.m} K={args.k} N={args.n} GS={args.gs} that pass "
-          f"the NPU2 resource model; MODELLED NPU2 figures (int4awq/model.py)")
-    print(f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'n/seg':>5} {'DDR MB':>8} {'us':>9} "
-          f"{'TOPS':>6} bound")
+    print(
+        f"the {len(rows)} fastest configurations for M={args.m} K={args.k} N={args.n} GS={args.gs} that pass "
+        f"the NPU2 resource model; MODELLED NPU2 figures (int4awq/model.py)"
+    )
+    print(
+        f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'n/seg':>5} {'DDR MB':>8} {'us':>9} "
+        f"{'TOPS':>6} bound"
+    )
     for r in rows[: args.top]:
         c = r.cfg
-        print(f"{c.tile_m:>6} {c.tile_n:>6} {c.tile_k_l1:>5} {c.tile_k_l2:>5} {c.herd_m}x{c.herd_n:<3} {c.n_per_segment:>5} "
-              f"{r.est.ddr_bytes / 1e6:>8.2f} {r.est.seconds * 1e6:>9.1f} {r.est.tops:>6.3f} {r.est.bound}")
+        print(
+            f"{c.tile_m:>6} {c.tile_n:>6} {c.tile_k_l1:>5} {c.tile_k_l2:>5} {c.herd_m}x{c.herd_n:<3} {c.n_per_segment:>5} "
+            f"{r.est.ddr_bytes / 1e6:>8.2f} {r.est.seconds * 1e6:>9.1f} {r.est.tops:>6.3f} {r.est.bound}"
+        )
     return 0
 
 

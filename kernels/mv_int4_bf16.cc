@@ -1,39 +1,51 @@
 //===- mv_int4_bf16.cc - int4-AWQ GEMM inner kernel for AIE2P (aie_api) ---===//
 //
-// One PE computes a DIM_M x DIM_N tile of C = A x dequant(W), one K-chunk of DIM_K_CHUNK per call:
+// One PE computes a DIM_M x DIM_N tile of C = A x dequant(W), one K-chunk of
+// DIM_K_CHUNK per call:
 //
 //   gemm_int4_zero(c_acc)                                   c_acc = 0
-//   gemm_int4_accumulate(w_record, a_tile, c_acc, w_scratch) c_acc += a_tile x dequant(w_record)
-//   gemm_int4_drain(c_acc, c_out)                           c_out = bf16(c_acc), row-major, RNE
+//   gemm_int4_accumulate(w_record, a_tile, c_acc, w_scratch) c_acc += a_tile x
+//   dequant(w_record) gemm_int4_drain(c_acc, c_out) c_out = bf16(c_acc),
+//   row-major, RNE
 //
 // dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS.
 //
-// How a call works (docs/kernel.md has the byte-exact record and the buffer layouts):
-//  1. Dequantise the record's Q once into the bfp16 B scratch (start of w_scratch): (q - z) as int8,
+// How a call works (docs/kernel.md has the byte-exact record and the buffer
+// layouts):
+//  1. Dequantise the record's Q once into the bfp16 B scratch (start of
+//  w_scratch): (q - z) as int8,
 //     to bf16, each 8x8 [k][n] block transposed to [n][k] and converted to one
-//     aie::block_vector<bfp16ebs8, 64> (blocks of 8 along K, one per column n) -- exact: the
-//     largest |q - z| <= 15 of a block sets a step 2^(e - 6) <= 1/8, so every integer of the block
-//     is a mantissa below 128. The packer stored the nibbles in B-operand order, so this is a stream
-//     of 64-byte loads and 72-byte block pushes; the per-column zero points are laid across the
-//     vector with one interleave and a concat. Amortised over all DIM_M rows of A.
-//  2. Per pair of 8-row blocks of A: convert those 16 rows once to bfp16 blocks (the A scratch, after
-//     B's) with the same accfloat -> bfp16ebs8 conversion the bfp16-emulated bf16 mmul applies to A,
-//     then sweep all column pairs over them. Hot loop: a 2x2 block of independent native
-//     bfp16ebs8 x bfp16ebs8 8x8x8 mmul accumulators (512 MAC per instruction), nothing but four
-//     block-stream pops and four macs -- no operand conversion in the loop.
-//     Each accumulator G covers one "fold span" of K: a whole group when the chunk holds whole
-//     groups (DIM_K_CHUNK % DIM_GS == 0), the whole chunk when a group spans several chunks
-//     (DIM_GS % DIM_K_CHUNK == 0).
-//  3. Scale fold, once per span: c += G * s. AIE2P has no f32 x f32 vector multiply, so G is split
-//     into hi = bf16(G) and lo = bf16(G - hi) and both are multiplied by the bf16 scale (products
-//     exact in f32) and added to c in f32. hi + lo keeps 16 significant bits of G, so integer-valued
-//     G below 2^16 (exact-mode operands) survive exactly; upstream's single bf16(G) does not.
+//     aie::block_vector<bfp16ebs8, 64> (blocks of 8 along K, one per column n)
+//     -- exact: the largest |q - z| <= 15 of a block sets a step 2^(e - 6) <=
+//     1/8, so every integer of the block is a mantissa below 128. The packer
+//     stored the nibbles in B-operand order, so this is a stream of 64-byte
+//     loads and 72-byte block pushes; the per-column zero points are laid
+//     across the vector with one interleave and a concat. Amortised over all
+//     DIM_M rows of A.
+//  2. Per pair of 8-row blocks of A: convert those 16 rows once to bfp16 blocks
+//  (the A scratch, after
+//     B's) with the same accfloat -> bfp16ebs8 conversion the bfp16-emulated
+//     bf16 mmul applies to A, then sweep all column pairs over them. Hot loop:
+//     a 2x2 block of independent native bfp16ebs8 x bfp16ebs8 8x8x8 mmul
+//     accumulators (512 MAC per instruction), nothing but four block-stream
+//     pops and four macs -- no operand conversion in the loop. Each accumulator
+//     G covers one "fold span" of K: a whole group when the chunk holds whole
+//     groups (DIM_K_CHUNK % DIM_GS == 0), the whole chunk when a group spans
+//     several chunks (DIM_GS % DIM_K_CHUNK == 0).
+//  3. Scale fold, once per span: c += G * s. AIE2P has no f32 x f32 vector
+//  multiply, so G is split
+//     into hi = bf16(G) and lo = bf16(G - hi) and both are multiplied by the
+//     bf16 scale (products exact in f32) and added to c in f32. hi + lo keeps
+//     16 significant bits of G, so integer-valued G below 2^16 (exact-mode
+//     operands) survive exactly; upstream's single bf16(G) does not.
 //
-// Roundings, in order: A to bfp16 blocks (exact for exact-mode operands; (q - z) is always exact), one
-// f32 addition per mmul into G, bf16(G) and bf16(G - hi), two f32 additions per fold into c, and the
-// final f32 -> bf16 round-to-nearest-even in the drain. These are the same roundings, in the same order,
-// as the bf16 mmul built with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (it converts both operands to
-// bfp16ebs8 on every mac), so the results are bit-identical to that formulation.
+// Roundings, in order: A to bfp16 blocks (exact for exact-mode operands; (q -
+// z) is always exact), one f32 addition per mmul into G, bf16(G) and bf16(G -
+// hi), two f32 additions per fold into c, and the final f32 -> bf16
+// round-to-nearest-even in the drain. These are the same roundings, in the same
+// order, as the bf16 mmul built with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16
+// (it converts both operands to bfp16ebs8 on every mac), so the results are
+// bit-identical to that formulation.
 //
 // Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P).
 //
@@ -42,55 +54,67 @@
 #include <aie_api/aie.hpp>
 #include <stdint.h>
 
-// Marks a software-pipelined loop: a trip-count hint for Peano (clang loop pragma); on the host, the
-// profiling build's loop scope (AIE_HOST_LOOP_ENTRY, empty unless -DAIE_HOST_PROFILE).
+// Marks a software-pipelined loop: a trip-count hint for Peano (clang loop
+// pragma); on the host, the profiling build's loop scope (AIE_HOST_LOOP_ENTRY,
+// empty unless -DAIE_HOST_PROFILE).
 #if defined(__AIECC__)
 #define KERNEL_STR_(x) #x
-#define KERNEL_MIN_ITERS(n) _Pragma(KERNEL_STR_(clang loop min_iteration_count(n)))
+#define KERNEL_MIN_ITERS(n)                                                    \
+  _Pragma(KERNEL_STR_(clang loop min_iteration_count(n)))
 #else
 #define KERNEL_MIN_ITERS(n) AIE_HOST_LOOP_ENTRY
 #endif
 
-#if !defined(DIM_M) || !defined(DIM_N) || !defined(DIM_K_CHUNK) || !defined(DIM_GS)
-#error "define the tile: -DDIM_M=<tile_m> -DDIM_N=<tile_n> -DDIM_K_CHUNK=<tile_k_l1> -DDIM_GS=<group size>"
+#if !defined(DIM_M) || !defined(DIM_N) || !defined(DIM_K_CHUNK) ||             \
+    !defined(DIM_GS)
+#error                                                                         \
+    "define the tile: -DDIM_M=<tile_m> -DDIM_N=<tile_n> -DDIM_K_CHUNK=<tile_k_l1> -DDIM_GS=<group size>"
 #endif
 
 namespace {
 
-constexpr unsigned TM = DIM_M;        // rows of A and C per PE
-constexpr unsigned TN = DIM_N;        // columns of W and C per PE
-constexpr unsigned TK = DIM_K_CHUNK;  // K per call
-constexpr unsigned GS = DIM_GS;       // quantisation group size along K
+constexpr unsigned TM = DIM_M;       // rows of A and C per PE
+constexpr unsigned TN = DIM_N;       // columns of W and C per PE
+constexpr unsigned TK = DIM_K_CHUNK; // K per call
+constexpr unsigned GS = DIM_GS;      // quantisation group size along K
 
 static_assert(TM > 0 && TM % 16 == 0,
-              "DIM_M (tile_m) must be a positive multiple of 16: the kernel works on 2x2 blocks of 8x8 mmul tiles");
+              "DIM_M (tile_m) must be a positive multiple of 16: the kernel "
+              "works on 2x2 blocks of 8x8 mmul tiles");
 static_assert(TN > 0 && TN % 16 == 0,
-              "DIM_N (tile_n) must be a positive multiple of 16: 2x2 blocks of 8x8 mmul tiles, and zero points "
+              "DIM_N (tile_n) must be a positive multiple of 16: 2x2 blocks of "
+              "8x8 mmul tiles, and zero points "
               "are read 16 columns at a time");
 static_assert(TK > 0 && TK % 16 == 0,
-              "DIM_K_CHUNK (tile_k_l1) must be a positive multiple of 16: dequantisation converts two 8-deep K "
+              "DIM_K_CHUNK (tile_k_l1) must be a positive multiple of 16: "
+              "dequantisation converts two 8-deep K "
               "blocks (64 bytes of nibbles) per step");
-static_assert(GS > 0 && GS % 16 == 0, "DIM_GS must be a positive multiple of 16 (two 8-deep K blocks)");
+static_assert(GS > 0 && GS % 16 == 0,
+              "DIM_GS must be a positive multiple of 16 (two 8-deep K blocks)");
 static_assert(TK % GS == 0 || GS % TK == 0,
-              "DIM_K_CHUNK and DIM_GS must divide one another: a chunk holds whole groups, or a group spans "
+              "DIM_K_CHUNK and DIM_GS must divide one another: a chunk holds "
+              "whole groups, or a group spans "
               "whole chunks");
-static_assert(TM * TK * 2 <= 65536 && TN * TK * 2 <= 65536 && TM * TN * 4 <= 65536,
+static_assert(TM * TK * 2 <= 65536 && TN * TK * 2 <= 65536 &&
+                  TM * TN * 4 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
 
 using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
-using BLOCKS = aie::block_vector<bfp16ebs8, 64>;  // one 8x8 mmul operand: 8 blocks of 8 along K
-static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64 && BLOCKS::bytes() == 72);
+using BLOCKS = aie::block_vector<bfp16ebs8, 64>; // one 8x8 mmul operand: 8
+                                                 // blocks of 8 along K
+static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64 &&
+              BLOCKS::bytes() == 72);
 
-constexpr unsigned MB = TM / 8;                      // 8-row blocks of A / C
-constexpr unsigned NB = TN / 8;                      // 8-column blocks of W / C
-constexpr unsigned KB = TK / 8;                      // 8-deep K blocks per chunk
-constexpr unsigned SPAN = TK < GS ? TK : GS;         // K covered by one scale fold
-constexpr unsigned SB = SPAN / 8;                    // K blocks per fold
-constexpr unsigned NF = TK / SPAN;                   // folds per call = groups held by the record
-constexpr unsigned BLK = 64;                         // elements per 8x8 block
+constexpr unsigned MB = TM / 8;              // 8-row blocks of A / C
+constexpr unsigned NB = TN / 8;              // 8-column blocks of W / C
+constexpr unsigned KB = TK / 8;              // 8-deep K blocks per chunk
+constexpr unsigned SPAN = TK < GS ? TK : GS; // K covered by one scale fold
+constexpr unsigned SB = SPAN / 8;            // K blocks per fold
+constexpr unsigned NF = TK / SPAN; // folds per call = groups held by the record
+constexpr unsigned BLK = 64;       // elements per 8x8 block
 
-// Packed record (see int4awq/record.py, which must agree): Q nibbles, then S (bf16), then Z (uint8),
-// each section starting on a 64-byte boundary.
+// Packed record (see int4awq/record.py, which must agree): Q nibbles, then S
+// (bf16), then Z (uint8), each section starting on a 64-byte boundary.
 constexpr unsigned round64(unsigned x) { return (x + 63u) / 64u * 64u; }
 constexpr unsigned Q_BYTES = TN * TK / 2;
 constexpr unsigned S_OFFSET = round64(Q_BYTES);
@@ -99,276 +123,337 @@ constexpr unsigned Z_OFFSET = S_OFFSET + S_BYTES;
 constexpr unsigned Z_BYTES = round64(NF * TN);
 constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
 
-// w_scratch (see int4awq/record.py, w_scratch_elems): bfp16 operand "lines" of KB block vectors each,
-// every line starting on a 64-byte boundary (a block stream starts at FIFO position 0 of a 512-bit
-// word). Lines 0 .. NB-1: B column block nb, as B^T (row n of the 8x8 block = column n of W, 8 K
-// values); lines NB and NB+1: the two 8-row blocks of A being swept (rows of A, 8 K values).
+// w_scratch (see int4awq/record.py, w_scratch_elems): bfp16 operand "lines" of
+// KB block vectors each, every line starting on a 64-byte boundary (a block
+// stream starts at FIFO position 0 of a 512-bit word). Lines 0 .. NB-1: B
+// column block nb, as B^T (row n of the 8x8 block = column n of W, 8 K values);
+// lines NB and NB+1: the two 8-row blocks of A being swept (rows of A, 8 K
+// values).
 constexpr unsigned LINE_BYTES = round64(KB * BLOCKS::bytes());
 constexpr unsigned A_LINES_OFFSET = NB * LINE_BYTES;
 constexpr unsigned SCRATCH_BYTES = (NB + 2) * LINE_BYTES;
-static_assert(SCRATCH_BYTES % 64 == 0 && SCRATCH_BYTES <= 65536, "w_scratch does not fit a PE's L1");
+static_assert(SCRATCH_BYTES % 64 == 0 && SCRATCH_BYTES <= 65536,
+              "w_scratch does not fit a PE's L1");
 
-// 8 values replicated 8 times: the per-column operand of an 8x8 row-major block.
-inline aie::vector<bfloat16, 64> replicate_row(const aie::vector<bfloat16, 8> &v) {
-    return aie::concat(v, v, v, v, v, v, v, v);
+// 8 values replicated 8 times: the per-column operand of an 8x8 row-major
+// block.
+inline aie::vector<bfloat16, 64>
+replicate_row(const aie::vector<bfloat16, 8> &v) {
+  return aie::concat(v, v, v, v, v, v, v, v);
 }
 inline aie::vector<int8, 128> replicate_16(const aie::vector<int8, 16> &v) {
-    return aie::concat(v, v, v, v, v, v, v, v);
+  return aie::concat(v, v, v, v, v, v, v, v);
 }
 
 inline bfp16ebs8 *line(uint8_t *scratch, unsigned i) {
-    return reinterpret_cast<bfp16ebs8 *>(scratch + i * LINE_BYTES);
+  return reinterpret_cast<bfp16ebs8 *>(scratch + i * LINE_BYTES);
 }
 
-// Two 8x8 [k][n] blocks of (q - z) (int8, 128 lanes) -> two B^T block vectors ([n][k], blocks along K),
-// pushed in K order. Exact: the values are integers in [-15, 15].
-inline void push_blocks(aie::block_vector_output_buffer_stream<bfp16ebs8, 64> &out, const aie::vector<int8, 128> &d) {
-    const aie::vector<bfloat16, 128> v = aie::to_float<bfloat16>(d, 0);
-    out << aie::accum<accfloat, 64>(aie::transpose(v.extract<64>(0), 8, 8)).to_vector<bfp16ebs8>();
-    out << aie::accum<accfloat, 64>(aie::transpose(v.extract<64>(1), 8, 8)).to_vector<bfp16ebs8>();
+// Two 8x8 [k][n] blocks of (q - z) (int8, 128 lanes) -> two B^T block vectors
+// ([n][k], blocks along K), pushed in K order. Exact: the values are integers
+// in [-15, 15].
+inline void
+push_blocks(aie::block_vector_output_buffer_stream<bfp16ebs8, 64> &out,
+            const aie::vector<int8, 128> &d) {
+  const aie::vector<bfloat16, 128> v = aie::to_float<bfloat16>(d, 0);
+  out << aie::accum<accfloat, 64>(aie::transpose(v.extract<64>(0), 8, 8))
+             .to_vector<bfp16ebs8>();
+  out << aie::accum<accfloat, 64>(aie::transpose(v.extract<64>(1), 8, 8))
+             .to_vector<bfp16ebs8>();
 }
 
-// Record Q -> B lines of w_scratch. Q byte i holds the codes of elements 2i (low nibble) and 2i + 1
-// (high) of the record's B-operand order: block (nb, kb) at (nb * KB + kb) * 64, [k][n] inside.
+// Record Q -> B lines of w_scratch. Q byte i holds the codes of elements 2i
+// (low nibble) and 2i + 1 (high) of the record's B-operand order: block (nb,
+// kb) at (nb * KB + kb) * 64, [k][n] inside.
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
-    const uint8_t *__restrict zp = record + Z_OFFSET;
-    for (unsigned nb = 0; nb < NB; nb += 2) {
-        aie::block_vector_output_buffer_stream<bfp16ebs8, 64> w0(line(scratch, nb));
-        aie::block_vector_output_buffer_stream<bfp16ebs8, 64> w1(line(scratch, nb + 1));
-        for (unsigned f = 0; f < NF; ++f) {
-            // z of columns 8nb .. 8nb+15; zip with itself -> [z(nb) z(nb)] and [z(nb+1) z(nb+1)].
-            const aie::vector<uint8, 16> z16 = aie::load_v<16>(zp + f * TN + nb * 8);
-            const auto zz = aie::interleave_zip(z16, z16, 8);
-            const aie::vector<int8, 128> z0 = replicate_16(zz.first.cast_to<int8>());
-            const aie::vector<int8, 128> z1 = replicate_16(zz.second.cast_to<int8>());
+  const uint8_t *__restrict zp = record + Z_OFFSET;
+  for (unsigned nb = 0; nb < NB; nb += 2) {
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> w0(line(scratch, nb));
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> w1(
+        line(scratch, nb + 1));
+    for (unsigned f = 0; f < NF; ++f) {
+      // z of columns 8nb .. 8nb+15; zip with itself -> [z(nb) z(nb)] and
+      // [z(nb+1) z(nb+1)].
+      const aie::vector<uint8, 16> z16 = aie::load_v<16>(zp + f * TN + nb * 8);
+      const auto zz = aie::interleave_zip(z16, z16, 8);
+      const aie::vector<int8, 128> z0 = replicate_16(zz.first.cast_to<int8>());
+      const aie::vector<int8, 128> z1 = replicate_16(zz.second.cast_to<int8>());
 
-            const unsigned first = nb * KB + f * SB;  // block index of (nb, first kb of this span)
-            const uint8_t *__restrict q0 = record + first * (BLK / 2);
-            const uint8_t *__restrict q1 = q0 + KB * (BLK / 2);
-            KERNEL_MIN_ITERS(1)
-            for (unsigned kb = 0; kb < SB; kb += 2) {
-                push_blocks(w0, aie::sub(aie::load_v<64>(q0).cast_to<uint4>().unpack_sign<int8>(false), z0));
-                push_blocks(w1, aie::sub(aie::load_v<64>(q1).cast_to<uint4>().unpack_sign<int8>(false), z1));
-                q0 += 64;
-                q1 += 64;
-            }
-        }
+      const unsigned first =
+          nb * KB + f * SB; // block index of (nb, first kb of this span)
+      const uint8_t *__restrict q0 = record + first * (BLK / 2);
+      const uint8_t *__restrict q1 = q0 + KB * (BLK / 2);
+      KERNEL_MIN_ITERS(1)
+      for (unsigned kb = 0; kb < SB; kb += 2) {
+        push_blocks(
+            w0, aie::sub(aie::load_v<64>(q0).cast_to<uint4>().unpack_sign<int8>(
+                             false),
+                         z0));
+        push_blocks(
+            w1, aie::sub(aie::load_v<64>(q1).cast_to<uint4>().unpack_sign<int8>(
+                             false),
+                         z1));
+        q0 += 64;
+        q1 += 64;
+      }
     }
+  }
 }
 
-// A rows 8mb .. 8mb+15 (two 8-row blocks of a_tile) -> the two A lines of w_scratch, in K order.
-void convert_a(const bfloat16 *__restrict a_tile, unsigned mb, uint8_t *__restrict scratch) {
-    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o0(line(scratch, NB));
-    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o1(line(scratch, NB + 1));
-    const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
-    const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
-    KERNEL_MIN_ITERS(2)
-    for (unsigned kb = 0; kb < KB; ++kb) {
-        o0 << aie::accum<accfloat, 64>(aie::load_v<64>(pa0)).to_vector<bfp16ebs8>();
-        o1 << aie::accum<accfloat, 64>(aie::load_v<64>(pa1)).to_vector<bfp16ebs8>();
-        pa0 += BLK;
-        pa1 += BLK;
-    }
+// A rows 8mb .. 8mb+15 (two 8-row blocks of a_tile) -> the two A lines of
+// w_scratch, in K order.
+void convert_a(const bfloat16 *__restrict a_tile, unsigned mb,
+               uint8_t *__restrict scratch) {
+  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o0(line(scratch, NB));
+  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o1(
+      line(scratch, NB + 1));
+  const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
+  const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
+  KERNEL_MIN_ITERS(2)
+  for (unsigned kb = 0; kb < KB; ++kb) {
+    o0 << aie::accum<accfloat, 64>(aie::load_v<64>(pa0)).to_vector<bfp16ebs8>();
+    o1 << aie::accum<accfloat, 64>(aie::load_v<64>(pa1)).to_vector<bfp16ebs8>();
+    pa0 += BLK;
+    pa1 += BLK;
+  }
 }
 
-// c (one 8x8 f32 block of the accumulator) += G * s, with G split into bf16 hi + lo.
-inline void fold(const MMUL &g, const aie::vector<bfloat16, 64> &s, float *__restrict c) {
-    const aie::accum<accfloat, 64> gacc = g.to_accum();
-    const aie::vector<bfloat16, 64> hi = gacc.to_vector<bfloat16>();
-    const aie::vector<bfloat16, 64> lo = aie::sub(gacc, hi).to_vector<bfloat16>();
-    aie::accum<accfloat, 64> acc(aie::load_v<64>(c));
-    acc = aie::mac(acc, hi, s);
-    acc = aie::mac(acc, lo, s);
-    aie::store_v(c, acc.to_vector<float>());
+// c (one 8x8 f32 block of the accumulator) += G * s, with G split into bf16 hi
+// + lo.
+inline void fold(const MMUL &g, const aie::vector<bfloat16, 64> &s,
+                 float *__restrict c) {
+  const aie::accum<accfloat, 64> gacc = g.to_accum();
+  const aie::vector<bfloat16, 64> hi = gacc.to_vector<bfloat16>();
+  const aie::vector<bfloat16, 64> lo = aie::sub(gacc, hi).to_vector<bfloat16>();
+  aie::accum<accfloat, 64> acc(aie::load_v<64>(c));
+  acc = aie::mac(acc, hi, s);
+  acc = aie::mac(acc, lo, s);
+  aie::store_v(c, acc.to_vector<float>());
 }
 
-}  // namespace
+} // namespace
 
 extern "C" {
 
-// c_acc: DIM_M * DIM_N floats, blocked: block (mb, nb) of C at (mb * DIM_N/8 + nb) * 64, row-major inside.
+// c_acc: DIM_M * DIM_N floats, blocked: block (mb, nb) of C at (mb * DIM_N/8 +
+// nb) * 64, row-major inside.
 void gemm_int4_zero(float *c_acc) {
-    const aie::vector<float, 16> z = aie::zeros<float, 16>();
-    KERNEL_MIN_ITERS(16)
-    for (unsigned i = 0; i < TM * TN; i += 16) {
-        aie::store_v(c_acc + i, z);
-    }
+  const aie::vector<float, 16> z = aie::zeros<float, 16>();
+  KERNEL_MIN_ITERS(16)
+  for (unsigned i = 0; i < TM * TN; i += 16) {
+    aie::store_v(c_acc + i, z);
+  }
 }
 
-// w_record: one packed record (RECORD_BYTES); a_tile: DIM_M x DIM_K_CHUNK bf16 in 8x8 blocks, block
-// (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major inside; w_scratch: SCRATCH_BYTES / 2 bf16
-// (kernel-private; holds bfp16 block lines, see above).
-void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc, bfloat16 *w_scratch) {
-    ::aie::set_rounding(aie::rounding_mode::conv_even);
-    uint8_t *__restrict scratch = reinterpret_cast<uint8_t *>(w_scratch);
-    dequantize(w_record, scratch);
+// w_record: one packed record (RECORD_BYTES); a_tile: DIM_M x DIM_K_CHUNK bf16
+// in 8x8 blocks, block (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major
+// inside; w_scratch: SCRATCH_BYTES / 2 bf16 (kernel-private; holds bfp16 block
+// lines, see above).
+void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
+                          bfloat16 *w_scratch) {
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  uint8_t *__restrict scratch = reinterpret_cast<uint8_t *>(w_scratch);
+  dequantize(w_record, scratch);
 
-    const bfloat16 *__restrict scales = reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
-    for (unsigned mb = 0; mb < MB; mb += 2) {
-        convert_a(a_tile, mb, scratch);
-        for (unsigned nb = 0; nb < NB; nb += 2) {
-            float *__restrict c00 = c_acc + (mb * NB + nb) * BLK;
-            float *__restrict c01 = c00 + BLK;
-            float *__restrict c10 = c00 + NB * BLK;
-            float *__restrict c11 = c10 + BLK;
-            // Each stream walks its line through all NF fold spans in K order.
-            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa0(line(scratch, NB));
-            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa1(line(scratch, NB + 1));
-            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb0(line(scratch, nb));
-            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb1(line(scratch, nb + 1));
-            for (unsigned f = 0; f < NF; ++f) {
-                MMUL g00, g01, g10, g11;  // default-constructed: zero for the first mac
-                KERNEL_MIN_ITERS(2)
-                for (unsigned kb = 0; kb < SB; ++kb) {
-                    const BLOCKS a0 = sa0.pop();
-                    const BLOCKS a1 = sa1.pop();
-                    const BLOCKS b0 = sb0.pop();
-                    const BLOCKS b1 = sb1.pop();
-                    g00.mac(a0, aie::op_transpose(b0));
-                    g01.mac(a0, aie::op_transpose(b1));
-                    g10.mac(a1, aie::op_transpose(b0));
-                    g11.mac(a1, aie::op_transpose(b1));
-                }
-                const bfloat16 *sp = scales + f * TN + nb * 8;
-                const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
-                const aie::vector<bfloat16, 64> s1 = replicate_row(aie::load_v<8>(sp + 8));
-                fold(g00, s0, c00);
-                fold(g01, s1, c01);
-                fold(g10, s0, c10);
-                fold(g11, s1, c11);
-            }
+  const bfloat16 *__restrict scales =
+      reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
+  for (unsigned mb = 0; mb < MB; mb += 2) {
+    convert_a(a_tile, mb, scratch);
+    for (unsigned nb = 0; nb < NB; nb += 2) {
+      float *__restrict c00 = c_acc + (mb * NB + nb) * BLK;
+      float *__restrict c01 = c00 + BLK;
+      float *__restrict c10 = c00 + NB * BLK;
+      float *__restrict c11 = c10 + BLK;
+      // Each stream walks its line through all NF fold spans in K order.
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa0(
+          line(scratch, NB));
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa1(
+          line(scratch, NB + 1));
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb0(
+          line(scratch, nb));
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb1(
+          line(scratch, nb + 1));
+      for (unsigned f = 0; f < NF; ++f) {
+        MMUL g00, g01, g10, g11; // default-constructed: zero for the first mac
+        KERNEL_MIN_ITERS(2)
+        for (unsigned kb = 0; kb < SB; ++kb) {
+          const BLOCKS a0 = sa0.pop();
+          const BLOCKS a1 = sa1.pop();
+          const BLOCKS b0 = sb0.pop();
+          const BLOCKS b1 = sb1.pop();
+          g00.mac(a0, aie::op_transpose(b0));
+          g01.mac(a0, aie::op_transpose(b1));
+          g10.mac(a1, aie::op_transpose(b0));
+          g11.mac(a1, aie::op_transpose(b1));
         }
+        const bfloat16 *sp = scales + f * TN + nb * 8;
+        const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
+        const aie::vector<bfloat16, 64> s1 =
+            replicate_row(aie::load_v<8>(sp + 8));
+        fold(g00, s0, c00);
+        fold(g01, s1, c01);
+        fold(g10, s0, c10);
+        fold(g11, s1, c11);
+      }
     }
+  }
 }
 
 // c_out: DIM_M x DIM_N bf16, row-major; round to nearest even.
 void gemm_int4_drain(float *c_acc, bfloat16 *c_out) {
-    ::aie::set_rounding(aie::rounding_mode::conv_even);
-    for (unsigned mb = 0; mb < MB; ++mb) {
-        for (unsigned nb = 0; nb < NB; ++nb) {
-            const aie::accum<accfloat, 64> acc(aie::load_v<64>(c_acc + (mb * NB + nb) * BLK));
-            const aie::vector<bfloat16, 64> v = acc.to_vector<bfloat16>();
-            bfloat16 *__restrict dst = c_out + mb * 8 * TN + nb * 8;
-            for (unsigned i = 0; i < 8; ++i) aie::store_v(dst + i * TN, v.extract<8>(i));
-        }
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  for (unsigned mb = 0; mb < MB; ++mb) {
+    for (unsigned nb = 0; nb < NB; ++nb) {
+      const aie::accum<accfloat, 64> acc(
+          aie::load_v<64>(c_acc + (mb * NB + nb) * BLK));
+      const aie::vector<bfloat16, 64> v = acc.to_vector<bfloat16>();
+      bfloat16 *__restrict dst = c_out + mb * 8 * TN + nb * 8;
+      for (unsigned i = 0; i < 8; ++i)
+        aie::store_v(dst + i * TN, v.extract<8>(i));
     }
+  }
 }
 
-}  // extern "C"
+} // extern "C"
 
 //===----------------------------------------------------------------------===//
-// GEMV entries: the same packed record, m = 1 .. GEMV_MAX_M rows of A (decode, and small-M prefill).
+// GEMV entries: the same packed record, m = 1 .. GEMV_MAX_M rows of A (decode,
+// and small-M prefill).
 //
 //   gemv_int4_zero(acc, m)                                 acc = 0
-//   gemv_int4_accumulate(w_record, a_rows, acc, w_scratch, m)   acc += a_rows x dequant(w_record)
-//   gemv_int4_add(acc, partial, m)                         acc = partial + acc (f32, RNE): K-split sums
-//   gemv_int4_drain(acc, c_out, m)                         c_out = bf16(acc), m rows, RNE
+//   gemv_int4_accumulate(w_record, a_rows, acc, w_scratch, m)   acc += a_rows x
+//   dequant(w_record) gemv_int4_add(acc, partial, m) acc = partial + acc (f32,
+//   RNE): K-split sums gemv_int4_drain(acc, c_out, m) c_out = bf16(acc), m
+//   rows, RNE
 //
-// m is a run-time argument, so one object serves every row count and the GEMM entries above. The record is
-// the GEMM's, byte for byte (DIM_N x DIM_K_CHUNK, group DIM_GS); DIM_M is only the GEMM's tile.
+// m is a run-time argument, so one object serves every row count and the GEMM
+// entries above. The record is the GEMM's, byte for byte (DIM_N x DIM_K_CHUNK,
+// group DIM_GS); DIM_M is only the GEMM's tile.
 //
-//   a_rows     m x DIM_K_CHUNK bf16, row-major (row r at r * DIM_K_CHUNK): the rows as they are in DDR
-//   acc        bands * 8 * DIM_N f32, bands = ceil(m / 8), blocked like the GEMM's c_acc: block (b, nb)
-//              at (b * DIM_N/8 + nb) * 64, row-major inside; rows m .. 8 * bands - 1 stay 0
+//   a_rows     m x DIM_K_CHUNK bf16, row-major (row r at r * DIM_K_CHUNK): the
+//   rows as they are in DDR acc        bands * 8 * DIM_N f32, bands = ceil(m /
+//   8), blocked like the GEMM's c_acc: block (b, nb)
+//              at (b * DIM_N/8 + nb) * 64, row-major inside; rows m .. 8 *
+//              bands - 1 stay 0
 //   c_out      m x DIM_N bf16, row-major
-//   w_scratch  record.w_scratch_elems(DIM_N, DIM_K_CHUNK) bf16, the GEMM's scratch (B lines + one A line)
+//   w_scratch  record.w_scratch_elems(DIM_N, DIM_K_CHUNK) bf16, the GEMM's
+//   scratch (B lines + one A line)
 //
-// A call dequantises the record once into the B lines exactly as the GEMM does (dequantize above), then per
-// band of up to 8 rows converts those rows to one bfp16 A line (rows m .. 8 * bands - 1 read as 0) and sweeps
-// the column blocks two at a time: two independent 8x8x8 bfp16 mmul accumulators, three block-stream pops
-// and two macs per step. Roundings are the GEMM's, in the GEMM's order, row by row: rows of A are converted
-// to bfp16 in blocks of 8 along K (so a row's values do not depend on the other rows), one f32 RNE addition
-// per 8-deep block into the span's G, then c += hi * s, c += lo * s. So for one K sweep (zero, accumulate per
-// chunk, drain) a row of C is bit-identical to the same row of the GEMM; a K-split design adds the parts'
-// partial sums with gemv_int4_add, and int4awq.kernel_model.kernel_gemv_model models that order too.
+// A call dequantises the record once into the B lines exactly as the GEMM does
+// (dequantize above), then per band of up to 8 rows converts those rows to one
+// bfp16 A line (rows m .. 8 * bands - 1 read as 0) and sweeps the column blocks
+// two at a time: two independent 8x8x8 bfp16 mmul accumulators, three
+// block-stream pops and two macs per step. Roundings are the GEMM's, in the
+// GEMM's order, row by row: rows of A are converted to bfp16 in blocks of 8
+// along K (so a row's values do not depend on the other rows), one f32 RNE
+// addition per 8-deep block into the span's G, then c += hi * s, c += lo * s.
+// So for one K sweep (zero, accumulate per chunk, drain) a row of C is
+// bit-identical to the same row of the GEMM; a K-split design adds the parts'
+// partial sums with gemv_int4_add, and int4awq.kernel_model.kernel_gemv_model
+// models that order too.
 //===----------------------------------------------------------------------===//
 
 namespace {
 
-constexpr unsigned GEMV_MAX_M = 32;  // rows per call: four 8-row bands
+constexpr unsigned GEMV_MAX_M = 32; // rows per call: four 8-row bands
 inline unsigned gemv_bands(int32_t m) {
-    const unsigned u = m < 1 ? 1u : (m > int32_t(GEMV_MAX_M) ? GEMV_MAX_M : unsigned(m));
-    return (u + 7u) / 8u;
+  const unsigned u =
+      m < 1 ? 1u : (m > int32_t(GEMV_MAX_M) ? GEMV_MAX_M : unsigned(m));
+  return (u + 7u) / 8u;
 }
-inline unsigned gemv_rows(int32_t m) { return m < 1 ? 1u : (m > int32_t(GEMV_MAX_M) ? GEMV_MAX_M : unsigned(m)); }
-
-// Rows r0 .. r0 + rows - 1 of a_rows (row-major, DIM_K_CHUNK long) -> the A line of w_scratch (line NB), one
-// block vector per 8-deep K block; the rows past `rows` of the 8-row block are 0.
-void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0, unsigned rows, uint8_t *__restrict scratch) {
-    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> out(line(scratch, NB));
-    const bfloat16 *__restrict pa = a_rows + r0 * TK;
-    KERNEL_MIN_ITERS(2)
-    for (unsigned kb = 0; kb < KB; ++kb) {
-        aie::vector<bfloat16, 64> blk = aie::zeros<bfloat16, 64>();
-        for (unsigned r = 0; r < rows; ++r) blk.insert(r, aie::load_v<8>(pa + r * TK + kb * 8));
-        out << aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
-    }
+inline unsigned gemv_rows(int32_t m) {
+  return m < 1 ? 1u : (m > int32_t(GEMV_MAX_M) ? GEMV_MAX_M : unsigned(m));
 }
 
-}  // namespace
+// Rows r0 .. r0 + rows - 1 of a_rows (row-major, DIM_K_CHUNK long) -> the A
+// line of w_scratch (line NB), one block vector per 8-deep K block; the rows
+// past `rows` of the 8-row block are 0.
+void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
+                    unsigned rows, uint8_t *__restrict scratch) {
+  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> out(line(scratch, NB));
+  const bfloat16 *__restrict pa = a_rows + r0 * TK;
+  KERNEL_MIN_ITERS(2)
+  for (unsigned kb = 0; kb < KB; ++kb) {
+    aie::vector<bfloat16, 64> blk = aie::zeros<bfloat16, 64>();
+    for (unsigned r = 0; r < rows; ++r)
+      blk.insert(r, aie::load_v<8>(pa + r * TK + kb * 8));
+    out << aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
+  }
+}
+
+} // namespace
 
 extern "C" {
 
 void gemv_int4_zero(float *acc, int32_t m) {
-    const aie::vector<float, 16> z = aie::zeros<float, 16>();
-    const unsigned n = gemv_bands(m) * 8 * TN;
-    KERNEL_MIN_ITERS(4)
-    for (unsigned i = 0; i < n; i += 16) aie::store_v(acc + i, z);
+  const aie::vector<float, 16> z = aie::zeros<float, 16>();
+  const unsigned n = gemv_bands(m) * 8 * TN;
+  KERNEL_MIN_ITERS(4)
+  for (unsigned i = 0; i < n; i += 16)
+    aie::store_v(acc + i, z);
 }
 
-void gemv_int4_accumulate(uint8_t *w_record, bfloat16 *a_rows, float *acc, bfloat16 *w_scratch, int32_t m) {
-    ::aie::set_rounding(aie::rounding_mode::conv_even);
-    uint8_t *__restrict scratch = reinterpret_cast<uint8_t *>(w_scratch);
-    dequantize(w_record, scratch);
+void gemv_int4_accumulate(uint8_t *w_record, bfloat16 *a_rows, float *acc,
+                          bfloat16 *w_scratch, int32_t m) {
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  uint8_t *__restrict scratch = reinterpret_cast<uint8_t *>(w_scratch);
+  dequantize(w_record, scratch);
 
-    const bfloat16 *__restrict scales = reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
-    const unsigned rows = gemv_rows(m);
-    for (unsigned b = 0; b < gemv_bands(m); ++b) {
-        const unsigned r0 = b * 8;
-        gemv_convert_a(a_rows, r0, rows - r0 < 8 ? rows - r0 : 8, scratch);
-        for (unsigned nb = 0; nb < NB; nb += 2) {
-            float *__restrict c0 = acc + (b * NB + nb) * BLK;
-            float *__restrict c1 = c0 + BLK;
-            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(line(scratch, NB));
-            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb0(line(scratch, nb));
-            aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb1(line(scratch, nb + 1));
-            for (unsigned f = 0; f < NF; ++f) {
-                MMUL g0, g1;  // default-constructed: zero for the first mac
-                KERNEL_MIN_ITERS(2)
-                for (unsigned kb = 0; kb < SB; ++kb) {
-                    const BLOCKS a = sa.pop();
-                    const BLOCKS b0 = sb0.pop();
-                    const BLOCKS b1 = sb1.pop();
-                    g0.mac(a, aie::op_transpose(b0));
-                    g1.mac(a, aie::op_transpose(b1));
-                }
-                const bfloat16 *sp = scales + f * TN + nb * 8;
-                fold(g0, replicate_row(aie::load_v<8>(sp)), c0);
-                fold(g1, replicate_row(aie::load_v<8>(sp + 8)), c1);
-            }
+  const bfloat16 *__restrict scales =
+      reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
+  const unsigned rows = gemv_rows(m);
+  for (unsigned b = 0; b < gemv_bands(m); ++b) {
+    const unsigned r0 = b * 8;
+    gemv_convert_a(a_rows, r0, rows - r0 < 8 ? rows - r0 : 8, scratch);
+    for (unsigned nb = 0; nb < NB; nb += 2) {
+      float *__restrict c0 = acc + (b * NB + nb) * BLK;
+      float *__restrict c1 = c0 + BLK;
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(
+          line(scratch, NB));
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb0(
+          line(scratch, nb));
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb1(
+          line(scratch, nb + 1));
+      for (unsigned f = 0; f < NF; ++f) {
+        MMUL g0, g1; // default-constructed: zero for the first mac
+        KERNEL_MIN_ITERS(2)
+        for (unsigned kb = 0; kb < SB; ++kb) {
+          const BLOCKS a = sa.pop();
+          const BLOCKS b0 = sb0.pop();
+          const BLOCKS b1 = sb1.pop();
+          g0.mac(a, aie::op_transpose(b0));
+          g1.mac(a, aie::op_transpose(b1));
         }
+        const bfloat16 *sp = scales + f * TN + nb * 8;
+        fold(g0, replicate_row(aie::load_v<8>(sp)), c0);
+        fold(g1, replicate_row(aie::load_v<8>(sp + 8)), c1);
+      }
     }
+  }
 }
 
 void gemv_int4_add(float *acc, float *partial, int32_t m) {
-    const unsigned n = gemv_bands(m) * 8 * TN;
-    KERNEL_MIN_ITERS(4)
-    for (unsigned i = 0; i < n; i += 16)
-        aie::store_v(acc + i, aie::add(aie::load_v<16>(partial + i), aie::load_v<16>(acc + i)));
+  const unsigned n = gemv_bands(m) * 8 * TN;
+  KERNEL_MIN_ITERS(4)
+  for (unsigned i = 0; i < n; i += 16)
+    aie::store_v(acc + i, aie::add(aie::load_v<16>(partial + i),
+                                   aie::load_v<16>(acc + i)));
 }
 
 void gemv_int4_drain(float *acc, bfloat16 *c_out, int32_t m) {
-    ::aie::set_rounding(aie::rounding_mode::conv_even);
-    const unsigned rows = gemv_rows(m);
-    for (unsigned b = 0; b < gemv_bands(m); ++b) {
-        const unsigned n_rows = rows - b * 8 < 8 ? rows - b * 8 : 8;
-        for (unsigned nb = 0; nb < NB; ++nb) {
-            const aie::accum<accfloat, 64> blk(aie::load_v<64>(acc + (b * NB + nb) * BLK));
-            const aie::vector<bfloat16, 64> v = blk.to_vector<bfloat16>();
-            bfloat16 *__restrict dst = c_out + b * 8 * TN + nb * 8;
-            for (unsigned r = 0; r < n_rows; ++r) aie::store_v(dst + r * TN, v.extract<8>(r));
-        }
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  const unsigned rows = gemv_rows(m);
+  for (unsigned b = 0; b < gemv_bands(m); ++b) {
+    const unsigned n_rows = rows - b * 8 < 8 ? rows - b * 8 : 8;
+    for (unsigned nb = 0; nb < NB; ++nb) {
+      const aie::accum<accfloat, 64> blk(
+          aie::load_v<64>(acc + (b * NB + nb) * BLK));
+      const aie::vector<bfloat16, 64> v = blk.to_vector<bfloat16>();
+      bfloat16 *__restrict dst = c_out + b * 8 * TN + nb * 8;
+      for (unsigned r = 0; r < n_rows; ++r)
+        aie::store_v(dst + r * TN, v.extract<8>(r));
     }
+  }
 }
 
-}  // extern "C"
+} // extern "C"

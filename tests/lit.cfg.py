@@ -14,8 +14,17 @@ repo_root = os.path.dirname(config.test_source_root)
 config.test_exec_root = os.path.join(repo_root, "build", "lit")
 
 # Tests run `make` in the repository root; pass through what the toolchain and XRT need.
-for var in ("PATH", "HOME", "PEANO_INSTALL_DIR", "MLIR_AIE_INSTALL_DIR", "XILINX_XRT",
-            "LD_LIBRARY_PATH", "PYTHONPATH", "AIR_TARGET_DEVICE", "TERM"):
+for var in (
+    "PATH",
+    "HOME",
+    "PEANO_INSTALL_DIR",
+    "MLIR_AIE_INSTALL_DIR",
+    "XILINX_XRT",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "AIR_TARGET_DEVICE",
+    "TERM",
+):
     if var in os.environ:
         config.environment[var] = os.environ[var]
 
@@ -28,7 +37,9 @@ config.substitutions.append(("FileCheck", f"{sys.executable} -m filecheck"))
 def probe(cmd):
     """stdout+stderr of cmd, lower-cased; '' when it cannot run (absent tool, driver error, hang)."""
     try:
-        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+        res = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30
+        )
         return res.stdout.decode("utf-8", "replace").lower()
     except (OSError, subprocess.TimeoutExpired):
         return ""
@@ -45,8 +56,13 @@ if npu2_present()[0]:
 
 # peano: Peano's llc knows the AI Engine target.
 peano_dir = os.environ.get("PEANO_INSTALL_DIR", "")
-if peano_dir and re.search(r"ai engine", probe([os.path.join(peano_dir, "bin", "llc"), "-mtriple=aie", "--version"])):
+if peano_dir and re.search(
+    r"ai engine",
+    probe([os.path.join(peano_dir, "bin", "llc"), "-mtriple=aie", "--version"]),
+):
     config.available_features.add("peano")
 config.substitutions.append(("%PEANO_INSTALL_DIR", peano_dir))
 
-print(f"lit features: {sorted(f for f in config.available_features if f in ('ryzen_ai_npu2', 'peano')) or 'none (emulator tests only)'}")
+print(
+    f"lit features: {sorted(f for f in config.available_features if f in ('ryzen_ai_npu2', 'peano')) or 'none (emulator tests only)'}"
+)

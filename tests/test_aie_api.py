@@ -27,7 +27,9 @@ INCLUDE = ROOT / "emulator" / "include"
 
 @pytest.fixture(scope="session")
 def libs():
-    proc = subprocess.run(["make", "-s", "-C", str(OPS_DIR)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(OPS_DIR)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = {}
     for name in ("bfp16", "bf16"):
@@ -67,7 +69,9 @@ def test_uint4_nibble_order_and_unpack(libs):
 
 
 def test_int4_unpack_sign_extends(libs):
-    raw = buf(np.arange(64) * 4 + 0x8F, np.uint8)  # mixes nibbles >= 8 (negative) and < 8
+    raw = buf(
+        np.arange(64) * 4 + 0x8F, np.uint8
+    )  # mixes nibbles >= 8 (negative) and < 8
     out = aligned_empty((128,), np.int8)
     libs["bfp16"].op_unpack_int4(ptr(raw), ptr(out))
     nib = np.empty(128, np.int16)
@@ -80,12 +84,24 @@ def test_to_float_int8_with_shift(libs):
     for shift in (0, 3):
         out = aligned_empty((32,), bfloat16)
         libs["bfp16"].op_to_float_bf16(ptr(v), shift, ptr(out))
-        np.testing.assert_array_equal(out.astype(np.float32), v.astype(np.float32) * 2.0**-shift)
+        np.testing.assert_array_equal(
+            out.astype(np.float32), v.astype(np.float32) * 2.0**-shift
+        )
 
 
 # ----------------------------------------------------------------------------------------------- rounding
-MODES = ["floor", "ceil", "positive_inf", "negative_inf", "symmetric_inf", "symmetric_zero", "conv_even",
-         "conv_odd", "symmetric_floor", "symmetric_ceil"]
+MODES = [
+    "floor",
+    "ceil",
+    "positive_inf",
+    "negative_inf",
+    "symmetric_inf",
+    "symmetric_zero",
+    "conv_even",
+    "conv_odd",
+    "symmetric_floor",
+    "symmetric_ceil",
+]
 
 
 def bf16_round_ref(x: np.float32, mode: str) -> float:
@@ -112,15 +128,31 @@ def bf16_round_ref(x: np.float32, mode: str) -> float:
     dd, du = x - down, up - x
     if dd != du:
         return down if dd < du else up
-    even = down if (int(np.array([down], np.float32).view(np.uint32)[0]) >> 16) % 2 == 0 else up
-    return {"positive_inf": up, "negative_inf": down, "symmetric_inf": away, "symmetric_zero": tz,
-            "conv_even": even, "conv_odd": up if even == down else down}[mode]
+    even = (
+        down
+        if (int(np.array([down], np.float32).view(np.uint32)[0]) >> 16) % 2 == 0
+        else up
+    )
+    return {
+        "positive_inf": up,
+        "negative_inf": down,
+        "symmetric_inf": away,
+        "symmetric_zero": tz,
+        "conv_even": even,
+        "conv_odd": up if even == down else down,
+    }[mode]
 
 
 def test_to_vector_bf16_rounding_modes(libs):
-    base = np.array([1.0, -1.0, 3.0, -3.0, 1.5, -1.5, 1000.0, -0.375], np.float32).view(np.uint32)
-    lows = np.array([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000, 0xC000], np.uint32)
-    x = (base[:, None] | lows[None, :]).reshape(-1).view(np.float32)  # 64 values: ties, near-ties, exact
+    base = np.array([1.0, -1.0, 3.0, -3.0, 1.5, -1.5, 1000.0, -0.375], np.float32).view(
+        np.uint32
+    )
+    lows = np.array(
+        [0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000, 0xC000], np.uint32
+    )
+    x = (
+        (base[:, None] | lows[None, :]).reshape(-1).view(np.float32)
+    )  # 64 values: ties, near-ties, exact
     xin = buf(x, np.float32)
     for m, name in enumerate(MODES):
         out = aligned_empty((64,), bfloat16)
@@ -135,7 +167,9 @@ def test_transpose(libs, rows, cols):
     v = buf(np.arange(64), bfloat16)
     out = aligned_empty((64,), bfloat16)
     libs["bfp16"].op_transpose_bf16(ptr(v), rows, cols, ptr(out))
-    np.testing.assert_array_equal(out.astype(np.float32), np.arange(64).reshape(rows, cols).T.reshape(-1))
+    np.testing.assert_array_equal(
+        out.astype(np.float32), np.arange(64).reshape(rows, cols).T.reshape(-1)
+    )
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 8, 32])
@@ -143,7 +177,9 @@ def test_interleave_zip_unzip(libs, chunk):
     v, w = buf(np.arange(64), np.int8), buf(np.arange(64) + 64, np.int8)
     out = aligned_empty((128,), np.int8)
     libs["bfp16"].op_zip_int8(ptr(v), ptr(w), chunk, ptr(out))
-    zipped = np.stack([v.reshape(-1, chunk), w.reshape(-1, chunk)], axis=1).reshape(-1)  # v0 w0 v1 w1 ...
+    zipped = np.stack([v.reshape(-1, chunk), w.reshape(-1, chunk)], axis=1).reshape(
+        -1
+    )  # v0 w0 v1 w1 ...
     np.testing.assert_array_equal(out, zipped)
     back = aligned_empty((128,), np.int8)
     lo, hi = buf(out[:64], np.int8), buf(out[64:], np.int8)
@@ -198,10 +234,14 @@ def test_mmul_operand_orders(libs, shape, variant):
     a = rng.integers(-4, 5, (m, k)).astype(np.float32)
     b = rng.integers(-15, 16, (k, n)).astype(np.float32)
     c0 = rng.integers(-100, 100, (m, n)).astype(np.float32)
-    np.testing.assert_array_equal(run_mmul(libs[variant], shape, [a], [b], c0), a @ b + c0)
+    np.testing.assert_array_equal(
+        run_mmul(libs[variant], shape, [a], [b], c0), a @ b + c0
+    )
     a2 = rng.integers(-4, 5, (m, k)).astype(np.float32)
     b2 = rng.integers(-15, 16, (k, n)).astype(np.float32)
-    np.testing.assert_array_equal(run_mmul(libs[variant], shape, [a, a2], [b, b2]), a @ b + a2 @ b2)
+    np.testing.assert_array_equal(
+        run_mmul(libs[variant], shape, [a, a2], [b, b2]), a @ b + a2 @ b2
+    )
 
 
 def bfp16_ref(x: np.ndarray) -> np.ndarray:
@@ -220,12 +260,26 @@ def bfp16_ref(x: np.ndarray) -> np.ndarray:
 def test_bfp16_conversion_of_a_through_identity(libs):
     rng = np.random.default_rng(3)
     a = rng.standard_normal((8, 8)).astype(bfloat16).astype(np.float32)
-    a[0] = [1.9921875, 0.5, 2.0**-7, 3 * 2.0**-7, -5 * 2.0**-7, 0, 0, 0]  # saturation and half-even ties
+    a[0] = [
+        1.9921875,
+        0.5,
+        2.0**-7,
+        3 * 2.0**-7,
+        -5 * 2.0**-7,
+        0,
+        0,
+        0,
+    ]  # saturation and half-even ties
     a[1] = 0.0  # zero block
     eye = np.eye(8, dtype=np.float32)
     c = run_mmul(libs["bfp16"], (8, 8, 8), [a], [eye])
     np.testing.assert_array_equal(c, bfp16_ref(a))
-    assert c[0, 0] == 127 / 64 and c[0, 2] == 0 and c[0, 3] == 2 / 64 and c[0, 4] == -2 / 64
+    assert (
+        c[0, 0] == 127 / 64
+        and c[0, 2] == 0
+        and c[0, 3] == 2 / 64
+        and c[0, 4] == -2 / 64
+    )
     # B is converted in blocks along K (its columns): transpose roles.
     c = run_mmul(libs["bfp16"], (8, 8, 8), [eye], [a.T.copy()])
     np.testing.assert_array_equal(c, bfp16_ref(a).T)
@@ -233,12 +287,22 @@ def test_bfp16_conversion_of_a_through_identity(libs):
 
 def test_bfp16_mmul_accumulates_in_f32_per_step(libs):
     rng = np.random.default_rng(4)
-    a_steps = [rng.standard_normal((8, 8)).astype(bfloat16).astype(np.float32) for _ in range(6)]
-    b_steps = [(rng.standard_normal((8, 8)) * 100).astype(bfloat16).astype(np.float32) for _ in range(6)]
+    a_steps = [
+        rng.standard_normal((8, 8)).astype(bfloat16).astype(np.float32)
+        for _ in range(6)
+    ]
+    b_steps = [
+        (rng.standard_normal((8, 8)) * 100).astype(bfloat16).astype(np.float32)
+        for _ in range(6)
+    ]
     c = np.zeros((8, 8), np.float32)
     for a, b in zip(a_steps, b_steps):
-        c = (c + (bfp16_ref(a) @ bfp16_ref(b.T.copy()).T).astype(np.float32)).astype(np.float32)
-    np.testing.assert_array_equal(run_mmul(libs["bfp16"], (8, 8, 8), a_steps, b_steps), c)
+        c = (c + (bfp16_ref(a) @ bfp16_ref(b.T.copy()).T).astype(np.float32)).astype(
+            np.float32
+        )
+    np.testing.assert_array_equal(
+        run_mmul(libs["bfp16"], (8, 8, 8), a_steps, b_steps), c
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -258,7 +322,8 @@ def test_bf16_mmul_elementwise_k_order(libs, shape):
 # ----------------------------------------------------------------------------------------------- bfp16ebs8
 def bfp16_encode_ref(x: np.ndarray) -> np.ndarray:
     """[n * 64] float32 -> n * 72 bytes: per block of 8, E = biased f32 exponent of the largest magnitude
-    (0 for a zero block), then mantissas round_half_even(x * 2^(133 - E)) saturated to int8."""
+    (0 for a zero block), then mantissas round_half_even(x * 2^(133 - E)) saturated to int8.
+    """
     blocks = x.astype(np.float64).reshape(-1, 8)
     out = np.zeros((blocks.shape[0], 9), np.uint8)
     for i, blk in enumerate(blocks):
@@ -267,21 +332,39 @@ def bfp16_encode_ref(x: np.ndarray) -> np.ndarray:
             continue
         e_byte = math.floor(math.log2(mx)) + 127
         out[i, 0] = e_byte
-        out[i, 1:] = np.clip(np.round(blk * 2.0 ** (133 - e_byte)), -128, 127).astype(np.int8).view(np.uint8)
+        out[i, 1:] = (
+            np.clip(np.round(blk * 2.0 ** (133 - e_byte)), -128, 127)
+            .astype(np.int8)
+            .view(np.uint8)
+        )
     return out.reshape(-1)
 
 
 def bfp16_decode_ref(raw: np.ndarray) -> np.ndarray:
     """n * 72 bytes -> [n, 64] float64: m * 2^(E - 133), blocks of 8 in order."""
     r = raw.reshape(-1, 9)
-    vals = r[:, 1:].view(np.int8).astype(np.float64) * np.exp2(r[:, :1].astype(np.float64) - 133)
+    vals = r[:, 1:].view(np.int8).astype(np.float64) * np.exp2(
+        r[:, :1].astype(np.float64) - 133
+    )
     return vals.reshape(-1, 64)
 
 
 def test_bfp16_block_vector_memory_layout_and_conversion(libs):
     rng = np.random.default_rng(6)
-    x = (rng.standard_normal(3 * 64) * np.exp2(rng.integers(-30, 30, 3 * 64 // 8)).repeat(8)).astype(np.float32)
-    x[:8] = [1.9921875, 0.5, 2.0**-7, 3 * 2.0**-7, -5 * 2.0**-7, 0, 0, 0]  # saturation and half-even ties
+    x = (
+        rng.standard_normal(3 * 64)
+        * np.exp2(rng.integers(-30, 30, 3 * 64 // 8)).repeat(8)
+    ).astype(np.float32)
+    x[:8] = [
+        1.9921875,
+        0.5,
+        2.0**-7,
+        3 * 2.0**-7,
+        -5 * 2.0**-7,
+        0,
+        0,
+        0,
+    ]  # saturation and half-even ties
     x[8:16] = 0.0  # zero block
     x[16:24] = [1e-40, -1e-40, 0, 0, 0, 0, 0, 0]  # f32 subnormals count as 0
     x[24:32] = [-1.0, 0.25, 0, 0, 0, 0, 0, 0.0078125]
@@ -289,11 +372,33 @@ def test_bfp16_block_vector_memory_layout_and_conversion(libs):
     x_buf = buf(x, np.float32)
     libs["bfp16"].op_to_bfp16(ptr(x_buf), 3, ptr(out))
     np.testing.assert_array_equal(out, bfp16_encode_ref(x))
-    assert out[:9].tolist() == [127, 127, 32, 0, 2, 254, 0, 0, 0]  # E byte first, then m0..m7
+    assert out[:9].tolist() == [
+        127,
+        127,
+        32,
+        0,
+        2,
+        254,
+        0,
+        0,
+        0,
+    ]  # E byte first, then m0..m7
     assert out[9] == 0 and out[18] == 0
-    assert out[27:36].tolist() == [127, 0xC0, 16, 0, 0, 0, 0, 0, 0]  # -1.0 = -64 * 2^(127 - 133)
+    assert out[27:36].tolist() == [
+        127,
+        0xC0,
+        16,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]  # -1.0 = -64 * 2^(127 - 133)
     # the same values through the bf16 mmul's conversion (identity B): one conversion rule everywhere
-    np.testing.assert_array_equal(bfp16_decode_ref(out).reshape(-1), bfp16_ref(np.where(np.abs(x) < 1e-38, 0, x)))
+    np.testing.assert_array_equal(
+        bfp16_decode_ref(out).reshape(-1), bfp16_ref(np.where(np.abs(x) < 1e-38, 0, x))
+    )
 
 
 def test_bfp16_block_vector_to_accum_and_stream_seek(libs):
@@ -302,13 +407,20 @@ def test_bfp16_block_vector_to_accum_and_stream_seek(libs):
     raw.reshape(-1, 9)[:, 0] = rng.integers(100, 160, 9 * 8)
     src = buf(raw, np.uint8)
     out = aligned_empty((64,), np.float32)
-    for index in (0, 8):  # seek by 8 vectors = 576 bytes keeps the stream 64-byte aligned
+    for index in (
+        0,
+        8,
+    ):  # seek by 8 vectors = 576 bytes keeps the stream 64-byte aligned
         for shift in (0, 5, -3):
             libs["bfp16"].op_from_bfp16(ptr(src), index, shift, ptr(out))
-            np.testing.assert_array_equal(out, bfp16_decode_ref(raw)[index] * 2.0**shift)
+            np.testing.assert_array_equal(
+                out, bfp16_decode_ref(raw)[index] * 2.0**shift
+            )
     copy = buf(np.zeros(9 * 72), np.uint8)
     before = libs["bfp16"].aie_host_misaligned_accesses()
-    libs["bfp16"].op_stream_copy(ptr(src), 0, 9, ptr(copy))  # contiguous 72-byte vectors
+    libs["bfp16"].op_stream_copy(
+        ptr(src), 0, 9, ptr(copy)
+    )  # contiguous 72-byte vectors
     np.testing.assert_array_equal(copy, raw)
     assert libs["bfp16"].aie_host_misaligned_accesses() == before
 
@@ -318,10 +430,14 @@ def test_bfp16_stream_misaligned_start_reads_the_aligned_word_and_is_counted(lib
     raw = buf(np.arange(10 * 72) % 251, np.uint8)
     copy = buf(np.zeros(72), np.uint8)
     before = lib.aie_host_misaligned_accesses()
-    lib.op_stream_copy(ptr(raw), 72, 1, ptr(copy))  # block vector 1 starts at byte 72, not 64-aligned
+    lib.op_stream_copy(
+        ptr(raw), 72, 1, ptr(copy)
+    )  # block vector 1 starts at byte 72, not 64-aligned
     np.testing.assert_array_equal(copy, raw[64:136])
     assert lib.aie_host_misaligned_accesses() == before + 1
-    lib.op_stream_copy(ptr(raw), 576, 1, ptr(copy))  # 8 vectors = 576 bytes = 9 words: aligned
+    lib.op_stream_copy(
+        ptr(raw), 576, 1, ptr(copy)
+    )  # 8 vectors = 576 bytes = 9 words: aligned
     np.testing.assert_array_equal(copy, raw[576:648])
     assert lib.aie_host_misaligned_accesses() == before + 1
 
@@ -337,33 +453,56 @@ def test_bfp16_block_mmul_operand_order_and_per_step_f32(libs):
     rng = np.random.default_rng(8)
     steps = 5
     a_raw, b_raw = random_blocks(rng, steps), random_blocks(rng, steps)
-    a_val, bt_val = bfp16_decode_ref(a_raw).reshape(steps, 8, 8), bfp16_decode_ref(b_raw).reshape(steps, 8, 8)
+    a_val, bt_val = bfp16_decode_ref(a_raw).reshape(steps, 8, 8), bfp16_decode_ref(
+        b_raw
+    ).reshape(steps, 8, 8)
     c0 = (rng.standard_normal((8, 8)) * 100).astype(np.float32)
     for from_zero in (True, False):
         c = np.zeros((8, 8), np.float32) if from_zero else c0.copy()
         for s in range(steps):
-            c = (c + (a_val[s] @ bt_val[s].T).astype(np.float32)).astype(np.float32)  # block products exact
-        got, a_buf, b_buf = buf(c0, np.float32), buf(a_raw, np.uint8), buf(b_raw, np.uint8)
-        libs["bfp16"].op_mmul_bfp16_bfp16(ptr(a_buf), ptr(b_buf), ptr(got), steps, int(from_zero))
+            c = (c + (a_val[s] @ bt_val[s].T).astype(np.float32)).astype(
+                np.float32
+            )  # block products exact
+        got, a_buf, b_buf = (
+            buf(c0, np.float32),
+            buf(a_raw, np.uint8),
+            buf(b_raw, np.uint8),
+        )
+        libs["bfp16"].op_mmul_bfp16_bfp16(
+            ptr(a_buf), ptr(b_buf), ptr(got), steps, int(from_zero)
+        )
         np.testing.assert_array_equal(got, c)
 
 
 @pytest.mark.parametrize("variant", ["bfp16", "bf16"])
 def test_block_mmul_equals_bfp16_emulated_bf16_mmul(libs, variant):
     """bf16 x bfp16ebs8 and bfp16ebs8 x bfp16ebs8 (operands converted once) give bit for bit what the bf16
-    8x8x8 mmul gives under AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (operands converted on every mac)."""
+    8x8x8 mmul gives under AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (operands converted on every mac).
+    """
     rng = np.random.default_rng(9)
     steps = 6
-    a = [(rng.standard_normal((8, 8)) * 2.0 ** rng.integers(-8, 8)).astype(bfloat16).astype(np.float32)
-         for _ in range(steps)]
-    b = [(rng.standard_normal((8, 8)) * 2.0 ** rng.integers(-8, 8)).astype(bfloat16).astype(np.float32)
-         for _ in range(steps)]
+    a = [
+        (rng.standard_normal((8, 8)) * 2.0 ** rng.integers(-8, 8))
+        .astype(bfloat16)
+        .astype(np.float32)
+        for _ in range(steps)
+    ]
+    b = [
+        (rng.standard_normal((8, 8)) * 2.0 ** rng.integers(-8, 8))
+        .astype(bfloat16)
+        .astype(np.float32)
+        for _ in range(steps)
+    ]
     emulated = run_mmul(libs["bfp16"], (8, 8, 8), a, b)
     lib = libs[variant]  # the block mmul does not depend on the bf16 emulation macro
-    b_t = buf(np.concatenate([x.T.reshape(-1) for x in b]), np.float32)  # B^T: block j = column j of B
+    b_t = buf(
+        np.concatenate([x.T.reshape(-1) for x in b]), np.float32
+    )  # B^T: block j = column j of B
     a_f32 = buf(np.concatenate([x.reshape(-1) for x in a]), np.float32)
     a_bf16 = buf(a_f32, bfloat16)
-    bt_raw, a_raw = aligned_empty((steps * 72,), np.uint8), aligned_empty((steps * 72,), np.uint8)
+    bt_raw, a_raw = aligned_empty((steps * 72,), np.uint8), aligned_empty(
+        (steps * 72,), np.uint8
+    )
     lib.op_to_bfp16(ptr(b_t), steps, ptr(bt_raw))
     lib.op_to_bfp16(ptr(a_f32), steps, ptr(a_raw))
     c = buf(np.zeros(64), np.float32)
@@ -381,24 +520,53 @@ def test_misaligned_vector_access_reads_the_aligned_vector_and_is_counted(libs):
     before = lib.aie_host_misaligned_accesses()
     assert lib.op_misaligned_load(ptr(base), 0) == 0
     assert lib.aie_host_misaligned_accesses() == before
-    assert lib.op_misaligned_load(ptr(base), 70) == 64  # 512-bit load: address floored to 64 bytes
+    assert (
+        lib.op_misaligned_load(ptr(base), 70) == 64
+    )  # 512-bit load: address floored to 64 bytes
     assert lib.aie_host_misaligned_accesses() == before + 1
 
 
 # ----------------------------------------------------------------------------------------------- rejections
 REJECTED = {
     "narrow_vector": ("aie::vector<int8, 8> v;", "narrower than 128 bits"),
-    "bf16_shape": ("aie::mmul<8, 8, 16, bfloat16, bfloat16, accauto> m;", "does not exist on AIE2P"),
-    "f32_mul": ("auto r = aie::mul(aie::zeros<float, 16>(), aie::zeros<float, 16>());", "f32 x f32"),
-    "to_float_int4": ("auto r = aie::to_float<bfloat16>(aie::zeros<int8, 32>().cast_to<int4>(), 0);", "docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero"),
+    "bf16_shape": (
+        "aie::mmul<8, 8, 16, bfloat16, bfloat16, accauto> m;",
+        "does not exist on AIE2P",
+    ),
+    "f32_mul": (
+        "auto r = aie::mul(aie::zeros<float, 16>(), aie::zeros<float, 16>());",
+        "f32 x f32",
+    ),
+    "to_float_int4": (
+        "auto r = aie::to_float<bfloat16>(aie::zeros<int8, 32>().cast_to<int4>(), 0);",
+        "docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero",
+    ),
     "f32_mmul": ("aie::mmul<8, 8, 8, float, float, accauto> m;", "no f32 mmul"),
-    "block_b_not_transposed": ("aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> m; aie::block_vector<bfp16ebs8, 64> b; "
-                               "m.mac(b, b);", "aie::op_transpose(b)"),
-    "block_a_bf16_b": ("aie::mmul<8, 8, 8, bfp16ebs8, bfloat16> m;", "no bfp16ebs8 x bf16 mmul"),
-    "block_shape": ("aie::mmul<4, 8, 8, bfp16ebs8, bfp16ebs8> m;", "8x8x8 block shape only"),
-    "bfp16ebs16": ("aie::block_vector<bfp16ebs16, 64> v;", "bfp16ebs16 is not modelled"),
-    "block_load_v": ("alignas(64) static bfp16ebs8 p[72]; auto v = aie::load_v<64>(p);", "not an AIE2P vector element"),
-    "op_transpose_vector": ("auto t = aie::op_transpose(aie::zeros<bfloat16, 64>());", "block vectors only"),
+    "block_b_not_transposed": (
+        "aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> m; aie::block_vector<bfp16ebs8, 64> b; "
+        "m.mac(b, b);",
+        "aie::op_transpose(b)",
+    ),
+    "block_a_bf16_b": (
+        "aie::mmul<8, 8, 8, bfp16ebs8, bfloat16> m;",
+        "no bfp16ebs8 x bf16 mmul",
+    ),
+    "block_shape": (
+        "aie::mmul<4, 8, 8, bfp16ebs8, bfp16ebs8> m;",
+        "8x8x8 block shape only",
+    ),
+    "bfp16ebs16": (
+        "aie::block_vector<bfp16ebs16, 64> v;",
+        "bfp16ebs16 is not modelled",
+    ),
+    "block_load_v": (
+        "alignas(64) static bfp16ebs8 p[72]; auto v = aie::load_v<64>(p);",
+        "not an AIE2P vector element",
+    ),
+    "op_transpose_vector": (
+        "auto t = aie::op_transpose(aie::zeros<bfloat16, 64>());",
+        "block vectors only",
+    ),
 }
 
 
@@ -407,7 +575,10 @@ def test_compile_time_rejection(tmp_path, case):
     body, message = REJECTED[case]
     src = tmp_path / f"{case}.cc"
     src.write_text(f"#include <aie_api/aie.hpp>\nvoid f() {{ {body} }}\n")
-    proc = subprocess.run(["g++", "-std=c++20", "-fsyntax-only", "-I", str(INCLUDE), str(src)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["g++", "-std=c++20", "-fsyntax-only", "-I", str(INCLUDE), str(src)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr[-2000:]

@@ -1,5 +1,6 @@
 """matmul_int4_packed.py as mlir-air's examples are used: build_module with plain integers, and the
-upstream CLI conventions (-p / --print-module-only, --compile-mode, -v), here on the emulator."""
+upstream CLI conventions (-p / --print-module-only, --compile-mode, -v), here on the emulator.
+"""
 
 import os
 import sys
@@ -10,15 +11,43 @@ sys.path.insert(0, os.path.join(REPO, "emulator"))
 import matmul_int4_packed as builder  # noqa: E402
 from int4awq.design import DesignConfig  # noqa: E402
 
-SMALL = ["--m", "64", "--k", "256", "--n", "64", "--tile-m", "32", "--tile-n", "32", "--tile-k-l1", "64",
-         "--tile-k-l2", "256", "--herd-m", "2", "--herd-n", "2"]
+SMALL = [
+    "--m",
+    "64",
+    "--k",
+    "256",
+    "--n",
+    "64",
+    "--tile-m",
+    "32",
+    "--tile-n",
+    "32",
+    "--tile-k-l1",
+    "64",
+    "--tile-k-l2",
+    "256",
+    "--herd-m",
+    "2",
+    "--herd-n",
+    "2",
+]
 
 
 def test_build_module_takes_upstreams_integers():
     # mlir-air's order: m, k, n, gs, tile_m, tile_k_l2, tile_k_l1, tile_n, herd_m, herd_n
     by_ints = str(builder.build_module(64, 256, 64, 128, 32, 256, 64, 32, 2, 2))
-    cfg = DesignConfig(m=64, k=256, n=64, gs=128, tile_m=32, tile_n=32, tile_k_l1=64, tile_k_l2=256, herd_m=2,
-                       herd_n=2)
+    cfg = DesignConfig(
+        m=64,
+        k=256,
+        n=64,
+        gs=128,
+        tile_m=32,
+        tile_n=32,
+        tile_k_l1=64,
+        tile_k_l2=256,
+        herd_m=2,
+        herd_n=2,
+    )
     assert by_ints == str(builder.build_module(cfg))
     assert "memref<64x256xbf16>" in by_ints and "air.herd @herd_0" in by_ints
 

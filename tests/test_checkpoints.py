@@ -15,7 +15,16 @@ from int4awq.errors import ConfigError
 from int4awq.quant import dequantize
 
 LAYER = "model.layers.0.self_attn.q_proj"
-AWQ_PACK_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ: nibble i of a packed column <- logical column 8c + order[i]
+AWQ_PACK_ORDER = [
+    0,
+    2,
+    4,
+    6,
+    1,
+    3,
+    5,
+    7,
+]  # AutoAWQ: nibble i of a packed column <- logical column 8c + order[i]
 
 
 # ---------------------------------------------------------------------------------------------- writers
@@ -37,7 +46,11 @@ def write_safetensors(path, tensors, metadata=None):
     if metadata:
         header["__metadata__"] = metadata
     for name, (dtype, shape, data) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "data_offsets": [offset, offset + len(data)],
+        }
         blobs.append(data)
         offset += len(data)
     raw = json.dumps(header).encode()
@@ -50,7 +63,9 @@ def write_dir(d, tensors, qcfg=None, config_name="config.json"):
     if qcfg is not None:
         body = {"architectures": ["LlamaForCausalLM"], "quantization_config": qcfg}
         if config_name != "config.json":
-            (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+            (d / "config.json").write_text(
+                json.dumps({"architectures": ["LlamaForCausalLM"]})
+            )
             body = qcfg
         (d / config_name).write_text(json.dumps(body))
     write_safetensors(d / "model.safetensors", tensors)
@@ -61,7 +76,9 @@ def pack_words(nibbles):
     """int32 words from [..., 8] values 0..15: value j goes to bits 4j..4j+3."""
     v = np.asarray(nibbles, dtype=np.uint64)
     assert v.max(initial=0) <= 15
-    words = (v << (np.arange(8, dtype=np.uint64) * np.uint64(4))).sum(axis=-1, dtype=np.uint64)
+    words = (v << (np.arange(8, dtype=np.uint64) * np.uint64(4))).sum(
+        axis=-1, dtype=np.uint64
+    )
     return words.astype(np.uint32).view(np.int32)
 
 
@@ -88,25 +105,37 @@ def logical(k, n, gs, seed, zeros_zero=False):
 def expected_dequant(q, z, s, gs):
     """(q - z) * bf16(s) in f32 [K, N]: each K row uses the zero and scale of its group row // gs."""
     rows = np.arange(q.shape[0]) // gs
-    return ((q - z[rows]).astype(np.float32) * bf16_rne(s.astype(np.float32))[rows]).astype(np.float32)
+    return (
+        (q - z[rows]).astype(np.float32) * bf16_rne(s.astype(np.float32))[rows]
+    ).astype(np.float32)
 
 
 def awq_tensors(q, z, s, prefix=LAYER):
     k, n = q.shape
     qweight = pack_words(q.reshape(k, n // 8, 8)[:, :, AWQ_PACK_ORDER])
     qzeros = pack_words(z.reshape(z.shape[0], n // 8, 8)[:, :, AWQ_PACK_ORDER])
-    return {f"{prefix}.qweight": st_bytes(qweight, "I32"), f"{prefix}.qzeros": st_bytes(qzeros, "I32"),
-            f"{prefix}.scales": st_bytes(s, "F16")}
+    return {
+        f"{prefix}.qweight": st_bytes(qweight, "I32"),
+        f"{prefix}.qzeros": st_bytes(qzeros, "I32"),
+        f"{prefix}.scales": st_bytes(s, "F16"),
+    }
 
 
 def gptq_tensors(q, z, s, v1, prefix=LAYER, g_idx=True):
     k, n = q.shape
-    qweight = pack_words(q.reshape(k // 8, 8, n).transpose(0, 2, 1))  # rows 8r..8r+7 of column n in word [r, n]
+    qweight = pack_words(
+        q.reshape(k // 8, 8, n).transpose(0, 2, 1)
+    )  # rows 8r..8r+7 of column n in word [r, n]
     words = pack_words(z.reshape(z.shape[0], n // 8, 8)).view(np.uint32)
-    if v1:  # GPTQModel's v2 -> v1 export: one word subtraction of 0x11111111 (borrows propagate)
+    if (
+        v1
+    ):  # GPTQModel's v2 -> v1 export: one word subtraction of 0x11111111 (borrows propagate)
         words = ((words.astype(np.int64) - 0x11111111) % 2**32).astype(np.uint32)
-    t = {f"{prefix}.qweight": st_bytes(qweight, "I32"), f"{prefix}.qzeros": st_bytes(words.view(np.int32), "I32"),
-         f"{prefix}.scales": st_bytes(s, "F16")}
+    t = {
+        f"{prefix}.qweight": st_bytes(qweight, "I32"),
+        f"{prefix}.qzeros": st_bytes(words.view(np.int32), "I32"),
+        f"{prefix}.scales": st_bytes(s, "F16"),
+    }
     if g_idx:
         gs = k // z.shape[0]
         t[f"{prefix}.g_idx"] = st_bytes(np.arange(k) // gs, "I32")
@@ -120,33 +149,67 @@ def ct_tensors(q, z, s, scale_dtype="F16", zp="packed", prefix=LAYER):
     stored = v + 8
     pad = -k % 8
     stored = np.pad(stored, ((0, 0), (0, pad)))
-    t = {f"{prefix}.weight_packed": st_bytes(pack_words(stored.reshape(n, -1, 8)), "I32"),
-         f"{prefix}.weight_scale": st_bytes(s.T, scale_dtype),
-         f"{prefix}.weight_shape": st_bytes(np.array([n, k]), "I64")}
+    t = {
+        f"{prefix}.weight_packed": st_bytes(
+            pack_words(stored.reshape(n, -1, 8)), "I32"
+        ),
+        f"{prefix}.weight_scale": st_bytes(s.T, scale_dtype),
+        f"{prefix}.weight_shape": st_bytes(np.array([n, k]), "I64"),
+    }
     zpt = z.T - 8  # [N, G] signed zero points
     if zp == "packed":
-        zs = np.pad(zpt + 8, ((0, -n % 8), (0, 0)))  # pad out rows, then pack 8 consecutive rows per word
-        t[f"{prefix}.weight_zero_point"] = st_bytes(pack_words(zs.reshape(-1, 8, zs.shape[1]).transpose(0, 2, 1)), "I32")
+        zs = np.pad(
+            zpt + 8, ((0, -n % 8), (0, 0))
+        )  # pad out rows, then pack 8 consecutive rows per word
+        t[f"{prefix}.weight_zero_point"] = st_bytes(
+            pack_words(zs.reshape(-1, 8, zs.shape[1]).transpose(0, 2, 1)), "I32"
+        )
     elif zp == "int8":
         t[f"{prefix}.weight_zero_point"] = st_bytes(zpt, "I8")
     return t
 
 
-AWQ_CFG = {"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemm", "zero_point": True}
+AWQ_CFG = {
+    "quant_method": "awq",
+    "bits": 4,
+    "group_size": 32,
+    "version": "gemm",
+    "zero_point": True,
+}
 
 
 def gptq_cfg(fmt="gptq_v2", **kw):
-    return {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": False, "sym": False,
-            "checkpoint_format": fmt, **kw}
+    return {
+        "quant_method": "gptq",
+        "bits": 4,
+        "group_size": 32,
+        "desc_act": False,
+        "sym": False,
+        "checkpoint_format": fmt,
+        **kw,
+    }
 
 
 def ct_cfg(symmetric=False, gs=32, strategy="group", **kw):
-    w = {"num_bits": 4, "type": "int", "symmetric": symmetric, "strategy": strategy, "group_size": gs,
-         "actorder": None, "dynamic": False}
+    w = {
+        "num_bits": 4,
+        "type": "int",
+        "symmetric": symmetric,
+        "strategy": strategy,
+        "group_size": gs,
+        "actorder": None,
+        "dynamic": False,
+    }
     w.update(kw)
-    return {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
-            "config_groups": {"group_0": {"targets": ["Linear"], "weights": w, "input_activations": None}},
-            "ignore": ["lm_head"]}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {"targets": ["Linear"], "weights": w, "input_activations": None}
+        },
+        "ignore": ["lm_head"],
+    }
 
 
 def assert_layer(w, q, z, s, gs):
@@ -164,8 +227,15 @@ def test_awq_nibble_order_known_answer(tmp_path):
     k, n, gs = 16, 8, 16  # the smallest group the kernel takes (GS a multiple of 16)
     qweight = np.full((k, 1), 0x76543210, np.int32)
     qzeros = np.full((1, 1), 0x11111111 * 3, np.int32)  # every zero point 3
-    write_dir(tmp_path, {f"{LAYER}.qweight": st_bytes(qweight, "I32"), f"{LAYER}.qzeros": st_bytes(qzeros, "I32"),
-                         f"{LAYER}.scales": st_bytes(np.ones((1, n)), "F16")}, {**AWQ_CFG, "group_size": gs})
+    write_dir(
+        tmp_path,
+        {
+            f"{LAYER}.qweight": st_bytes(qweight, "I32"),
+            f"{LAYER}.qzeros": st_bytes(qzeros, "I32"),
+            f"{LAYER}.scales": st_bytes(np.ones((1, n)), "F16"),
+        },
+        {**AWQ_CFG, "group_size": gs},
+    )
     w, _ = load_layer(tmp_path, LAYER)
     np.testing.assert_array_equal(w.q[0], [0, 4, 1, 5, 2, 6, 3, 7])
     np.testing.assert_array_equal(w.q[k - 1], [0, 4, 1, 5, 2, 6, 3, 7])
@@ -177,17 +247,34 @@ def test_gptq_and_ct_nibble_order_known_answer(tmp_path):
     # GPTQ: word [r, n] holds K rows 8r..8r+7 of column n in nibbles 0..7; zeros sequential along N
     qweight = np.full((k // 8, n), 0x76543210, np.int32)
     qzeros = np.array([[0x76543210]], np.uint32).view(np.int32)
-    write_dir(tmp_path / "g", {f"{LAYER}.qweight": st_bytes(qweight, "I32"), f"{LAYER}.qzeros": st_bytes(qzeros, "I32"),
-                               f"{LAYER}.scales": st_bytes(np.ones((1, n)), "F16")}, gptq_cfg(group_size=gs))
+    write_dir(
+        tmp_path / "g",
+        {
+            f"{LAYER}.qweight": st_bytes(qweight, "I32"),
+            f"{LAYER}.qzeros": st_bytes(qzeros, "I32"),
+            f"{LAYER}.scales": st_bytes(np.ones((1, n)), "F16"),
+        },
+        gptq_cfg(group_size=gs),
+    )
     w, _ = load_layer(tmp_path / "g", LAYER)
     np.testing.assert_array_equal(w.q[:, 0], np.tile(np.arange(8), 2))
     np.testing.assert_array_equal(w.z[0], np.arange(8))
     # compressed-tensors: word [n, c] holds K columns 8c..8c+7 of out row n; zero points packed along N
-    packed = np.full((n, k // 8), 0xFEDCBA98 - 2**32, np.int32)  # stored 8..15 = values 0..7
-    zp = np.array([[0x89ABCDEF - 2**32]], np.int32)  # out rows 0..7 store 15..8 = zero points 7..0
-    write_dir(tmp_path / "c", {f"{LAYER}.weight_packed": st_bytes(packed, "I32"),
-                               f"{LAYER}.weight_zero_point": st_bytes(zp, "I32"),
-                               f"{LAYER}.weight_scale": st_bytes(np.ones((n, 1)), "BF16")}, ct_cfg(gs=gs))
+    packed = np.full(
+        (n, k // 8), 0xFEDCBA98 - 2**32, np.int32
+    )  # stored 8..15 = values 0..7
+    zp = np.array(
+        [[0x89ABCDEF - 2**32]], np.int32
+    )  # out rows 0..7 store 15..8 = zero points 7..0
+    write_dir(
+        tmp_path / "c",
+        {
+            f"{LAYER}.weight_packed": st_bytes(packed, "I32"),
+            f"{LAYER}.weight_zero_point": st_bytes(zp, "I32"),
+            f"{LAYER}.weight_scale": st_bytes(np.ones((n, 1)), "BF16"),
+        },
+        ct_cfg(gs=gs),
+    )
     w, _ = load_layer(tmp_path / "c", LAYER)
     np.testing.assert_array_equal(w.q[:, 0], np.tile(np.arange(8, 16), 2))
     np.testing.assert_array_equal(w.z[0], np.arange(15, 7, -1))
@@ -224,7 +311,9 @@ def test_gptq_v1_per_nibble_export_matches(tmp_path):
     k, n, gs = 64, 16, 32
     q, z, s = logical(k, n, gs, seed=4)
     t = gptq_tensors(q, z, s, v1=False)
-    t[f"{LAYER}.qzeros"] = st_bytes(pack_words((z - 1).reshape(z.shape[0], n // 8, 8)), "I32")
+    t[f"{LAYER}.qzeros"] = st_bytes(
+        pack_words((z - 1).reshape(z.shape[0], n // 8, 8)), "I32"
+    )
     write_dir(tmp_path, t, gptq_cfg("gptq"))
     assert_layer(load_layer(tmp_path, LAYER)[0], q, z, s, gs)
 
@@ -240,7 +329,9 @@ def v1_with_zero(tmp_path, positions, meta=None):
 
 
 def test_gptq_v1_wrap_from_gptqmodel_is_exact(tmp_path):
-    q, z, s, gs = v1_with_zero(tmp_path, [(0, 2), (1, 8), (1, 9)], meta="gptqmodel:2.2.0")
+    q, z, s, gs = v1_with_zero(
+        tmp_path, [(0, 2), (1, 8), (1, 9)], meta="gptqmodel:2.2.0"
+    )
     w, rep = load_layer(tmp_path, LAYER)
     assert_layer(w, q, z, s, gs)
     assert rep.zero_wraps >= 1 and "zero points" in rep.summary()
@@ -248,7 +339,9 @@ def test_gptq_v1_wrap_from_gptqmodel_is_exact(tmp_path):
 
 def test_gptq_v1_wrap_of_unknown_producer_is_rejected(tmp_path):
     v1_with_zero(tmp_path, [(1, 10)], meta="gptqmodel:0.8.0")
-    with pytest.raises(ConfigError, match=rf"{LAYER}\.qzeros\[1, 1\].*re-export as gptq_v2"):
+    with pytest.raises(
+        ConfigError, match=rf"{LAYER}\.qzeros\[1, 1\].*re-export as gptq_v2"
+    ):
         load_layer(tmp_path, LAYER)
 
 
@@ -256,12 +349,18 @@ def test_gptq_v1_wrap_of_unknown_producer_is_rejected(tmp_path):
 def test_gptq_meta_quantizer_of_another_type_is_no_producer(tmp_path, quantizer):
     k, n, gs = 64, 16, 32
     q, z, s = logical(k, n, gs, seed=4)
-    write_dir(tmp_path, gptq_tensors(q, z, s, v1=True), gptq_cfg("gptq", meta={"quantizer": quantizer}))
+    write_dir(
+        tmp_path,
+        gptq_tensors(q, z, s, v1=True),
+        gptq_cfg("gptq", meta={"quantizer": quantizer}),
+    )
     assert_layer(load_layer(tmp_path, LAYER)[0], q, z, s, gs)
 
 
 def test_gptq_v1_wrap_in_top_nibble_is_unambiguous(tmp_path):
-    q, z, s, gs = v1_with_zero(tmp_path, [(0, 7), (1, 15)])  # last nibble of a word: no carry to disagree on
+    q, z, s, gs = v1_with_zero(
+        tmp_path, [(0, 7), (1, 15)]
+    )  # last nibble of a word: no carry to disagree on
     w, rep = load_layer(tmp_path, LAYER)
     assert_layer(w, q, z, s, gs)
     assert rep.zero_wraps == 2
@@ -274,11 +373,18 @@ def test_compressed_tensors(tmp_path, scale_dtype, zp):
     q, z, s = logical(k, n, gs, seed=6, zeros_zero=True)
     if zp == "symmetric":
         z[:] = 8
-    write_dir(tmp_path, ct_tensors(q, z, s, scale_dtype, zp), ct_cfg(symmetric=zp == "symmetric"))
+    write_dir(
+        tmp_path,
+        ct_tensors(q, z, s, scale_dtype, zp),
+        ct_cfg(symmetric=zp == "symmetric"),
+    )
     assert list_layers(tmp_path) == [LayerInfo(LAYER, "compressed-tensors", k, n, gs)]
     w, rep = load_layer(tmp_path, LAYER)
     assert_layer(w, q, z, s, gs)
-    assert rep.scale_dtype == {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}[scale_dtype]
+    assert (
+        rep.scale_dtype
+        == {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}[scale_dtype]
+    )
     if scale_dtype == "BF16":
         assert rep.scales_changed == 0 and rep.max_rel_scale_change == 0.0
 
@@ -291,7 +397,9 @@ def test_compressed_tensors_dequant_in_its_own_orientation(tmp_path):
     v, zp, scale = q.T - 8, z.T - 8, s.T.astype(bfloat16).astype(np.float32)
     cols = np.arange(k) // gs
     w_out_in = (v - zp[:, cols]) * scale[:, cols]
-    np.testing.assert_array_equal(dequantize(load_layer(tmp_path, LAYER)[0]), w_out_in.T.astype(np.float32))
+    np.testing.assert_array_equal(
+        dequantize(load_layer(tmp_path, LAYER)[0]), w_out_in.T.astype(np.float32)
+    )
 
 
 def test_compressed_tensors_channel_strategy(tmp_path):
@@ -308,15 +416,24 @@ def test_compressed_tensors_channel_strategy(tmp_path):
 def test_single_file_formats_recognised_from_tensors(tmp_path):
     k, n, gs = 64, 16, 16
     q, z, s = logical(k, n, gs, seed=9)
-    cases = {"awq-gemm": awq_tensors(q, z, s), "gptq": gptq_tensors(q, z, s, v1=True),
-             "compressed-tensors": ct_tensors(q, z, s)}
+    cases = {
+        "awq-gemm": awq_tensors(q, z, s),
+        "gptq": gptq_tensors(q, z, s, v1=True),
+        "compressed-tensors": ct_tensors(q, z, s),
+    }
     for fmt, tensors in cases.items():
         f = tmp_path / f"{fmt}.safetensors"
         write_safetensors(f, tensors)
         assert list_layers(f) == [LayerInfo(LAYER, fmt, k, n, gs)]
         assert_layer(load_layer(f, LAYER)[0], q, z, s, gs)
-    f = tmp_path / "v2.safetensors"  # AutoGPTQ records the layout in the file's metadata
-    write_safetensors(f, gptq_tensors(q, z, s, v1=False), metadata={"gptq_checkpoint_format": "gptq_v2"})
+    f = (
+        tmp_path / "v2.safetensors"
+    )  # AutoGPTQ records the layout in the file's metadata
+    write_safetensors(
+        f,
+        gptq_tensors(q, z, s, v1=False),
+        metadata={"gptq_checkpoint_format": "gptq_v2"},
+    )
     assert list_layers(f)[0].format == "gptq_v2"
     assert_layer(load_layer(f, LAYER)[0], q, z, s, gs)
 
@@ -324,8 +441,19 @@ def test_single_file_formats_recognised_from_tensors(tmp_path):
 def test_quantize_config_json_beside_config(tmp_path):
     k, n, gs = 64, 8, 32
     q, z, s = logical(k, n, gs, seed=10)
-    cfg = {"bits": 4, "group_size": gs, "desc_act": False, "sym": False, "checkpoint_format": "gptq_v2"}
-    write_dir(tmp_path, gptq_tensors(q, z, s, v1=False), cfg, config_name="quantize_config.json")
+    cfg = {
+        "bits": 4,
+        "group_size": gs,
+        "desc_act": False,
+        "sym": False,
+        "checkpoint_format": "gptq_v2",
+    }
+    write_dir(
+        tmp_path,
+        gptq_tensors(q, z, s, v1=False),
+        cfg,
+        config_name="quantize_config.json",
+    )
     assert_layer(load_layer(tmp_path, LAYER)[0], q, z, s, gs)
 
 
@@ -339,19 +467,31 @@ def test_sharded_index_reads_only_the_requested_layer(tmp_path, monkeypatch):
     shard2 = {kk: v for kk, v in t0.items() if not kk.endswith("qweight")}
     write_safetensors(tmp_path / "model-00001-of-00003.safetensors", shard1)
     write_safetensors(tmp_path / "model-00002-of-00003.safetensors", shard2)
-    (tmp_path / "model-00003-of-00003.safetensors").write_bytes(b"\xff" * 64)  # never opened for layer 0
-    weight_map = {**{kk: "model-00001-of-00003.safetensors" for kk in shard1},
-                  **{kk: "model-00002-of-00003.safetensors" for kk in shard2},
-                  **{kk: "model-00003-of-00003.safetensors" for kk in t1}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {**AWQ_CFG, "group_size": gs}}))
+    (tmp_path / "model-00003-of-00003.safetensors").write_bytes(
+        b"\xff" * 64
+    )  # never opened for layer 0
+    weight_map = {
+        **{kk: "model-00001-of-00003.safetensors" for kk in shard1},
+        **{kk: "model-00002-of-00003.safetensors" for kk in shard2},
+        **{kk: "model-00003-of-00003.safetensors" for kk in t1},
+    }
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
+    (tmp_path / "config.json").write_text(
+        json.dumps({"quantization_config": {**AWQ_CFG, "group_size": gs}})
+    )
     read = []
     real = checkpoints._native_get
-    monkeypatch.setattr(checkpoints, "_native_get", lambda f, name: read.append(name) or real(f, name))
+    monkeypatch.setattr(
+        checkpoints, "_native_get", lambda f, name: read.append(name) or real(f, name)
+    )
     w, _ = load_layer(tmp_path, LAYER)
     assert_layer(w, q, z, s, gs)
     assert sorted(read) == sorted(t0)
-    with pytest.raises(ConfigError, match="model-00003-of-00003.safetensors: not a safetensors file"):
+    with pytest.raises(
+        ConfigError, match="model-00003-of-00003.safetensors: not a safetensors file"
+    ):
         load_layer(tmp_path, other)
 
 
@@ -368,9 +508,14 @@ def test_bf16_scales_need_a_safetensors_that_reads_them(tmp_path, monkeypatch):
         return real(f, name)
 
     monkeypatch.setattr(checkpoints, "_native_get", old_safetensors)
-    with pytest.raises(ConfigError, match=r"weight_scale: safetensors .* cannot read BF16 .* 0\.8 or newer"):
+    with pytest.raises(
+        ConfigError,
+        match=r"weight_scale: safetensors .* cannot read BF16 .* 0\.8 or newer",
+    ):
         load_layer(tmp_path, LAYER)
-    assert not hasattr(checkpoints, "_raw_get")  # no hand-written reader that skips safetensors' checks
+    assert not hasattr(
+        checkpoints, "_raw_get"
+    )  # no hand-written reader that skips safetensors' checks
 
 
 def test_bf16_scales_are_read_by_safetensors_itself(tmp_path):
@@ -384,10 +529,15 @@ def test_bf16_scales_are_read_by_safetensors_itself(tmp_path):
 
 def write_edited(path, tensors, edit=None, text_edit=None, extra=b""):
     """A safetensors file whose header `edit(header)` may break (the data stays as written), then
-    `text_edit(json text)` on the serialised header; `extra` bytes are appended to the data."""
+    `text_edit(json text)` on the serialised header; `extra` bytes are appended to the data.
+    """
     header, blobs, offset = {}, [], 0
     for name, (dtype, shape, data) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "data_offsets": [offset, offset + len(data)],
+        }
         blobs.append(data)
         offset += len(data)
     if edit:
@@ -406,14 +556,23 @@ def sharded_bf16(tmp_path, edit=None, text_edit=None, extra=b"", weight_map_edit
     q, z, s = logical(k, n, gs, seed=21)
     t = ct_tensors(q, z, s, "BF16")
     scale = f"{LAYER}.weight_scale"
-    shard2 = {scale: t.pop(scale), f"{LAYER}.weight_zero_point": t.pop(f"{LAYER}.weight_zero_point")}
+    shard2 = {
+        scale: t.pop(scale),
+        f"{LAYER}.weight_zero_point": t.pop(f"{LAYER}.weight_zero_point"),
+    }
     write_safetensors(tmp_path / "model-00001-of-00002.safetensors", t)
-    write_edited(tmp_path / "model-00002-of-00002.safetensors", shard2, edit, text_edit, extra)
-    weight_map = {**{name: "model-00001-of-00002.safetensors" for name in t},
-                  **{name: "model-00002-of-00002.safetensors" for name in shard2}}
+    write_edited(
+        tmp_path / "model-00002-of-00002.safetensors", shard2, edit, text_edit, extra
+    )
+    weight_map = {
+        **{name: "model-00001-of-00002.safetensors" for name in t},
+        **{name: "model-00002-of-00002.safetensors" for name in shard2},
+    }
     if weight_map_edit:
         weight_map_edit(weight_map)
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
     (tmp_path / "config.json").write_text(json.dumps({"quantization_config": ct_cfg()}))
     return tmp_path, (q, z, s, gs)
 
@@ -424,22 +583,34 @@ ZP = f"{LAYER}.weight_zero_point"
 
 def _offsets(name, begin, end):
     def edit(h):
-        h[name]["data_offsets"] = [begin(h[name]["data_offsets"][0]), end(h[name]["data_offsets"][1])]
+        h[name]["data_offsets"] = [
+            begin(h[name]["data_offsets"][0]),
+            end(h[name]["data_offsets"][1]),
+        ]
+
     return edit
 
 
 MALFORMED = {
     # offsets that point back into the JSON header: the bytes read as bf16 would be the header's text
-    "offsets into the header": dict(edit=_offsets(SCALE, lambda b: b - 48, lambda e: e - 48)),
-    "negative offset": dict(edit=_offsets(SCALE, lambda b: -10**6, lambda e: e)),
+    "offsets into the header": dict(
+        edit=_offsets(SCALE, lambda b: b - 48, lambda e: e - 48)
+    ),
+    "negative offset": dict(edit=_offsets(SCALE, lambda b: -(10**6), lambda e: e)),
     # scales moved 8 bytes on, leaving a gap (safetensors itself rejects this)
-    "gap between tensors": dict(edit=lambda h: [_offsets(SCALE, lambda b: b + 8, lambda e: e + 8)(h),
-                                                _offsets(ZP, lambda b: b + 8, lambda e: e + 8)(h)],
-                                extra=b"\0" * 8),
+    "gap between tensors": dict(
+        edit=lambda h: [
+            _offsets(SCALE, lambda b: b + 8, lambda e: e + 8)(h),
+            _offsets(ZP, lambda b: b + 8, lambda e: e + 8)(h),
+        ],
+        extra=b"\0" * 8,
+    ),
     "overlapping tensors": dict(edit=_offsets(ZP, lambda b: b - 2, lambda e: e - 2)),
     "size does not match shape": dict(edit=lambda h: h[SCALE].update(shape=[16, 3])),
     "bytes after the last tensor": dict(extra=b"\0" * 8),
-    "shape 1e400": dict(text_edit=lambda raw: raw.replace('"shape": [16, 2]', '"shape": [1e400, 64]', 1)),
+    "shape 1e400": dict(
+        text_edit=lambda raw: raw.replace('"shape": [16, 2]', '"shape": [1e400, 64]', 1)
+    ),
     "shape overflows": dict(edit=lambda h: h[SCALE].update(shape=[2**40, 2**40])),
 }
 
@@ -447,7 +618,10 @@ MALFORMED = {
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_malformed_safetensors_never_load(tmp_path, case):
     path, _ = sharded_bf16(tmp_path, **MALFORMED[case])
-    with pytest.raises(ConfigError, match=r"model-00002-of-00002\.safetensors: not a safetensors file \(") as e:
+    with pytest.raises(
+        ConfigError,
+        match=r"model-00002-of-00002\.safetensors: not a safetensors file \(",
+    ) as e:
         load_layer(path, LAYER)
     assert "\n" not in str(e.value)
 
@@ -459,21 +633,34 @@ def test_well_formed_sharded_bf16_still_loads(tmp_path):
 
 @pytest.mark.parametrize("value", [7, None, ["a"], ""])
 def test_weight_map_value_must_be_a_file_name(tmp_path, value):
-    path, _ = sharded_bf16(tmp_path, weight_map_edit=lambda wm: wm.update({SCALE: value}))
-    with pytest.raises(ConfigError, match=r"weight_map\[.*weight_scale'\] = .*: expected a shard file name"):
+    path, _ = sharded_bf16(
+        tmp_path, weight_map_edit=lambda wm: wm.update({SCALE: value})
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"weight_map\[.*weight_scale'\] = .*: expected a shard file name",
+    ):
         load_layer(path, LAYER)
 
 
 def test_list_layers_natural_order(tmp_path):
     q, z, s = logical(64, 16, 32, seed=13)
     tensors = {}
-    names = [f"model.layers.{i}.mlp.{p}" for i in (10, 2, 0) for p in ("up_proj", "down_proj")]
+    names = [
+        f"model.layers.{i}.mlp.{p}"
+        for i in (10, 2, 0)
+        for p in ("up_proj", "down_proj")
+    ]
     for name in names:
         tensors.update(awq_tensors(q, z, s, prefix=name))
     tensors["model.embed_tokens.weight"] = st_bytes(np.zeros((4, 4)), "F16")
     write_dir(tmp_path, tensors, AWQ_CFG)
     got = [i.name for i in list_layers(tmp_path)]
-    assert got == [f"model.layers.{i}.mlp.{p}" for i in (0, 2, 10) for p in ("down_proj", "up_proj")]
+    assert got == [
+        f"model.layers.{i}.mlp.{p}"
+        for i in (0, 2, 10)
+        for p in ("down_proj", "up_proj")
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -482,7 +669,9 @@ def test_list_layers_natural_order(tmp_path):
 def test_scale_rounding_report(tmp_path):
     k, n, gs = 64, 16, 32
     q, z, s = logical(k, n, gs, seed=14)
-    s[1, :4] = np.float16(1.0) + np.float16(2.0**-10) * np.arange(4)  # 1 + 2^-10 etc.: rounds to 1.0 in bf16
+    s[1, :4] = np.float16(1.0) + np.float16(2.0**-10) * np.arange(
+        4
+    )  # 1 + 2^-10 etc.: rounds to 1.0 in bf16
     t = awq_tensors(q, z, s)
     t[f"{LAYER}.bias"] = st_bytes(np.zeros(n), "F16")
     write_dir(tmp_path, t, {**AWQ_CFG, "group_size": gs})
@@ -494,7 +683,9 @@ def test_scale_rounding_report(tmp_path):
     assert rep.scales_changed == int(np.count_nonzero(rounded != s32)) > 0
     s64, r64 = s32.astype(np.float64), rounded.astype(np.float64)
     assert rep.max_rel_scale_change == float(np.max(np.abs(r64 - s64) / s64))
-    assert 0 < rep.max_rel_scale_change <= 2.0**-8  # round to nearest keeping 8 significant bits
+    assert (
+        0 < rep.max_rel_scale_change <= 2.0**-8
+    )  # round to nearest keeping 8 significant bits
     np.testing.assert_array_equal(w.s.astype(np.float32), rounded)
     line = rep.summary()
     assert "\n" not in line and f"{rep.scales_changed} of {s.size} changed" in line
@@ -507,9 +698,11 @@ def test_scale_rounding_report(tmp_path):
 def bad_case(tmp_path, fmt, mutate=None, cfg_mutate=None):
     k, n, gs = 64, 16, 32
     q, z, s = logical(k, n, gs, seed=15)
-    tensors, cfg = {"awq": (awq_tensors(q, z, s), dict(AWQ_CFG)),
-                    "gptq": (gptq_tensors(q, z, s, v1=False), gptq_cfg()),
-                    "ct": (ct_tensors(q, z, s), ct_cfg())}[fmt]
+    tensors, cfg = {
+        "awq": (awq_tensors(q, z, s), dict(AWQ_CFG)),
+        "gptq": (gptq_tensors(q, z, s, v1=False), gptq_cfg()),
+        "ct": (ct_tensors(q, z, s), ct_cfg()),
+    }[fmt]
     if mutate:
         mutate(tensors)
     if cfg_mutate:
@@ -523,42 +716,166 @@ def _set(d, key, value):
 
 
 BAD = [
-    ("awq", lambda t: t.pop(f"{LAYER}.qzeros"), None, rf"missing tensor {LAYER}\.qzeros$"),
-    ("awq", lambda t: _set(t, f"{LAYER}.scales", st_bytes(np.ones((2, 16)), "I32")), None,
-     rf"tensor {LAYER}\.scales: dtype I32, expected F16 or BF16 or F32"),
-    ("awq", lambda t: _set(t, f"{LAYER}.qweight", st_bytes(np.ones((64, 2)), "F32")), None,
-     rf"tensor {LAYER}\.qweight: dtype F32, expected I32"),
-    ("awq", lambda t: _set(t, f"{LAYER}.qzeros", st_bytes(np.ones((3, 2)), "I32")), None,
-     rf"tensor {LAYER}\.qzeros: shape \[3, 2\], expected \[2, 2\]"),
-    ("awq", None, lambda c: _set(c, "bits", 8), r"quantization_config\.bits = 8: only 4-bit"),
-    ("awq", None, lambda c: _set(c, "group_size", 48), r"quantization_config\.group_size = 48 does not divide in_features = 64"),
-    ("awq", None, lambda c: _set(c, "version", "gemv"), r"quantization_config\.version = 'gemv': only AutoAWQ's 'gemm'"),
-    ("awq", None, lambda c: _set(c, "quant_method", "bitsandbytes"), r"quantization_config\.quant_method = 'bitsandbytes': unknown format"),
-    ("gptq", lambda t: _set(t, f"{LAYER}.g_idx", st_bytes(np.arange(64)[::-1] // 32, "I32")), lambda c: _set(c, "desc_act", True),
-     rf"tensor {LAYER}\.g_idx\[0\] = 1, expected 0 = i // group_size: act-order"),
-    ("gptq", lambda t: t.pop(f"{LAYER}.g_idx"), lambda c: _set(c, "desc_act", True), r"desc_act = true .* act-order"),
-    ("gptq", None, lambda c: _set(c, "checkpoint_format", "marlin"), r"checkpoint_format = 'marlin'"),
-    ("gptq", None, lambda c: _set(c, "bits", 3), r"quantization_config\.bits = 3: only 4-bit"),
-    ("gptq", None, lambda c: _set(c, "group_size", 24), r"group_size = 24 does not divide"),
-    ("gptq", None, lambda c: _set(c, "dynamic", {"-:.*mlp.*": {}, r"+:.*\.q_proj": {"bits": 8}}),
-     r"quantization_config\.dynamic\[.*q_proj'\]\.bits = 8: only 4-bit"),
-    ("ct", lambda t: t.pop(f"{LAYER}.weight_zero_point"), None, rf"missing tensor {LAYER}\.weight_zero_point .*symmetric = false"),
-    ("ct", None, lambda c: _set(c["config_groups"]["group_0"]["weights"], "num_bits", 8), r"group_0\.weights\.num_bits = 8: only 4-bit"),
-    ("ct", None, lambda c: _set(c["config_groups"]["group_0"]["weights"], "strategy", "tensor"), r"strategy = 'tensor'"),
-    ("ct", None, lambda c: _set(c["config_groups"]["group_0"]["weights"], "type", "float"), r"type = 'float'"),
-    ("ct", None, lambda c: _set(c, "format", "naive-quantized"), r"quantization_config\.format = 'naive-quantized'"),
-    ("ct", None, lambda c: _set(c["config_groups"]["group_0"], "input_activations", {"num_bits": 8}), r"input_activations is set"),
-    ("ct", None, lambda c: _set(c["config_groups"]["group_0"], "targets", 4), r"group_0\.targets = 4: expected a list"),
-    ("ct", None, lambda c: _set(c["config_groups"]["group_0"], "targets", ["re:("]), r"'re:\(' is not a regular expr"),
-    ("ct", lambda t: _set(t, f"{LAYER}.weight_g_idx", st_bytes(np.arange(64) % 2, "I32")), None, r"weight_g_idx\[1\] = 1, expected 0"),
-    ("ct", lambda t: _set(t, f"{LAYER}.weight_zero_point", st_bytes(np.full((16, 2), 9), "I8")), None,
-     rf"tensor {LAYER}\.weight_zero_point\[0, 0\] = 9: int4 zero points must lie in -8\.\.7"),
-    ("ct", lambda t: _set(t, f"{LAYER}.weight_scale", st_bytes(np.zeros((16, 2)), "F16")), None,
-     rf"tensor {LAYER}\.weight_scale\[0, 0\] = 0\.0: scales must be finite and > 0"),
+    (
+        "awq",
+        lambda t: t.pop(f"{LAYER}.qzeros"),
+        None,
+        rf"missing tensor {LAYER}\.qzeros$",
+    ),
+    (
+        "awq",
+        lambda t: _set(t, f"{LAYER}.scales", st_bytes(np.ones((2, 16)), "I32")),
+        None,
+        rf"tensor {LAYER}\.scales: dtype I32, expected F16 or BF16 or F32",
+    ),
+    (
+        "awq",
+        lambda t: _set(t, f"{LAYER}.qweight", st_bytes(np.ones((64, 2)), "F32")),
+        None,
+        rf"tensor {LAYER}\.qweight: dtype F32, expected I32",
+    ),
+    (
+        "awq",
+        lambda t: _set(t, f"{LAYER}.qzeros", st_bytes(np.ones((3, 2)), "I32")),
+        None,
+        rf"tensor {LAYER}\.qzeros: shape \[3, 2\], expected \[2, 2\]",
+    ),
+    (
+        "awq",
+        None,
+        lambda c: _set(c, "bits", 8),
+        r"quantization_config\.bits = 8: only 4-bit",
+    ),
+    (
+        "awq",
+        None,
+        lambda c: _set(c, "group_size", 48),
+        r"quantization_config\.group_size = 48 does not divide in_features = 64",
+    ),
+    (
+        "awq",
+        None,
+        lambda c: _set(c, "version", "gemv"),
+        r"quantization_config\.version = 'gemv': only AutoAWQ's 'gemm'",
+    ),
+    (
+        "awq",
+        None,
+        lambda c: _set(c, "quant_method", "bitsandbytes"),
+        r"quantization_config\.quant_method = 'bitsandbytes': unknown format",
+    ),
+    (
+        "gptq",
+        lambda t: _set(t, f"{LAYER}.g_idx", st_bytes(np.arange(64)[::-1] // 32, "I32")),
+        lambda c: _set(c, "desc_act", True),
+        rf"tensor {LAYER}\.g_idx\[0\] = 1, expected 0 = i // group_size: act-order",
+    ),
+    (
+        "gptq",
+        lambda t: t.pop(f"{LAYER}.g_idx"),
+        lambda c: _set(c, "desc_act", True),
+        r"desc_act = true .* act-order",
+    ),
+    (
+        "gptq",
+        None,
+        lambda c: _set(c, "checkpoint_format", "marlin"),
+        r"checkpoint_format = 'marlin'",
+    ),
+    (
+        "gptq",
+        None,
+        lambda c: _set(c, "bits", 3),
+        r"quantization_config\.bits = 3: only 4-bit",
+    ),
+    (
+        "gptq",
+        None,
+        lambda c: _set(c, "group_size", 24),
+        r"group_size = 24 does not divide",
+    ),
+    (
+        "gptq",
+        None,
+        lambda c: _set(c, "dynamic", {"-:.*mlp.*": {}, r"+:.*\.q_proj": {"bits": 8}}),
+        r"quantization_config\.dynamic\[.*q_proj'\]\.bits = 8: only 4-bit",
+    ),
+    (
+        "ct",
+        lambda t: t.pop(f"{LAYER}.weight_zero_point"),
+        None,
+        rf"missing tensor {LAYER}\.weight_zero_point .*symmetric = false",
+    ),
+    (
+        "ct",
+        None,
+        lambda c: _set(c["config_groups"]["group_0"]["weights"], "num_bits", 8),
+        r"group_0\.weights\.num_bits = 8: only 4-bit",
+    ),
+    (
+        "ct",
+        None,
+        lambda c: _set(c["config_groups"]["group_0"]["weights"], "strategy", "tensor"),
+        r"strategy = 'tensor'",
+    ),
+    (
+        "ct",
+        None,
+        lambda c: _set(c["config_groups"]["group_0"]["weights"], "type", "float"),
+        r"type = 'float'",
+    ),
+    (
+        "ct",
+        None,
+        lambda c: _set(c, "format", "naive-quantized"),
+        r"quantization_config\.format = 'naive-quantized'",
+    ),
+    (
+        "ct",
+        None,
+        lambda c: _set(
+            c["config_groups"]["group_0"], "input_activations", {"num_bits": 8}
+        ),
+        r"input_activations is set",
+    ),
+    (
+        "ct",
+        None,
+        lambda c: _set(c["config_groups"]["group_0"], "targets", 4),
+        r"group_0\.targets = 4: expected a list",
+    ),
+    (
+        "ct",
+        None,
+        lambda c: _set(c["config_groups"]["group_0"], "targets", ["re:("]),
+        r"'re:\(' is not a regular expr",
+    ),
+    (
+        "ct",
+        lambda t: _set(t, f"{LAYER}.weight_g_idx", st_bytes(np.arange(64) % 2, "I32")),
+        None,
+        r"weight_g_idx\[1\] = 1, expected 0",
+    ),
+    (
+        "ct",
+        lambda t: _set(
+            t, f"{LAYER}.weight_zero_point", st_bytes(np.full((16, 2), 9), "I8")
+        ),
+        None,
+        rf"tensor {LAYER}\.weight_zero_point\[0, 0\] = 9: int4 zero points must lie in -8\.\.7",
+    ),
+    (
+        "ct",
+        lambda t: _set(t, f"{LAYER}.weight_scale", st_bytes(np.zeros((16, 2)), "F16")),
+        None,
+        rf"tensor {LAYER}\.weight_scale\[0, 0\] = 0\.0: scales must be finite and > 0",
+    ),
 ]
 
 
-@pytest.mark.parametrize("fmt,mutate,cfg_mutate,message", BAD, ids=[b[3][:40] for b in BAD])
+@pytest.mark.parametrize(
+    "fmt,mutate,cfg_mutate,message", BAD, ids=[b[3][:40] for b in BAD]
+)
 def test_bad_checkpoints(tmp_path, fmt, mutate, cfg_mutate, message):
     path = bad_case(tmp_path, fmt, mutate, cfg_mutate)
     with pytest.raises(ConfigError, match=message) as e:
@@ -570,28 +887,41 @@ def test_bad_paths(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         list_layers(tmp_path / "absent")
     path = bad_case(tmp_path / "a", "awq")
-    with pytest.raises(ConfigError, match=r"layer 'model\.layers\.9\.mlp\.up_proj' not found .*q_proj"):
+    with pytest.raises(
+        ConfigError, match=r"layer 'model\.layers\.9\.mlp\.up_proj' not found .*q_proj"
+    ):
         load_layer(path, "model.layers.9.mlp.up_proj")
-    (tmp_path / "junk.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
+    (tmp_path / "junk.safetensors").write_bytes(
+        b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!"
+    )
     with pytest.raises(ConfigError, match="not a safetensors file"):
         list_layers(tmp_path / "junk.safetensors")
 
 
-@pytest.mark.parametrize("path, message", [
-    ("/dev/null", r"/dev/null: not a regular file or a directory"),
-    ("", r"checkpoint path is empty"),
-    ("x" * 5000, r"cannot read|no such file"),
-], ids=["dev-null", "empty", "name-too-long"])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("/dev/null", r"/dev/null: not a regular file or a directory"),
+        ("", r"checkpoint path is empty"),
+        ("x" * 5000, r"cannot read|no such file"),
+    ],
+    ids=["dev-null", "empty", "name-too-long"],
+)
 def test_paths_that_are_not_checkpoints(path, message):
     for call in (list_layers, lambda p: load_layer(p, LAYER)):
         with pytest.raises(ConfigError, match=message):
             call(path)
 
 
-@pytest.mark.parametrize("text", ["[" * 100000, '{"weight_map": {"a": 1' + "0" * 5000 + "}}", "\xff\xfe"],
-                         ids=["deep-nesting", "5000-digit-integer", "not-utf8"])
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 100000, '{"weight_map": {"a": 1' + "0" * 5000 + "}}", "\xff\xfe"],
+    ids=["deep-nesting", "5000-digit-integer", "not-utf8"],
+)
 def test_index_json_that_python_cannot_parse(tmp_path, text):
     path, _ = sharded_bf16(tmp_path)
     (path / "model.safetensors.index.json").write_bytes(text.encode("latin-1"))
-    with pytest.raises(ConfigError, match="model.safetensors.index.json: not valid JSON"):
+    with pytest.raises(
+        ConfigError, match="model.safetensors.index.json: not valid JSON"
+    ):
         load_layer(path, LAYER)

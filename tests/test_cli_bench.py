@@ -11,15 +11,28 @@ def run(capsys, *argv):
     return code, out, err
 
 
-@pytest.mark.parametrize("make_args, message", [
-    (lambda tmp: ["--csv", str(tmp)], "is a directory"),
-    (lambda tmp: ["--csv", str(tmp / "file" / "b.csv")], "cannot write"),
-    (lambda tmp: ["--iters", "0"], "need iters >= 1"),
-    (lambda tmp: ["--iters", "x"], "argument --iters: invalid int value: 'x' (see --help)"),
-], ids=["csv-is-a-directory", "csv-below-a-file", "iters-0", "iters-not-a-number"])
-def test_bad_input_is_one_line_before_any_row(capsys, monkeypatch, tmp_path, make_args, message):
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda tmp: ["--csv", str(tmp)], "is a directory"),
+        (lambda tmp: ["--csv", str(tmp / "file" / "b.csv")], "cannot write"),
+        (lambda tmp: ["--iters", "0"], "need iters >= 1"),
+        (
+            lambda tmp: ["--iters", "x"],
+            "argument --iters: invalid int value: 'x' (see --help)",
+        ),
+    ],
+    ids=["csv-is-a-directory", "csv-below-a-file", "iters-0", "iters-not-a-number"],
+)
+def test_bad_input_is_one_line_before_any_row(
+    capsys, monkeypatch, tmp_path, make_args, message
+):
     (tmp_path / "file").write_text("x")
-    monkeypatch.setattr(bench, "default_config", lambda *a: pytest.fail("a row ran before the input was checked"))
+    monkeypatch.setattr(
+        bench,
+        "default_config",
+        lambda *a: pytest.fail("a row ran before the input was checked"),
+    )
     code, out, err = run(capsys, "--modelled", *make_args(tmp_path))
     assert code == 2 and message in err, out + err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -34,5 +47,6 @@ def test_modelled_table_is_written(capsys, tmp_path):
 def test_interrupt_exits_130(capsys, monkeypatch):
     def interrupted(*a):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(bench, "load_table", interrupted)
     assert run(capsys, "--modelled")[0] == 130

@@ -11,7 +11,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def dry(*args, cwd=REPO, env=None):
-    res = subprocess.run(["make", "-n", "-C", cwd, *args], capture_output=True, text=True, env=env)
+    res = subprocess.run(
+        ["make", "-n", "-C", cwd, *args], capture_output=True, text=True, env=env
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout
 
@@ -24,12 +26,29 @@ def host_line(out):
 def test_a_checkpoint_gives_k_n_gs_and_the_tiles():
     # run_llama_qproj's own K = N = 2048 and tiles would contradict a checkpoint of another shape
     line = host_line(dry("run_llama_qproj", "AWQ=/ck", "BACKEND=emu"))
-    assert "--awq /ck --layer model.layers.0.self_attn.q_proj" in line and "--m 2048" in line
-    for opt in ("--k", "--n", "--gs", "--tile-m", "--tile-n", "--tile-k-l1", "--tile-k-l2", "--herd-m", "--herd-n"):
+    assert (
+        "--awq /ck --layer model.layers.0.self_attn.q_proj" in line
+        and "--m 2048" in line
+    )
+    for opt in (
+        "--k",
+        "--n",
+        "--gs",
+        "--tile-m",
+        "--tile-n",
+        "--tile-k-l1",
+        "--tile-k-l2",
+        "--herd-m",
+        "--herd-n",
+    ):
         assert f"{opt} " not in line, line
-    line = host_line(dry("run_llama_qproj", "AWQ=/ck", "TILE_M=32", "K=2048"))  # what the user sets is passed
+    line = host_line(
+        dry("run_llama_qproj", "AWQ=/ck", "TILE_M=32", "K=2048")
+    )  # what the user sets is passed
     assert "--tile-m 32" in line and "--k 2048" in line and "--n " not in line
-    line = host_line(dry("run_llama_qproj"))  # without a checkpoint: the target's whole shape
+    line = host_line(
+        dry("run_llama_qproj")
+    )  # without a checkpoint: the target's whole shape
     assert "--m 2048 --k 2048 --n 2048 --gs 128 --tile-m 64" in line
 
 
@@ -53,13 +72,19 @@ def _env_with_python3(bin_dir, python=None):
     bin_dir.mkdir(exist_ok=True)
     if python:
         (bin_dir / "python3").symlink_to(python)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON")
+    }
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     return env
 
 
 def test_outside_a_virtualenv_deps_makes_and_uses_dot_venv(tmp_path):
-    base = os.path.join(sys.base_prefix, "bin", "python3")  # the interpreter no virtualenv wraps
+    base = os.path.join(
+        sys.base_prefix, "bin", "python3"
+    )  # the interpreter no virtualenv wraps
     tree = _bare_tree(tmp_path)
     out = dry("deps", cwd=str(tree), env=_env_with_python3(tmp_path / "bin", base))
     assert f"python3 -m venv --system-site-packages {tree}/.venv" in out
@@ -69,14 +94,27 @@ def test_outside_a_virtualenv_deps_makes_and_uses_dot_venv(tmp_path):
 
 def test_inside_a_virtualenv_deps_uses_it(tmp_path):
     venv = tmp_path / "v"
-    subprocess.run([os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv", "--without-pip", str(venv)],
-                   check=True)
+    subprocess.run(
+        [
+            os.path.join(sys.base_prefix, "bin", "python3"),
+            "-m",
+            "venv",
+            "--without-pip",
+            str(venv),
+        ],
+        check=True,
+    )
     tree = _bare_tree(tmp_path)
-    out = dry("deps", cwd=str(tree), env=_env_with_python3(venv / "bin"))  # as `source v/bin/activate` does
+    out = dry(
+        "deps", cwd=str(tree), env=_env_with_python3(venv / "bin")
+    )  # as `source v/bin/activate` does
     assert "-m venv" not in out and ".venv" not in out
     assert "python3 -m pip install -q -r requirements.txt" in out
 
 
 def test_an_explicit_python_is_used_as_given(tmp_path):
     out = dry("deps", f"PYTHON={sys.executable}", cwd=str(_bare_tree(tmp_path)))
-    assert f"{sys.executable} -m pip install -q -r requirements.txt" in out and "-m venv" not in out
+    assert (
+        f"{sys.executable} -m pip install -q -r requirements.txt" in out
+        and "-m venv" not in out
+    )

@@ -1,6 +1,7 @@
 """host/run.py as a user meets it: bad input is one line on stderr and exit 2 (never a traceback),
 numerical failures exit 1 with their figures and causes, Ctrl-C exits 130, --report comes after the
-result within 100 columns. In-process calls of main(argv) unless the case is about the process."""
+result within 100 columns. In-process calls of main(argv) unless the case is about the process.
+"""
 
 import os
 import signal
@@ -18,8 +19,26 @@ from int4awq.reference import bfp16_blocks, bfp16_loss, check, explain_failure
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, "host", "run.py")
-SMALL = ["--k", "256", "--n", "128", "--tile-m", "16", "--tile-n", "32", "--tile-k-l1", "64",
-         "--tile-k-l2", "128", "--herd-m", "2", "--herd-n", "2", "--backend", "emu"]
+SMALL = [
+    "--k",
+    "256",
+    "--n",
+    "128",
+    "--tile-m",
+    "16",
+    "--tile-n",
+    "32",
+    "--tile-k-l1",
+    "64",
+    "--tile-k-l2",
+    "128",
+    "--herd-m",
+    "2",
+    "--herd-n",
+    "2",
+    "--backend",
+    "emu",
+]
 GS_RULE = "must be a multiple of 16 (the kernel's dequantisation converts two 8-deep K blocks per step)"
 
 
@@ -38,8 +57,10 @@ def assert_bad_input(code, out, err, message):
 @pytest.fixture
 def no_run(monkeypatch):
     """Fail the test if the GEMM would run: the error must come before it."""
+
     def ran(*args, **kwargs):
         raise AssertionError("the run started before the input was checked")
+
     monkeypatch.setattr(host_run, "run_emulator", ran)
     monkeypatch.setattr(host_run, "run_npu", ran)
 
@@ -51,61 +72,123 @@ def npy(tmp_path, name, arr):
 
 
 # ------------------------------------------------------------------------------------------ options
-@pytest.mark.parametrize("args, message", [
-    (["--m", "4", *SMALL, "--seed", "-1"], "--seed -1: must be a non-negative integer"),
-    (["--m", "1e9", *SMALL], "argument --m: invalid int value: '1e9' (see --help)"),
-    (["--m", "4", *SMALL, "--backend", "gpu"], "argument --backend: invalid choice"),
-    (["--m", "1000000000", *SMALL], "GiB of host memory"),
-    (["--m", "4", "--k", "1000000000000000000", "--n", "64"], "GiB of host memory"),
-    (["--m", "1000000000000000000", "--k", "256", "--n", "64"], "GiB of host memory"),
-    (["--m", "4", *SMALL, "--gs", "100"], "GS = 100: " + GS_RULE),
-    (["--m", "4", *SMALL, "--gs", "24"], "GS = 24: " + GS_RULE),
-    (["--m", "4", "--k", "256", "--n", "64", "--gs", "8"], "GS = 8: " + GS_RULE),
-    (["--awq", "", "--layer", "x", "--m", "4"], "--awq: the path is empty"),
-    (["--awq", "/dev/null", "--layer", "x", "--m", "4"], "/dev/null: not a regular file or a directory"),
-    (["--awq", "/dev/null", "--list-layers"], "/dev/null: not a regular file or a directory"),
-    (["--awq", "ck", "--list-layers", "--layer", "x"], "cannot be combined with --layer"),
-    (["--awq", "ck", "--list-layers", "--decoder-layer", "0"], "cannot be combined with --decoder-layer"),
-    (["--awq", "ck", "--decoder-layer", "0", "--layer", "x", "--m", "4"], "cannot be combined with --layer"),
-    (["--awq", "ck", "--decoder-layer", "0", "--exact", "--m", "4"], "cannot be combined with --exact"),
-    (["--awq", "ck", "--decoder-layer", "0", "--k", "64", "--m", "4"], "cannot be combined with --k"),
-    (["--awq", "ck", "--decoder-layer", "-1", "--m", "4"], "--decoder-layer -1: must be a non-negative"),
-], ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--m", "4", *SMALL, "--seed", "-1"],
+            "--seed -1: must be a non-negative integer",
+        ),
+        (["--m", "1e9", *SMALL], "argument --m: invalid int value: '1e9' (see --help)"),
+        (
+            ["--m", "4", *SMALL, "--backend", "gpu"],
+            "argument --backend: invalid choice",
+        ),
+        (["--m", "1000000000", *SMALL], "GiB of host memory"),
+        (["--m", "4", "--k", "1000000000000000000", "--n", "64"], "GiB of host memory"),
+        (
+            ["--m", "1000000000000000000", "--k", "256", "--n", "64"],
+            "GiB of host memory",
+        ),
+        (["--m", "4", *SMALL, "--gs", "100"], "GS = 100: " + GS_RULE),
+        (["--m", "4", *SMALL, "--gs", "24"], "GS = 24: " + GS_RULE),
+        (["--m", "4", "--k", "256", "--n", "64", "--gs", "8"], "GS = 8: " + GS_RULE),
+        (["--awq", "", "--layer", "x", "--m", "4"], "--awq: the path is empty"),
+        (
+            ["--awq", "/dev/null", "--layer", "x", "--m", "4"],
+            "/dev/null: not a regular file or a directory",
+        ),
+        (
+            ["--awq", "/dev/null", "--list-layers"],
+            "/dev/null: not a regular file or a directory",
+        ),
+        (
+            ["--awq", "ck", "--list-layers", "--layer", "x"],
+            "cannot be combined with --layer",
+        ),
+        (
+            ["--awq", "ck", "--list-layers", "--decoder-layer", "0"],
+            "cannot be combined with --decoder-layer",
+        ),
+        (
+            ["--awq", "ck", "--decoder-layer", "0", "--layer", "x", "--m", "4"],
+            "cannot be combined with --layer",
+        ),
+        (
+            ["--awq", "ck", "--decoder-layer", "0", "--exact", "--m", "4"],
+            "cannot be combined with --exact",
+        ),
+        (
+            ["--awq", "ck", "--decoder-layer", "0", "--k", "64", "--m", "4"],
+            "cannot be combined with --k",
+        ),
+        (
+            ["--awq", "ck", "--decoder-layer", "-1", "--m", "4"],
+            "--decoder-layer -1: must be a non-negative",
+        ),
+    ],
+    ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None,
+)
 def test_bad_options_are_one_line_and_exit_2(capsys, no_run, args, message):
     assert_bad_input(*main(capsys, *args), message)
 
 
 def test_decoder_layer_refuses_options_it_would_ignore(capsys, no_run, tmp_path):
     a = npy(tmp_path, "a.npy", np.ones((4, 64), np.float32))
-    for extra, name in ((["--activations", a], "--activations"), (["--save", str(tmp_path / "o")], "--save"),
-                        (["--report"], "--report")):
-        assert_bad_input(*main(capsys, "--awq", "ck", "--decoder-layer", "0", "--m", "4", *extra),
-                         f"cannot be combined with {name}")
+    for extra, name in (
+        (["--activations", a], "--activations"),
+        (["--save", str(tmp_path / "o")], "--save"),
+        (["--report"], "--report"),
+    ):
+        assert_bad_input(
+            *main(capsys, "--awq", "ck", "--decoder-layer", "0", "--m", "4", *extra),
+            f"cannot be combined with {name}",
+        )
 
 
 # ------------------------------------------------------------------------------------------ --save
-def test_save_onto_a_file_or_below_one_is_refused_before_the_run(capsys, no_run, tmp_path):
+def test_save_onto_a_file_or_below_one_is_refused_before_the_run(
+    capsys, no_run, tmp_path
+):
     f = tmp_path / "file"
     f.write_text("x")
-    assert_bad_input(*main(capsys, "--m", "4", *SMALL, "--save", str(f)), "exists and is not a directory")
-    assert_bad_input(*main(capsys, "--m", "4", *SMALL, "--save", str(f / "sub")), "a parent of it is a file")
+    assert_bad_input(
+        *main(capsys, "--m", "4", *SMALL, "--save", str(f)),
+        "exists and is not a directory",
+    )
+    assert_bad_input(
+        *main(capsys, "--m", "4", *SMALL, "--save", str(f / "sub")),
+        "a parent of it is a file",
+    )
     (tmp_path / "out" / "c.npy").mkdir(parents=True)
-    assert_bad_input(*main(capsys, "--m", "4", *SMALL, "--save", str(tmp_path / "out")), "c.npy there is a directory")
+    assert_bad_input(
+        *main(capsys, "--m", "4", *SMALL, "--save", str(tmp_path / "out")),
+        "c.npy there is a directory",
+    )
 
 
-@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="needs a read-only /sys (Linux)")
+@pytest.mark.skipif(
+    not os.path.isdir("/sys/kernel"), reason="needs a read-only /sys (Linux)"
+)
 def test_save_into_a_read_only_place_is_refused_before_the_run(capsys, no_run):
     # /sys refuses new directories even to root (a chmod'ed directory does not stop root)
-    assert_bad_input(*main(capsys, "--m", "4", *SMALL, "--save", "/sys/int4awq-save"), "cannot create the directory")
+    assert_bad_input(
+        *main(capsys, "--m", "4", *SMALL, "--save", "/sys/int4awq-save"),
+        "cannot create the directory",
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
-def test_save_into_a_read_only_directory_is_refused_before_the_run(capsys, no_run, tmp_path):
+def test_save_into_a_read_only_directory_is_refused_before_the_run(
+    capsys, no_run, tmp_path
+):
     d = tmp_path / "ro"
     d.mkdir()
     d.chmod(0o555)
     try:
-        assert_bad_input(*main(capsys, "--m", "4", *SMALL, "--save", str(d)), "cannot write there")
+        assert_bad_input(
+            *main(capsys, "--m", "4", *SMALL, "--save", str(d)), "cannot write there"
+        )
     finally:
         d.chmod(0o755)
 
@@ -117,12 +200,26 @@ def test_activation_files_that_are_not_one_numeric_array(capsys, no_run, tmp_pat
     cases = [
         (str(tmp_path / "a.npz"), "an .npz archive; give one array"),
         (str(tmp_path / "a.txt"), "not a .npy file"),
-        (npy(tmp_path, "obj.npy", np.array([{"a": 1}], dtype=object)), "holds Python objects"),
-        (npy(tmp_path, "i32.npy", np.ones((4, 256), np.int32)),
-         "dtype int32, expected bfloat16 (ml_dtypes, stored by np.save as |V2), float16, float32 or float64"),
-        (npy(tmp_path, "3d.npy", np.ones((2, 4, 256), np.float32)), "shape (2, 4, 256), expected 2 dimensions"),
-        (npy(tmp_path, "nan.npy", np.full((4, 256), np.nan, np.float32)), "A[0, 0] = nan: contains NaN or Inf"),
-        (npy(tmp_path, "f64.npy", np.full((4, 256), 1e300)), "values up to 1e+300 exceed bfloat16's range"),
+        (
+            npy(tmp_path, "obj.npy", np.array([{"a": 1}], dtype=object)),
+            "holds Python objects",
+        ),
+        (
+            npy(tmp_path, "i32.npy", np.ones((4, 256), np.int32)),
+            "dtype int32, expected bfloat16 (ml_dtypes, stored by np.save as |V2), float16, float32 or float64",
+        ),
+        (
+            npy(tmp_path, "3d.npy", np.ones((2, 4, 256), np.float32)),
+            "shape (2, 4, 256), expected 2 dimensions",
+        ),
+        (
+            npy(tmp_path, "nan.npy", np.full((4, 256), np.nan, np.float32)),
+            "A[0, 0] = nan: contains NaN or Inf",
+        ),
+        (
+            npy(tmp_path, "f64.npy", np.full((4, 256), 1e300)),
+            "values up to 1e+300 exceed bfloat16's range",
+        ),
         (str(tmp_path / "absent.npy"), "cannot read (No such file or directory)"),
         (str(tmp_path), "cannot read (Is a directory)"),
     ]
@@ -131,17 +228,27 @@ def test_activation_files_that_are_not_one_numeric_array(capsys, no_run, tmp_pat
     assert "allow_pickle" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("arr", [
-    np.random.default_rng(0).standard_normal((4, 256)).astype(bfloat16),  # np.save writes |V2
-    np.random.default_rng(0).standard_normal((4, 256)).astype(">f4"),  # big-endian float32
-    np.random.default_rng(0).standard_normal((4, 256)).astype(np.float16),
-], ids=["ml_dtypes-bfloat16", "big-endian-float32", "float16"])
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.random.default_rng(0)
+        .standard_normal((4, 256))
+        .astype(bfloat16),  # np.save writes |V2
+        np.random.default_rng(0)
+        .standard_normal((4, 256))
+        .astype(">f4"),  # big-endian float32
+        np.random.default_rng(0).standard_normal((4, 256)).astype(np.float16),
+    ],
+    ids=["ml_dtypes-bfloat16", "big-endian-float32", "float16"],
+)
 def test_activation_dtypes_that_are_accepted(capsys, tmp_path, arr):
     code, out, err = main(capsys, *SMALL, "--activations", npy(tmp_path, "a.npy", arr))
     assert code == 0 and out.rstrip().endswith("PASS!"), out + err
 
 
-def test_a_product_beyond_bf16_or_f32_is_bad_input_before_the_run(capsys, no_run, tmp_path):
+def test_a_product_beyond_bf16_or_f32_is_bad_input_before_the_run(
+    capsys, no_run, tmp_path
+):
     # the reference reaches past bf16's range: no warnings, no `atol inf`, exit 2
     path = npy(tmp_path, "big.npy", np.full((4, 256), 3e38, np.float32))
     code, out, err = main(capsys, *SMALL, "--activations", path)
@@ -149,36 +256,50 @@ def test_a_product_beyond_bf16_or_f32_is_bad_input_before_the_run(capsys, no_run
     assert "atol inf" not in out and "Warning" not in err
     # C fits, but the kernel's f32 group sum before the scale would not
     path = npy(tmp_path, "acc.npy", np.full((4, 256), 2e37, np.float32))
-    assert_bad_input(*main(capsys, *SMALL, "--activations", path), "f32 accumulator before the scale is applied")
+    assert_bad_input(
+        *main(capsys, *SMALL, "--activations", path),
+        "f32 accumulator before the scale is applied",
+    )
 
 
 # ------------------------------------------------------------------------------------------ bfp16 causes
 def test_subnormal_activations_fail_with_the_reason(capsys, tmp_path):
-    path = npy(tmp_path, "sub.npy", np.full((4, 256), 1e-39, np.float32))  # bf16 subnormals
+    path = npy(
+        tmp_path, "sub.npy", np.full((4, 256), 1e-39, np.float32)
+    )  # bf16 subnormals
     code, out, err = main(capsys, *SMALL, "--activations", path)
     assert code == 1, out + err
     assert "cause: A holds 1024 of 1024 values that are bf16 subnormals" in out
-    assert "C matches the reference computed from A as the bfp16 blocks hold it" in " ".join(out.split())
-    assert out.rstrip().endswith("FAIL!") and all(len(line) <= 100 for line in out.splitlines()[-4:])
+    assert (
+        "C matches the reference computed from A as the bfp16 blocks hold it"
+        in " ".join(out.split())
+    )
+    assert out.rstrip().endswith("FAIL!") and all(
+        len(line) <= 100 for line in out.splitlines()[-4:]
+    )
 
 
 def test_bfp16_blocks_follow_the_kernels_rule():
     # independent spelling of host::to_bfp16_block: per block of 8, step 2^(e - 6), e = exponent of the max
     rng = np.random.default_rng(4)
-    a = (rng.standard_normal((6, 64)) * np.exp2(rng.integers(-30, 30, (6, 64)))).astype(np.float32)
+    a = (rng.standard_normal((6, 64)) * np.exp2(rng.integers(-30, 30, (6, 64)))).astype(
+        np.float32
+    )
     a[0, :8] = [2.0**40, 1.0, -3.0, 0.0, 2.0**33, 3 * 2.0**33, -(2.0**32), 1e-39]
     a = a.astype(bfloat16)
     x = a.astype(np.float64)
     want = np.zeros_like(x)
     for r in range(x.shape[0]):
         for b in range(0, x.shape[1], 8):
-            blk = [v if abs(v) >= 2.0**-126 else 0.0 for v in x[r, b:b + 8]]
+            blk = [v if abs(v) >= 2.0**-126 else 0.0 for v in x[r, b : b + 8]]
             big = max(abs(v) for v in blk)
             if big == 0:
                 continue
             e = int(np.floor(np.log2(big)))
             for i, v in enumerate(blk):
-                want[r, b + i] = min(max(round(v / 2.0 ** (e - 6)), -128), 127) * 2.0 ** (e - 6)
+                want[r, b + i] = min(
+                    max(round(v / 2.0 ** (e - 6)), -128), 127
+                ) * 2.0 ** (e - 6)
     np.testing.assert_array_equal(bfp16_blocks(a), want)
     # step 2^34: 2^33 is half a step (a tie: to even, 0), 3 * 2^33 is 1.5 steps (to 2 steps)
     np.testing.assert_array_equal(want[0, :8], [2.0**40, 0, 0, 0, 0, 2.0**35, 0, 0])
@@ -192,7 +313,10 @@ def test_block_flushes_are_named_as_the_cause_of_a_failure():
     w = random_weights(k, n, 32, seed=3)
     a = np.random.default_rng(5).standard_normal((8, k)).astype(np.float32)
     a[:, 0], a[:, 8] = 2.0**40, -(2.0**40)
-    w.q[8], w.z[0] = w.q[0], w.z[0]  # rows 0 and 8 dequantise alike (same group), so 2^40 cancels
+    w.q[8], w.z[0] = (
+        w.q[0],
+        w.z[0],
+    )  # rows 0 and 8 dequantise alike (same group), so 2^40 cancels
     a = a.astype(bfloat16)
     from int4awq.quant import dequantize
 
@@ -213,11 +337,15 @@ def test_report_comes_after_the_result_within_100_columns(capsys):
     assert code == 0, out + err
     lines = out.splitlines()
     verdict = lines.index("PASS!")
-    after = "\n".join(lines[verdict + 1:])
+    after = "\n".join(lines[verdict + 1 :])
     assert "Memory budget (emulator, static)" in after and "L1 per PE of herd" in after
     assert "Emulator counters" in after and "gemm_int4_accumulate" in after
-    assert "NPU2 resources" in after and "resources: within limits" in lines[verdict + 1:]
-    assert "modelled NPU2: DDR" in "\n".join(lines[:verdict])  # a figure of the result, before the verdict
+    assert (
+        "NPU2 resources" in after and "resources: within limits" in lines[verdict + 1 :]
+    )
+    assert "modelled NPU2: DDR" in "\n".join(
+        lines[:verdict]
+    )  # a figure of the result, before the verdict
     assert max(len(line) for line in lines) <= 100, max(lines, key=len)
 
 
@@ -225,7 +353,11 @@ def test_no_tables_without_report(capsys):
     code, out, err = main(capsys, "--m", "16", *SMALL)
     assert code == 0, out + err
     assert out.rstrip().endswith("PASS!")
-    assert "alloc" not in out and "budget" not in out.lower() and "Emulator counters" not in out
+    assert (
+        "alloc" not in out
+        and "budget" not in out.lower()
+        and "Emulator counters" not in out
+    )
     assert len(out.splitlines()) <= 10
 
 
@@ -237,8 +369,18 @@ def test_report_tables_fit_for_the_largest_configuration(monkeypatch):
     from int4awq.design import DesignConfig
     from matmul_int4_packed import backend_options, build_module
 
-    cfg = DesignConfig(m=2048, k=8192, n=2048, gs=128, tile_m=64, tile_n=64, tile_k_l1=64, tile_k_l2=1024,
-                       herd_m=8, herd_n=4)
+    cfg = DesignConfig(
+        m=2048,
+        k=8192,
+        n=2048,
+        gs=128,
+        tile_m=64,
+        tile_n=64,
+        tile_k_l1=64,
+        tile_k_l2=1024,
+        herd_m=8,
+        herd_n=4,
+    )
     host_run.build_host_kernel(cfg)  # int4awq.design, as host.run uses it
     monkeypatch.setenv("AIR_EMU_LIB_PATH", host_run.KERNEL_BUILD)
     backend = XRTBackend(**backend_options(cfg))
@@ -251,14 +393,31 @@ def test_report_tables_fit_for_the_largest_configuration(monkeypatch):
 def test_interrupt_exits_130_quietly_in_process(capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(host_run, "run_emulator", interrupted)
     code, out, err = main(capsys, "--m", "16", *SMALL)
     assert code == 130 and err == ""
 
 
 def test_ctrl_c_during_a_run_exits_130_without_a_traceback(tmp_path):
-    proc = subprocess.Popen([sys.executable, RUN, "--m", "2048", "--k", "2048", "--n", "2048", "--backend", "emu"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            RUN,
+            "--m",
+            "2048",
+            "--k",
+            "2048",
+            "--n",
+            "2048",
+            "--backend",
+            "emu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     time.sleep(3)  # imports done, inside the run
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -268,19 +427,30 @@ def test_ctrl_c_during_a_run_exits_130_without_a_traceback(tmp_path):
 
 def test_missing_dependencies_are_one_line_with_the_fix():
     # -S: no site-packages, so numpy and ml_dtypes are not importable
-    res = subprocess.run([sys.executable, "-S", RUN, "--m", "4", "--k", "256", "--n", "64"], capture_output=True,
-                         text=True, cwd=REPO)
+    res = subprocess.run(
+        [sys.executable, "-S", RUN, "--m", "4", "--k", "256", "--n", "64"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     err = res.stderr.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert "the Python package 'numpy' is not installed" in err and "requirements.txt" in err
+    assert (
+        "the Python package 'numpy' is not installed" in err
+        and "requirements.txt" in err
+    )
 
 
 def test_a_missing_package_at_run_time_is_one_line(capsys, monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "safetensors", None)  # imported only when a checkpoint is read
+    monkeypatch.setitem(
+        sys.modules, "safetensors", None
+    )  # imported only when a checkpoint is read
     (tmp_path / "x.safetensors").write_bytes(b"\0" * 16)
-    assert_bad_input(*main(capsys, "--awq", str(tmp_path / "x.safetensors"), "--list-layers"),
-                     "the Python package 'safetensors' is not installed")
+    assert_bad_input(
+        *main(capsys, "--awq", str(tmp_path / "x.safetensors"), "--list-layers"),
+        "the Python package 'safetensors' is not installed",
+    )
 
 
 def test_off_a_terminal_long_runs_print_a_line_now_and_then(capsys, monkeypatch):
@@ -289,18 +459,29 @@ def test_off_a_terminal_long_runs_print_a_line_now_and_then(capsys, monkeypatch)
         time.sleep(0.2)
     err = capsys.readouterr().err
     assert err.count("[host/run.py] still emulating:") >= 3
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal has the emulator's own line
+    monkeypatch.setattr(
+        sys.stderr, "isatty", lambda: True
+    )  # a terminal has the emulator's own line
     with host_run._Heartbeat("emulating"):
         time.sleep(0.1)
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("target, advice", [(None, "or use --backend emu"),
-                                            ("run_llama_qproj", "or use `make run_llama_qproj BACKEND=emu`")])
-def test_npu_advice_names_the_make_variable_under_make(capsys, monkeypatch, target, advice):
+@pytest.mark.parametrize(
+    "target, advice",
+    [
+        (None, "or use --backend emu"),
+        ("run_llama_qproj", "or use `make run_llama_qproj BACKEND=emu`"),
+    ],
+)
+def test_npu_advice_names_the_make_variable_under_make(
+    capsys, monkeypatch, target, advice
+):
     monkeypatch.setitem(sys.modules, "pyxrt", None)  # no XRT here
     if target:
-        monkeypatch.setenv("INT4AWQ_MAKE_TARGET", target)  # as the Makefile's run targets set it
+        monkeypatch.setenv(
+            "INT4AWQ_MAKE_TARGET", target
+        )  # as the Makefile's run targets set it
     else:
         monkeypatch.delenv("INT4AWQ_MAKE_TARGET", raising=False)
     assert_bad_input(*main(capsys, "--m", "16", *SMALL[:-1], "npu"), advice)

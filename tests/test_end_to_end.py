@@ -12,12 +12,32 @@ from int4awq.sweep import load_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, "host", "run.py")
-SMALL = ["--k", "256", "--n", "128", "--tile-m", "16", "--tile-n", "32", "--tile-k-l1", "64",
-         "--tile-k-l2", "128", "--herd-m", "2", "--herd-n", "2", "--backend", "emu"]
+SMALL = [
+    "--k",
+    "256",
+    "--n",
+    "128",
+    "--tile-m",
+    "16",
+    "--tile-n",
+    "32",
+    "--tile-k-l1",
+    "64",
+    "--tile-k-l2",
+    "128",
+    "--herd-m",
+    "2",
+    "--herd-n",
+    "2",
+    "--backend",
+    "emu",
+]
 
 
 def run(*args):
-    res = subprocess.run([sys.executable, RUN, *args], capture_output=True, text=True, cwd=REPO)
+    res = subprocess.run(
+        [sys.executable, RUN, *args], capture_output=True, text=True, cwd=REPO
+    )
     return res.returncode, res.stdout, res.stderr
 
 
@@ -30,14 +50,21 @@ def test_any_m_is_padded_and_exact(m):
 
 def test_n_is_padded_and_dropped(tmp_path):
     args = list(SMALL)
-    args[args.index("--n") + 1] = "72"  # N = 72 -> 128: two 32-column tiles on each of 2 herd rows
+    args[args.index("--n") + 1] = (
+        "72"  # N = 72 -> 128: two 32-column tiles on each of 2 herd rows
+    )
     code, out, err = run("--m", "20", *args, "--save", str(tmp_path))
     assert code == 0, out + err
     assert "N padded from 72" in out
     c = np.load(tmp_path / "c.npy", allow_pickle=False)
     a = np.load(tmp_path / "a.npy", allow_pickle=False)
     w = np.load(tmp_path / "w_dequant.npy", allow_pickle=False)
-    assert c.shape == (20, 72) and a.shape == (20, 256) and w.shape == (256, 72) and w.dtype == np.float32
+    assert (
+        c.shape == (20, 72)
+        and a.shape == (20, 256)
+        and w.shape == (256, 72)
+        and w.dtype == np.float32
+    )
     ref = a.astype(np.float64) @ w.astype(np.float64)
     assert np.corrcoef(c.astype(np.float64).ravel(), ref.ravel())[0, 1] > 0.999
 
@@ -47,10 +74,23 @@ def test_activations_file_and_default_configuration(tmp_path):
     path = tmp_path / "a.npy"
     np.save(path, a)
     # five rows go to the decode GEMV by default; the GEMM pads them to a whole herd block
-    code, out, err = run("--activations", str(path), "--k", "256", "--n", "64", "--backend", "emu")
+    code, out, err = run(
+        "--activations", str(path), "--k", "256", "--n", "64", "--backend", "emu"
+    )
     assert code == 0, out + err
     assert out.startswith("GEMV M=5") and "pes=" in out
-    code, out, err = run("--activations", str(path), "--k", "256", "--n", "64", "--backend", "emu", "--design", "gemm")
+    code, out, err = run(
+        "--activations",
+        str(path),
+        "--k",
+        "256",
+        "--n",
+        "64",
+        "--backend",
+        "emu",
+        "--design",
+        "gemm",
+    )
     assert code == 0, out + err
     assert "best modelled legal configuration" in out and "M padded from 5" in out
 
@@ -68,41 +108,86 @@ def test_emulator_counters_agree_with_the_design():
 
     # A resident across the N sweep (refed to the herd), and A streamed with the weights
     for tk2, nps in ((512, 4), (128, 4), (128, 1)):
-        cfg = DesignConfig(m=64, k=512, n=256, gs=128, tile_m=32, tile_n=32, tile_k_l1=64, tile_k_l2=tk2,
-                           herd_m=2, herd_n=2, n_per_segment=nps)
+        cfg = DesignConfig(
+            m=64,
+            k=512,
+            n=256,
+            gs=128,
+            tile_m=32,
+            tile_n=32,
+            tile_k_l1=64,
+            tile_k_l2=tk2,
+            herd_m=2,
+            herd_n=2,
+            n_per_segment=nps,
+        )
         build_host_kernel(cfg)
         os.environ["AIR_EMU_LIB_PATH"] = os.path.join(REPO, "kernels", "build")
         backend = XRTBackend(**backend_options(cfg))
         invoke = backend.compile_and_load(build_module(cfg))
         w = random_weights(cfg.k, cfg.n, cfg.gs, seed=1)
         a = random_activations(cfg.m, cfg.k, seed=2)
-        _, _, c = invoke(a, record.pack_weights(w, cfg.tile_n, cfg.tile_k_l1), np.zeros((cfg.m, cfg.n), bfloat16))
+        _, _, c = invoke(
+            a,
+            record.pack_weights(w, cfg.tile_n, cfg.tile_k_l1),
+            np.zeros((cfg.m, cfg.n), bfloat16),
+        )
         assert check(c.reshape(cfg.m, cfg.n), reference_gemm(a, w)[0]).passed
         stats = backend.emu_stats
         ddr = stats.bytes[("L3", "L2")] + stats.bytes[("L2", "L3")]
         assert ddr == cfg.ddr_bytes()
         calls = (cfg.m // cfg.tile_m) * (cfg.n // cfg.tile_n) * (cfg.k // cfg.tile_k_l1)
         assert stats.kernel_calls["gemm_int4_accumulate"] == calls
-        [herd] = backend.emu_budget.herds  # zero, compute and drain merge into one physical herd
+        [herd] = (
+            backend.emu_budget.herds
+        )  # zero, compute and drain merge into one physical herd
         assert herd.used == cfg.l1_total()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--m", "64", "--k", "200", "--n", "64"], "K = 200 is not a multiple of GS = 128"),
-    (["--m", "64", "--k", "256", "--n", "64", "--gs", "0"], "GS = 0: must be a positive integer"),
-    (["--m", "0", "--k", "256", "--n", "64"], "M = 0: must be a positive integer"),
-    (["--m", "64", "--k", "256", "--n", "64", "--tile-m", "24"], "tile_m = 24: must be a multiple of 16"),
-    (["--m", "64", "--k", "256", "--n", "64", "--herd-m", "9"], "herd 9x"),
-    (["--m", "64", "--k", "256", "--n", "64", "--tile-m", "128", "--tile-n", "128"], "bytes of L1"),
-    (["--m", "64"], "give --k and --n"),
-    (["--layer", "x", "--m", "4"], "--layer needs --awq PATH"),
-    (["--decoder-layer", "0", "--m", "4"], "--decoder-layer need --awq PATH"),
-    (["--m", "4", "--k", "256", "--n", "64", "--iters", "0"], "need iters >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--m", "64", "--k", "200", "--n", "64"],
+            "K = 200 is not a multiple of GS = 128",
+        ),
+        (
+            ["--m", "64", "--k", "256", "--n", "64", "--gs", "0"],
+            "GS = 0: must be a positive integer",
+        ),
+        (["--m", "0", "--k", "256", "--n", "64"], "M = 0: must be a positive integer"),
+        (
+            ["--m", "64", "--k", "256", "--n", "64", "--tile-m", "24"],
+            "tile_m = 24: must be a multiple of 16",
+        ),
+        (["--m", "64", "--k", "256", "--n", "64", "--herd-m", "9"], "herd 9x"),
+        (
+            [
+                "--m",
+                "64",
+                "--k",
+                "256",
+                "--n",
+                "64",
+                "--tile-m",
+                "128",
+                "--tile-n",
+                "128",
+            ],
+            "bytes of L1",
+        ),
+        (["--m", "64"], "give --k and --n"),
+        (["--layer", "x", "--m", "4"], "--layer needs --awq PATH"),
+        (["--decoder-layer", "0", "--m", "4"], "--decoder-layer need --awq PATH"),
+        (["--m", "4", "--k", "256", "--n", "64", "--iters", "0"], "need iters >= 1"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message):
     code, out, err = run(*args, "--backend", "emu")
     assert code == 2, out + err
-    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert (
+        message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    )
 
 
 def test_numerical_failure_is_exit_1_with_figures(monkeypatch, capsys):
@@ -123,20 +208,41 @@ def test_numerical_failure_is_exit_1_with_figures(monkeypatch, capsys):
 
 
 def test_awq_checkpoint_layer_runs_and_saves_the_formats_dequantisation(tmp_path):
-    from test_checkpoints import LAYER, awq_tensors, expected_dequant, logical, write_dir
+    from test_checkpoints import (
+        LAYER,
+        awq_tensors,
+        expected_dequant,
+        logical,
+        write_dir,
+    )
 
     q, z, s = logical(256, 96, 64, seed=5)
-    ckpt = write_dir(tmp_path / "ckpt", awq_tensors(q, z, s),
-                     {"quant_method": "awq", "bits": 4, "group_size": 64, "version": "gemm"})
+    ckpt = write_dir(
+        tmp_path / "ckpt",
+        awq_tensors(q, z, s),
+        {"quant_method": "awq", "bits": 4, "group_size": 64, "version": "gemm"},
+    )
     code, out, err = run("--awq", str(ckpt), "--list-layers")
     assert code == 0 and f"{LAYER}  awq-gemm  K=256 N=96 GS=64" in out, out + err
-    code, out, err = run("--awq", str(ckpt), "--layer", LAYER, "--m", "9", "--backend", "emu",
-                         "--save", str(tmp_path / "out"))
+    code, out, err = run(
+        "--awq",
+        str(ckpt),
+        "--layer",
+        LAYER,
+        "--m",
+        "9",
+        "--backend",
+        "emu",
+        "--save",
+        str(tmp_path / "out"),
+    )
     assert code == 0, out + err
     assert "scales float16 -> bfloat16" in out and out.rstrip().endswith("PASS!")
     w = np.load(tmp_path / "out" / "w_dequant.npy", allow_pickle=False)
     np.testing.assert_array_equal(w, expected_dequant(q, z, s, 64))
-    code, out, err = run("--awq", str(ckpt), "--layer", "nope", "--m", "9", "--backend", "emu")
+    code, out, err = run(
+        "--awq", str(ckpt), "--layer", "nope", "--m", "9", "--backend", "emu"
+    )
     assert code == 2 and "layer 'nope' not found" in err
 
 
@@ -144,20 +250,44 @@ def test_decoder_layer_runs_seven_projections_a_line_each(tmp_path):
     from test_checkpoints import awq_tensors, logical, write_dir
 
     tensors = {}
-    shapes = {"q_proj": (128, 128), "k_proj": (128, 32), "v_proj": (128, 32), "o_proj": (128, 128),
-              "gate_proj": (128, 256), "up_proj": (128, 256), "down_proj": (256, 128)}
+    shapes = {
+        "q_proj": (128, 128),
+        "k_proj": (128, 32),
+        "v_proj": (128, 32),
+        "o_proj": (128, 128),
+        "gate_proj": (128, 256),
+        "up_proj": (128, 256),
+        "down_proj": (256, 128),
+    }
     for i, (proj, (k, n)) in enumerate(shapes.items()):
         part = "mlp" if proj in ("gate_proj", "up_proj", "down_proj") else "self_attn"
-        tensors.update(awq_tensors(*logical(k, n, 32, seed=i), prefix=f"model.layers.3.{part}.{proj}"))
-    ckpt = write_dir(tmp_path / "ckpt", tensors, {"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemm"})
-    code, out, err = run("--awq", str(ckpt), "--decoder-layer", "3", "--m", "5", "--backend", "emu")
+        tensors.update(
+            awq_tensors(
+                *logical(k, n, 32, seed=i), prefix=f"model.layers.3.{part}.{proj}"
+            )
+        )
+    ckpt = write_dir(
+        tmp_path / "ckpt",
+        tensors,
+        {"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemm"},
+    )
+    code, out, err = run(
+        "--awq", str(ckpt), "--decoder-layer", "3", "--m", "5", "--backend", "emu"
+    )
     assert code == 0, out + err
     lines = out.strip().splitlines()
     assert len(lines) == 8 and lines[-1] == "PASS!"
-    assert all(line.startswith("model.layers.3.") and line.endswith("PASS") for line in lines[:7])
+    assert all(
+        line.startswith("model.layers.3.") and line.endswith("PASS")
+        for line in lines[:7]
+    )
 
 
-@pytest.mark.parametrize("row", [r for r in load_table() if r["m"] <= 128], ids=lambda r: f"{r['projection']}-m{r['m']}")
+@pytest.mark.parametrize(
+    "row",
+    [r for r in load_table() if r["m"] <= 128],
+    ids=lambda r: f"{r['projection']}-m{r['m']}",
+)
 def test_default_configurations_pass_on_the_emulator(row):
     from host.bench import emulate
     from int4awq.sweep import default_config

@@ -20,7 +20,12 @@ from ml_dtypes import bfloat16
 from int4awq import gemv, record
 from int4awq.errors import ConfigError
 from int4awq.gemv import GemvConfig
-from int4awq.kernel_model import GemvHostKernel, k_part_chunks, kernel_gemm_model, kernel_gemv_model
+from int4awq.kernel_model import (
+    GemvHostKernel,
+    k_part_chunks,
+    kernel_gemm_model,
+    kernel_gemv_model,
+)
 from int4awq.quant import random_activations, random_weights
 from int4awq.reference import reference_gemm
 
@@ -28,8 +33,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Objects tests/test_kernel.py builds too: (tile_m, tile_n, tile_k, gs), a chunk inside a group and one
 # holding whole groups.
 OBJECTS = [(16, 16, 32, 128), (64, 64, 64, 32)]
-LLAMA = {"q_proj": (2048, 2048), "k_proj": (2048, 512), "v_proj": (2048, 512), "o_proj": (2048, 2048),
-         "gate_proj": (2048, 8192), "up_proj": (2048, 8192), "down_proj": (8192, 2048)}
+LLAMA = {
+    "q_proj": (2048, 2048),
+    "k_proj": (2048, 512),
+    "v_proj": (2048, 512),
+    "o_proj": (2048, 2048),
+    "gate_proj": (2048, 8192),
+    "up_proj": (2048, 8192),
+    "down_proj": (8192, 2048),
+}
 
 
 def u16(x):
@@ -50,7 +62,9 @@ def test_gemv_entries_match_the_model_bit_for_bit(kernels, obj, m):
     a = random_activations(m, k, seed=m)
     w = random_weights(k, 2 * tn, gs, seed=100 + m)
     for ks in (1, 2, 4):
-        np.testing.assert_array_equal(u16(kernels[obj].gemv(a, w, ks)), u16(kernel_gemv_model(a, w, tk, ks)))
+        np.testing.assert_array_equal(
+            u16(kernels[obj].gemv(a, w, ks)), u16(kernel_gemv_model(a, w, tk, ks))
+        )
     assert kernels[obj].misaligned() == 0
 
 
@@ -60,13 +74,16 @@ def test_exact_mode_is_bit_identical_to_the_reference(kernels, obj):
     a = random_activations(5, 1024, seed=3, exact=True)
     w = random_weights(1024, 2 * tn, gs, seed=4, exact=True)
     for ks in (1, 2, 4):
-        np.testing.assert_array_equal(u16(kernels[obj].gemv(a, w, ks)), u16(reference_gemm(a, w)[1]))
+        np.testing.assert_array_equal(
+            u16(kernels[obj].gemv(a, w, ks)), u16(reference_gemm(a, w)[1])
+        )
 
 
 @pytest.mark.parametrize("obj", OBJECTS)
 def test_one_object_one_buffer_gemv_rows_are_the_gemm_rows(kernels, obj):
     """The same packed array through the same .so: GEMM entries for 16 rows, GEMV entries for the first
-    m of them; with K in one part the rows agree bit for bit, and the model says the same."""
+    m of them; with K in one part the rows agree bit for bit, and the model says the same.
+    """
     tm, tn, tk, gs = obj
     a = random_activations(tm, 512, seed=7)
     w = random_weights(512, 2 * tn, gs, seed=8)
@@ -74,8 +91,12 @@ def test_one_object_one_buffer_gemv_rows_are_the_gemm_rows(kernels, obj):
     hk = kernels[obj]
     c_gemm = hk.gemm(a, w, packed=packed)
     for m in (1, 8):
-        np.testing.assert_array_equal(u16(hk.gemv(a[:m], w, 1, packed=packed)), u16(c_gemm[:m]))
-    np.testing.assert_array_equal(u16(kernel_gemv_model(a[:8], w, tk, 1)), u16(kernel_gemm_model(a, w, tk)[:8]))
+        np.testing.assert_array_equal(
+            u16(hk.gemv(a[:m], w, 1, packed=packed)), u16(c_gemm[:m])
+        )
+    np.testing.assert_array_equal(
+        u16(kernel_gemv_model(a[:8], w, tk, 1)), u16(kernel_gemm_model(a, w, tk)[:8])
+    )
 
 
 def test_k_parts_are_interleaved_chunks():
@@ -95,7 +116,11 @@ def run_design(cfg, a, w):
     os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
     backend = XRTBackend(**backend_options(cfg))
     invoke = backend.compile_and_load(build_module(cfg))
-    _, _, c = invoke(a, record.pack_weights(w, cfg.tile_n, cfg.tile_k_l1), np.zeros((cfg.m, cfg.n), bfloat16))
+    _, _, c = invoke(
+        a,
+        record.pack_weights(w, cfg.tile_n, cfg.tile_k_l1),
+        np.zeros((cfg.m, cfg.n), bfloat16),
+    )
     return np.asarray(c).reshape(cfg.m, cfg.n), backend
 
 
@@ -127,13 +152,19 @@ def test_every_llama_projection_at_m1_fits_npu2_and_is_ddr_bound(proj):
     assert cfg.n == n  # no padding of N for the Llama shapes
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(k_split=1), "k_split = 1: must be 2 or 4"),
-    (dict(m=33), "M = 33: the GEMV takes 1 to 32 rows"),
-    (dict(n=500), "N = 500 is not a multiple of 256 (tile_n * 16 N groups)"),
-    (dict(k=384, tile_k_l1=64, k_split=4, n=256), "K = 384 is not a multiple of 256 (tile_k_l1 * k_split)"),
-    (dict(tile_n=24), "tile_n = 24: must be a multiple of 16"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(k_split=1), "k_split = 1: must be 2 or 4"),
+        (dict(m=33), "M = 33: the GEMV takes 1 to 32 rows"),
+        (dict(n=500), "N = 500 is not a multiple of 256 (tile_n * 16 N groups)"),
+        (
+            dict(k=384, tile_k_l1=64, k_split=4, n=256),
+            "K = 384 is not a multiple of 256 (tile_k_l1 * k_split)",
+        ),
+        (dict(tile_n=24), "tile_n = 24: must be a multiple of 16"),
+    ],
+)
 def test_bad_configurations_are_one_line(kwargs, message):
     args = dict(m=1, k=512, n=512, gs=128, tile_n=16, tile_k_l1=32, k_split=2) | kwargs
     with pytest.raises(ConfigError) as e:
@@ -156,14 +187,49 @@ def host(capsys, *argv):
 
 
 def test_host_picks_the_gemv_for_few_rows_and_says_so(capsys):
-    code, out, err = host(capsys, "--m", "2", "--k", "512", "--n", "512", "--tile-n", "16", "--tile-k-l1", "32",
-                          "--k-split", "2", "--tile-m", "16", "--backend", "emu", "--exact")
+    code, out, err = host(
+        capsys,
+        "--m",
+        "2",
+        "--k",
+        "512",
+        "--n",
+        "512",
+        "--tile-n",
+        "16",
+        "--tile-k-l1",
+        "32",
+        "--k-split",
+        "2",
+        "--tile-m",
+        "16",
+        "--backend",
+        "emu",
+        "--exact",
+    )
     assert code == 0, out + err
     assert "GEMV M=2 K=512 N=512" in out and "gemv: --k-split given" in out
     assert "pes=32" in out and out.rstrip().endswith("PASS!")
-    code, out, err = host(capsys, "--m", "2", "--k", "512", "--n", "512", "--backend", "emu", "--design", "gemv",
-                          "--herd-m", "2")
-    assert code == 2 and "--herd-m is a GEMM option" in err and len(err.strip().splitlines()) == 1
+    code, out, err = host(
+        capsys,
+        "--m",
+        "2",
+        "--k",
+        "512",
+        "--n",
+        "512",
+        "--backend",
+        "emu",
+        "--design",
+        "gemv",
+        "--herd-m",
+        "2",
+    )
+    assert (
+        code == 2
+        and "--herd-m is a GEMM option" in err
+        and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_host_auto_choice():
@@ -171,5 +237,11 @@ def test_host_auto_choice():
 
     assert choose_design(parse_args(["--m", "1"]), 1) == ("gemv", "M = 1 <= 8: decode")
     assert choose_design(parse_args(["--m", "9"]), 9) == ("gemm", "M = 9 > 8")
-    assert choose_design(parse_args(["--m", "4", "--herd-m", "2"]), 4) == ("gemm", "--herd-m given")
-    assert choose_design(parse_args(["--m", "4", "--design", "gemm"]), 4) == ("gemm", "--design gemm")
+    assert choose_design(parse_args(["--m", "4", "--herd-m", "2"]), 4) == (
+        "gemm",
+        "--herd-m given",
+    )
+    assert choose_design(parse_args(["--m", "4", "--design", "gemm"]), 4) == (
+        "gemm",
+        "--design gemm",
+    )

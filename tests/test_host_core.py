@@ -6,7 +6,13 @@ from hypothesis import given, settings, strategies as st
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.quant import AwqWeights, dequantize, quantize_awq, random_activations, random_weights
+from int4awq.quant import (
+    AwqWeights,
+    dequantize,
+    quantize_awq,
+    random_activations,
+    random_weights,
+)
 from int4awq.reference import check, reference_gemm
 
 
@@ -18,9 +24,13 @@ def naive_awq(w, gs):
     s = np.zeros((k // gs, n), bfloat16)
     for g in range(k // gs):
         for j in range(n):
-            col = w[g * gs:(g + 1) * gs, j].astype(np.float32)
-            scale = max(col.max() - col.min(), np.float32(1e-5)) / np.float32(15)  # f32, as torch on f32
-            zero = min(max(-round(float(col.min() / scale)), 0), 15)  # Python round: half to even
+            col = w[g * gs : (g + 1) * gs, j].astype(np.float32)
+            scale = max(col.max() - col.min(), np.float32(1e-5)) / np.float32(
+                15
+            )  # f32, as torch on f32
+            zero = min(
+                max(-round(float(col.min() / scale)), 0), 15
+            )  # Python round: half to even
             s[g, j], z[g, j] = scale, zero  # the scale is stored as bf16
             for i, v in enumerate(col):
                 q[g * gs + i, j] = min(max(round(float(v / scale)) + zero, 0), 15)
@@ -39,11 +49,16 @@ def test_quantize_matches_the_formula_element_by_element():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    groups=st.integers(1, 4), gs=st.sampled_from([16, 32, 128]), n=st.integers(1, 9),
-    seed=st.integers(0, 2**32 - 1), scale=st.floats(1e-3, 1e3),
+    groups=st.integers(1, 4),
+    gs=st.sampled_from([16, 32, 128]),
+    n=st.integers(1, 9),
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.floats(1e-3, 1e3),
 )
 def test_dequantised_values_stay_within_group_bounds(groups, gs, n, seed, scale):
-    w = np.random.default_rng(seed).standard_normal((groups * gs, n)).astype(np.float32) * np.float32(scale)
+    w = np.random.default_rng(seed).standard_normal((groups * gs, n)).astype(
+        np.float32
+    ) * np.float32(scale)
     aw = quantize_awq(w, gs).validate()
     deq = dequantize(aw).reshape(groups, gs, n)
     g = w.reshape(groups, gs, n)
@@ -53,8 +68,12 @@ def test_dequantised_values_stay_within_group_bounds(groups, gs, n, seed, scale)
     assert (deq <= g.max(axis=1, keepdims=True) + 1.01 * s).all()
     # Where the group straddles zero the zero point is not clamped, so no code clips: rounding error only.
     # (A group entirely above or below zero clips at 15 or 0, as AutoAWQ's quantiser does too.)
-    straddles = (g.min(axis=1, keepdims=True) <= 0) & (g.max(axis=1, keepdims=True) >= 0)
-    assert (np.abs(deq - g) <= 0.51 * s + 0.02 * np.abs(g))[np.broadcast_to(straddles, g.shape)].all()
+    straddles = (g.min(axis=1, keepdims=True) <= 0) & (
+        g.max(axis=1, keepdims=True) >= 0
+    )
+    assert (np.abs(deq - g) <= 0.51 * s + 0.02 * np.abs(g))[
+        np.broadcast_to(straddles, g.shape)
+    ].all()
 
 
 def test_dequantize_is_exact_definition():
@@ -68,12 +87,19 @@ def test_dequantize_is_exact_definition():
 def test_generators_are_seeded():
     a, b = random_weights(64, 8, 32, seed=7), random_weights(64, 8, 32, seed=7)
     np.testing.assert_array_equal(a.q, b.q)
-    assert not np.array_equal(random_activations(4, 64, 1), random_activations(4, 64, 2))
+    assert not np.array_equal(
+        random_activations(4, 64, 1), random_activations(4, 64, 2)
+    )
 
 
 @settings(max_examples=15, deadline=None)
-@given(m=st.integers(1, 9), groups=st.integers(1, 8), gs=st.sampled_from([32, 128]), n=st.integers(1, 40),
-       seed=st.integers(0, 2**31))
+@given(
+    m=st.integers(1, 9),
+    groups=st.integers(1, 8),
+    gs=st.sampled_from([32, 128]),
+    n=st.integers(1, 40),
+    seed=st.integers(0, 2**31),
+)
 def test_exact_mode_is_exact_in_any_order(m, groups, gs, n, seed):
     k = groups * gs
     aw = random_weights(k, n, gs, seed, exact=True)
@@ -122,7 +148,9 @@ def test_check_passes_bf16_rounding_and_catches_one_corrupted_element():
     assert ok.passed and ok.report().endswith("PASS!")
     bad = c16.copy()
     i = np.unravel_index(np.argmax(np.abs(c32)), c32.shape)
-    bad[i] = bfloat16(float(bad[i]) * 1.02)  # 2 %: invisible to correlation, not to the exact bound
+    bad[i] = bfloat16(
+        float(bad[i]) * 1.02
+    )  # 2 %: invisible to correlation, not to the exact bound
     res = check(bad, c32, exact=True)
     assert not res.passed and res.report().endswith("FAIL!")
     assert "exact mode: 1 elements" in res.report()
@@ -134,24 +162,37 @@ def test_check_counts_mismatches_and_correlation():
     noisy = ref + 0.5 * rng.standard_normal(ref.shape).astype(np.float32)
     res = check(noisy, ref)
     assert not res.passed
-    assert res.correlation == pytest.approx(np.corrcoef(noisy.ravel(), ref.ravel())[0, 1])
-    assert res.mismatches == np.count_nonzero(~np.isclose(noisy, ref, rtol=0.05, atol=res.thresholds["atol"]))
+    assert res.correlation == pytest.approx(
+        np.corrcoef(noisy.ravel(), ref.ravel())[0, 1]
+    )
+    assert res.mismatches == np.count_nonzero(
+        ~np.isclose(noisy, ref, rtol=0.05, atol=res.thresholds["atol"])
+    )
     assert any("correlation" in f for f in res.failures)
     nan = ref.copy()
     nan[3, 3] = np.nan
     assert "1 non-finite outputs" in check(nan, ref).report()
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: random_weights(100, 8, 32, 0), "K = 100 is not a multiple of GS = 32"),
-    (lambda: random_weights(128, 8, 12, 0), "GS = 12: must be a multiple of 16"),
-    (lambda: random_weights(128, 8, 8, 0), r"GS = 8: must be a multiple of 16 \(the kernel's dequantisation"),
-    (lambda: random_weights(128, 8, 0, 0), "GS = 0: must be a positive integer"),
-    (lambda: random_weights(128, 0, 32, 0), "N = 0: must be a positive integer"),
-    (lambda: random_activations(0, 128, 0), "M = 0: must be a positive integer"),
-    (lambda: quantize_awq(np.ones((64, 4), np.int32), 32), "expected a 2-D float array"),
-    (lambda: quantize_awq(np.full((64, 4), np.nan, np.float32), 32), "NaN or Inf"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: random_weights(100, 8, 32, 0), "K = 100 is not a multiple of GS = 32"),
+        (lambda: random_weights(128, 8, 12, 0), "GS = 12: must be a multiple of 16"),
+        (
+            lambda: random_weights(128, 8, 8, 0),
+            r"GS = 8: must be a multiple of 16 \(the kernel's dequantisation",
+        ),
+        (lambda: random_weights(128, 8, 0, 0), "GS = 0: must be a positive integer"),
+        (lambda: random_weights(128, 0, 32, 0), "N = 0: must be a positive integer"),
+        (lambda: random_activations(0, 128, 0), "M = 0: must be a positive integer"),
+        (
+            lambda: quantize_awq(np.ones((64, 4), np.int32), 32),
+            "expected a 2-D float array",
+        ),
+        (lambda: quantize_awq(np.full((64, 4), np.nan, np.float32), 32), "NaN or Inf"),
+    ],
+)
 def test_bad_input_raises_config_error(make, message):
     with pytest.raises(ConfigError, match=message):
         make()
@@ -164,29 +205,56 @@ def corrupt(field, value):
     return AwqWeights(**{**aw.__dict__, field: arr})
 
 
-@pytest.mark.parametrize("weights, message", [
-    (lambda: corrupt("q", 16), r"q\[1, 2\] = 16: 4-bit values must lie in 0..15"),
-    (lambda: corrupt("z", 200), r"z\[1, 2\] = 200"),
-    (lambda: corrupt("s", 0.0), r"s\[1, 2\] = 0.0: scales must be finite and > 0"),
-    (lambda: corrupt("s", -1.0), r"s\[1, 2\] = -1.0"),
-    (lambda: corrupt("s", np.inf), r"s\[1, 2\] = inf"),
-    (lambda: AwqWeights(np.zeros((64, 4), np.int32), np.zeros((2, 4), np.uint8),
-                        np.ones((2, 4), bfloat16), 32), "q: dtype int32, expected uint8"),
-    (lambda: AwqWeights(np.zeros((64, 4), np.uint8), np.zeros((3, 4), np.uint8),
-                        np.ones((2, 4), bfloat16), 32), r"z: shape \(3, 4\), expected \(K/GS, N\) = \(2, 4\)"),
-    (lambda: AwqWeights(np.zeros((64, 4), np.uint8), np.zeros((2, 4), np.uint8),
-                        np.ones((2, 4), np.float16), 32), "s: dtype float16, expected bfloat16"),
-])
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        (lambda: corrupt("q", 16), r"q\[1, 2\] = 16: 4-bit values must lie in 0..15"),
+        (lambda: corrupt("z", 200), r"z\[1, 2\] = 200"),
+        (lambda: corrupt("s", 0.0), r"s\[1, 2\] = 0.0: scales must be finite and > 0"),
+        (lambda: corrupt("s", -1.0), r"s\[1, 2\] = -1.0"),
+        (lambda: corrupt("s", np.inf), r"s\[1, 2\] = inf"),
+        (
+            lambda: AwqWeights(
+                np.zeros((64, 4), np.int32),
+                np.zeros((2, 4), np.uint8),
+                np.ones((2, 4), bfloat16),
+                32,
+            ),
+            "q: dtype int32, expected uint8",
+        ),
+        (
+            lambda: AwqWeights(
+                np.zeros((64, 4), np.uint8),
+                np.zeros((3, 4), np.uint8),
+                np.ones((2, 4), bfloat16),
+                32,
+            ),
+            r"z: shape \(3, 4\), expected \(K/GS, N\) = \(2, 4\)",
+        ),
+        (
+            lambda: AwqWeights(
+                np.zeros((64, 4), np.uint8),
+                np.zeros((2, 4), np.uint8),
+                np.ones((2, 4), np.float16),
+                32,
+            ),
+            "s: dtype float16, expected bfloat16",
+        ),
+    ],
+)
 def test_bad_weights_raise_config_error(weights, message):
     with pytest.raises(ConfigError, match=message):
         weights().validate()
 
 
-@pytest.mark.parametrize("a, message", [
-    (np.ones((4, 64), np.float32), "expected a 2-D bfloat16 array"),
-    (np.ones((4, 32), bfloat16), "K = 32 columns but the weights have K = 64"),
-    (np.ones((0, 64), bfloat16), "M = 0 rows"),
-])
+@pytest.mark.parametrize(
+    "a, message",
+    [
+        (np.ones((4, 64), np.float32), "expected a 2-D bfloat16 array"),
+        (np.ones((4, 32), bfloat16), "K = 32 columns but the weights have K = 64"),
+        (np.ones((0, 64), bfloat16), "M = 0 rows"),
+    ],
+)
 def test_reference_rejects_bad_activations(a, message):
     with pytest.raises(ConfigError, match=message):
         reference_gemm(a, random_weights(64, 4, 32, seed=0))

@@ -19,10 +19,22 @@ from int4awq import record
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.kernel_model import KERNELS_DIR, HostKernel, aligned_empty, kernel_gemm_model
+from int4awq.kernel_model import (
+    KERNELS_DIR,
+    HostKernel,
+    aligned_empty,
+    kernel_gemm_model,
+)
 from int4awq.quant import AwqWeights, random_activations, random_weights
-from int4awq.record import (check_kernel_tiles, kernel_lib_name, l1_budget, pack_weights, record_bytes,
-                            record_layout, unpack_weights)
+from int4awq.record import (
+    check_kernel_tiles,
+    kernel_lib_name,
+    l1_budget,
+    pack_weights,
+    record_bytes,
+    record_layout,
+    unpack_weights,
+)
 from int4awq.reference import check, reference_gemm
 
 # (tile_m, tile_n, tile_k, gs): 16x16 with whole groups per chunk and with a group spanning 4 chunks;
@@ -30,7 +42,14 @@ from int4awq.reference import check, reference_gemm
 # per chunk; 64x112 with K-chunk 32, a large C tile close to the L1 limit (62720 of 65536 bytes); and the
 # largest C tile the L1 budget allows at GS 128, 64x128 with K-chunk 16 (test_largest_tile_is_the_largest).
 LARGEST = (64, 128, 16, 128)
-CONFIGS = [(16, 16, 32, 32), (16, 16, 32, 128), (64, 64, 64, 128), (64, 64, 64, 32), (64, 112, 32, 128), LARGEST]
+CONFIGS = [
+    (16, 16, 32, 32),
+    (16, 16, 32, 128),
+    (64, 64, 64, 128),
+    (64, 64, 64, 32),
+    (64, 112, 32, 128),
+    LARGEST,
+]
 
 
 @pytest.fixture(scope="session")
@@ -70,13 +89,20 @@ def test_exact_mode_is_bit_identical_to_reference(kernels, cfg):
 
 def hard_activations(m, k, seed):
     """bf16 A that exercises every branch of the bfp16 conversion: zero and subnormal blocks, mantissas
-    that round half to even and that saturate at 127 (1.9961 * 2^e), and blocks spanning 2^-20 .. 2^6."""
+    that round half to even and that saturate at 127 (1.9961 * 2^e), and blocks spanning 2^-20 .. 2^6.
+    """
     rng = np.random.default_rng(seed)
-    a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-20, 7, (m, k // 8, 1))).repeat(8, axis=2).reshape(m, k)
+    a = rng.standard_normal((m, k)) * np.exp2(
+        rng.integers(-20, 7, (m, k // 8, 1))
+    ).repeat(8, axis=2).reshape(m, k)
     a[::5, 8:16] = 0.0
     a[1::7, 16:24] = 1e-40  # f32 subnormal -> counts as 0
-    a[2::3, 0] = 1.99609375 * np.sign(a[2::3, 0] + 0.5)  # mantissa 127.75 -> saturates to 127
-    a[3::4, 24:32] = np.array([1.0, 3 / 128, 5 / 128, -3 / 128, 0.5, 2.0**-7, 0, 1.5])  # ties
+    a[2::3, 0] = 1.99609375 * np.sign(
+        a[2::3, 0] + 0.5
+    )  # mantissa 127.75 -> saturates to 127
+    a[3::4, 24:32] = np.array(
+        [1.0, 3 / 128, 5 / 128, -3 / 128, 0.5, 2.0**-7, 0, 1.5]
+    )  # ties
     return a.astype(np.float32).astype(bfloat16)
 
 
@@ -88,7 +114,9 @@ def test_kernel_matches_model_on_hard_bfp16_inputs(kernels, cfg):
     k = max(tk, gs) * 2
     a = hard_activations(2 * tm, k, 11)
     w = random_weights(k, 2 * tn, gs, 12)
-    np.testing.assert_array_equal(u16(kernels[cfg].gemm(a, w)), u16(kernel_gemm_model(a, w, tk)))
+    np.testing.assert_array_equal(
+        u16(kernels[cfg].gemm(a, w)), u16(kernel_gemm_model(a, w, tk))
+    )
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
@@ -115,8 +143,12 @@ def test_exact_mode_large_partial_sums(kernels):
     k, n, m = 512, 64, 64
     a = np.full((m, k), 4, dtype=np.float32).astype(bfloat16)
     a[1::2] = -3
-    w = AwqWeights(np.full((k, n), 15, np.uint8), np.zeros((k // 128, n), np.uint8),
-                   np.full((k // 128, n), 0.125, np.float32).astype(bfloat16), 128)
+    w = AwqWeights(
+        np.full((k, n), 15, np.uint8),
+        np.zeros((k // 128, n), np.uint8),
+        np.full((k // 128, n), 0.125, np.float32).astype(bfloat16),
+        128,
+    )
     w.q[::7] = 2
     c = kernels[cfg].gemm(a, w)
     np.testing.assert_array_equal(u16(c), u16(reference_gemm(a, w)[1]))
@@ -141,9 +173,13 @@ def test_zero_and_drain(kernels):
     assert (hk.c_acc.view(np.uint32) == 0).all()
     rng = np.random.default_rng(5)
     tile = (rng.standard_normal((tm, tn)) * 1000).astype(np.float32)
-    tile[0, :4] = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 1 + 2**-8 + 2**-20], np.float32)  # ties
+    tile[0, :4] = np.array(
+        [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 1 + 2**-8 + 2**-20], np.float32
+    )  # ties
     # c_acc layout: 8x8 blocks (mb, nb) at (mb * tn/8 + nb) * 64, row-major inside
-    hk.c_acc[...] = tile.reshape(tm // 8, 8, tn // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
+    hk.c_acc[...] = (
+        tile.reshape(tm // 8, 8, tn // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
+    )
     out = hk.drain()
     np.testing.assert_array_equal(u16(out), u16(tile.astype(bfloat16)))
     assert out[0, :4].astype(np.float32).tolist() == [1.0, 1 + 2**-6, -1.0, 1 + 2**-7]
@@ -158,7 +194,9 @@ def test_accumulate_adds_to_existing_c(kernels):
     hk.zero()
     hk.accumulate(packed[0, 0], a_blk)
     hk.accumulate(packed[0, 0], a_blk)
-    np.testing.assert_array_equal(u16(hk.drain()), u16((2 * reference_gemm(a, w)[0]).astype(bfloat16)))
+    np.testing.assert_array_equal(
+        u16(hk.drain()), u16((2 * reference_gemm(a, w)[0]).astype(bfloat16))
+    )
 
 
 # ----------------------------------------------------------------------------------------------- record
@@ -166,7 +204,13 @@ def test_record_layout_byte_exact():
     """One nonzero code at (k, n) lands at nibble ((n//8)*(TK//8) + k//8)*64 + (k%8)*8 + n%8; S and Z where documented."""
     tn, tk, gs, k, n = 16, 64, 32, 128, 32
     lay = record_layout(tn, tk, gs)
-    assert (lay.groups, lay.q_bytes, lay.s_offset, lay.z_offset, lay.total) == (2, 512, 512, 576, 640)
+    assert (lay.groups, lay.q_bytes, lay.s_offset, lay.z_offset, lay.total) == (
+        2,
+        512,
+        512,
+        576,
+        640,
+    )
     for kk, nn in [(0, 0), (1, 0), (0, 1), (9, 3), (70, 29), (127, 31)]:
         q = np.zeros((k, n), np.uint8)
         q[kk, nn] = 0xB
@@ -175,7 +219,9 @@ def test_record_layout_byte_exact():
         g = kk // gs
         s[g, nn] = 1.5
         z[g, nn] = 7
-        p = pack_weights(AwqWeights(q, z, np.where(s == 0, 1, s).astype(bfloat16), gs), tn, tk)
+        p = pack_weights(
+            AwqWeights(q, z, np.where(s == 0, 1, s).astype(bfloat16), gs), tn, tk
+        )
         nt, kc, k0, n0 = nn // tn, kk // tk, kk % tk, nn % tn
         i = ((n0 // 8) * (tk // 8) + k0 // 8) * 64 + (k0 % 8) * 8 + n0 % 8
         rec = p[nt, kc]
@@ -189,12 +235,22 @@ def test_record_layout_byte_exact():
         assert not rec[lay.z_offset + lay.z_bytes :].any()
 
 
-@pytest.mark.parametrize("k,n,gs,tn,tk", [(256, 64, 32, 16, 32), (256, 64, 128, 16, 32), (512, 128, 128, 64, 64),
-                                          (256, 128, 32, 64, 128), (1024, 112, 128, 112, 32)])
+@pytest.mark.parametrize(
+    "k,n,gs,tn,tk",
+    [
+        (256, 64, 32, 16, 32),
+        (256, 64, 128, 16, 32),
+        (512, 128, 128, 64, 64),
+        (256, 128, 32, 64, 128),
+        (1024, 112, 128, 112, 32),
+    ],
+)
 def test_record_round_trip(k, n, gs, tn, tk):
     w = random_weights(k, n, gs, 7)
     p = pack_weights(w, tn, tk)
-    assert p.shape == (n // tn, k // tk, record_bytes(tn, tk, gs)) and p.dtype == np.uint8
+    assert (
+        p.shape == (n // tn, k // tk, record_bytes(tn, tk, gs)) and p.dtype == np.uint8
+    )
     assert record_bytes(tn, tk, gs) % 64 == 0
     u = unpack_weights(p, k, n, gs, tn, tk)
     np.testing.assert_array_equal(u.q, w.q)
@@ -208,20 +264,23 @@ def test_record_l3_order():
     flat = p.reshape(-1)
     rb = record_bytes(64, 64, 64)
     nt, kc = 1, 3
-    np.testing.assert_array_equal(flat[(nt * (256 // 64) + kc) * rb:][:rb], p[nt, kc])
+    np.testing.assert_array_equal(flat[(nt * (256 // 64) + kc) * rb :][:rb], p[nt, kc])
 
 
 # ----------------------------------------------------------------------------------------------- rules
-@pytest.mark.parametrize("args,words", [
-    ((24, 16, 32, 32), ["tile_m = 24", "16"]),
-    ((16, 8, 32, 32), ["tile_n = 8"]),
-    ((16, 16, 24, 24), ["tile_k = 24"]),
-    ((16, 16, 32, 48), ["gs = 48"]),
-    ((16, 16, 64, 96), ["tile_k = 64", "gs = 96"]),
-    ((128, 128, 64, 128), ["128 x 128 x 64", "65536"]),
-    ((64, 64, 128, 128), ["64 x 64 x 128", "65536"]),
-    ((0, 16, 32, 32), ["tile_m"]),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        ((24, 16, 32, 32), ["tile_m = 24", "16"]),
+        ((16, 8, 32, 32), ["tile_n = 8"]),
+        ((16, 16, 24, 24), ["tile_k = 24"]),
+        ((16, 16, 32, 48), ["gs = 48"]),
+        ((16, 16, 64, 96), ["tile_k = 64", "gs = 96"]),
+        ((128, 128, 64, 128), ["128 x 128 x 64", "65536"]),
+        ((64, 64, 128, 128), ["64 x 64 x 128", "65536"]),
+        ((0, 16, 32, 32), ["tile_m"]),
+    ],
+)
 def test_check_kernel_tiles_rejects(args, words):
     with pytest.raises(ConfigError) as e:
         check_kernel_tiles(*args)
@@ -232,8 +291,15 @@ def test_check_kernel_tiles_rejects(args, words):
 
 def test_l1_budget_64x64_fits():
     b = l1_budget(64, 64, 64, 128)
-    assert b == {"c_acc": 16384, "c_out": 8192, "a_tile_x2": 16384, "w_record_x2": 4480, "w_scratch": 5760,
-                 "stack": 4096, "total": 55296}
+    assert b == {
+        "c_acc": 16384,
+        "c_out": 8192,
+        "a_tile_x2": 16384,
+        "w_record_x2": 4480,
+        "w_scratch": 5760,
+        "stack": 4096,
+        "total": 55296,
+    }
     assert l1_budget(*LARGEST)["total"] <= 65536
 
 
@@ -247,27 +313,75 @@ def test_default_stack_is_the_live_set_plus_the_core_frame():
 
 # ----------------------------------------------------------------------------------------------- build
 def test_makefile_naming_matches_record(kernels):
-    out = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "host-path", "DIM_M=64", "DIM_N=64",
-                          "DIM_K_CHUNK=64", "DIM_GS=128"], capture_output=True, text=True, check=True)
-    assert out.stdout.strip().endswith("/" + kernel_lib_name(64, 64, 64, 128, host=True))
-    out = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "peano-path", "DIM_M=16", "DIM_N=16",
-                          "DIM_K_CHUNK=32", "DIM_GS=32"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(KERNELS_DIR),
+            "host-path",
+            "DIM_M=64",
+            "DIM_N=64",
+            "DIM_K_CHUNK=64",
+            "DIM_GS=128",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip().endswith(
+        "/" + kernel_lib_name(64, 64, 64, 128, host=True)
+    )
+    out = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(KERNELS_DIR),
+            "peano-path",
+            "DIM_M=16",
+            "DIM_N=16",
+            "DIM_K_CHUNK=32",
+            "DIM_GS=32",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip().endswith("/mv_int4_bf16_m16_n16_k32_gs32.o") == (
-        kernel_lib_name(16, 16, 32, 32) == "mv_int4_bf16_m16_n16_k32_gs32.o")
+        kernel_lib_name(16, 16, 32, 32) == "mv_int4_bf16_m16_n16_k32_gs32.o"
+    )
     assert kernels[(64, 64, 64, 128)].path.name == "mv_int4_bf16_m64_n64_k64_gs128.so"
 
 
 def test_peano_target_without_peano_fails_with_one_line():
-    proc = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "peano", "PEANO_INSTALL_DIR="],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(KERNELS_DIR), "peano", "PEANO_INSTALL_DIR="],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     ours = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(ours) == 1 and "PEANO_INSTALL_DIR" in ours[0]
 
 
 def test_bad_tile_fails_to_compile_with_a_clear_message(tmp_path):
-    proc = subprocess.run(["make", "-s", "-C", str(KERNELS_DIR), "host", "DIM_M=24", "DIM_N=16", "DIM_K_CHUNK=32",
-                           "DIM_GS=32", f"BUILD={tmp_path}"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(KERNELS_DIR),
+            "host",
+            "DIM_M=24",
+            "DIM_N=16",
+            "DIM_K_CHUNK=32",
+            "DIM_GS=32",
+            f"BUILD={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert "DIM_M (tile_m) must be a positive multiple of 16" in proc.stderr
 
@@ -293,4 +407,3 @@ def test_largest_tile_is_the_largest():
                 best = max(best, tm * tn)
     check_kernel_tiles(*LARGEST)
     assert LARGEST[0] * LARGEST[1] == best
-

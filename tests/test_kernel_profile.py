@@ -1,5 +1,6 @@
 """The host aie_api's profiling build (-DAIE_HOST_PROFILE) counts what a kernel issues per AIE2P slot
-class, per marked loop, and the block streams live at once; int4awq.kernel_profile reads it."""
+class, per marked loop, and the block streams live at once; int4awq.kernel_profile reads it.
+"""
 
 import ctypes
 import os
@@ -44,8 +45,22 @@ def probe(tmp_path_factory):
     src = d / "probe.cc"
     src.write_text(SOURCE)
     lib = d / "probe.so"
-    subprocess.run(["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-DAIE_HOST_PROFILE", "-I",
-                    os.path.join(REPO, "emulator", "include"), str(src), "-o", str(lib)], check=True)
+    subprocess.run(
+        [
+            "g++",
+            "-std=c++20",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-DAIE_HOST_PROFILE",
+            "-I",
+            os.path.join(REPO, "emulator", "include"),
+            str(src),
+            "-o",
+            str(lib),
+        ],
+        check=True,
+    )
     return ctypes.CDLL(str(lib))
 
 
@@ -57,8 +72,11 @@ def run_probe(lib):
     blocks = np.zeros(512 + 64, np.uint8)
     off = (-blocks.ctypes.data) % 64
     lib.aie_host_profile_reset()
-    lib.probe(ctypes.c_void_p(a.ctypes.data + (-a.ctypes.data) % 64), ctypes.c_void_p(out.ctypes.data + (-out.ctypes.data) % 64),
-              ctypes.c_void_p(blocks.ctypes.data + off))
+    lib.probe(
+        ctypes.c_void_p(a.ctypes.data + (-a.ctypes.data) % 64),
+        ctypes.c_void_p(out.ctypes.data + (-out.ctypes.data) % 64),
+        ctypes.c_void_p(blocks.ctypes.data + off),
+    )
     return read_profile(lib)
 
 
@@ -80,7 +98,11 @@ def test_the_kernels_hot_loop_is_one_mmul_per_step_and_its_streams_are_counted()
     p = profile_accumulate(64, 64, 64, 128)
     hot = max(p.loops, key=lambda lp: lp.ops["MAC"])
     assert hot.ops["MAC"] == 8 * 8 * 8  # one 8x8x8 block matmul per step
-    assert hot.entries == (64 // 16) * (64 // 16)  # one per 2x2 block of accumulators and fold span
-    assert hot.ops["LOAD"] == 4 * 8 * 8 * 8 // 4 + 64  # four pops a step, a FIFO refill every 8 per stream
+    assert hot.entries == (64 // 16) * (
+        64 // 16
+    )  # one per 2x2 block of accumulators and fold span
+    assert (
+        hot.ops["LOAD"] == 4 * 8 * 8 * 8 // 4 + 64
+    )  # four pops a step, a FIFO refill every 8 per stream
     # today's kernel keeps four input and two output block streams alive (the core has 2 and 1)
     assert (p.peak_in, p.peak_out) == (4, 2)

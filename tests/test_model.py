@@ -28,6 +28,11 @@ def test_model_within_10_percent_of_each_measurement(m, k, n, tm, tn, gflops):
 
 def test_traffic_of_the_reference_point():
     # 2048^3 with 64x128 tiles: A and B each read 4 times, f32 C once = 83.9 MB (docs/performance.md#calibration-against-measured-dense-gemms).
-    assert dense_gemm_ddr_bytes(2048, 2048, 2048, 64, 128) == 4 * 2 * 2048**2 * 2 + 4 * 2048**2
+    assert (
+        dense_gemm_ddr_bytes(2048, 2048, 2048, 64, 128)
+        == 4 * 2 * 2048**2 * 2 + 4 * 2048**2
+    )
     est = estimate(83_886_080, 2048, 2048, 2048, DENSE_BF16_FLOPS)
-    assert est.bound == "DDR" and est.seconds == pytest.approx(83_886_080 / 42.5e9 + 0.08e-3)
+    assert est.bound == "DDR" and est.seconds == pytest.approx(
+        83_886_080 / 42.5e9 + 0.08e-3
+    )

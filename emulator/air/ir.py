@@ -99,7 +99,9 @@ class InsertionPoint:
 
     def __init__(self, block):
         if not isinstance(block, Block):
-            raise TraceError(f"InsertionPoint expects a Block, got {type(block).__name__}")
+            raise TraceError(
+                f"InsertionPoint expects a Block, got {type(block).__name__}"
+            )
         self.block = block
         self._before = None
 
@@ -158,7 +160,9 @@ class _Structural:
         if len(args) == 1 and not kwargs and isinstance(args[0], cls._root):
             if isinstance(args[0], cls):
                 return args[0]
-            raise ValueError(f"Cannot cast {cls._noun} to {cls.__name__} (from {args[0]})")
+            raise ValueError(
+                f"Cannot cast {cls._noun} to {cls.__name__} (from {args[0]})"
+            )
         if args or kwargs:
             raise TraceError(f"use {cls.__name__}.get(...) to build {cls._a_noun}")
         return object.__new__(cls)
@@ -203,11 +207,16 @@ class Type(_Structural, noun="type"):
         }
         if text in simple:
             return simple[text]()
-        for prefix, fn in (("ui", IntegerType.get_unsigned), ("si", IntegerType.get_signed),
-                           ("i", IntegerType.get_signless)):
-            if text.startswith(prefix) and text[len(prefix):].isdigit():
-                return fn(int(text[len(prefix):]))
-        raise UnsupportedError(f"Type.parse: the emulator parses only scalar types, not {text!r}")
+        for prefix, fn in (
+            ("ui", IntegerType.get_unsigned),
+            ("si", IntegerType.get_signed),
+            ("i", IntegerType.get_signless),
+        ):
+            if text.startswith(prefix) and text[len(prefix) :].isdigit():
+                return fn(int(text[len(prefix) :]))
+        raise UnsupportedError(
+            f"Type.parse: the emulator parses only scalar types, not {text!r}"
+        )
 
     @property
     def typeid(self):
@@ -306,8 +315,9 @@ class FunctionType(Type):
         for t in inputs + results:
             if not isinstance(t, Type):
                 raise TraceError(f"FunctionType.get: {t!r} is not a type")
-        return cls._make(inputs=inputs, results=results,
-                         _key=("fn", tuple(inputs), tuple(results)))
+        return cls._make(
+            inputs=inputs, results=results, _key=("fn", tuple(inputs), tuple(results))
+        )
 
     def __str__(self):
         ins = ", ".join(str(t) for t in self.inputs)
@@ -318,7 +328,7 @@ class FunctionType(Type):
 
 
 class ShapedType(Type):
-    _DYNAMIC = -(2 ** 63)
+    _DYNAMIC = -(2**63)
 
     @staticmethod
     def get_dynamic_size():
@@ -351,25 +361,39 @@ class MemRefType(ShapedType):
     @classmethod
     def get(cls, shape, element_type, layout=None, memory_space=None, loc=None):
         if not isinstance(element_type, Type):
-            raise TraceError(f"MemRefType.get: element type {element_type!r} is not a type")
+            raise TraceError(
+                f"MemRefType.get: element type {element_type!r} is not a type"
+            )
         shape = [int(s) for s in shape]
         for s in shape:
             if s < 0:
-                raise UnsupportedError("MemRefType.get: dynamic or negative dimensions are not supported")
+                raise UnsupportedError(
+                    "MemRefType.get: dynamic or negative dimensions are not supported"
+                )
         if isinstance(memory_space, int) and not isinstance(memory_space, bool):
-            memory_space = IntegerAttr.get(IntegerType.get_signless(64), int(memory_space))
+            memory_space = IntegerAttr.get(
+                IntegerType.get_signless(64), int(memory_space)
+            )
         if memory_space is not None and not isinstance(memory_space, IntegerAttr):
-            raise TraceError(f"MemRefType.get: memory_space must be an IntegerAttr, got {memory_space!r}")
+            raise TraceError(
+                f"MemRefType.get: memory_space must be an IntegerAttr, got {memory_space!r}"
+            )
         # MLIR drops the default memory space 0.
         if memory_space is not None and int(memory_space.value) == 0:
             memory_space = None
-        if layout is not None and not isinstance(layout, (StridedLayoutAttr, AffineMapAttr)):
+        if layout is not None and not isinstance(
+            layout, (StridedLayoutAttr, AffineMapAttr)
+        ):
             raise TraceError(f"MemRefType.get: unsupported layout {layout!r}")
         if isinstance(layout, StridedLayoutAttr):
             default = _row_major_strides(shape)
             if layout.offset == 0 and list(layout.strides) == default:
                 pass  # still a distinct type in MLIR; keep it
-        ms_key = None if memory_space is None else (int(memory_space.value), str(memory_space.type))
+        ms_key = (
+            None
+            if memory_space is None
+            else (int(memory_space.value), str(memory_space.type))
+        )
         lay_key = None if layout is None else str(layout)
         return cls._make(
             _shape=tuple(shape),
@@ -447,15 +471,20 @@ class AsyncTokenType(Type):
 class VectorType(ShapedType):
     @classmethod
     def get(cls, shape, element_type, **kwargs):
-        return cls._make(_shape=tuple(shape), element_type=element_type,
-                         _key=("vector", tuple(shape), element_type._key))
+        return cls._make(
+            _shape=tuple(shape),
+            element_type=element_type,
+            _key=("vector", tuple(shape), element_type._key),
+        )
 
     @property
     def shape(self):
         return list(self._shape)
 
     def __str__(self):
-        return "vector<" + "".join(f"{s}x" for s in self._shape) + f"{self.element_type}>"
+        return (
+            "vector<" + "".join(f"{s}x" for s in self._shape) + f"{self.element_type}>"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -479,7 +508,9 @@ class Attribute(_Structural, noun="attribute", article="an"):
         try:
             value = int(parts[0])
         except ValueError:
-            raise UnsupportedError(f"Attribute.parse: the emulator cannot parse {text!r}") from None
+            raise UnsupportedError(
+                f"Attribute.parse: the emulator cannot parse {text!r}"
+            ) from None
         ty = Type.parse(parts[1]) if len(parts) > 1 else IntegerType.get_signless(64)
         return IntegerAttr.get(ty, value)
 
@@ -491,7 +522,8 @@ class IntegerAttr(Attribute):
             raise TraceError(f"IntegerAttr.get: {type!r} is not a type")
         if isinstance(value, Value):
             raise SymbolicValueError(
-                "IntegerAttr.get needs a Python int, got a symbolic Value: attributes are static")
+                "IntegerAttr.get needs a Python int, got a symbolic Value: attributes are static"
+            )
         value = int(value)
         return cls._make(type=type, value=value, _key=("int", type._key, value))
 
@@ -540,6 +572,7 @@ class FloatAttr(Attribute):
 def _to_float_type(value, type):
     """A Python float rounded to float type `type` (round to nearest even), as a Python float."""
     from .emu.types import np_dtype
+
     return float(np_dtype(type).type(float(value)))
 
 
@@ -548,6 +581,7 @@ def _float_literal(value, type):
     back to the same value of the type, else all the digits a double needs (always with a '.', which
     MLIR's float literals require); inf and nan as the type's bit pattern in hex."""
     import math
+
     if math.isfinite(value):
         text = f"{value:.6e}"
         if _to_float_type(float(text), type) == value:
@@ -555,6 +589,7 @@ def _float_literal(value, type):
         return f"{value:.17e}"
     import numpy as np
     from .emu.types import np_dtype
+
     dt = np_dtype(type)
     bits = np.array([value], dt).view(f"u{dt.itemsize}")[0]
     return f"0x{int(bits):0{2 * dt.itemsize}X}"
@@ -573,7 +608,8 @@ class StringAttr(Attribute):
 
 def _string_literal(text):
     """A string literal as MLIR prints one: printable ASCII as it is, except \\ (doubled) and every
-    other byte (the quote, newline, non-ASCII as UTF-8 bytes) as a two-digit hex escape (\\22)."""
+    other byte (the quote, newline, non-ASCII as UTF-8 bytes) as a two-digit hex escape (\\22).
+    """
     out = []
     for b in text.encode("utf-8"):
         c = chr(b)
@@ -642,7 +678,11 @@ class _DenseArrayAttr(_ItemsAttr):
         return cls._make(_items=vals, _key=(cls._elt, tuple(vals)))
 
     def __str__(self):
-        return f"array<{self._elt}" + ("" if not self._items else ": " + ", ".join(map(str, self._items))) + ">"
+        return (
+            f"array<{self._elt}"
+            + ("" if not self._items else ": " + ", ".join(map(str, self._items)))
+            + ">"
+        )
 
 
 class DenseI32ArrayAttr(_DenseArrayAttr):
@@ -679,7 +719,10 @@ class DictAttr(Attribute):
     @classmethod
     def get(cls, value=None, context=None):
         value = dict(value or {})
-        return cls._make(_d=value, _key=("dict", tuple(sorted((k, v._key) for k, v in value.items()))))
+        return cls._make(
+            _d=value,
+            _key=("dict", tuple(sorted((k, v._key) for k, v in value.items()))),
+        )
 
     def __getitem__(self, k):
         return self._d[k]
@@ -698,12 +741,17 @@ class StridedLayoutAttr(Attribute):
     @classmethod
     def get(cls, offset, strides, context=None):
         strides = [int(s) for s in strides]
-        return cls._make(offset=int(offset), strides=strides,
-                         _key=("strided", int(offset), tuple(strides)))
+        return cls._make(
+            offset=int(offset),
+            strides=strides,
+            _key=("strided", int(offset), tuple(strides)),
+        )
 
     @classmethod
     def get_fully_dynamic(cls, rank, context=None):
-        raise UnsupportedError("StridedLayoutAttr.get_fully_dynamic: dynamic layouts are not supported")
+        raise UnsupportedError(
+            "StridedLayoutAttr.get_fully_dynamic: dynamic layouts are not supported"
+        )
 
     def __str__(self):
         def f(v):
@@ -737,7 +785,8 @@ def _as_expr(x):
     if isinstance(x, Value):
         raise SymbolicValueError(
             "an affine expression cannot contain an SSA value; use AffineSymbolExpr.get(i) "
-            "and pass the value as a map operand")
+            "and pass the value as a map operand"
+        )
     raise TraceError(f"not an affine expression: {x!r}")
 
 
@@ -757,10 +806,14 @@ class AffineExpr:
         return AffineExpr.get_mul(_as_expr(o), self)
 
     def __sub__(self, o):
-        return AffineExpr.get_add(self, AffineExpr.get_mul(_as_expr(o), AffineConstantExpr.get(-1)))
+        return AffineExpr.get_add(
+            self, AffineExpr.get_mul(_as_expr(o), AffineConstantExpr.get(-1))
+        )
 
     def __rsub__(self, o):
-        return AffineExpr.get_add(_as_expr(o), AffineExpr.get_mul(self, AffineConstantExpr.get(-1)))
+        return AffineExpr.get_add(
+            _as_expr(o), AffineExpr.get_mul(self, AffineConstantExpr.get(-1))
+        )
 
     def __neg__(self):
         return AffineExpr.get_mul(self, AffineConstantExpr.get(-1))
@@ -814,7 +867,8 @@ class AffineConstantExpr(AffineExpr):
         if isinstance(value, Value):
             raise SymbolicValueError(
                 "AffineConstantExpr.get needs a Python int, got a symbolic Value; "
-                "use AffineSymbolExpr.get(i) and pass the value as a map operand")
+                "use AffineSymbolExpr.get(i) and pass the value as a map operand"
+            )
         return cls(value)
 
     def _py(self):
@@ -906,7 +960,9 @@ def _expr_text(e, strong):
         rc = _const_value(rhs)
         if isinstance(rhs, AffineMulExpr) and (_const_value(rhs.rhs) or 0) < 0:
             c = -_const_value(rhs.rhs)
-            sub = _expr_text(rhs.lhs, strong=c != 1 or isinstance(rhs.lhs, AffineAddExpr))
+            sub = _expr_text(
+                rhs.lhs, strong=c != 1 or isinstance(rhs.lhs, AffineAddExpr)
+            )
             text = f"{_expr_text(lhs, False)} - {sub}" + ("" if c == 1 else f" * {c}")
         elif rc is not None and rc < 0:
             text = f"{_expr_text(lhs, False)} - {-rc}"
@@ -929,10 +985,17 @@ def _check_expr(e, n_dims, n_syms):
         _check_expr(e.lhs, n_dims, n_syms)
         _check_expr(e.rhs, n_dims, n_syms)
         if isinstance(e, AffineMulExpr) and not (
-                isinstance(e.lhs, AffineConstantExpr) or isinstance(e.rhs, AffineConstantExpr)
-                or _is_const_expr(e.lhs) or _is_const_expr(e.rhs)):
-            raise TraceError(f"affine map: {e} multiplies two non-constant terms (not affine)")
-        if isinstance(e, (AffineModExpr, AffineFloorDivExpr, AffineCeilDivExpr)) and not _is_const_expr(e.rhs):
+            isinstance(e.lhs, AffineConstantExpr)
+            or isinstance(e.rhs, AffineConstantExpr)
+            or _is_const_expr(e.lhs)
+            or _is_const_expr(e.rhs)
+        ):
+            raise TraceError(
+                f"affine map: {e} multiplies two non-constant terms (not affine)"
+            )
+        if isinstance(
+            e, (AffineModExpr, AffineFloorDivExpr, AffineCeilDivExpr)
+        ) and not _is_const_expr(e.rhs):
             raise TraceError(f"affine map: {e} divides by a non-constant (not affine)")
 
 
@@ -1010,7 +1073,9 @@ def _no_python_arith(name):
         raise SymbolicValueError(
             f"Python '{name}' on a symbolic value ({self.describe()}): index values have no Python "
             f"value while the design is traced; use affine.apply or arith ops "
-            f"(e.g. arith.addi / arith.muli) to compute with them")
+            f"(e.g. arith.addi / arith.muli) to compute with them"
+        )
+
     return f
 
 
@@ -1082,7 +1147,8 @@ class Value:
             return False
         raise SymbolicValueError(
             f"Python '==' between a symbolic value ({self.describe()}) and {other!r}: the value "
-            f"is not known while the design is traced")
+            f"is not known while the design is traced"
+        )
 
     def __ne__(self, other):
         return not self.__eq__(other)
@@ -1113,10 +1179,14 @@ def _as_value(x, what="operand"):
         return x
     if isinstance(x, Operation):
         if len(x.results) != 1:
-            raise TraceError(f"{what}: operation {x.OPERATION_NAME} has {len(x.results)} results, "
-                             f"cannot be used as a single value")
+            raise TraceError(
+                f"{what}: operation {x.OPERATION_NAME} has {len(x.results)} results, "
+                f"cannot be used as a single value"
+            )
         return x.results[0]
-    raise TraceError(f"{what} must be an MLIR Value (or a single-result op), got {type(x).__name__} {x!r}")
+    raise TraceError(
+        f"{what} must be an MLIR Value (or a single-result op), got {type(x).__name__} {x!r}"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -1196,7 +1266,8 @@ class _AttrMap:
         if not isinstance(value, Attribute):
             raise TraceError(
                 f"attributes[{name!r}] of {self._op.OPERATION_NAME} must be an MLIR attribute "
-                f"(e.g. StringAttr.get(...)), got {type(value).__name__} {value!r}")
+                f"(e.g. StringAttr.get(...)), got {type(value).__name__} {value!r}"
+            )
         self._d[name] = value
 
     def __getitem__(self, name):
@@ -1233,7 +1304,15 @@ class Operation:
     # form); every other attribute is discardable (`{...}`). AIR ops stay unregistered: none.
     _PROPERTIES = ()
 
-    def _init_op(self, operands=(), result_types=(), num_regions=0, loc=None, ip=None, insert=True):
+    def _init_op(
+        self,
+        operands=(),
+        result_types=(),
+        num_regions=0,
+        loc=None,
+        ip=None,
+        insert=True,
+    ):
         self.operands = list(operands)
         self.results = [OpResult(t, self, i) for i, t in enumerate(result_types)]
         self.regions = [Region(self) for _ in range(num_regions)]
@@ -1245,7 +1324,8 @@ class Operation:
             if point is None:
                 raise TraceError(
                     f"{self.OPERATION_NAME} built outside any insertion point (build the design "
-                    f"inside @module_builder / `with InsertionPoint(...)`)")
+                    f"inside @module_builder / `with InsertionPoint(...)`)"
+                )
             point.insert(self)
 
     @property
@@ -1263,7 +1343,9 @@ class Operation:
     @property
     def result(self):
         if len(self.results) != 1:
-            raise ValueError(f"{self.OPERATION_NAME} has {len(self.results)} results, not exactly one")
+            raise ValueError(
+                f"{self.OPERATION_NAME} has {len(self.results)} results, not exactly one"
+            )
         return self.results[0]
 
     @property
@@ -1306,32 +1388,68 @@ class Operation:
     def __repr__(self):
         return f"<{self.OPERATION_NAME} at {self._loc}>"
 
-    def get_asm(self, binary=False, large_elements_limit=None, large_resource_limit=None,
-                enable_debug_info=False, pretty_debug_info=False, print_generic_op_form=False,
-                use_local_scope=False, use_name_loc_as_prefix=False, assume_verified=False,
-                skip_regions=False):
+    def get_asm(
+        self,
+        binary=False,
+        large_elements_limit=None,
+        large_resource_limit=None,
+        enable_debug_info=False,
+        pretty_debug_info=False,
+        print_generic_op_form=False,
+        use_local_scope=False,
+        use_name_loc_as_prefix=False,
+        assume_verified=False,
+        skip_regions=False,
+    ):
         """The op's text as the real bindings' get_asm: the custom form, or with
         print_generic_op_form=True MLIR's generic form (what stock mlir-opt parses with
         --allow-unregistered-dialect). The elision limits have nothing to elide here."""
         if enable_debug_info or pretty_debug_info:
-            raise UnsupportedError("Operation.print / get_asm: enable_debug_info (locations) is not emulated")
+            raise UnsupportedError(
+                "Operation.print / get_asm: enable_debug_info (locations) is not emulated"
+            )
         if skip_regions and not print_generic_op_form:
-            raise UnsupportedError("Operation.print / get_asm: skip_regions is emulated for the generic "
-                                   "form only (print_generic_op_form=True)")
-        text = "\n".join(_Printer(generic=print_generic_op_form, skip_regions=skip_regions).op_lines(self, 0))
+            raise UnsupportedError(
+                "Operation.print / get_asm: skip_regions is emulated for the generic "
+                "form only (print_generic_op_form=True)"
+            )
+        text = "\n".join(
+            _Printer(generic=print_generic_op_form, skip_regions=skip_regions).op_lines(
+                self, 0
+            )
+        )
         return text.encode() if binary else text
 
-    def print(self, large_elements_limit=None, large_resource_limit=None, enable_debug_info=False,
-              pretty_debug_info=False, print_generic_op_form=False, use_local_scope=False,
-              use_name_loc_as_prefix=False, assume_verified=False, file=None, binary=False,
-              skip_regions=False):
+    def print(
+        self,
+        large_elements_limit=None,
+        large_resource_limit=None,
+        enable_debug_info=False,
+        pretty_debug_info=False,
+        print_generic_op_form=False,
+        use_local_scope=False,
+        use_name_loc_as_prefix=False,
+        assume_verified=False,
+        file=None,
+        binary=False,
+        skip_regions=False,
+    ):
         """Operation.print of the real bindings (same keywords and order): writes to file
-        (default sys.stdout), bytes when binary=True; the AsmState overload is not emulated."""
-        if large_elements_limit is not None and not isinstance(large_elements_limit, int):
-            raise UnsupportedError("Operation.print(state, ...): AsmState is not emulated")
-        text = self.get_asm(binary=binary, print_generic_op_form=print_generic_op_form,
-                            enable_debug_info=enable_debug_info, pretty_debug_info=pretty_debug_info,
-                            skip_regions=skip_regions)
+        (default sys.stdout), bytes when binary=True; the AsmState overload is not emulated.
+        """
+        if large_elements_limit is not None and not isinstance(
+            large_elements_limit, int
+        ):
+            raise UnsupportedError(
+                "Operation.print(state, ...): AsmState is not emulated"
+            )
+        text = self.get_asm(
+            binary=binary,
+            print_generic_op_form=print_generic_op_form,
+            enable_debug_info=enable_debug_info,
+            pretty_debug_info=pretty_debug_info,
+            skip_regions=skip_regions,
+        )
         out = sys.stdout if file is None else file
         out.write(text)
 
@@ -1389,8 +1507,10 @@ class Module:
 
     @staticmethod
     def parse(text, context=None):
-        raise UnsupportedError("Module.parse: the emulator runs designs built with the Python API, "
-                               "not MLIR text")
+        raise UnsupportedError(
+            "Module.parse: the emulator runs designs built with the Python API, "
+            "not MLIR text"
+        )
 
     @property
     def body(self):
@@ -1415,7 +1535,8 @@ class Module:
 
 class _Printer:
     """Prints ops in their custom form (each op's _print_custom) or, with generic=True, in MLIR's
-    generic form: %r = "dialect.op"(%a, %b) <{properties}> ({regions}) {attributes} : (types) -> types."""
+    generic form: %r = "dialect.op"(%a, %b) <{properties}> ({regions}) {attributes} : (types) -> types.
+    """
 
     def __init__(self, generic=False, skip_regions=False):
         self.generic = generic
@@ -1442,12 +1563,18 @@ class _Printer:
         return ", ".join(self.name(v) for v in vals)
 
     def mixed(self, vals):
-        return "[" + ", ".join(self.name(v) if isinstance(v, Value) else str(v) for v in vals) + "]"
+        return (
+            "["
+            + ", ".join(self.name(v) if isinstance(v, Value) else str(v) for v in vals)
+            + "]"
+        )
 
     @staticmethod
     def attr_items(items):
-        return ", ".join(_attr_name(k) if isinstance(v, UnitAttr) else f"{_attr_name(k)} = {v}"
-                         for k, v in items)
+        return ", ".join(
+            _attr_name(k) if isinstance(v, UnitAttr) else f"{_attr_name(k)} = {v}"
+            for k, v in items
+        )
 
     def attr_dict(self, op, skip=()):
         items = [(k, v) for k, v in op.attributes.items() if k not in skip]
@@ -1487,9 +1614,11 @@ class _Printer:
         if custom is not None:
             return custom
         pad = " " * indent
-        text = (f"{pad}{self.results_prefix(op)}\"{op.OPERATION_NAME}\"({self.names(op.operands)})"
-                f"{self.attr_dict(op)} : ({', '.join(str(v.type) for v in op.operands)}) -> "
-                f"({', '.join(str(r.type) for r in op.results)})")
+        text = (
+            f'{pad}{self.results_prefix(op)}"{op.OPERATION_NAME}"({self.names(op.operands)})'
+            f"{self.attr_dict(op)} : ({', '.join(str(v.type) for v in op.operands)}) -> "
+            f"({', '.join(str(r.type) for r in op.results)})"
+        )
         if not op.regions:
             return [text]
         lines = [text + " ({"]
@@ -1508,14 +1637,16 @@ class _Printer:
     def generic_op_lines(self, op, indent):
         pad = " " * indent
         props, attrs = op._generic_attributes()
-        head = f"{pad}{self.results_prefix(op)}\"{op.OPERATION_NAME}\"({self.names(op.operands)})"
+        head = f'{pad}{self.results_prefix(op)}"{op.OPERATION_NAME}"({self.names(op.operands)})'
         if props:
             head += " <{" + self.attr_items(props) + "}>"
         tail = ""
         if attrs:
             tail += " {" + self.attr_items(attrs) + "}"
-        tail += (f" : ({', '.join(str(v.type) for v in op.operands)}) -> "
-                 f"{self._result_types([r.type for r in op.results])}")
+        tail += (
+            f" : ({', '.join(str(v.type) for v in op.operands)}) -> "
+            f"{self._result_types([r.type for r in op.results])}"
+        )
         if not op.regions:
             return [head + tail]
         if self.skip_regions:
@@ -1527,7 +1658,9 @@ class _Printer:
             for j, b in enumerate(r.blocks):
                 if j or b.arguments:
                     args = ", ".join(f"{self.name(a)}: {a.type}" for a in b.arguments)
-                    lines.append(f"{pad}^bb{j}" + (f"({args})" if b.arguments else "") + ":")
+                    lines.append(
+                        f"{pad}^bb{j}" + (f"({args})" if b.arguments else "") + ":"
+                    )
                 for inner in b.operations:
                     lines += self.generic_op_lines(inner, indent + 2)
         lines.append(pad + "})" + tail)
@@ -1535,15 +1668,56 @@ class _Printer:
 
 
 __all__ = [
-    "Context", "Location", "InsertionPoint",
-    "Type", "IntegerType", "IndexType", "BF16Type", "F16Type", "F32Type", "F64Type", "FloatType",
-    "NoneType", "FunctionType", "ShapedType", "MemRefType", "AsyncTokenType", "VectorType",
-    "Attribute", "IntegerAttr", "BoolAttr", "FloatAttr", "StringAttr", "UnitAttr", "ArrayAttr",
-    "DenseI32ArrayAttr", "DenseI64ArrayAttr", "DenseBoolArrayAttr", "TypeAttr", "FlatSymbolRefAttr",
-    "DictAttr", "StridedLayoutAttr", "AffineMapAttr",
-    "AffineExpr", "AffineConstantExpr", "AffineSymbolExpr", "AffineDimExpr", "AffineBinaryExpr",
-    "AffineAddExpr", "AffineMulExpr", "AffineModExpr", "AffineFloorDivExpr", "AffineCeilDivExpr",
+    "Context",
+    "Location",
+    "InsertionPoint",
+    "Type",
+    "IntegerType",
+    "IndexType",
+    "BF16Type",
+    "F16Type",
+    "F32Type",
+    "F64Type",
+    "FloatType",
+    "NoneType",
+    "FunctionType",
+    "ShapedType",
+    "MemRefType",
+    "AsyncTokenType",
+    "VectorType",
+    "Attribute",
+    "IntegerAttr",
+    "BoolAttr",
+    "FloatAttr",
+    "StringAttr",
+    "UnitAttr",
+    "ArrayAttr",
+    "DenseI32ArrayAttr",
+    "DenseI64ArrayAttr",
+    "DenseBoolArrayAttr",
+    "TypeAttr",
+    "FlatSymbolRefAttr",
+    "DictAttr",
+    "StridedLayoutAttr",
+    "AffineMapAttr",
+    "AffineExpr",
+    "AffineConstantExpr",
+    "AffineSymbolExpr",
+    "AffineDimExpr",
+    "AffineBinaryExpr",
+    "AffineAddExpr",
+    "AffineMulExpr",
+    "AffineModExpr",
+    "AffineFloorDivExpr",
+    "AffineCeilDivExpr",
     "AffineMap",
-    "Value", "OpResult", "BlockArgument", "Block", "Region", "Operation", "OpView",
-    "Module", "ModuleOp",
+    "Value",
+    "OpResult",
+    "BlockArgument",
+    "Block",
+    "Region",
+    "Operation",
+    "OpView",
+    "Module",
+    "ModuleOp",
 ]

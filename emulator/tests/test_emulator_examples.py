@@ -35,15 +35,21 @@ def test_run_test_fails_like_mlir_air_on_a_wrong_answer(monkeypatch, capsys):
     monkeypatch.setenv("AIR_EMU_LIB_PATH", emu_testlib.build_kernels())
     a = np.ones((add_2x2.ROWS, add_2x2.COLS), bfloat16)
     wrong = np.full_like(a, 3)
-    rc = XRTRunner().run_test(add_2x2.build_module(), inputs=[a, a], expected_outputs=[wrong], rtol=0, atol=0)
+    rc = XRTRunner().run_test(
+        add_2x2.build_module(), inputs=[a, a], expected_outputs=[wrong], rtol=0, atol=0
+    )
     out = capsys.readouterr().out
     assert rc == -1
-    assert "Mismatches: 1024 / 1024 elements (100.00%)" in out and out.splitlines()[-1] == "failed."
+    assert (
+        "Mismatches: 1024 / 1024 elements (100.00%)" in out
+        and out.splitlines()[-1] == "failed."
+    )
 
 
 def test_emulation_at_the_2048_cube_op_counts_is_fast(monkeypatch):
     """32,768 kernel calls and ~74,000 DMAs: the emulator's own overhead (no-op kernels).
-    The brief's budget is 60 s for the whole emulated GEMM, of which ~30 s is the kernel."""
+    The brief's budget is 60 s for the whole emulated GEMM, of which ~30 s is the kernel.
+    """
     monkeypatch.setenv("AIR_EMU_LIB_PATH", emu_testlib.build_kernels())
     backend = XRTBackend(stack_size=4096)
     backend.emu_progress = False
@@ -51,12 +57,18 @@ def test_emulation_at_the_2048_cube_op_counts_is_fast(monkeypatch):
     invoke = backend.compile_and_load(synthetic_gemm.build_module())
     t1 = time.perf_counter()
     m, k, n = synthetic_gemm.M, synthetic_gemm.K, synthetic_gemm.N
-    invoke(np.zeros((m, k), bfloat16), np.zeros((k, n), bfloat16), np.zeros((m, n), bfloat16))
+    invoke(
+        np.zeros((m, k), bfloat16),
+        np.zeros((k, n), bfloat16),
+        np.zeros((m, n), bfloat16),
+    )
     t2 = time.perf_counter()
     st = backend.emu_stats
     ops = st.dma_ops + st.total_kernel_calls + st.pe_executions
-    print(f"\nemulator overhead at 2048^3 op counts: trace+compile {t1 - t0:.2f} s, run {t2 - t1:.2f} s for "
-          f"{st.dma_ops} DMAs + {st.total_kernel_calls} calls ({1e6 * (t2 - t1) / ops:.1f} us per op)")
+    print(
+        f"\nemulator overhead at 2048^3 op counts: trace+compile {t1 - t0:.2f} s, run {t2 - t1:.2f} s for "
+        f"{st.dma_ops} DMAs + {st.total_kernel_calls} calls ({1e6 * (t2 - t1) / ops:.1f} us per op)"
+    )
     assert st.kernel_calls["noop3"] == 32768
     assert st.transfers[("L2", "L1")] == 65536
     assert st.herd_executions == {"gemm": 256} and st.pe_executions == 8192

@@ -1,12 +1,15 @@
 """The harness of `make upstream-check` (emulator/upstream_check.py), on stand-in examples of our own:
-it reports a pass, a failure, a documented failure rejected and one not rejected, and refuses bad input."""
+it reports a pass, a failure, a documented failure rejected and one not rejected, and refuses bad input.
+"""
 
 import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # emulator/
+sys.path.insert(
+    0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)  # emulator/
 import upstream_check as uc  # noqa: E402
 
 
@@ -15,22 +18,43 @@ def checkout(tmp_path):
     ex = tmp_path / "programming_examples" / "demo"
     ex.mkdir(parents=True)
     (ex / "k.cc").write_text('extern "C" int answer() { return 42; }\n')
-    (ex / "ok.py").write_text("import ctypes, os\n"
-                              "assert ctypes.CDLL(os.path.abspath('k.so')).answer() == 42\nprint('PASS!')\n")
+    (ex / "ok.py").write_text(
+        "import ctypes, os\n"
+        "assert ctypes.CDLL(os.path.abspath('k.so')).answer() == 42\nprint('PASS!')\n"
+    )
     (ex / "bad.py").write_text("print('failed.')\n")
-    (ex / "refuse.py").write_text("import sys\nprint('error: Stride 99 exceeds the [1:8] range', file=sys.stderr)\n"
-                                  "sys.exit(2)\n")
+    (ex / "refuse.py").write_text(
+        "import sys\nprint('error: Stride 99 exceeds the [1:8] range', file=sys.stderr)\n"
+        "sys.exit(2)\n"
+    )
     return tmp_path
 
 
 def case(script, refused=None):
     k = uc.Kernel("programming_examples/demo/k.cc", "air", "k")
-    return uc.Case(script, f"programming_examples/demo/{script}.py", (), (k,), refused=refused, note="demo")
+    return uc.Case(
+        script,
+        f"programming_examples/demo/{script}.py",
+        (),
+        (k,),
+        refused=refused,
+        note="demo",
+    )
 
 
-def test_the_harness_counts_passes_and_documented_failures(checkout, monkeypatch, capsys):
-    monkeypatch.setattr(uc, "CASES", (case("ok"), case("bad"), case("refuse", r"Stride \d+ exceeds"),
-                                      case("ok", r"Stride \d+ exceeds")))
+def test_the_harness_counts_passes_and_documented_failures(
+    checkout, monkeypatch, capsys
+):
+    monkeypatch.setattr(
+        uc,
+        "CASES",
+        (
+            case("ok"),
+            case("bad"),
+            case("refuse", r"Stride \d+ exceeds"),
+            case("ok", r"Stride \d+ exceeds"),
+        ),
+    )
     assert uc.main(["--air-src", str(checkout)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines[:2]] == ["PASS", "FAIL"]
@@ -41,11 +65,18 @@ def test_the_harness_counts_passes_and_documented_failures(checkout, monkeypatch
 
 def test_an_aie_kernel_without_aie_src_is_skipped(checkout, monkeypatch, capsys):
     k = uc.Kernel("aie_kernels/aie2p/x.cc", "aie", "x")
-    monkeypatch.setattr(uc, "CASES", (uc.Case("needs aie", "programming_examples/demo/ok.py", (), (k,)),))
+    monkeypatch.setattr(
+        uc,
+        "CASES",
+        (uc.Case("needs aie", "programming_examples/demo/ok.py", (), (k,)),),
+    )
     assert uc.main(["--air-src", str(checkout)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("SKIP") and "give AIE_SRC" in out
-    assert out.splitlines()[-1] == "upstream examples: 0/0 PASS, 0/0 documented failures rejected"
+    assert (
+        out.splitlines()[-1]
+        == "upstream examples: 0/0 PASS, 0/0 documented failures rejected"
+    )
 
 
 def test_a_directory_that_is_not_a_checkout_is_one_line_and_exit_2(tmp_path, capsys):

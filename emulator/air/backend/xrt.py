@@ -20,7 +20,10 @@ import os
 from .abc import AirBackend, AirBackendError
 
 # NPU generations and the device names `xrt-smi examine` reports for them.
-NPU_MODELS = {"npu1": ("npu1", "Phoenix"), "npu2": ("npu4", "npu5", "npu6", "Strix", "Krackan")}
+NPU_MODELS = {
+    "npu1": ("npu1", "Phoenix"),
+    "npu2": ("npu4", "npu5", "npu6", "Strix", "Krackan"),
+}
 
 
 def detect_target_device(verbose=False, default="npu2"):
@@ -28,8 +31,10 @@ def detect_target_device(verbose=False, default="npu2"):
     override = os.environ.get("AIR_TARGET_DEVICE", "").strip()
     if override:
         if override not in NPU_MODELS:
-            raise ValueError(f"AIR_TARGET_DEVICE={override!r} is not a known NPU generation; "
-                             f"expected one of {sorted(NPU_MODELS)}")
+            raise ValueError(
+                f"AIR_TARGET_DEVICE={override!r} is not a known NPU generation; "
+                f"expected one of {sorted(NPU_MODELS)}"
+            )
         return override
     return default
 
@@ -84,19 +89,39 @@ class XRTBackend(AirBackend):
         n_warmup_iters: int = 10,
     ):
         super().__init__()
-        options = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        options = {
+            name: value
+            for name, value in locals().items()
+            if name not in ("self", "__class__")
+        }
         options["omit_pingpong"] = _omit_pingpong_mode(omit_pingpong)
         if options["omit_pingpong"] not in ("", "L1", "L2", "all"):
-            raise AirBackendError(f"omit_pingpong={omit_pingpong!r}: expected '', 'L1', 'L2' or 'all'")
+            raise AirBackendError(
+                f"omit_pingpong={omit_pingpong!r}: expected '', 'L1', 'L2' or 'all'"
+            )
         if use_lock_race_condition_fix and use_lock_race_condition_fix_v2:
-            raise AirBackendError("use_lock_race_condition_fix and use_lock_race_condition_fix_v2 "
-                                  "cannot both be set")
+            raise AirBackendError(
+                "use_lock_race_condition_fix and use_lock_race_condition_fix_v2 "
+                "cannot both be set"
+            )
         for name in ("n_perf_iters", "n_warmup_iters"):
-            if isinstance(options[name], bool) or not isinstance(options[name], int) or options[name] < 0:
+            if (
+                isinstance(options[name], bool)
+                or not isinstance(options[name], int)
+                or options[name] < 0
+            ):
                 raise ValueError(f"{name}={options[name]!r}: expected an int >= 0")
-        if isinstance(stack_size, bool) or not isinstance(stack_size, int) or stack_size <= 0:
-            raise ValueError(f"stack_size={stack_size!r}: expected an int > 0 (bytes per core)")
-        self.__dict__.update(options)  # every option stays readable as an attribute, as in mlir-air
+        if (
+            isinstance(stack_size, bool)
+            or not isinstance(stack_size, int)
+            or stack_size <= 0
+        ):
+            raise ValueError(
+                f"stack_size={stack_size!r}: expected an int > 0 (bytes per core)"
+            )
+        self.__dict__.update(
+            options
+        )  # every option stays readable as an attribute, as in mlir-air
         self.currently_loaded = False
         self.last_latency_us = None  # no NPU, no latency
         self.emu_budget = None
@@ -112,12 +137,24 @@ class XRTBackend(AirBackend):
             pass
 
     def _resolved_target(self):
-        target = self.target_device if self.target_device is not None else detect_target_device(self.verbose)
+        target = (
+            self.target_device
+            if self.target_device is not None
+            else detect_target_device(self.verbose)
+        )
         if target not in NPU_MODELS:
-            raise AirBackendError(f"target_device={target!r}: the emulator models {sorted(NPU_MODELS)}")
+            raise AirBackendError(
+                f"target_device={target!r}: the emulator models {sorted(NPU_MODELS)}"
+            )
         return target
 
-    def compile(self, air_module, output_binary_name="air", kernel="MLIR_AIE", insts="air.insts.bin"):
+    def compile(
+        self,
+        air_module,
+        output_binary_name="air",
+        kernel="MLIR_AIE",
+        insts="air.insts.bin",
+    ):
         """Check the design statically and compile it for the interpreter.
 
         Raises an air.emu.DesignError subclass for a design that cannot work on
@@ -125,27 +162,41 @@ class XRTBackend(AirBackend):
         from ..emu.engine import Options, Program
 
         if self.currently_loaded:
-            raise AirBackendError("Cannot use XRTBackend to compile while the artifact is currently loaded. "
-                                  "Call unload() first.")
+            raise AirBackendError(
+                "Cannot use XRTBackend to compile while the artifact is currently loaded. "
+                "Call unload() first."
+            )
         target = self._resolved_target()
         if self.output_format == "elf" and "npu1" in target:
-            raise AirBackendError(f"output_format='elf' is not supported for {target} target.")
+            raise AirBackendError(
+                f"output_format='elf' is not supported for {target} target."
+            )
         if self.num_device_cols > 0:
             max_cols = 4 if target == "npu1" else 8
             if self.num_device_cols > max_cols - 1:
-                raise AirBackendError(f"Invalid num_device_cols value: {self.num_device_cols}. For {target}, "
-                                      f"valid values are 0 (entire device) or 1-{max_cols - 1}")
+                raise AirBackendError(
+                    f"Invalid num_device_cols value: {self.num_device_cols}. For {target}, "
+                    f"valid values are 0 (entire device) or 1-{max_cols - 1}"
+                )
         from ..ir import Module
+
         if not isinstance(air_module, Module):
-            raise AirBackendError(f"compile expects an air.ir.Module (what @module_builder returns), got "
-                                  f"{type(air_module).__name__}")
+            raise AirBackendError(
+                f"compile expects an air.ir.Module (what @module_builder returns), got "
+                f"{type(air_module).__name__}"
+            )
         if self.verbose:
             print("AIR Module:")
             print(air_module)
         module = air_module
-        opts = Options(stack_size=self.stack_size, omit_pingpong=self.omit_pingpong, target_device=target,
-                       num_device_cols=self.num_device_cols, progress=self.emu_progress,
-                       entry=self.instance_name or None)
+        opts = Options(
+            stack_size=self.stack_size,
+            omit_pingpong=self.omit_pingpong,
+            target_device=target,
+            num_device_cols=self.num_device_cols,
+            progress=self.emu_progress,
+            entry=self.instance_name or None,
+        )
         program = Program(module, opts)
         self.emu_budget = program.budget
         self.emu_resources = program.resources
@@ -153,17 +204,25 @@ class XRTBackend(AirBackend):
         if self.verbose:
             print(program.budget.table())
             print(program.resources.table())
-        ext = {"elf": "elf", "txn": "txn", "pdi": "pdi"}.get(self.output_format, "xclbin")
-        return XRTCompileArtifact(f"{output_binary_name}.{ext}", kernel, insts, program=program)
+        ext = {"elf": "elf", "txn": "txn", "pdi": "pdi"}.get(
+            self.output_format, "xclbin"
+        )
+        return XRTCompileArtifact(
+            f"{output_binary_name}.{ext}", kernel, insts, program=program
+        )
 
     def load(self, artifact):
         """Return the invoker: invoker(*arrays) -> tuple of flat arrays (one per argument)."""
         if self.currently_loaded:
-            raise AirBackendError("Cannot use XRTBackend to compile while the artifact is currently loaded. "
-                                  "Call unload() first.")
+            raise AirBackendError(
+                "Cannot use XRTBackend to compile while the artifact is currently loaded. "
+                "Call unload() first."
+            )
         program = getattr(artifact, "program", None)
         if program is None:
-            raise AirBackendError("this artifact was not produced by the emulator's XRTBackend.compile")
+            raise AirBackendError(
+                "this artifact was not produced by the emulator's XRTBackend.compile"
+            )
         xclbin_mode = not artifact.output_binary.endswith(".elf")
 
         def invoker(*args):

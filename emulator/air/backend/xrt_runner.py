@@ -22,12 +22,25 @@ from .abc import AirBackendError
 from .xrt import XRTBackend, _omit_pingpong_mode
 
 _NUMPY_TO_AIR = {
-    np.dtype(np.int8): T.i8, np.dtype(np.int16): T.i16, np.dtype(np.int32): T.i32, np.dtype(np.int64): T.i64,
-    np.dtype(np.uint8): T.ui8, np.dtype(np.uint16): T.ui16, np.dtype(np.uint32): T.ui32,
-    np.dtype(np.uint64): T.ui64, np.dtype(np.float16): T.f16, np.dtype(np.float32): T.f32,
-    np.dtype(np.float64): T.f64, np.dtype(bfloat16): T.bf16,
+    np.dtype(np.int8): T.i8,
+    np.dtype(np.int16): T.i16,
+    np.dtype(np.int32): T.i32,
+    np.dtype(np.int64): T.i64,
+    np.dtype(np.uint8): T.ui8,
+    np.dtype(np.uint16): T.ui16,
+    np.dtype(np.uint32): T.ui32,
+    np.dtype(np.uint64): T.ui64,
+    np.dtype(np.float16): T.f16,
+    np.dtype(np.float32): T.f32,
+    np.dtype(np.float64): T.f64,
+    np.dtype(bfloat16): T.bf16,
 }
-_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(bfloat16))
+_FLOATS = (
+    np.dtype(np.float16),
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+    np.dtype(bfloat16),
+)
 _SHOW = 20  # mismatching elements listed on a failure
 
 
@@ -36,10 +49,14 @@ def type_mapper(np_dtype):
     try:
         air_type = _NUMPY_TO_AIR[np.dtype(np_dtype)]()
     except (KeyError, TypeError):
-        raise AirBackendError(f"no air element type for numpy dtype {np_dtype}") from None
+        raise AirBackendError(
+            f"no air element type for numpy dtype {np_dtype}"
+        ) from None
     if air_type.width // 8 != np.dtype(np_dtype).itemsize:
-        raise AirBackendError(f"{np_dtype}: {np.dtype(np_dtype).itemsize} bytes, air type {air_type} "
-                              f"{air_type.width // 8}")
+        raise AirBackendError(
+            f"{np_dtype}: {np.dtype(np_dtype).itemsize} bytes, air type {air_type} "
+            f"{air_type.width // 8}"
+        )
     return air_type
 
 
@@ -76,7 +93,9 @@ class XRTRunner:
     ):
         options = {name: value for name, value in locals().items() if name != "self"}
         options["omit_pingpong"] = _omit_pingpong_mode(omit_pingpong)
-        self.__dict__.update(options)  # every option stays readable as an attribute, as in mlir-air
+        self.__dict__.update(
+            options
+        )  # every option stays readable as an attribute, as in mlir-air
         self.last_latency_us = None  # the emulator measures no NPU latency
         self.emu_stats = None
         self.emu_budget = None
@@ -96,13 +115,22 @@ class XRTRunner:
     ):
         """Run the module on inputs + zero-filled outputs and check the outputs; 0 on pass, -1 on failure."""
         if self.trace_size > 0:
-            raise AirBackendError("trace_size > 0: the emulator does not produce hardware traces")
+            raise AirBackendError(
+                "trace_size > 0: the emulator does not produce hardware traces"
+            )
         if expected_outputs:
-            wanted = [(np.asarray(e).shape, np.asarray(e).dtype, e) for e in expected_outputs]
+            wanted = [
+                (np.asarray(e).shape, np.asarray(e).dtype, e) for e in expected_outputs
+            ]
         elif stochastic_expected_outputs:
-            wanted = [(tuple(e["shape"]), np.asarray(e["values"]).dtype, e) for e in stochastic_expected_outputs]
+            wanted = [
+                (tuple(e["shape"]), np.asarray(e["values"]).dtype, e)
+                for e in stochastic_expected_outputs
+            ]
         else:
-            raise AirBackendError("run_test needs expected_outputs or stochastic_expected_outputs")
+            raise AirBackendError(
+                "run_test needs expected_outputs or stochastic_expected_outputs"
+            )
         if self.verbose:
             print(mlir_module)
 
@@ -115,7 +143,7 @@ class XRTRunner:
             print(self.emu_budget.table())
             print(self.emu_resources.table())
         outputs = [np.zeros(shape, dtype) for shape, dtype, _ in wanted]
-        results = backend.load(artifact)(*inputs, *outputs)[len(inputs):]
+        results = backend.load(artifact)(*inputs, *outputs)[len(inputs) :]
         self.emu_stats = backend.emu_stats
         if report:
             print(self.emu_stats.table())
@@ -125,12 +153,30 @@ class XRTRunner:
             result = np.reshape(result, shape)
             if isinstance(want, dict):
                 where = tuple(np.asarray(ix) for ix in want["indices"])
-                ok = self._verify(i, result[where], np.asarray(want["values"]), shape, where, rtol, atol,
-                                  max_mismatch_percentage, None)
+                ok = self._verify(
+                    i,
+                    result[where],
+                    np.asarray(want["values"]),
+                    shape,
+                    where,
+                    rtol,
+                    atol,
+                    max_mismatch_percentage,
+                    None,
+                )
             else:
                 where = None
-                ok = self._verify(i, result, np.asarray(want), shape, where, rtol, atol,
-                                  max_mismatch_percentage, min_correlation)
+                ok = self._verify(
+                    i,
+                    result,
+                    np.asarray(want),
+                    shape,
+                    where,
+                    rtol,
+                    atol,
+                    max_mismatch_percentage,
+                    min_correlation,
+                )
             if not ok:
                 print("failed.")
                 return -1
@@ -148,10 +194,12 @@ class XRTRunner:
             got, want = got.astype(np.float64), want.astype(np.float64)
             if self.report_precision:
                 err = np.abs(got - want)
-                print(f"[precision] Output {i} ({err.size} elements): "
-                      f"mean_rel_L1={err.sum() / max(np.abs(want).sum(), 1e-30):.3e} | "
-                      f"rel_err max={(err / np.maximum(np.abs(want), 1e-30)).max(initial=0):.3e} | "
-                      f"abs_err max={err.max(initial=0):.3e} | rtol={rtol:.1e} atol={atol:.1e}")
+                print(
+                    f"[precision] Output {i} ({err.size} elements): "
+                    f"mean_rel_L1={err.sum() / max(np.abs(want).sum(), 1e-30):.3e} | "
+                    f"rel_err max={(err / np.maximum(np.abs(want), 1e-30)).max(initial=0):.3e} | "
+                    f"abs_err max={err.max(initial=0):.3e} | rtol={rtol:.1e} atol={atol:.1e}"
+                )
             bad = ~np.isclose(got, want, rtol=rtol, atol=atol)
             allowed = int(want.size * max_pct / 100)
         n_bad = int(np.count_nonzero(bad))
@@ -159,13 +207,20 @@ class XRTRunner:
         if not ok:
             print(f"ERROR: Output {i} does not meet expected output.")
             print(f"Shape: {shape}")
-            print(f"Mismatches: {n_bad} / {want.size} elements ({100 * n_bad / max(want.size, 1):.2f}%)"
-                  + (f", {allowed} allowed ({max_pct}%)" if allowed else ""))
+            print(
+                f"Mismatches: {n_bad} / {want.size} elements ({100 * n_bad / max(want.size, 1):.2f}%)"
+                + (f", {allowed} allowed ({max_pct}%)" if allowed else "")
+            )
             flat = np.flatnonzero(bad)
             for j in flat[:_SHOW]:
-                idx = (tuple(int(ix.reshape(-1)[j]) for ix in where) if where is not None
-                       else tuple(int(v) for v in np.unravel_index(j, want.shape)))
-                print(f"  at {idx}: expected {want.reshape(-1)[j]}, actual {got.reshape(-1)[j]}")
+                idx = (
+                    tuple(int(ix.reshape(-1)[j]) for ix in where)
+                    if where is not None
+                    else tuple(int(v) for v in np.unravel_index(j, want.shape))
+                )
+                print(
+                    f"  at {idx}: expected {want.reshape(-1)[j]}, actual {got.reshape(-1)[j]}"
+                )
             if flat.size > _SHOW:
                 print(f"  ({flat.size - _SHOW} more)")
         if min_corr is not None and want.dtype in _FLOATS and want.size:
@@ -179,5 +234,10 @@ class XRTRunner:
 
 
 # The options XRTRunner forwards to each XRTBackend it creates: those both take.
-_FORWARDED = sorted((set(inspect.signature(XRTBackend.__init__).parameters)
-                     & set(inspect.signature(XRTRunner.__init__).parameters)) - {"self"})
+_FORWARDED = sorted(
+    (
+        set(inspect.signature(XRTBackend.__init__).parameters)
+        & set(inspect.signature(XRTRunner.__init__).parameters)
+    )
+    - {"self"}
+)

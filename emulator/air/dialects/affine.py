@@ -14,13 +14,19 @@ class AffineApplyOp(Operation):
         if not isinstance(map, AffineMap):
             raise TraceError(f"affine.apply needs an AffineMap, got {map!r}")
         if len(map.results) != 1:
-            raise TraceError(f"affine.apply: the map must have exactly one result, has {len(map.results)}")
+            raise TraceError(
+                f"affine.apply: the map must have exactly one result, has {len(map.results)}"
+            )
         vals = [_as_value(v, "affine.apply operand") for v in mapOperands]
         if len(vals) != map.n_inputs:
-            raise TraceError(f"affine.apply: map {map} takes {map.n_inputs} operands, got {len(vals)}")
+            raise TraceError(
+                f"affine.apply: map {map} takes {map.n_inputs} operands, got {len(vals)}"
+            )
         for v in vals:
             if not isinstance(v.type, IndexType):
-                raise TraceError(f"affine.apply: operand of type {v.type} (must be index)")
+                raise TraceError(
+                    f"affine.apply: operand of type {v.type} (must be index)"
+                )
         self._init_op(vals, [IndexType.get()], loc=loc, ip=ip)
         self.attributes["map"] = AffineMapAttr.get(map)
         self.map = map

@@ -56,24 +56,32 @@ class ConstantOp(Operation):
     def __init__(self, result, value=None, *, loc=None, ip=None):
         if value is None:
             if not isinstance(result, Attribute):
-                raise TraceError("arith.constant needs (type, value) or a typed attribute")
+                raise TraceError(
+                    "arith.constant needs (type, value) or a typed attribute"
+                )
             attr = result
             result = attr.type
         elif isinstance(value, Attribute):
             attr = value
         elif isinstance(value, Value):
-            raise TraceError("arith.constant needs a Python number, got a symbolic Value")
+            raise TraceError(
+                "arith.constant needs a Python number, got a symbolic Value"
+            )
         elif isinstance(value, bool) or isinstance(value, (int, np.integer)):
             if not _is_int_like(result):
                 if isinstance(result, _FloatType):
                     attr = FloatAttr.get(result, float(value))
                 else:
-                    raise TraceError(f"arith.constant: cannot make a {result} from {value!r}")
+                    raise TraceError(
+                        f"arith.constant: cannot make a {result} from {value!r}"
+                    )
             else:
                 attr = IntegerAttr.get(result, int(value))
         elif isinstance(value, (float, np.floating)):
             if not isinstance(result, _FloatType):
-                raise TraceError(f"arith.constant: float value {value!r} for non-float type {result}")
+                raise TraceError(
+                    f"arith.constant: float value {value!r} for non-float type {result}"
+                )
             attr = FloatAttr.get(result, float(value))
         else:
             raise TraceError(f"arith.constant: unsupported value {value!r}")
@@ -105,6 +113,7 @@ class ConstantOp(Operation):
         if _is_int_like(t):
             return _wrap(a.value, t)
         from ..emu.types import np_dtype
+
         return np_dtype(t).type(a.value)
 
     def _print_custom(self, p, indent):
@@ -134,16 +143,24 @@ class _BinaryOp(Operation):
         a = _as_value(lhs, f"{self.OPERATION_NAME} lhs")
         b = _as_value(rhs, f"{self.OPERATION_NAME} rhs")
         if a.type != b.type:
-            raise TraceError(f"{self.OPERATION_NAME}: operand types differ ({a.type} vs {b.type})")
+            raise TraceError(
+                f"{self.OPERATION_NAME}: operand types differ ({a.type} vs {b.type})"
+            )
         if self._kind == "int" and not _is_int_like(a.type):
-            raise TraceError(f"{self.OPERATION_NAME} needs integer or index operands, got {a.type}")
+            raise TraceError(
+                f"{self.OPERATION_NAME} needs integer or index operands, got {a.type}"
+            )
         if self._kind == "float" and not isinstance(a.type, _FloatType):
-            raise TraceError(f"{self.OPERATION_NAME} needs float operands, got {a.type}")
+            raise TraceError(
+                f"{self.OPERATION_NAME} needs float operands, got {a.type}"
+            )
         self._init_op([a, b], [a.type], loc=loc, ip=ip)
 
     def _print_custom(self, p, indent):
-        return [" " * indent + f"{p.results_prefix(self)}{self.OPERATION_NAME} "
-                f"{p.names(self.operands)} : {self.results[0].type}"]
+        return [
+            " " * indent + f"{p.results_prefix(self)}{self.OPERATION_NAME} "
+            f"{p.names(self.operands)} : {self.results[0].type}"
+        ]
 
 
 _OVERFLOW = {"overflowFlags": "#arith.overflow<none>"}
@@ -152,8 +169,16 @@ _FASTMATH = {"fastmath": "#arith.fastmath<none>"}
 
 def _int_op(name, fn):
     opname = fn.__name__.strip("_")
-    cls = type(name, (_BinaryOp,), {"OPERATION_NAME": "arith." + opname,
-                                    "_default_props": _OVERFLOW if opname in ("addi", "subi", "muli", "shli") else {}})
+    cls = type(
+        name,
+        (_BinaryOp,),
+        {
+            "OPERATION_NAME": "arith." + opname,
+            "_default_props": (
+                _OVERFLOW if opname in ("addi", "subi", "muli", "shli") else {}
+            ),
+        },
+    )
     cls._eval = staticmethod(lambda v, t, _fn=fn: _wrap(_fn(v[0], v[1], t), t))
     return cls
 
@@ -238,7 +263,9 @@ def _shift_amount(b, t, name):
     w = 64 if isinstance(t, IndexType) else t.width
     n = _unsigned(b, t)
     if n >= w:
-        raise ExecutionError(f"arith.{name}: shift amount {n} >= the bit width {w} of {t} (poison in MLIR)")
+        raise ExecutionError(
+            f"arith.{name}: shift amount {n} >= the bit width {w} of {t} (poison in MLIR)"
+        )
     return n
 
 
@@ -277,9 +304,18 @@ ShRUIOp = _int_op("ShRUIOp", _shrui)
 
 
 def _float_op(name, opname, fn):
-    cls = type(name, (_BinaryOp,), {"OPERATION_NAME": "arith." + opname, "_kind": "float",
-                                    "_default_props": _FASTMATH})
-    cls._eval = staticmethod(lambda v, t, _fn=fn: type(v[0])(_fn(np.float64(v[0]), np.float64(v[1]))))
+    cls = type(
+        name,
+        (_BinaryOp,),
+        {
+            "OPERATION_NAME": "arith." + opname,
+            "_kind": "float",
+            "_default_props": _FASTMATH,
+        },
+    )
+    cls._eval = staticmethod(
+        lambda v, t, _fn=fn: type(v[0])(_fn(np.float64(v[0]), np.float64(v[1])))
+    )
     return cls
 
 
@@ -294,6 +330,7 @@ MinimumFOp = _float_op("MinimumFOp", "minimumf", lambda a, b: min(a, b))
 def _fn(cls):
     def f(lhs, rhs, *, loc=None, ip=None, **kwargs):
         return cls(lhs, rhs, loc=loc, ip=ip).result
+
     f.__name__ = cls.OPERATION_NAME.split(".")[1]
     return f
 
@@ -332,20 +369,26 @@ class _CastOp(Operation):
     def __init__(self, out, in_, *, loc=None, ip=None):
         v = _as_value(in_, f"{self.OPERATION_NAME} operand")
         if not isinstance(out, Type):
-            raise TraceError(f"{self.OPERATION_NAME}: result type {out!r} is not a type")
+            raise TraceError(
+                f"{self.OPERATION_NAME}: result type {out!r} is not a type"
+            )
         if not self._check(v.type, out):
             raise TraceError(f"{self.OPERATION_NAME}: cannot cast {v.type} to {out}")
         self._init_op([v], [out], loc=loc, ip=ip)
 
     def _print_custom(self, p, indent):
-        return [" " * indent + f"{p.results_prefix(self)}{self.OPERATION_NAME} "
-                f"{p.name(self.operands[0])} : {self.operands[0].type} to {self.results[0].type}"]
+        return [
+            " " * indent + f"{p.results_prefix(self)}{self.OPERATION_NAME} "
+            f"{p.name(self.operands[0])} : {self.operands[0].type} to {self.results[0].type}"
+        ]
 
 
 class IndexCastOp(_CastOp):
     OPERATION_NAME = "arith.index_cast"
-    _check = staticmethod(lambda s, d: (isinstance(s, IndexType) and isinstance(d, IntegerType))
-                          or (isinstance(d, IndexType) and isinstance(s, IntegerType)))
+    _check = staticmethod(
+        lambda s, d: (isinstance(s, IndexType) and isinstance(d, IntegerType))
+        or (isinstance(d, IndexType) and isinstance(s, IntegerType))
+    )
     _eval = staticmethod(lambda v, t: _wrap(v[0], t))
 
 
@@ -355,13 +398,20 @@ class IndexCastUIOp(_CastOp):
 
     @staticmethod
     def _eval(v, t):
-        return _wrap(v[0] & ((1 << 64) - 1), t) if isinstance(t, IndexType) else _wrap(v[0], t)
+        return (
+            _wrap(v[0] & ((1 << 64) - 1), t)
+            if isinstance(t, IndexType)
+            else _wrap(v[0], t)
+        )
 
 
 class ExtSIOp(_CastOp):
     OPERATION_NAME = "arith.extsi"
-    _check = staticmethod(lambda s, d: isinstance(s, IntegerType) and isinstance(d, IntegerType)
-                          and d.width > s.width)
+    _check = staticmethod(
+        lambda s, d: isinstance(s, IntegerType)
+        and isinstance(d, IntegerType)
+        and d.width > s.width
+    )
     _eval = staticmethod(lambda v, t: _wrap(v[0], t))
 
 
@@ -380,19 +430,25 @@ class TruncIOp(_CastOp):
     def _generic_extras(self):
         return dict(_OVERFLOW), {}
 
-    _check = staticmethod(lambda s, d: isinstance(s, IntegerType) and isinstance(d, IntegerType)
-                          and d.width < s.width)
+    _check = staticmethod(
+        lambda s, d: isinstance(s, IntegerType)
+        and isinstance(d, IntegerType)
+        and d.width < s.width
+    )
     _eval = staticmethod(lambda v, t: _wrap(v[0], t))
 
 
 def _np_of(t):
     from ..emu.types import np_dtype
+
     return np_dtype(t)
 
 
 class SIToFPOp(_CastOp):
     OPERATION_NAME = "arith.sitofp"
-    _check = staticmethod(lambda s, d: isinstance(s, IntegerType) and isinstance(d, _FloatType))
+    _check = staticmethod(
+        lambda s, d: isinstance(s, IntegerType) and isinstance(d, _FloatType)
+    )
     _eval = staticmethod(lambda v, t: _np_of(t).type(v[0]))
 
 
@@ -402,13 +458,17 @@ class UIToFPOp(SIToFPOp):
 
 class FPToSIOp(_CastOp):
     OPERATION_NAME = "arith.fptosi"
-    _check = staticmethod(lambda s, d: isinstance(s, _FloatType) and isinstance(d, IntegerType))
+    _check = staticmethod(
+        lambda s, d: isinstance(s, _FloatType) and isinstance(d, IntegerType)
+    )
     _eval = staticmethod(lambda v, t: _wrap(int(np.float64(v[0])), t))
 
 
 class ExtFOp(_CastOp):
     OPERATION_NAME = "arith.extf"
-    _check = staticmethod(lambda s, d: isinstance(s, _FloatType) and isinstance(d, _FloatType))
+    _check = staticmethod(
+        lambda s, d: isinstance(s, _FloatType) and isinstance(d, _FloatType)
+    )
     _eval = staticmethod(lambda v, t: _np_of(t).type(v[0]))
 
 
@@ -419,6 +479,7 @@ class TruncFOp(ExtFOp):
 def _cast_fn(cls):
     def f(out, in_, *, loc=None, ip=None, **kwargs):
         return cls(out, in_, loc=loc, ip=ip).result
+
     return f
 
 
@@ -473,10 +534,14 @@ class CmpIOp(Operation):
         a = _as_value(lhs, "arith.cmpi lhs")
         b = _as_value(rhs, "arith.cmpi rhs")
         if a.type != b.type or not _is_int_like(a.type):
-            raise TraceError(f"arith.cmpi: operands must be integers of one type ({a.type}, {b.type})")
+            raise TraceError(
+                f"arith.cmpi: operands must be integers of one type ({a.type}, {b.type})"
+            )
         self._init_op([a, b], [IntegerType.get_signless(1)], loc=loc, ip=ip)
         self._pred = int(predicate)
-        self.attributes["predicate"] = IntegerAttr.get(IntegerType.get_signless(64), int(predicate))
+        self.attributes["predicate"] = IntegerAttr.get(
+            IntegerType.get_signless(64), int(predicate)
+        )
 
     def _eval(self, v, t):
         return int(_CMP[self._pred](v[0], v[1], self.operands[0].type))

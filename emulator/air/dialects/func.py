@@ -19,13 +19,24 @@ from ..emu.errors import TraceError
 
 class FuncOp(Operation):
     OPERATION_NAME = "func.func"
-    _PROPERTIES = ("sym_name", "function_type", "sym_visibility", "arg_attrs", "res_attrs", "no_inline")
+    _PROPERTIES = (
+        "sym_name",
+        "function_type",
+        "sym_visibility",
+        "arg_attrs",
+        "res_attrs",
+        "no_inline",
+    )
 
-    def __init__(self, name, type, *, visibility=None, body_builder=None, loc=None, ip=None):
+    def __init__(
+        self, name, type, *, visibility=None, body_builder=None, loc=None, ip=None
+    ):
         if isinstance(type, tuple):
             type = FunctionType.get(inputs=type[0], results=type[1])
         if not isinstance(type, FunctionType):
-            raise TraceError(f"FuncOp {name!r}: type must be a FunctionType or (inputs, results)")
+            raise TraceError(
+                f"FuncOp {name!r}: type must be a FunctionType or (inputs, results)"
+            )
         self._init_op([], [], num_regions=1, loc=loc, ip=ip)
         self.attributes["sym_name"] = StringAttr.get(str(name))
         self.attributes["function_type"] = TypeAttr.get(type)
@@ -80,19 +91,27 @@ class FuncOp(Operation):
         def decorator(f):
             sig = inspect.signature(f)
             has_func_op = any(
-                p.kind == p.VAR_KEYWORD or (p.name == "func_op" and p.kind in (p.POSITIONAL_OR_KEYWORD,
-                                                                                 p.KEYWORD_ONLY))
-                for p in sig.parameters.values())
+                p.kind == p.VAR_KEYWORD
+                or (
+                    p.name == "func_op"
+                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                )
+                for p in sig.parameters.values()
+            )
             implicit_return = results is None
             symbol = name or f.__name__
-            ftype = FunctionType.get(inputs=inputs, results=[] if implicit_return else results)
+            ftype = FunctionType.get(
+                inputs=inputs, results=[] if implicit_return else results
+            )
             func_op = cls(name=symbol, type=ftype)
             with InsertionPoint(func_op.add_entry_block()):
                 kwargs = {"func_op": func_op} if has_func_op else {}
                 rv = f(*func_op.entry_block.arguments, **kwargs)
                 if not implicit_return:
                     if rv is not None:
-                        raise TraceError("from_py_func with explicit results= must return None")
+                        raise TraceError(
+                            "from_py_func with explicit results= must return None"
+                        )
                     return_types = list(results)
                 else:
                     if rv is None:
@@ -104,10 +123,13 @@ class FuncOp(Operation):
                     ReturnOp(rv)
                     return_types = [v.type for v in rv]
                     func_op.attributes["function_type"] = TypeAttr.get(
-                        FunctionType.get(inputs=inputs, results=return_types))
+                        FunctionType.get(inputs=inputs, results=return_types)
+                    )
 
             def emit_call_op(*call_args):
-                call = CallOp(return_types, FlatSymbolRefAttr.get(symbol), list(call_args))
+                call = CallOp(
+                    return_types, FlatSymbolRefAttr.get(symbol), list(call_args)
+                )
                 if not return_types:
                     return None
                 if len(return_types) == 1:
@@ -127,13 +149,18 @@ class FuncOp(Operation):
         t = self.type
         outs = ""
         if t.results:
-            outs = " -> " + (str(t.results[0]) if len(t.results) == 1
-                             else "(" + ", ".join(map(str, t.results)) + ")")
+            outs = " -> " + (
+                str(t.results[0])
+                if len(t.results) == 1
+                else "(" + ", ".join(map(str, t.results)) + ")"
+            )
         attrs = p.attr_dict(self, skip=("sym_name", "function_type", "sym_visibility"))
         if attrs:
             attrs = " attributes" + attrs
         if self.is_external:
-            return [f"{pad}func.func {vis_s}@{self.sym_name}({', '.join(map(str, t.inputs))}){outs}{attrs}"]
+            return [
+                f"{pad}func.func {vis_s}@{self.sym_name}({', '.join(map(str, t.inputs))}){outs}{attrs}"
+            ]
         args = ", ".join(f"{p.name(a)}: {a.type}" for a in self.entry_block.arguments)
         lines = [f"{pad}func.func {vis_s}@{self.sym_name}({args}){outs}{attrs} {{"]
         lines += p.region_lines(self.regions[0], indent + 2)
@@ -148,7 +175,15 @@ class CallOp(Operation):
     OPERATION_NAME = "func.call"
     _PROPERTIES = ("callee", "arg_attrs", "res_attrs", "no_inline")
 
-    def __init__(self, calleeOrResults, argumentsOrCallee=None, arguments=None, *, loc=None, ip=None):
+    def __init__(
+        self,
+        calleeOrResults,
+        argumentsOrCallee=None,
+        arguments=None,
+        *,
+        loc=None,
+        ip=None,
+    ):
         if isinstance(calleeOrResults, FuncOp):
             if not isinstance(argumentsOrCallee, list):
                 raise TraceError("CallOp(func, args): the arguments must be a list")
@@ -160,16 +195,26 @@ class CallOp(Operation):
             self._callee_op = calleeOrResults
         else:
             if isinstance(argumentsOrCallee, list):
-                raise TraceError("CallOp(result_types, callee, args): callee must be a str or FlatSymbolRefAttr")
+                raise TraceError(
+                    "CallOp(result_types, callee, args): callee must be a str or FlatSymbolRefAttr"
+                )
             results = list(calleeOrResults or [])
-            callee = argumentsOrCallee.value if isinstance(argumentsOrCallee, FlatSymbolRefAttr) \
+            callee = (
+                argumentsOrCallee.value
+                if isinstance(argumentsOrCallee, FlatSymbolRefAttr)
                 else str(argumentsOrCallee)
+            )
             args = arguments or []
             self._callee_op = None
         for t in results:
             if not isinstance(t, Type):
-                raise TraceError(f"func.call @{callee}: result type {t!r} is not a type")
-        vals = [_as_value(a, f"func.call @{callee} argument #{i}") for i, a in enumerate(args)]
+                raise TraceError(
+                    f"func.call @{callee}: result type {t!r} is not a type"
+                )
+        vals = [
+            _as_value(a, f"func.call @{callee} argument #{i}")
+            for i, a in enumerate(args)
+        ]
         self._init_op(vals, results, loc=loc, ip=ip)
         self.attributes["callee"] = FlatSymbolRefAttr.get(callee)
 
@@ -180,13 +225,19 @@ class CallOp(Operation):
     def _print_custom(self, p, indent):
         ins = ", ".join(str(v.type) for v in self.operands)
         outs = ", ".join(str(r.type) for r in self.results)
-        return [" " * indent + f"{p.results_prefix(self)}func.call @{self.callee.value}"
-                f"({p.names(self.operands)}) : ({ins}) -> ({outs})"]
+        return [
+            " " * indent + f"{p.results_prefix(self)}func.call @{self.callee.value}"
+            f"({p.names(self.operands)}) : ({ins}) -> ({outs})"
+        ]
 
 
 def call(result, callee, operands_, *, loc=None, ip=None):
     op = CallOp(result, callee, operands_, loc=loc, ip=ip)
-    return op.results[0] if len(op.results) == 1 else (op if not op.results else op.results)
+    return (
+        op.results[0]
+        if len(op.results) == 1
+        else (op if not op.results else op.results)
+    )
 
 
 class ReturnOp(Operation):
@@ -199,7 +250,12 @@ class ReturnOp(Operation):
     def _print_custom(self, p, indent):
         text = "return"
         if self.operands:
-            text += " " + p.names(self.operands) + " : " + ", ".join(str(v.type) for v in self.operands)
+            text += (
+                " "
+                + p.names(self.operands)
+                + " : "
+                + ", ".join(str(v.type) for v in self.operands)
+            )
         return [" " * indent + text]
 
 

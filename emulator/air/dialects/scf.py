@@ -14,19 +14,31 @@ class ForOp(Operation):
     OPERATION_NAME = "scf.for"
     _PROPERTIES = ("unsignedCmp",)
 
-    def __init__(self, lower_bound, upper_bound, step, iter_args=None, *, loc=None, ip=None):
+    def __init__(
+        self, lower_bound, upper_bound, step, iter_args=None, *, loc=None, ip=None
+    ):
         if iter_args is None:
             iter_args = []
         if isinstance(iter_args, Operation):
             iter_args = iter_args.results
-        bounds = [_as_value(b, f"scf.for {n}") for b, n in
-                  ((lower_bound, "lower bound"), (upper_bound, "upper bound"), (step, "step"))]
+        bounds = [
+            _as_value(b, f"scf.for {n}")
+            for b, n in (
+                (lower_bound, "lower bound"),
+                (upper_bound, "upper bound"),
+                (step, "step"),
+            )
+        ]
         t0 = bounds[0].type
         for b in bounds:
             if b.type != t0:
-                raise TraceError(f"scf.for: bounds and step must share one type ({b.type} vs {t0})")
+                raise TraceError(
+                    f"scf.for: bounds and step must share one type ({b.type} vs {t0})"
+                )
         inits = [_as_value(v, "scf.for iter_arg") for v in iter_args]
-        self._init_op(bounds + inits, [v.type for v in inits], num_regions=1, loc=loc, ip=ip)
+        self._init_op(
+            bounds + inits, [v.type for v in inits], num_regions=1, loc=loc, ip=ip
+        )
         self.regions[0].blocks.append(t0, *[v.type for v in inits])
 
     @property
@@ -50,8 +62,14 @@ class ForOp(Operation):
         lb, ub, st = (p.name(v) for v in self.operands[:3])
         head = f"{pad}{p.results_prefix(self)}scf.for {p.name(self.induction_variable)} = {lb} to {ub} step {st}"
         if self.operands[3:]:
-            head += " iter_args(" + ", ".join(
-                f"{p.name(a)} = {p.name(v)}" for a, v in zip(self.inner_iter_args, self.operands[3:])) + ")"
+            head += (
+                " iter_args("
+                + ", ".join(
+                    f"{p.name(a)} = {p.name(v)}"
+                    for a, v in zip(self.inner_iter_args, self.operands[3:])
+                )
+                + ")"
+            )
             head += " -> (" + ", ".join(str(r.type) for r in self.results) + ")"
         if self.operands[0].type != IndexType.get():
             head += f" : {self.operands[0].type}"
@@ -96,12 +114,22 @@ class YieldOp(Operation):
     _is_terminator = True
 
     def __init__(self, results_=(), *, loc=None, ip=None):
-        self._init_op([_as_value(v, "scf.yield operand") for v in (results_ or [])], [], loc=loc, ip=ip)
+        self._init_op(
+            [_as_value(v, "scf.yield operand") for v in (results_ or [])],
+            [],
+            loc=loc,
+            ip=ip,
+        )
 
     def _print_custom(self, p, indent):
         text = "scf.yield"
         if self.operands:
-            text += " " + p.names(self.operands) + " : " + ", ".join(str(v.type) for v in self.operands)
+            text += (
+                " "
+                + p.names(self.operands)
+                + " : "
+                + ", ".join(str(v.type) for v in self.operands)
+            )
         return [" " * indent + text]
 
 

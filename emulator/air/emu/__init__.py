@@ -15,9 +15,11 @@ def __getattr__(name):
     # Lazy: the engine imports numpy and the IR; keep `import air.emu` cheap.
     if name in ("Stats",):
         from .stats import Stats
+
         return Stats
     if name in ("BudgetReport",):
         from .budget import BudgetReport
+
         return BudgetReport
     raise AttributeError(name)
 

@@ -42,6 +42,7 @@ _HIER = ("air.launch", "air.segment", "air.herd")
 
 def _nbytes(t):
     from .types import np_dtype
+
     return t.num_elements * np_dtype(t.element_type).itemsize
 
 
@@ -82,14 +83,22 @@ class _PingPong:
         self.omit = omit
         self.ops = _scope_ops(scope_block, [], [])
         self.loops_of = {id(op): loops for op, loops in self.ops}
-        self.allocs = [op for op, _ in self.ops if op.OPERATION_NAME == "memref.alloc"
-                       and level_of(op.results[0].type) in levels]
+        self.allocs = [
+            op
+            for op, _ in self.ops
+            if op.OPERATION_NAME == "memref.alloc"
+            and level_of(op.results[0].type) in levels
+        ]
         self.home = {}
         for a in self.allocs:
             v = a.results[0]
-            chains = [loops for op, loops in self.ops
-                      if op.OPERATION_NAME != "memref.dealloc" and op is not a
-                      and any(o is v for o in op.operands)]
+            chains = [
+                loops
+                for op, loops in self.ops
+                if op.OPERATION_NAME != "memref.dealloc"
+                and op is not a
+                and any(o is v for o in op.operands)
+            ]
             if not chains:
                 continue
             common = []
@@ -128,8 +137,10 @@ class _PingPong:
                     seen.add(v._uid)
                     if not _fills(op, v):
                         a = cands[v._uid]
-                        return (f"loop unsafe for aircc: the first access to the buffer allocated at {a._loc} "
-                                f"is {name} at {op._loc}, not a DMA/get writing it")
+                        return (
+                            f"loop unsafe for aircc: the first access to the buffer allocated at {a._loc} "
+                            f"is {name} at {op._loc}, not a DMA/get writing it"
+                        )
         return None
 
     def _candidate(self, f):
@@ -140,14 +151,20 @@ class _PingPong:
         nested = [g for g in self.loops if f in self.loops_of[id(g)]]
         for g in [f] + nested:
             if "unroll" in g.attributes or "air.disable_ping_pong" in g.attributes:
-                self.reason[id(f)] = f"scf.for at {g._loc} opts out (unroll / air.disable_ping_pong)"
+                self.reason[id(f)] = (
+                    f"scf.for at {g._loc} opts out (unroll / air.disable_ping_pong)"
+                )
                 return False
         homes = self.home_allocs(f)
         if not homes:
             return False
         for a in homes:
             lv = level_of(a.results[0].type)
-            if self.omit == "all" or (self.omit == "L1" and lv == L1) or (self.omit == "L2" and lv == L2):
+            if (
+                self.omit == "all"
+                or (self.omit == "L1" and lv == L1)
+                or (self.omit == "L2" and lv == L2)
+            ):
                 self.reason[id(f)] = f"omit_pingpong={self.omit!r}"
                 return False
         for g in [f] + nested:
@@ -161,11 +178,13 @@ class _PingPong:
             for op, loops in self.ops:
                 if f not in loops or not _fills(op, v):
                     continue
-                inner = loops[loops.index(f) + 1:]
+                inner = loops[loops.index(f) + 1 :]
                 for g in inner:
                     t = getattr(g, "_emu_trip", None)
                     if t is None or t > 1:
-                        self.reason[id(f)] = f"a buffer is filled inside a nested loop at {g._loc}"
+                        self.reason[id(f)] = (
+                            f"a buffer is filled inside a nested loop at {g._loc}"
+                        )
                         return False
                 fills.append(op)
             if len(fills) > 1:
@@ -184,7 +203,13 @@ class _PingPong:
 
 class Entry:
     def __init__(self, loc, type_str, nbytes, factor, note):
-        self.loc, self.type, self.bytes, self.factor, self.note = loc, type_str, nbytes, factor, note
+        self.loc, self.type, self.bytes, self.factor, self.note = (
+            loc,
+            type_str,
+            nbytes,
+            factor,
+            note,
+        )
 
     @property
     def total(self):
@@ -194,9 +219,16 @@ class Entry:
 class Budget:
     """One herd's L1 (per PE) or one segment's L2."""
 
-    def __init__(self, kind, name, loc, limit, entries, extra=0, extra_name="", shape=None):
+    def __init__(
+        self, kind, name, loc, limit, entries, extra=0, extra_name="", shape=None
+    ):
         self.kind, self.name, self.loc, self.limit = kind, name, loc, limit
-        self.entries, self.extra, self.extra_name, self.shape = entries, extra, extra_name, shape
+        self.entries, self.extra, self.extra_name, self.shape = (
+            entries,
+            extra,
+            extra_name,
+            shape,
+        )
 
     @property
     def used(self):
@@ -208,12 +240,20 @@ class Budget:
 
     def lines(self):
         shape = f" [{self.shape[0]} x {self.shape[1]}]" if self.shape else ""
-        head = f"{self.kind} @{self.name}{shape} at {self.loc}: {self.used} / {self.limit} bytes " \
-               f"({100.0 * self.used / self.limit:.1f}%) {'OK' if self.ok else 'OVER'}"
-        rows = [(e.loc, e.type, e.bytes, f"x{e.factor}", e.total, e.note) for e in self.entries]
+        head = (
+            f"{self.kind} @{self.name}{shape} at {self.loc}: {self.used} / {self.limit} bytes "
+            f"({100.0 * self.used / self.limit:.1f}%) {'OK' if self.ok else 'OVER'}"
+        )
+        rows = [
+            (e.loc, e.type, e.bytes, f"x{e.factor}", e.total, e.note)
+            for e in self.entries
+        ]
         if self.extra_name:
             rows.append((self.extra_name, "", self.extra, "x1", self.extra, ""))
-        return [head] + ["  " + ln for ln in _table(("alloc", "type", "bytes", "", "total", ""), rows)]
+        return [head] + [
+            "  " + ln
+            for ln in _table(("alloc", "type", "bytes", "", "total", ""), rows)
+        ]
 
 
 class BudgetReport:
@@ -233,8 +273,10 @@ class BudgetReport:
         return all(b.ok for b in self.herds + self.segments)
 
     def table(self):
-        lines = [f"Emulator budget: L1 per PE {L1_BYTES} B (64 KiB) incl. stack_size {self.stack_size}; "
-                 f"L2 per segment {self.memtiles} memtiles x {MEMTILE_BYTES} B = {self.l2_limit} B"]
+        lines = [
+            f"Emulator budget: L1 per PE {L1_BYTES} B (64 KiB) incl. stack_size {self.stack_size}; "
+            f"L2 per segment {self.memtiles} memtiles x {MEMTILE_BYTES} B = {self.l2_limit} B"
+        ]
         for b in self.herds + self.segments:
             lines.append("")
             lines += b.lines()
@@ -249,9 +291,15 @@ class BudgetReport:
         if not over:
             return
         first = over[0]
-        what = "per-PE L1 (allocations + stack)" if first.kind == "herd" else "per-segment L2"
-        raise BudgetError(f"{first.kind} @{first.name} at {first.loc}: {what} needs {first.used} bytes, "
-                          f"the limit is {first.limit}\n{self.table()}")
+        what = (
+            "per-PE L1 (allocations + stack)"
+            if first.kind == "herd"
+            else "per-segment L2"
+        )
+        raise BudgetError(
+            f"{first.kind} @{first.name} at {first.loc}: {what} needs {first.used} bytes, "
+            f"the limit is {first.limit}\n{self.table()}"
+        )
 
 
 def analyse(compiler, options):
@@ -262,7 +310,9 @@ def analyse(compiler, options):
         omit = ""
     herds = []
     notes = []
-    groups = {}  # (segment, sym_name) -> [(herd op, sizes)]; an unnamed herd is its own group
+    groups = (
+        {}
+    )  # (segment, sym_name) -> [(herd op, sizes)]; an unnamed herd is its own group
     for op, sizes in compiler.herd_ops:
         seg = compiler.herd_segment.get(id(op))
         key = (id(seg), op.sym_name) if op.sym_name else (id(op), None)
@@ -280,19 +330,38 @@ def analyse(compiler, options):
                 npe *= z
             for v in op.kernel_operands:
                 t = v.type
-                if any(v is w for w in shared) or not (hasattr(t, "memory_space_value") and t.memory_space_value == L1):
+                if any(v is w for w in shared) or not (
+                    hasattr(t, "memory_space_value") and t.memory_space_value == L1
+                ):
                     continue
                 shared.append(v)
                 where = v.owner._loc if hasattr(v.owner, "_loc") else "operand"
-                entries.append(Entry(where, str(t), _nbytes(t) // npe, 1,
-                                     f"herd-wide L1 buffer: 1/{npe} of {_nbytes(t)} B per PE"))
+                entries.append(
+                    Entry(
+                        where,
+                        str(t),
+                        _nbytes(t) // npe,
+                        1,
+                        f"herd-wide L1 buffer: 1/{npe} of {_nbytes(t)} B per PE",
+                    )
+                )
         op, sizes = members[0]
         name = op.sym_name or "herd"
         if len(members) > 1:
             name += f" ({len(members)} phases merged: same sym_name, same tiles)"
         shape = (sizes[0], sizes[1] if len(sizes) > 1 else 1)
-        herds.append(Budget("herd", name, op._loc, L1_BYTES, entries, options.stack_size,
-                            "stack (stack_size)", shape))
+        herds.append(
+            Budget(
+                "herd",
+                name,
+                op._loc,
+                L1_BYTES,
+                entries,
+                options.stack_size,
+                "stack (stack_size)",
+                shape,
+            )
+        )
     memtiles = options.columns
     l2_limit = memtiles * MEMTILE_BYTES
     segments = []
@@ -304,10 +373,14 @@ def analyse(compiler, options):
             f, note = pp.factor(a)
             nb = _nbytes(t)
             if nb > MEMTILE_BYTES:
-                notes.append(f"L2 buffer at {a._loc} ({nb} B) is larger than one memtile; aircc must split "
-                             f"it across memtiles (air-split-l2-memref), which the emulator does not check")
+                notes.append(
+                    f"L2 buffer at {a._loc} ({nb} B) is larger than one memtile; aircc must split "
+                    f"it across memtiles (air-split-l2-memref), which the emulator does not check"
+                )
             entries.append(Entry(a._loc, str(t), nb, f, note))
-        segments.append(Budget("segment", op.sym_name or "segment", op._loc, l2_limit, entries))
+        segments.append(
+            Budget("segment", op.sym_name or "segment", op._loc, l2_limit, entries)
+        )
     return BudgetReport(herds, segments, options.stack_size, l2_limit, memtiles, notes)
 
 

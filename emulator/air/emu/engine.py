@@ -60,8 +60,22 @@ class Buf:
     """A buffer at run time: a flat numpy array (the root allocation) plus this
     memref's element offset into it."""
 
-    __slots__ = ("arr", "off", "n", "dtype", "isz", "level", "owner", "ptr", "root", "dead",
-                 "mask", "name", "raw", "written")
+    __slots__ = (
+        "arr",
+        "off",
+        "n",
+        "dtype",
+        "isz",
+        "level",
+        "owner",
+        "ptr",
+        "root",
+        "dead",
+        "mask",
+        "name",
+        "raw",
+        "written",
+    )
 
     def __init__(self, arr, level, owner, name, root=None, off=0, raw=None):
         self.raw = raw
@@ -78,14 +92,26 @@ class Buf:
         self.mask = None
         # L1 / L2 buffers: which elements a DMA, a get or a kernel has written (None: all, as for
         # the host's L3 arguments).  A transfer that reads an element never written is an error.
-        self.written = np.zeros(arr.size, np.bool_) if level != L3 and root is None else None
+        self.written = (
+            np.zeros(arr.size, np.bool_) if level != L3 and root is None else None
+        )
         self.ptr = arr.ctypes.data + off * self.isz
 
 
 class Options:
-    def __init__(self, stack_size=1024, omit_pingpong="", target_device="npu2", num_device_cols=0,
-                 progress=None, entry=None, link=True):
-        self.link = link  # False: check the design statically, without loading kernel libraries
+    def __init__(
+        self,
+        stack_size=1024,
+        omit_pingpong="",
+        target_device="npu2",
+        num_device_cols=0,
+        progress=None,
+        entry=None,
+        link=True,
+    ):
+        self.link = (
+            link  # False: check the design statically, without loading kernel libraries
+        )
         self.stack_size = stack_size
         self.omit_pingpong = omit_pingpong
         self.target_device = target_device
@@ -132,8 +158,14 @@ class Runtime:
             return
         self.t_last = now
         total = f"/{self.herds_total}" if self.herds_total else ""
-        pct = f" ({100.0 * self.herds_done / self.herds_total:.0f}%)" if self.herds_total else ""
-        sys.stderr.write(f"\r[air-emu] herd executions {self.herds_done}{total}{pct}  {now - self.t0:.1f} s")
+        pct = (
+            f" ({100.0 * self.herds_done / self.herds_total:.0f}%)"
+            if self.herds_total
+            else ""
+        )
+        sys.stderr.write(
+            f"\r[air-emu] herd executions {self.herds_done}{total}{pct}  {now - self.t0:.1f} s"
+        )
         sys.stderr.flush()
 
     def done(self):
@@ -164,9 +196,11 @@ def _overrun(buf, where, callee):
         parts.append(f"{GUARD - int(head[0])} bytes before its start")
     if tail.size:
         parts.append(f"{int(tail[-1]) + 1} bytes past its end")
-    raise KernelOverrunError(f"{where}: kernel @{callee} wrote outside {buf.root.name} "
-                             f"({' and '.join(parts)}, within a {GUARD}-byte guard zone); on the NPU "
-                             f"this silently corrupts a neighbouring buffer or the stack")
+    raise KernelOverrunError(
+        f"{where}: kernel @{callee} wrote outside {buf.root.name} "
+        f"({' and '.join(parts)}, within a {GUARD}-byte guard zone); on the NPU "
+        f"this silently corrupts a neighbouring buffer or the stack"
+    )
 
 
 def _mark_written(b, base, shape, estr):
@@ -183,14 +217,16 @@ def _written_view(b, base, shape, estr):
 
 def _unwritten_into_host(src_flags, where, src_name):
     """Never-written elements travel with the data (a DMA may copy padding nobody reads, as mlir-air's
-    cascade GEMV does), but they must not reach the host's memory looking like results."""
+    cascade GEMV does), but they must not reach the host's memory looking like results.
+    """
     if src_flags is not None and not src_flags.all():
         first = tuple(int(i) for i in np.argwhere(~src_flags)[0])
         n = int(src_flags.size - np.count_nonzero(src_flags))
         raise UnwrittenReadError(
             f"{where}: {n} of the {src_flags.size} elements it delivers to host memory were never written "
             f"(first at {first} of the access, from {src_name}); on the NPU they would hold whatever the "
-            f"memory held: fill the buffer (DMA, channel get or kernel) before it is sent")
+            f"memory held: fill the buffer (DMA, channel get or kernel) before it is sent"
+        )
 
 
 def _copy_written(src_flags, d, db, dshape, dstr, where, src_name):
@@ -227,7 +263,8 @@ class _Scope:
                 raise TraceError(
                     f"{op.where()}: uses {v.describe()}, which is defined outside the enclosing "
                     f"{what}; {what.split()[0]} regions are isolated from above: pass the value in "
-                    f"through operands=[...] and use the body's block argument")
+                    f"through operands=[...] and use the body's block argument"
+                )
         raise TraceError(f"{op.where()}: uses {v.describe()} before it is defined")
 
 
@@ -249,16 +286,22 @@ class Compiler:
         self.funcs = {}
         self.channels = {}
         self.herd_ops = []
-        self.herd_segment = {}  # id(herd op) -> enclosing air.segment op (None outside one)
+        self.herd_segment = (
+            {}
+        )  # id(herd op) -> enclosing air.segment op (None outside one)
         self.segment_ops = []
         for op in module.body.operations:
             if op.OPERATION_NAME == "func.func":
                 self.funcs[op.sym_name] = op
             elif op.OPERATION_NAME == "air.channel":
                 if op.sym_name in self.channels:
-                    raise TraceError(f"{op.where()}: channel @{op.sym_name} declared twice")
+                    raise TraceError(
+                        f"{op.where()}: channel @{op.sym_name} declared twice"
+                    )
                 self.channels[op.sym_name] = op
-            elif op.OPERATION_NAME == "func.func" or op.OPERATION_NAME.startswith("air."):
+            elif op.OPERATION_NAME == "func.func" or op.OPERATION_NAME.startswith(
+                "air."
+            ):
                 pass
         self.entry = self._entry()
 
@@ -266,13 +309,21 @@ class Compiler:
     def _entry(self):
         bodies = [f for f in self.funcs.values() if not f.is_external]
         if not bodies:
-            raise TraceError("the module has no function with a body (build it with @FuncOp.from_py_func)")
-        if self.opt.entry and self.opt.entry in self.funcs and not self.funcs[self.opt.entry].is_external:
+            raise TraceError(
+                "the module has no function with a body (build it with @FuncOp.from_py_func)"
+            )
+        if (
+            self.opt.entry
+            and self.opt.entry in self.funcs
+            and not self.funcs[self.opt.entry].is_external
+        ):
             return self.funcs[self.opt.entry]
         if len(bodies) > 1:
             names = ", ".join("@" + f.sym_name for f in bodies)
-            raise UnsupportedError(f"the module has several functions with bodies ({names}); pass "
-                                   f"instance_name= to choose the one to run")
+            raise UnsupportedError(
+                f"the module has several functions with bodies ({names}); pass "
+                f"instance_name= to choose the one to run"
+            )
         return bodies[0]
 
     def slot(self, v):
@@ -317,10 +368,14 @@ class Compiler:
         args = f.entry_block.arguments
         for a in args:
             if not isinstance(a.type, MemRefType):
-                raise UnsupportedError(f"entry function @{f.sym_name}: argument of type {a.type}; "
-                                       f"the emulator takes memref arguments only")
+                raise UnsupportedError(
+                    f"entry function @{f.sym_name}: argument of type {a.type}; "
+                    f"the emulator takes memref arguments only"
+                )
             if level_of(a.type) != L3:
-                raise DesignError(f"entry function @{f.sym_name}: argument {a.type} must be an L3 memref")
+                raise DesignError(
+                    f"entry function @{f.sym_name}: argument {a.type} must be an L3 memref"
+                )
             self.define(a)
         self.arg_slots = [self.slot(a) for a in args]
         self.arg_types = [a.type for a in args]
@@ -347,7 +402,9 @@ class Compiler:
         if meth is None:
             if name.startswith("arith."):
                 return self.c_arith(op)
-            raise UnsupportedError(f"{self.where(op)}: operation {name} is not supported by the emulator")
+            raise UnsupportedError(
+                f"{self.where(op)}: operation {name} is not supported by the emulator"
+            )
         return meth(self, op)
 
     # ------------------------------------------------------------------ scalars
@@ -363,7 +420,9 @@ class Compiler:
     def c_arith(self, op):
         ev = getattr(op, "_eval", None)
         if ev is None:
-            raise UnsupportedError(f"{self.where(op)}: {op.OPERATION_NAME} is not supported")
+            raise UnsupportedError(
+                f"{self.where(op)}: {op.OPERATION_NAME} is not supported"
+            )
         t = op.results[0].type
         if all(v._uid in self.known for v in op.operands):
             vals = [self.known[v._uid] for v in op.operands]
@@ -385,15 +444,22 @@ class Compiler:
                     E[out] = ev([E[a], E[b]], t)
                 except ZeroDivisionError:
                     raise ExecutionError(f"{where}: division by zero") from None
+
         else:
+
             def run():
                 E[out] = ev([E[s] for s in ins], t)
+
         return run
 
     def c_affine_apply(self, op):
         fn = op._fn
         if all(v._uid in self.known for v in op.operands):
-            self.define(op.results[0], fn(*[self.known[v._uid] for v in op.operands]), known=True)
+            self.define(
+                op.results[0],
+                fn(*[self.known[v._uid] for v in op.operands]),
+                known=True,
+            )
             return None
         E = self.E
         ins = [self.slot(v) for v in op.operands]
@@ -403,14 +469,18 @@ class Compiler:
 
             def run():
                 E[out] = fn(E[a])
+
         elif len(ins) == 2:
             a, b = ins
 
             def run():
                 E[out] = fn(E[a], E[b])
+
         else:
+
             def run():
                 E[out] = fn(*[E[s] for s in ins])
+
         return run
 
     # ------------------------------------------------------------------ loops
@@ -418,12 +488,16 @@ class Compiler:
         body_block = op.body
         ops = body_block.operations
         if not ops or ops[-1].OPERATION_NAME != "scf.yield":
-            raise TraceError(f"{self.where(op)}: the scf.for body has no scf.yield terminator "
-                             f"(end the loop body with yield_([]))")
+            raise TraceError(
+                f"{self.where(op)}: the scf.for body has no scf.yield terminator "
+                f"(end the loop body with yield_([]))"
+            )
         n_iter = len(op.operands) - 3
         if len(ops[-1].operands) != n_iter:
-            raise TraceError(f"{self.where(op)}: scf.yield yields {len(ops[-1].operands)} values for "
-                             f"{n_iter} iter_args")
+            raise TraceError(
+                f"{self.where(op)}: scf.yield yields {len(ops[-1].operands)} values for "
+                f"{n_iter} iter_args"
+            )
         lo, hi, st = op.operands[:3]
         klo, khi, kst = (self.known_int(v) for v in (lo, hi, st))
         if kst is not None and kst <= 0:
@@ -432,7 +506,9 @@ class Compiler:
         if None not in (klo, khi, kst):
             trip = max(0, -(-(khi - klo) // kst))
         op._emu_trip = trip
-        self.mult.append(None if (self.mult[-1] is None or trip is None) else self.mult[-1] * trip)
+        self.mult.append(
+            None if (self.mult[-1] is None or trip is None) else self.mult[-1] * trip
+        )
         self.scope.push(False, "scf.for")
         iv = self.define(op.induction_variable)
         arg_slots = [self.define(a) for a in op.inner_iter_args]
@@ -453,17 +529,23 @@ class Compiler:
                     for i in range(E[a], E[b], E[c]):
                         E[iv] = i
                         f0()
+
             else:
+
                 def run():
                     for i in range(E[a], E[b], E[c]):
                         E[iv] = i
                         for f in body:
                             f()
+
         else:
+
             def run():
                 vals = [E[s] for s in init_slots]
                 if E[c] <= 0:
-                    raise ExecutionError(f"{where}: scf.for step {E[c]} must be positive")
+                    raise ExecutionError(
+                        f"{where}: scf.for step {E[c]} must be positive"
+                    )
                 for i in range(E[a], E[b], E[c]):
                     E[iv] = i
                     for s, v in zip(arg_slots, vals):
@@ -473,13 +555,17 @@ class Compiler:
                     vals = [E[s] for s in yield_slots]
                 for s, v in zip(res_slots, vals):
                     E[s] = v
+
         if kst is None:
             inner = run
 
             def run():
                 if E[c] <= 0:
-                    raise ExecutionError(f"{where}: scf.for step {E[c]} must be positive")
+                    raise ExecutionError(
+                        f"{where}: scf.for step {E[c]} must be positive"
+                    )
                 inner()
+
         return run
 
     # ------------------------------------------------------------------ hierarchy
@@ -488,7 +574,9 @@ class Compiler:
         for v in op.size_operands:
             k = self.known_int(v)
             if k is None:
-                raise DesignError(f"{self.where(op)}: the sizes of an air.{kind} must be constants")
+                raise DesignError(
+                    f"{self.where(op)}: the sizes of an air.{kind} must be constants"
+                )
             if k < 1:
                 raise DesignError(f"{self.where(op)}: air.{kind} size {k} must be >= 1")
             sizes.append(k)
@@ -508,19 +596,27 @@ class Compiler:
             segs = [h for h in self.hier_stack if h.OPERATION_NAME == "air.segment"]
             self.herd_segment[id(op)] = segs[-1] if segs else None
         if kind == "segment":
-            if any(h.OPERATION_NAME in ("air.segment", "air.herd") for h in self.hier_stack):
-                raise DesignError(f"{self.where(op)}: an air.segment must not be nested in a segment or herd")
+            if any(
+                h.OPERATION_NAME in ("air.segment", "air.herd") for h in self.hier_stack
+            ):
+                raise DesignError(
+                    f"{self.where(op)}: an air.segment must not be nested in a segment or herd"
+                )
             self.segment_ops.append(op)
         if kind == "launch":
             if any(h.OPERATION_NAME != "air.launch" for h in self.hier_stack):
-                raise DesignError(f"{self.where(op)}: an air.launch inside a segment or herd")
+                raise DesignError(
+                    f"{self.where(op)}: an air.launch inside a segment or herd"
+                )
         for r in op.results:
             self.define(r)
         n = 1
         for s in sizes:
             n *= s
         hname = op.sym_name or f"{kind}@{op._loc}"
-        self.scope.push(True, f"air.{kind} {'@' + op.sym_name if op.sym_name else ''}".strip())
+        self.scope.push(
+            True, f"air.{kind} {'@' + op.sym_name if op.sym_name else ''}".strip()
+        )
         self.hier_stack.append(op)
         if kind == "herd":
             self.herd_stack.append(op)
@@ -530,9 +626,13 @@ class Compiler:
                 self.herds_total += mult_outer
             else:
                 self.herds_total_unknown = True
-        self.mult.append(None if mult_outer is None else mult_outer * (1 if kind == "herd" else n))
+        self.mult.append(
+            None if mult_outer is None else mult_outer * (1 if kind == "herd" else n)
+        )
         id_slots = [self.define(a) for a in op.ids]
-        size_slots = [self.define(a, s, known=True) for a, s in zip(op.size_args, sizes)]
+        size_slots = [
+            self.define(a, s, known=True) for a, s in zip(op.size_args, sizes)
+        ]
         karg_slots = []
         for a, o in zip(op.kernel_arguments, op.kernel_operands):
             k = self.known_int(o)
@@ -559,6 +659,7 @@ class Compiler:
         npe = len(space)
 
         if kind != "herd":
+
             def run():
                 for dst, src in links:
                     E[dst] = E[src]
@@ -569,6 +670,7 @@ class Compiler:
                     for f in body:
                         f()
                     cnt[c_it] += 1
+
             return run
 
         def run():
@@ -589,29 +691,37 @@ class Compiler:
             rt.herds_done += 1
             if rt.show:
                 rt.tick()
+
         return run
 
     def check_herd_shape(self, op, sizes):
         cols = sizes[0]
         rows = sizes[1] if len(sizes) > 1 else 1
         if len(sizes) > 2:
-            raise HerdShapeError(f"{self.where(op)}: a herd has at most 2 dimensions, got sizes {sizes}")
+            raise HerdShapeError(
+                f"{self.where(op)}: a herd has at most 2 dimensions, got sizes {sizes}"
+            )
         ncols, nrows = self.opt.columns, self.opt.compute_rows
         if cols > ncols or rows > nrows:
             raise HerdShapeError(
                 f"{self.where(op)}: herd sizes [{cols}, {rows}] ([x, y] = [columns, rows]) do not fit the "
                 f"{ncols} x {nrows} compute array of {self.opt.target_device}"
-                f"{' confined to ' + str(self.opt.num_device_cols) + ' columns' if self.opt.num_device_cols else ''}")
+                f"{' confined to ' + str(self.opt.num_device_cols) + ' columns' if self.opt.num_device_cols else ''}"
+            )
         xl = op.attributes.get("x_loc")
         yl = op.attributes.get("y_loc")
         if xl is not None and (xl.value < 0 or xl.value + cols > ncols):
-            raise HerdShapeError(f"{self.where(op)}: x_loc {xl.value} + {cols} columns exceeds the "
-                                 f"{ncols} columns of {self.opt.target_device}")
+            raise HerdShapeError(
+                f"{self.where(op)}: x_loc {xl.value} + {cols} columns exceeds the "
+                f"{ncols} columns of {self.opt.target_device}"
+            )
         if yl is not None:
             first = self.opt.first_compute_row
             if yl.value < first or yl.value + rows > first + nrows:
-                raise HerdShapeError(f"{self.where(op)}: y_loc {yl.value} with {rows} rows leaves the "
-                                     f"compute rows {first}..{first + nrows - 1}")
+                raise HerdShapeError(
+                    f"{self.where(op)}: y_loc {yl.value} with {rows} rows leaves the "
+                    f"compute rows {first}..{first + nrows - 1}"
+                )
 
     # ------------------------------------------------------------------ memory
     def c_alloc(self, op):
@@ -620,10 +730,14 @@ class Compiler:
         where = self.where(op)
         inner = self.hier_stack[-1].OPERATION_NAME if self.hier_stack else None
         if inner == "air.herd" and lv != L1:
-            raise DesignError(f"{where}: memref.alloc inside air.herd must be L1 (memory space 2), "
-                              f"got {t}")
+            raise DesignError(
+                f"{where}: memref.alloc inside air.herd must be L1 (memory space 2), "
+                f"got {t}"
+            )
         if inner == "air.segment" and lv == L3:
-            raise DesignError(f"{where}: memref.alloc inside air.segment must be L2 or L1, got {t}")
+            raise DesignError(
+                f"{where}: memref.alloc inside air.segment must be L2 or L1, got {t}"
+            )
         dt = np_dtype(t.element_type)
         nb = t.num_elements * dt.itemsize
         # L1 buffers (the ones kernels get) carry guard zones before and after, checked
@@ -639,19 +753,26 @@ class Compiler:
 
             def run():
                 E[out] = Buf(template.copy(), lv, rt.pe, name)
+
             return run
         g = GUARD
         template = np.full(nb + 2 * g, GUARD_BYTE, dtype=np.uint8)
-        poison_fill(template[g:g + nb].view(dt))
+        poison_fill(template[g : g + nb].view(dt))
         total = nb + 2 * g + L1_ALIGN
         span_ = nb + 2 * g
 
         def run():
             raw = np.empty(total, np.uint8)
             sh = (-(raw.ctypes.data + g)) & (L1_ALIGN - 1)
-            raw[sh:sh + span_] = template
-            E[out] = Buf(raw[sh + g:sh + g + nb].view(dt), lv, rt.pe, name,
-                         raw=(raw[sh:sh + g], raw[sh + g + nb:sh + span_]))
+            raw[sh : sh + span_] = template
+            E[out] = Buf(
+                raw[sh + g : sh + g + nb].view(dt),
+                lv,
+                rt.pe,
+                name,
+                raw=(raw[sh : sh + g], raw[sh + g + nb : sh + span_]),
+            )
+
         return run
 
     def c_dealloc(self, op):
@@ -664,6 +785,7 @@ class Compiler:
             if b.dead:
                 _dead(b, where)
             b.dead = True
+
         return run
 
     def c_subview(self, op):
@@ -690,8 +812,10 @@ class Compiler:
             if not isinstance(o, int):
                 checks.append((self.slot(o), last, src_shape[d], d))
             elif o < 0 or o + last >= src_shape[d]:
-                raise DesignError(f"{where}: offset {o} + extent {last + 1} exceeds dimension {d} "
-                                  f"of size {src_shape[d]}")
+                raise DesignError(
+                    f"{where}: offset {o} + extent {last + 1} exceeds dimension {d} "
+                    f"of size {src_shape[d]}"
+                )
 
         def run():
             b = E[s]
@@ -701,16 +825,25 @@ class Compiler:
             for sl, last, n, d in checks:
                 o = E[sl]
                 if o < 0 or o + last >= n:
-                    raise DmaBoundsError(f"{where}: offset {o} in dimension {d} (extent {last + 1}) "
-                                         f"exceeds the source size {n}")
+                    raise DmaBoundsError(
+                        f"{where}: offset {o} in dimension {d} (extent {last + 1}) "
+                        f"exceeds the source size {n}"
+                    )
             v = Buf.__new__(Buf)
             v.arr, v.off, v.dtype, v.isz = b.arr, b.off + rel, b.dtype, b.isz
             v.n = b.arr.size - v.off
-            v.level, v.owner, v.root, v.dead, v.mask = b.level, b.owner, b.root, False, None
+            v.level, v.owner, v.root, v.dead, v.mask = (
+                b.level,
+                b.owner,
+                b.root,
+                False,
+                None,
+            )
             v.written = None
             v.name = f"subview of {b.name} as {t}"
             v.ptr = b.ptr + rel * b.isz
             E[out] = v
+
         return run
 
     def c_cast(self, op):
@@ -720,6 +853,7 @@ class Compiler:
 
         def run():
             E[out] = E[s]
+
         return run
 
     def _linear_index(self, op, mt, idx_vals):
@@ -734,16 +868,21 @@ class Compiler:
             for s, st, n in zip(slots, strides, shape):
                 i = E[s]
                 if i < 0 or i >= n:
-                    raise DmaBoundsError(f"{where}: index {i} out of bounds for dimension of size {n}")
+                    raise DmaBoundsError(
+                        f"{where}: index {i} out of bounds for dimension of size {n}"
+                    )
                 k += i * st
             return k
+
         return lin
 
     def _check_direct_access(self, op, mt):
         if self.herd_stack and level_of(mt) != L1:
-            raise DesignError(f"{self.where(op)}: inside air.herd accesses a memref in "
-                              f"{LEVEL_NAMES[level_of(mt)]}; AIE cores access only L1 directly "
-                              f"(stage the data with a DMA first)")
+            raise DesignError(
+                f"{self.where(op)}: inside air.herd accesses a memref in "
+                f"{LEVEL_NAMES[level_of(mt)]}; AIE cores access only L1 directly "
+                f"(stage the data with a DMA first)"
+            )
 
     def c_load(self, op):
         m = op.operands[0]
@@ -759,6 +898,7 @@ class Compiler:
             if b.root.dead:
                 _dead(b, where)
             E[out] = b.arr[b.off + lin()]
+
         return run
 
     def c_store(self, op):
@@ -778,6 +918,7 @@ class Compiler:
             b.arr[i] = E[sv]
             if b.root.written is not None:
                 b.root.written[i] = True
+
         return run
 
     def c_fill(self, op):
@@ -785,7 +926,9 @@ class Compiler:
         val, out = op.operands
         t = out.type
         if self.herd_stack and level_of(t) != L1:
-            raise DesignError(f"{self.where(op)}: linalg.fill in a herd must write an L1 memref, got {t}")
+            raise DesignError(
+                f"{self.where(op)}: linalg.fill in a herd must write an L1 memref, got {t}"
+            )
         strides, _ = t.get_strides_and_offset()
         shape, estr = tuple(t.shape), tuple(strides)
         E, rt = self.E, self.rt
@@ -800,10 +943,13 @@ class Compiler:
                 _dead(b, where)
             if b.n <= sum((n - 1) * st for n, st in zip(shape, estr)):
                 raise DmaBoundsError(f"{where}: fills past the end of {b.name}")
-            _ndarray(shape, dt, b.arr, b.off * b.isz, tuple(x * b.isz for x in estr))[...] = E[sv]
+            _ndarray(shape, dt, b.arr, b.off * b.isz, tuple(x * b.isz for x in estr))[
+                ...
+            ] = E[sv]
             _mark_written(b, 0, shape, estr)
             if rt.pe is not None and b.root.owner != rt.pe:
                 track(b, 0, shape, estr, where)
+
         return run
 
     def c_view(self, op):
@@ -822,11 +968,16 @@ class Compiler:
             b = E[ss]
             k = E[sh]
             if k < 0 or k % dt.itemsize or b.off + k + nbytes > b.arr.size:
-                raise DmaBoundsError(f"{where}: byte shift {k} and {nbytes} bytes do not fit {b.name} "
-                                     f"({b.n} bytes), or the shift is not a multiple of {dt.itemsize}")
-            v = Buf(b.arr[b.off + k:b.off + k + nbytes].view(dt), b.level, b.owner, name)
+                raise DmaBoundsError(
+                    f"{where}: byte shift {k} and {nbytes} bytes do not fit {b.name} "
+                    f"({b.n} bytes), or the shift is not a multiple of {dt.itemsize}"
+                )
+            v = Buf(
+                b.arr[b.off + k : b.off + k + nbytes].view(dt), b.level, b.owner, name
+            )
             v.written = None
             E[out] = v
+
         return run
 
     # ------------------------------------------------------------------ access patterns
@@ -834,8 +985,12 @@ class Compiler:
         """Static description of one side of a transfer."""
         mt = side.memref.type
         lv = level_of(mt)
-        plan = {"slot": self.slot(side.memref), "level": lv, "what": what,
-                "dtype": np_dtype(mt.element_type)}
+        plan = {
+            "slot": self.slot(side.memref),
+            "level": lv,
+            "what": what,
+            "dtype": np_dtype(mt.element_type),
+        }
         if side.implicit:
             strides, _ = mt.get_strides_and_offset()
             sizes = mt.shape or [1]
@@ -843,15 +998,27 @@ class Compiler:
             plan.update(const=0, terms=[], sizes=sizes, strides=strides)
         else:
             if not mt.is_identity_layout:
-                raise UnsupportedError(f"{what}: explicit offsets/sizes/strides on a memref with a "
-                                       f"non-identity layout ({mt}) are not supported by the emulator")
+                raise UnsupportedError(
+                    f"{what}: explicit offsets/sizes/strides on a memref with a "
+                    f"non-identity layout ({mt}) are not supported by the emulator"
+                )
             for s in side.strides:
                 if isinstance(s, Value) and self.known_int(s) is None:
-                    raise DesignError(f"{what}: runtime-valued DMA stride is not supported by AIR "
-                                      f"(AIRRtToNpuPass); strides must be constants")
-            strides = [s if isinstance(s, int) else self.known_int(s) for s in side.strides]
-            sizes = [s if isinstance(s, int) or self.known_int(s) is None else self.known_int(s)
-                     for s in side.sizes]
+                    raise DesignError(
+                        f"{what}: runtime-valued DMA stride is not supported by AIR "
+                        f"(AIRRtToNpuPass); strides must be constants"
+                    )
+            strides = [
+                s if isinstance(s, int) else self.known_int(s) for s in side.strides
+            ]
+            sizes = [
+                (
+                    s
+                    if isinstance(s, int) or self.known_int(s) is None
+                    else self.known_int(s)
+                )
+                for s in side.sizes
+            ]
             pad = len(strides) - len(side.offsets)
             const = 0
             terms = []
@@ -869,20 +1036,31 @@ class Compiler:
                 if s < 0:
                     raise DesignError(f"{what}: negative size in {plan['sizes']}")
             dims = P.canonical(plan["sizes"], plan["strides"])
-            P.check_limits(dims, plan["sizes"], plan["strides"], lv, what, plan["dtype"].itemsize)
+            P.check_limits(
+                dims, plan["sizes"], plan["strides"], lv, what, plan["dtype"].itemsize
+            )
             plan["dims"] = dims
         else:
             plan["dims"] = None
-            plan["size_slots"] = [(None, s) if isinstance(s, int) else (self.slot(s), None)
-                                  for s in plan["sizes"]]
+            plan["size_slots"] = [
+                (None, s) if isinstance(s, int) else (self.slot(s), None)
+                for s in plan["sizes"]
+            ]
         return plan
 
     def _resolver(self, plan, access):
         """(slot, dims_fn, base_fn) for one side of a transfer: dims_fn() -> (shape, elem_strides,
         count, span); base_fn(buf, span) -> the side's first element, checked to keep the span inside
-        buf (a DmaBoundsError "{access} elements [...] of a memref of ... elements" otherwise)."""
+        buf (a DmaBoundsError "{access} elements [...] of a memref of ... elements" otherwise).
+        """
         E = self.E
-        slot, const, terms, what, lv = plan["slot"], plan["const"], plan["terms"], plan["what"], plan["level"]
+        slot, const, terms, what, lv = (
+            plan["slot"],
+            plan["const"],
+            plan["terms"],
+            plan["what"],
+            plan["level"],
+        )
         checked = {}
         if plan["dims"] is not None:
             dims = plan["dims"]
@@ -893,6 +1071,7 @@ class Compiler:
 
             def static():
                 return shape, estr, cnt, spn
+
             dims_fn = static
         else:
             sslots = plan["size_slots"]
@@ -907,10 +1086,18 @@ class Compiler:
                 r = checked.get(key)
                 if r is None:
                     dims = P.canonical(sizes, strides)
-                    P.check_limits(dims, sizes, strides, lv, what, plan["dtype"].itemsize)
-                    r = (tuple(d[0] for d in dims), tuple(d[1] for d in dims), P.count(dims), P.span(dims))
+                    P.check_limits(
+                        dims, sizes, strides, lv, what, plan["dtype"].itemsize
+                    )
+                    r = (
+                        tuple(d[0] for d in dims),
+                        tuple(d[1] for d in dims),
+                        P.count(dims),
+                        P.span(dims),
+                    )
                     checked[key] = r
                 return r
+
             dims_fn = dynamic
 
         def base_fn(b, spn):
@@ -918,28 +1105,39 @@ class Compiler:
             for sl, st in terms:
                 base += E[sl] * st
             if base < 0 or base + spn >= b.n:
-                raise DmaBoundsError(f"{access} elements [{base}, {base + spn}] of a memref of "
-                                     f"{b.n} elements ({b.name})")
+                raise DmaBoundsError(
+                    f"{access} elements [{base}, {base + spn}] of a memref of "
+                    f"{b.n} elements ({b.name})"
+                )
             return base
+
         return slot, dims_fn, base_fn
 
     def _transfer_counter(self, src_level, dst_level):
-        return (self.counter(("bytes", LEVEL_NAMES[src_level], LEVEL_NAMES[dst_level])),
-                self.counter(("transfers", LEVEL_NAMES[src_level], LEVEL_NAMES[dst_level])))
+        return (
+            self.counter(("bytes", LEVEL_NAMES[src_level], LEVEL_NAMES[dst_level])),
+            self.counter(("transfers", LEVEL_NAMES[src_level], LEVEL_NAMES[dst_level])),
+        )
 
     def c_dma(self, op):
         where = self.where(op)
         sp = self.side_plan(op.src, f"{where}: src", op)
         dp = self.side_plan(op.dst, f"{where}: dst", op)
         sdt, ddt = sp["dtype"], dp["dtype"]
-        if sdt != ddt and not (sdt.itemsize == ddt.itemsize and sdt.kind in "iub" and ddt.kind in "iub"):
-            raise DesignError(f"{where}: element types differ (src {op.src.memref.type}, dst "
-                              f"{op.dst.memref.type})")
+        if sdt != ddt and not (
+            sdt.itemsize == ddt.itemsize and sdt.kind in "iub" and ddt.kind in "iub"
+        ):
+            raise DesignError(
+                f"{where}: element types differ (src {op.src.memref.type}, dst "
+                f"{op.dst.memref.type})"
+            )
         if sp["dims"] is not None and dp["dims"] is not None:
             ns, nd = P.count(sp["dims"]), P.count(dp["dims"])
             if ns != nd:
-                raise DmaBoundsError(f"{where}: src moves {ns} elements (sizes {sp['sizes']}) but dst "
-                                     f"receives {nd} (sizes {dp['sizes']})")
+                raise DmaBoundsError(
+                    f"{where}: src moves {ns} elements (sizes {sp['sizes']}) but dst "
+                    f"receives {nd} (sizes {dp['sizes']})"
+                )
         for r in op.results:
             self.define(r)
         s_slot, s_dims, s_base = self._resolver(sp, f"{where}: src reads")
@@ -962,12 +1160,20 @@ class Compiler:
             sshape, sstr, n, sspan = s_dims()
             dshape, dstr, nd_, dspan = d_dims()
             if n != nd_:
-                raise DmaBoundsError(f"{where}: src moves {n} elements but dst receives {nd_}")
+                raise DmaBoundsError(
+                    f"{where}: src moves {n} elements but dst receives {nd_}"
+                )
             sb = s_base(s, sspan)
             db = d_base(d, dspan)
-            sv = _ndarray(sshape, cdt, s.arr, (s.off + sb) * isz, tuple(x * isz for x in sstr))
-            dv = _ndarray(dshape, cdt, d.arr, (d.off + db) * isz, tuple(x * isz for x in dstr))
-            _copy_written(_written_view(s, sb, sshape, sstr), d, db, dshape, dstr, where, s.name)
+            sv = _ndarray(
+                sshape, cdt, s.arr, (s.off + sb) * isz, tuple(x * isz for x in sstr)
+            )
+            dv = _ndarray(
+                dshape, cdt, d.arr, (d.off + db) * isz, tuple(x * isz for x in dstr)
+            )
+            _copy_written(
+                _written_view(s, sb, sshape, sstr), d, db, dshape, dstr, where, s.name
+            )
             if sshape == dshape:
                 dv[...] = sv
             else:
@@ -979,6 +1185,7 @@ class Compiler:
             cnt[c_b] += n * isz
             cnt[c_t] += 1
             cnt[c_dma] += 1
+
         return run
 
     def track(self, d, db, shape, estr, where):
@@ -987,7 +1194,9 @@ class Compiler:
         root = d.root
         if root.mask is None:
             root.mask = np.full(root.arr.size, -1, dtype=np.int64)
-        mv = _ndarray(shape, np.int64, root.mask, (d.off + db) * 8, tuple(x * 8 for x in estr))
+        mv = _ndarray(
+            shape, np.int64, root.mask, (d.off + db) * 8, tuple(x * 8 for x in estr)
+        )
         tag = rt.pe
         lo = tag - tag % 64
         bad = (mv >= lo) & (mv != tag)
@@ -997,15 +1206,18 @@ class Compiler:
             raise WriteConflictError(
                 f"{where}: PE #{tag % 64} and PE #{other} of one herd execution both write element "
                 f"{tuple(int(i) for i in first)} of this access into {d.name} (PE # counts x-major: "
-                f"x * size_y + y)")
+                f"x * size_y + y)"
+            )
         mv[...] = tag
 
     # ------------------------------------------------------------------ channels
     def _channel(self, op):
         ch = self.channels.get(op.chan_name)
         if ch is None:
-            raise DesignError(f"{self.where(op)}: channel @{op.chan_name} is not declared "
-                              f"(air.channel / Channel at module level)")
+            raise DesignError(
+                f"{self.where(op)}: channel @{op.chan_name} is not declared "
+                f"(air.channel / Channel at module level)"
+            )
         return ch
 
     def _channel_index_fn(self, op, bounds, what):
@@ -1013,15 +1225,20 @@ class Compiler:
         rank = len(bounds)
         idx_slots = [self.slot(v) for v in op.indices]
         if len(idx_slots) > rank:
-            raise DesignError(f"{what}: {len(idx_slots)} indices for a channel of shape {bounds}")
+            raise DesignError(
+                f"{what}: {len(idx_slots)} indices for a channel of shape {bounds}"
+            )
         pad = [0] * (rank - len(idx_slots))
 
         def idx():
             t = tuple(pad + [E[s] for s in idx_slots])
             for i, b in zip(t, bounds):
                 if i < 0 or i >= b:
-                    raise DmaBoundsError(f"{what}: index {list(t)} outside the channel shape {bounds}")
+                    raise DmaBoundsError(
+                        f"{what}: index {list(t)} outside the channel shape {bounds}"
+                    )
             return t
+
         return idx
 
     def c_put(self, op):
@@ -1030,9 +1247,13 @@ class Compiler:
         size = ch.size
         bshape = ch.broadcast_shape
         if bshape is not None:
-            if len(bshape) != len(size) or any(s != 1 and s != b for s, b in zip(size, bshape)):
-                raise DesignError(f"{where}: channel @{ch.sym_name} size {size} does not broadcast to "
-                                  f"{bshape} (numpy rules)")
+            if len(bshape) != len(size) or any(
+                s != 1 and s != b for s, b in zip(size, bshape)
+            ):
+                raise DesignError(
+                    f"{where}: channel @{ch.sym_name} size {size} does not broadcast to "
+                    f"{bshape} (numpy rules)"
+                )
         plan = self.side_plan(op.side, f"{where}: src", op)
         for r in op.results:
             self.define(r)
@@ -1046,12 +1267,19 @@ class Compiler:
         isz = cdt.itemsize
         c_put = self.counter(("channel_puts",))
         if bshape is not None:
-            bdims = [range(b) if s == 1 and b > 1 else None for s, b in zip(size, bshape)]
+            bdims = [
+                range(b) if s == 1 and b > 1 else None for s, b in zip(size, bshape)
+            ]
 
             def targets(i):
-                axes = [range(i[k], i[k] + 1) if r is None else r for k, r in enumerate(bdims)]
+                axes = [
+                    range(i[k], i[k] + 1) if r is None else r
+                    for k, r in enumerate(bdims)
+                ]
                 return [(name,) + t for t in itertools.product(*axes)]
+
         else:
+
             def targets(i):
                 return [(name,) + i]
 
@@ -1061,11 +1289,17 @@ class Compiler:
                 _dead(b, where)
             shape, estr, n, spn = dims_fn()
             base = base_fn(b, spn)
-            v = _ndarray(shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr))
+            v = _ndarray(
+                shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr)
+            )
             data = np.array(v, copy=True).reshape(-1).view(np.uint8)
             flags = _written_view(b, base, shape, estr)
             # per byte, so a get of another element type can take it; None: all written
-            wbytes = None if flags is None or flags.all() else np.repeat(flags.reshape(-1), isz)
+            wbytes = (
+                None
+                if flags is None or flags.all()
+                else np.repeat(flags.reshape(-1), isz)
+            )
             fifos, avail = rt.fifos, rt.avail
             for key in targets(idx_fn()):
                 q = fifos.get(key)
@@ -1075,6 +1309,7 @@ class Compiler:
                 q.append([data, 0, lv, wbytes, b.name])
                 avail[key] += data.size
             rt.cnt[c_put] += 1
+
         return run
 
     def c_get(self, op):
@@ -1111,7 +1346,8 @@ class Compiler:
                     f"which holds {have} bytes: the producer has not run yet in program order. The "
                     f"sequential interpreter does not model concurrency: place the put before the get "
                     f"(e.g. the launch-level get after the segment that puts), or the design needs "
-                    f"producer and consumer to run at once")
+                    f"producer and consumer to run at once"
+                )
             q = rt.fifos[key]
             parts, wparts = [], []
             left = need
@@ -1121,8 +1357,12 @@ class Compiler:
                 item = q[0]
                 data, pos, src_lv, wbytes = item[:4]
                 take = min(left, data.size - pos)
-                parts.append(data[pos:pos + take])
-                wparts.append(np.ones(take, np.bool_) if wbytes is None else wbytes[pos:pos + take])
+                parts.append(data[pos : pos + take])
+                wparts.append(
+                    np.ones(take, np.bool_)
+                    if wbytes is None
+                    else wbytes[pos : pos + take]
+                )
                 cb, ct = ctrs[src_lv]
                 cnt[cb] += take
                 cnt[ct] += 1
@@ -1133,15 +1373,22 @@ class Compiler:
                     item[1] = pos + take
             rt.avail[key] = have - need
             flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            v = _ndarray(shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr))
+            v = _ndarray(
+                shape, cdt, b.arr, (b.off + base) * isz, tuple(x * isz for x in estr)
+            )
             v[...] = flat.view(cdt).reshape(shape)
             wflat = np.concatenate(wparts)
-            flags = None if wflat.all() else wflat.reshape(-1, isz).all(axis=1).reshape(shape)
+            flags = (
+                None
+                if wflat.all()
+                else wflat.reshape(-1, isz).all(axis=1).reshape(shape)
+            )
             _copy_written(flags, b, base, shape, estr, where, src_name)
             pe = rt.pe
             if pe is not None and b.root.owner != pe:
                 track(b, base, shape, estr, where)
             cnt[c_get] += 1
+
         return run
 
     # ------------------------------------------------------------------ calls
@@ -1150,41 +1397,63 @@ class Compiler:
         callee = op.callee.value
         f = self.funcs.get(callee)
         if f is None:
-            raise DesignError(f"{where}: calls @{callee}, which the module does not declare")
+            raise DesignError(
+                f"{where}: calls @{callee}, which the module does not declare"
+            )
         if not f.is_external:
-            raise UnsupportedError(f"{where}: calls @{callee}, a function with a body; the emulator "
-                                   f"calls only external kernels (link_with)")
+            raise UnsupportedError(
+                f"{where}: calls @{callee}, a function with a body; the emulator "
+                f"calls only external kernels (link_with)"
+            )
         ftype = f.type
         if op.results:
-            raise UnsupportedError(f"{where}: calls @{callee} with results; kernels return void")
+            raise UnsupportedError(
+                f"{where}: calls @{callee} with results; kernels return void"
+            )
         got = [v.type for v in op.operands]
         if len(got) != len(ftype.inputs):
-            raise CallSignatureError(f"{where}: @{callee} declares {len(ftype.inputs)} inputs, the call "
-                                     f"passes {len(got)}")
+            raise CallSignatureError(
+                f"{where}: @{callee} declares {len(ftype.inputs)} inputs, the call "
+                f"passes {len(got)}"
+            )
         for i, (g, d) in enumerate(zip(got, ftype.inputs)):
             if g != d:
-                raise CallSignatureError(f"{where}: argument #{i} of @{callee} is {g}, the FuncOp declares {d}")
+                raise CallSignatureError(
+                    f"{where}: argument #{i} of @{callee} is {g}, the FuncOp declares {d}"
+                )
         if not self.herd_stack:
-            raise DesignError(f"{where}: func.call @{callee} outside an air.herd; only AIE cores run kernels")
+            raise DesignError(
+                f"{where}: func.call @{callee} outside an air.herd; only AIE cores run kernels"
+            )
         for i, t in enumerate(got):
             if isinstance(t, MemRefType) and level_of(t) != L1:
-                raise DesignError(f"{where}: argument #{i} of @{callee} is {t}; a core kernel can only "
-                                  f"access L1 memrefs")
+                raise DesignError(
+                    f"{where}: argument #{i} of @{callee} is {t}; a core kernel can only "
+                    f"access L1 memrefs"
+                )
         link = f.attributes.get("link_with")
         if link is None:
             link = self.herd_stack[-1].attributes.get("link_with")
         if link is None:
-            raise DesignError(f"{where}: @{callee} has no link_with attribute and neither has the herd; "
-                              f"set func.attributes['link_with'] = StringAttr.get('name.o')")
+            raise DesignError(
+                f"{where}: @{callee} has no link_with attribute and neither has the herd; "
+                f"set func.attributes['link_with'] = StringAttr.get('name.o')"
+            )
         if not self.opt.link:
+
             def unlinked():
-                raise ExecutionError(f"{where}: compiled without kernel libraries (link=False): check only")
+                raise ExecutionError(
+                    f"{where}: compiled without kernel libraries (link=False): check only"
+                )
+
             return unlinked
         path = resolve_library(link.value, f"{where}: @{callee}")
         fn = load_function(path, callee, ftype.inputs, f"{where}: @{callee}")
         E = self.E
         rt = self.rt
-        spec = [(isinstance(t, MemRefType), self.slot(v)) for v, t in zip(op.operands, got)]
+        spec = [
+            (isinstance(t, MemRefType), self.slot(v)) for v, t in zip(op.operands, got)
+        ]
         c_call = self.counter(("call", callee))
         # A kernel may write all of every memref it gets: when that memref lies in a
         # buffer shared by the herd's PEs (a slice of a herd-wide L1 buffer), its whole
@@ -1214,10 +1483,14 @@ class Compiler:
                 fn(*ptrs)
                 for s in slots:
                     raw = E[s].root.raw
-                    if raw is not None and (raw[0].tobytes() != _GUARD or raw[1].tobytes() != _GUARD):
+                    if raw is not None and (
+                        raw[0].tobytes() != _GUARD or raw[1].tobytes() != _GUARD
+                    ):
                         _overrun(E[s], where, callee)
                 rt.cnt[c_call] += 1
+
         else:
+
             def run():
                 args = []
                 for m, s in spec:
@@ -1238,9 +1511,12 @@ class Compiler:
                 for m, s in spec:
                     if m:
                         raw = E[s].root.raw
-                        if raw is not None and (raw[0].tobytes() != _GUARD or raw[1].tobytes() != _GUARD):
+                        if raw is not None and (
+                            raw[0].tobytes() != _GUARD or raw[1].tobytes() != _GUARD
+                        ):
                             _overrun(E[s], where, callee)
                 rt.cnt[c_call] += 1
+
         return run
 
     # ------------------------------------------------------------------
@@ -1287,10 +1563,14 @@ class Program:
         self.options = options
         c = Compiler(module, options).compile()
         self.compiler = c
-        self.herds_total = c.herds_total if not getattr(c, "herds_total_unknown", False) else None
+        self.herds_total = (
+            c.herds_total if not getattr(c, "herds_total_unknown", False) else None
+        )
         from .budget import analyse
+
         self.budget = analyse(c, options)
         from .resources import analyse as resources
+
         if check:
             self.budget.raise_if_over()
         self.resources = resources(c, options, check)
@@ -1298,15 +1578,19 @@ class Program:
     def run(self, *arrays):
         c = self.compiler
         if len(arrays) != len(c.arg_types):
-            raise ExecutionError(f"@{c.entry.sym_name} takes {len(c.arg_types)} arguments, got {len(arrays)}")
+            raise ExecutionError(
+                f"@{c.entry.sym_name} takes {len(c.arg_types)} arguments, got {len(arrays)}"
+            )
         bufs = []
         for i, (a, t) in enumerate(zip(arrays, c.arg_types)):
             a = np.asarray(a)
             dt = np_dtype(t.element_type)
             need = t.num_elements * dt.itemsize
             if a.nbytes != need:
-                raise ExecutionError(f"argument #{i} of @{c.entry.sym_name} has {a.nbytes} bytes "
-                                     f"({a.dtype} {a.shape}); the memref {t} needs {need}")
+                raise ExecutionError(
+                    f"argument #{i} of @{c.entry.sym_name} has {a.nbytes} bytes "
+                    f"({a.dtype} {a.shape}); the memref {t} needs {need}"
+                )
             flat = np.frombuffer(np.ascontiguousarray(a).tobytes(), dtype=dt).copy()
             bufs.append(Buf(flat, L3, None, f"argument #{i} ({t})"))
         E = c.E
@@ -1327,9 +1611,13 @@ class Program:
         seconds = time.perf_counter() - t0
         left = {k: v for k, v in rt.avail.items() if v}
         if left:
-            desc = ", ".join(f"@{k[0]}{list(k[1:])}: {v} bytes" for k, v in sorted(left.items())[:6])
-            raise ChannelError(f"data left in channels at the end of the run ({desc}); on hardware "
-                               f"the producer would block: puts and gets do not balance")
+            desc = ", ".join(
+                f"@{k[0]}{list(k[1:])}: {v} bytes" for k, v in sorted(left.items())[:6]
+            )
+            raise ChannelError(
+                f"data left in channels at the end of the run ({desc}); on hardware "
+                f"the producer would block: puts and gets do not balance"
+            )
         self.stats = self._stats(rt, seconds)
         outs = []
         for a, b in zip(arrays, bufs):
@@ -1348,10 +1636,14 @@ class Program:
             kind = name[0]
             if kind == "bytes":
                 if v:
-                    st.bytes[(name[1], name[2])] = st.bytes.get((name[1], name[2]), 0) + v
+                    st.bytes[(name[1], name[2])] = (
+                        st.bytes.get((name[1], name[2]), 0) + v
+                    )
             elif kind == "transfers":
                 if v:
-                    st.transfers[(name[1], name[2])] = st.transfers.get((name[1], name[2]), 0) + v
+                    st.transfers[(name[1], name[2])] = (
+                        st.transfers.get((name[1], name[2]), 0) + v
+                    )
             elif kind == "dma_ops":
                 st.dma_ops += v
             elif kind == "channel_puts":

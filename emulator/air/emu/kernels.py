@@ -39,10 +39,11 @@ def resolve_library(obj_name, who):
         if os.path.isfile(path):
             return os.path.abspath(path)
     raise LibraryError(
-        f"{who}: link_with = \"{obj_name}\" needs the host library \"{so}\", found in neither the "
+        f'{who}: link_with = "{obj_name}" needs the host library "{so}", found in neither the '
         f"working directory {os.getcwd()} nor AIR_EMU_LIB_PATH "
         f"({os.environ.get('AIR_EMU_LIB_PATH', '') or 'unset'}); build the host kernel library "
-        f"and put its directory on AIR_EMU_LIB_PATH")
+        f"and put its directory on AIR_EMU_LIB_PATH"
+    )
 
 
 def ctype_of(t, who):
@@ -51,16 +52,28 @@ def ctype_of(t, who):
     if isinstance(t, IndexType):
         return ctypes.c_int64
     if isinstance(t, IntegerType):
-        table = {8: ctypes.c_int8, 16: ctypes.c_int16, 32: ctypes.c_int32, 64: ctypes.c_int64}
+        table = {
+            8: ctypes.c_int8,
+            16: ctypes.c_int16,
+            32: ctypes.c_int32,
+            64: ctypes.c_int64,
+        }
         if t.is_unsigned:
-            table = {8: ctypes.c_uint8, 16: ctypes.c_uint16, 32: ctypes.c_uint32, 64: ctypes.c_uint64}
+            table = {
+                8: ctypes.c_uint8,
+                16: ctypes.c_uint16,
+                32: ctypes.c_uint32,
+                64: ctypes.c_uint64,
+            }
         if t.width in table:
             return table[t.width]
     if isinstance(t, F32Type):
         return ctypes.c_float
     if isinstance(t, F64Type):
         return ctypes.c_double
-    raise UnsupportedError(f"{who}: argument type {t} cannot be passed to a host kernel")
+    raise UnsupportedError(
+        f"{who}: argument type {t} cannot be passed to a host kernel"
+    )
 
 
 def load_function(path, symbol, arg_types, who):
@@ -74,8 +87,9 @@ def load_function(path, symbol, arg_types, who):
     try:
         fn = getattr(lib, symbol)
     except AttributeError:
-        raise LibraryError(f"{who}: symbol '{symbol}' not found in {path} (is it declared extern \"C\"?)") \
-            from None
+        raise LibraryError(
+            f"{who}: symbol '{symbol}' not found in {path} (is it declared extern \"C\"?)"
+        ) from None
     fn.argtypes = [ctype_of(t, who) for t in arg_types]
     fn.restype = None
     return fn

@@ -58,7 +58,9 @@ def canonical(sizes, strides, max_size=None):
     i = len(out) - 2
     while i >= 0:
         o, n = out[i], out[i + 1]
-        if o[1] == n[0] * n[1] and (max_size is None or n[1] == 1 or o[0] * n[0] <= max_size):
+        if o[1] == n[0] * n[1] and (
+            max_size is None or n[1] == 1 or o[0] * n[0] <= max_size
+        ):
             out[i] = [o[0] * n[0], n[1]]
             del out[i + 1]
         i -= 1
@@ -80,45 +82,59 @@ def check_limits(dims, sizes, strides, level, what, itemsize=4, check_strides=Tr
     lv = LEVEL_NAMES[level]
 
     def fail(msg):
-        raise DmaLimitError(f"{what} ({lv}, {ENGINE[level]}): access pattern sizes {list(sizes)} "
-                            f"strides {list(strides)}: {msg}")
+        raise DmaLimitError(
+            f"{what} ({lv}, {ENGINE[level]}): access pattern sizes {list(sizes)} "
+            f"strides {list(strides)}: {msg}"
+        )
 
     for sz, st in dims:
         if st < 0:
             fail(f"negative stride {st}")
         if check_strides and words(st, itemsize) > MAX_STRIDE[level]:
-            fail(f"stride {st} exceeds the {ENGINE[level]} BD range [1:{MAX_STRIDE[level]}] "
-                 f"({words(st, itemsize)} 32-bit words)")
+            fail(
+                f"stride {st} exceeds the {ENGINE[level]} BD range [1:{MAX_STRIDE[level]}] "
+                f"({words(st, itemsize)} 32-bit words)"
+            )
     if dims == [(1, 1)]:
         return
     linear = _linear(dims)
     if level == L3:
         if dims[-1][1] == 0 and dims[-1][0] > 1:
-            fail("zero stride in the innermost dimension (size "
-                 f"{dims[-1][0]}): AIR turns zero strides into repeats only outside the innermost dimension")
+            fail(
+                "zero stride in the innermost dimension (size "
+                f"{dims[-1][0]}): AIR turns zero strides into repeats only outside the innermost dimension"
+            )
         n = len(dims)
         if n > 4:
-            fail(f"{n} dimensions after canonicalisation {dims}; the shim BD has 4 "
-                 f"(3 + repeat); aircc would unroll it into one BD per outer iteration")
+            fail(
+                f"{n} dimensions after canonicalisation {dims}; the shim BD has 4 "
+                f"(3 + repeat); aircc would unroll it into one BD per outer iteration"
+            )
         if not linear:
             slots = [(1, 1)] * (4 - n) + list(dims)
             split = [i for i, (sz, _) in enumerate(slots) if sz >= SHIM_WRAP_BOUNDS[i]]
             if n + len(split) > 4:
                 big = [slots[i] for i in split]
-                fail(f"{n} dimensions {dims} and sizes {big} over the shim wrap bounds "
-                     f"{list(SHIM_WRAP_BOUNDS)}: splitting them needs {n + len(split)} > 4 dimensions")
+                fail(
+                    f"{n} dimensions {dims} and sizes {big} over the shim wrap bounds "
+                    f"{list(SHIM_WRAP_BOUNDS)}: splitting them needs {n + len(split)} > 4 dimensions"
+                )
         return
     # memtile / core tile
     repeat = dims[0][1] == 0
     core = dims[1:] if repeat else dims
     for sz, st in core:
         if st == 0:
-            fail(f"zero stride in a non-outermost dimension of {dims}: only an outermost zero stride "
-                 f"is a repeat")
+            fail(
+                f"zero stride in a non-outermost dimension of {dims}: only an outermost zero stride "
+                f"is a repeat"
+            )
     limit = MAX_DIMS[level]
     if len(core) > limit:
-        fail(f"{len(core)} buffer-descriptor dimensions after canonicalisation {dims}"
-             f"{' (plus a repeat)' if repeat else ''}; the {ENGINE[level]} supports {limit}")
+        fail(
+            f"{len(core)} buffer-descriptor dimensions after canonicalisation {dims}"
+            f"{' (plus a repeat)' if repeat else ''}; the {ENGINE[level]} supports {limit}"
+        )
     if not linear:
         # A size over the wrap field is split into two dimensions (AIR's wrap-and-stride
         # canonicalisation caps each wrap, maxSize 1023): one more dimension, if it factors.
@@ -127,12 +143,16 @@ def check_limits(dims, sizes, strides, level, what, itemsize=4, check_strides=Tr
         for sz, st in core:
             if sz > wrap:
                 if not any(sz % a == 0 and sz // a <= wrap for a in range(2, wrap + 1)):
-                    fail(f"size {sz} in {dims} exceeds the {ENGINE[level]} wrap limit {wrap} and does not "
-                         f"factor into two sizes within it")
+                    fail(
+                        f"size {sz} in {dims} exceeds the {ENGINE[level]} wrap limit {wrap} and does not "
+                        f"factor into two sizes within it"
+                    )
                 extra += 1
         if len(core) + extra > limit:
-            fail(f"sizes over the {ENGINE[level]} wrap limit {wrap} in {dims}: splitting them needs "
-                 f"{len(core) + extra} > {limit} buffer-descriptor dimensions")
+            fail(
+                f"sizes over the {ENGINE[level]} wrap limit {wrap} in {dims}: splitting them needs "
+                f"{len(core) + extra} > {limit} buffer-descriptor dimensions"
+            )
 
 
 def words(stride, itemsize):

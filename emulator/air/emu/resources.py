@@ -53,7 +53,6 @@ from .budget import _PingPong
 from .errors import DesignError, ResourceError
 from .types import L1, L2, L3, LEVEL_NAMES, level_of, np_dtype
 
-
 # NPU2 (AIE2P) per-tile resources, from mlir-aie's target model (include/aie/Dialect/AIE/IR/
 # AIETargetModel.h, AIE2TargetModel / NPU2TargetModel: getNumDestSwitchboxConnections and
 # getNumSourceSwitchboxConnections for the DMA bundle, getNumBDs, getNumLocks, getMaxLockValue,
@@ -72,8 +71,12 @@ MEMTILE_BD_PARITY = 24
 MAX_LOCK_VALUE = 63
 MEMTILE_BYTES = 512 * 1024
 BD_DIMS = {L1: 3, L2: 4, L3: 4}  # shim: 3 BD dims + the repeat dimension
-MAX_REFEED = MAX_LOCK_VALUE  # a refeed of N sets a lock to N; hardware truncates above 63
-TILES_PER_L2_TILE = 4  # air-split-l2-memref splits only for segments of more compute tiles
+MAX_REFEED = (
+    MAX_LOCK_VALUE  # a refeed of N sets a lock to N; hardware truncates above 63
+)
+TILES_PER_L2_TILE = (
+    4  # air-split-l2-memref splits only for segments of more compute tiles
+)
 COLUMNS, COMPUTE_ROWS = 8, 4
 
 _HIER = ("air.launch", "air.segment", "air.herd")
@@ -90,8 +93,12 @@ class _End:
     def __init__(self, op, side, direction, ctx, chan=None):
         self.op, self.side, self.direction, self.chan = op, side, direction, chan
         self.hier, self.loops = list(ctx[0]), list(ctx[1])
-        self.herd = next((h for h in reversed(self.hier) if h.OPERATION_NAME == "air.herd"), None)
-        self.segment = next((h for h in reversed(self.hier) if h.OPERATION_NAME == "air.segment"), None)
+        self.herd = next(
+            (h for h in reversed(self.hier) if h.OPERATION_NAME == "air.herd"), None
+        )
+        self.segment = next(
+            (h for h in reversed(self.hier) if h.OPERATION_NAME == "air.segment"), None
+        )
         self.level = level_of(side.memref.type)
         self.dtype = np_dtype(side.memref.type.element_type)
 
@@ -113,7 +120,9 @@ class _Walk:
     def __init__(self, entry):
         self.ends = []
         self.problems = []  # rule violations that are not a tile's count over its limit
-        self.argmap = {}  # block-argument uid -> ("operand", value) | ("const", int) | ("var", None)
+        self.argmap = (
+            {}
+        )  # block-argument uid -> ("operand", value) | ("const", int) | ("var", None)
         self.loop_of_iv = {}
         self.herds = []
         self.walk(entry.entry_block, ([], []))
@@ -198,10 +207,14 @@ class _Walk:
             total += (off if isinstance(off, int) else self.value(off, env)) * st
         if side.implicit:
             return total
-        strides = [s if isinstance(s, int) else self.value(s, env) for s in side.strides]
+        strides = [
+            s if isinstance(s, int) else self.value(s, env) for s in side.strides
+        ]
         pad = len(strides) - len(side.offsets)
         for i, off in enumerate(side.offsets):
-            total += (off if isinstance(off, int) else self.value(off, env)) * strides[pad + i]
+            total += (off if isinstance(off, int) else self.value(off, env)) * strides[
+                pad + i
+            ]
         return total
 
     def pattern(self, end):
@@ -230,7 +243,14 @@ class _Walk:
 def _fits(dims, level):
     """Whether a canonical pattern is one BD of the DMA at `level` (wraps and dims, not strides)."""
     try:
-        P.check_limits(dims, [d[0] for d in dims], [d[1] for d in dims], level, "", check_strides=False)
+        P.check_limits(
+            dims,
+            [d[0] for d in dims],
+            [d[1] for d in dims],
+            level,
+            "",
+            check_strides=False,
+        )
     except DesignError:
         return False
     return True
@@ -250,11 +270,14 @@ class _Chain:
 
 def _split_pattern(dims, pieces):
     """One piece's share of a pattern that aircc splits with its L2 buffer into `pieces` transfers:
-    the outermost dimension divided among them (the buffer is split along its fan-out, outermost)."""
+    the outermost dimension divided among them (the buffer is split along its fan-out, outermost).
+    """
     if pieces <= 1 or dims[0][0] % pieces:
         return dims
     size, stride = dims[0]
-    return ([(size // pieces, stride)] if size > pieces else []) + list(dims[1:]) or [(1, 1)]
+    return ([(size // pieces, stride)] if size > pieces else []) + list(dims[1:]) or [
+        (1, 1)
+    ]
 
 
 def _chain(w, end, loops, pp_loop, pieces=1):
@@ -264,7 +287,9 @@ def _chain(w, end, loops, pp_loop, pieces=1):
         trip = _trip(loop)
         if trip is not None and trip <= 1:
             continue
-        if loop is pp_loop:  # two buffers alternate: two BDs each step, the loop is their cycle
+        if (
+            loop is pp_loop
+        ):  # two buffers alternate: two BDs each step, the loop is their cycle
             bds *= 2
             folding = False
             continue
@@ -273,19 +298,31 @@ def _chain(w, end, loops, pp_loop, pieces=1):
         coef = w.coefficient(end, loop.induction_variable, lo, step)
         if trip is None or coef is None:
             bds *= trip or 1
-            unrolled.append((loop, trip, "offset not affine in the loop" if coef is None else "unknown trip"))
+            unrolled.append(
+                (
+                    loop,
+                    trip,
+                    "offset not affine in the loop" if coef is None else "unknown trip",
+                )
+            )
             folding = False
             continue
         if folding:
             # folding adds the loop as the outermost wrap; it merges into the next one only within the
             # wrap field (applyAIRSpecializeChannelWrapAndStridePattern's maxSize 1023)
-            new = P.canonical([trip] + [d[0] for d in dims], [coef] + [d[1] for d in dims], P.BD_WRAP_MAX[L2])
+            new = P.canonical(
+                [trip] + [d[0] for d in dims],
+                [coef] + [d[1] for d in dims],
+                P.BD_WRAP_MAX[L2],
+            )
             if _fits(new, end.level):
                 dims = new
                 continue
             folding = False
             bds *= trip
-            unrolled.append((loop, trip, f"folding it would need {len(new)} dimensions"))
+            unrolled.append(
+                (loop, trip, f"folding it would need {len(new)} dimensions")
+            )
         elif coef == 0:
             repeat *= trip  # the whole chain again: the DMA's own repeat, no new BD
         else:
@@ -300,12 +337,15 @@ def _check_strides(w, end, chain, tile):
     isz = end.dtype.itemsize
     for size, stride in chain.dims:
         if size > 1 and P.words(stride, isz) > limit:
-            w.problems.append((
-                f"BD stride {P.words(stride, isz)} words > {limit} on the {tile} ({end.where()})",
-                f"{end.where()}: the {tile} BD of its {LEVEL_NAMES[end.level]} side has stride {stride} "
-                f"once the surrounding loops are folded into it {[list(d) for d in chain.dims]}: Stride "
-                f"{stride} exceeds the [1:{limit}] range ({P.words(stride, isz)} 32-bit words; aie.dma_bd verifier, mlir-aie AIEDialect.cpp; mlir-air's kernel registry documents "
-                f"the same failure for its bf16 GEMM when tile_k_l2 * N passes 2^20 words)"))
+            w.problems.append(
+                (
+                    f"BD stride {P.words(stride, isz)} words > {limit} on the {tile} ({end.where()})",
+                    f"{end.where()}: the {tile} BD of its {LEVEL_NAMES[end.level]} side has stride {stride} "
+                    f"once the surrounding loops are folded into it {[list(d) for d in chain.dims]}: Stride "
+                    f"{stride} exceeds the [1:{limit}] range ({P.words(stride, isz)} 32-bit words; aie.dma_bd verifier, mlir-aie AIEDialect.cpp; mlir-air's kernel registry documents "
+                    f"the same failure for its bf16 GEMM when tile_k_l2 * N passes 2^20 words)",
+                )
+            )
 
 
 # ---------------------------------------------------------------------------------- the report
@@ -322,13 +362,21 @@ class Tile:
 
     def usage(self):
         lim = TILES[self.kind]
-        rows = [("S2MM channels", len(self.s2mm), lim["s2mm"]), ("MM2S channels", len(self.mm2s), lim["mm2s"])]
+        rows = [
+            ("S2MM channels", len(self.s2mm), lim["s2mm"]),
+            ("MM2S channels", len(self.mm2s), lim["mm2s"]),
+        ]
         if self.kind == "memtile":
-            rows += [("BDs even channels", self.parity[0], MEMTILE_BD_PARITY),
-                     ("BDs odd channels", self.parity[1], MEMTILE_BD_PARITY)]
+            rows += [
+                ("BDs even channels", self.parity[0], MEMTILE_BD_PARITY),
+                ("BDs odd channels", self.parity[1], MEMTILE_BD_PARITY),
+            ]
         else:
             rows.append(("BDs", self.bds, lim["bds"]))
-        rows += [("locks", self.locks, lim["locks"]), ("largest lock value", self.lock_value, MAX_LOCK_VALUE)]
+        rows += [
+            ("locks", self.locks, lim["locks"]),
+            ("largest lock value", self.lock_value, MAX_LOCK_VALUE),
+        ]
         if self.kind == "memtile":
             rows.append(("L2 bytes", self.bytes, MEMTILE_BYTES))
         return rows
@@ -346,16 +394,29 @@ class ResourceReport:
         return None
 
     def table(self):
-        lines = ["NPU2 resources (emulator's model of aircc's lowering): used / limit per tile"]
+        lines = [
+            "NPU2 resources (emulator's model of aircc's lowering): used / limit per tile"
+        ]
         header = f"  {'tile':<36}{'S2MM':>6}{'MM2S':>6}{'BDs':>14}{'locks':>7}{'lock val':>9}{'L2 KiB':>10}"
         lines.append(header)
         for t in self.tiles:
             u = {what: (used, limit) for what, used, limit in t.usage()}
-            bds = (f"{u['BDs even channels'][0]}+{u['BDs odd channels'][0]}/24+24" if t.kind == "memtile"
-                   else f"{u['BDs'][0]}/{u['BDs'][1]}")
-            l2 = f"{t.bytes // 1024}/{MEMTILE_BYTES // 1024}" if t.kind == "memtile" else ""
-            lines.append((f"  {t.name:<36}{'%d/%d' % u['S2MM channels']:>6}{'%d/%d' % u['MM2S channels']:>6}"
-                         f"{bds:>14}{'%d/%d' % u['locks']:>7}{'%d/%d' % u['largest lock value']:>9}{l2:>10}").rstrip())
+            bds = (
+                f"{u['BDs even channels'][0]}+{u['BDs odd channels'][0]}/24+24"
+                if t.kind == "memtile"
+                else f"{u['BDs'][0]}/{u['BDs'][1]}"
+            )
+            l2 = (
+                f"{t.bytes // 1024}/{MEMTILE_BYTES // 1024}"
+                if t.kind == "memtile"
+                else ""
+            )
+            lines.append(
+                (
+                    f"  {t.name:<36}{'%d/%d' % u['S2MM channels']:>6}{'%d/%d' % u['MM2S channels']:>6}"
+                    f"{bds:>14}{'%d/%d' % u['locks']:>7}{'%d/%d' % u['largest lock value']:>9}{l2:>10}"
+                ).rstrip()
+            )
         for n in self.notes:
             lines.append("note: " + n)
         for _, n in self.problems:
@@ -383,7 +444,9 @@ class ResourceReport:
         t, what, used, limit = over
         detail = {"S2MM channels": t.s2mm, "MM2S channels": t.mm2s}.get(what)
         streams = f" ({'; '.join(detail)})" if detail else ""
-        raise ResourceError(f"{t.name}: needs {used} {what}, NPU2 has {limit}{streams}\n{self.table()}")
+        raise ResourceError(
+            f"{t.name}: needs {used} {what}, NPU2 has {limit}{streams}\n{self.table()}"
+        )
 
 
 # -------------------------------------------------------------------------------- the analysis
@@ -431,7 +494,8 @@ def _herd_group(compiler, herd):
 
 def _check_total_pes(w, compiler):
     """The herds of one segment run at once on distinct tiles: at most the 32 compute tiles.
-    (Same-named herds are phases of one herd: aircc merges them, MergeAIRHerdsPattern.)"""
+    (Same-named herds are phases of one herd: aircc merges them, MergeAIRHerdsPattern.)
+    """
     per_seg = {}
     for op, sizes in compiler.herd_ops:
         seg = compiler.herd_segment.get(id(op))
@@ -445,11 +509,17 @@ def _check_total_pes(w, compiler):
     for groups in per_seg.values():
         total = sum(n for n, _ in groups.values())
         if total > COLUMNS * COMPUTE_ROWS:
-            names = ", ".join(f"@{op.sym_name or 'herd'} ({n})" for n, op in groups.values())
-            w.problems.append((f"compute tiles: {total} PEs > {COLUMNS * COMPUTE_ROWS}",
-                               f"compute tiles: the herds of one segment need {total} PEs ({names}), "
-                                f"NPU2 has {COLUMNS} x {COMPUTE_ROWS} = {COLUMNS * COMPUTE_ROWS} "
-                                f"(aircc places each herd on its own tiles: air-place-herds)"))
+            names = ", ".join(
+                f"@{op.sym_name or 'herd'} ({n})" for n, op in groups.values()
+            )
+            w.problems.append(
+                (
+                    f"compute tiles: {total} PEs > {COLUMNS * COMPUTE_ROWS}",
+                    f"compute tiles: the herds of one segment need {total} PEs ({names}), "
+                    f"NPU2 has {COLUMNS} x {COMPUTE_ROWS} = {COLUMNS * COMPUTE_ROWS} "
+                    f"(aircc places each herd on its own tiles: air-place-herds)",
+                )
+            )
     return {seg: sum(n for n, _ in groups.values()) for seg, groups in per_seg.items()}
 
 
@@ -459,7 +529,9 @@ def _segment_loops(end):
         return []
     out = []
     for loop in end.loops:
-        if _inside(loop, end.segment) and (end.herd is None or not _inside(loop, end.herd)):
+        if _inside(loop, end.segment) and (
+            end.herd is None or not _inside(loop, end.herd)
+        ):
             out.append(loop)
     return out
 
@@ -485,11 +557,16 @@ def _is_refeed(end):
     for o in body:
         if o is end.op:
             continue
-        pure = o.OPERATION_NAME.startswith("arith.") or o.OPERATION_NAME == "affine.apply"
+        pure = (
+            o.OPERATION_NAME.startswith("arith.") or o.OPERATION_NAME == "affine.apply"
+        )
         if not pure or any(v is iv for v in o.operands):
             return False
-    return end.op in body and not any(v is iv for v in end.op.operands) and \
-        sum(1 for o in body if o.OPERATION_NAME == "air.channel.put") == 1
+    return (
+        end.op in body
+        and not any(v is iv for v in end.op.operands)
+        and sum(1 for o in body if o.OPERATION_NAME == "air.channel.put") == 1
+    )
 
 
 def _check_fill_once_read_many(w):
@@ -503,21 +580,27 @@ def _check_fill_once_read_many(w):
         fills = [e for e in ends if e.direction == "s2mm"]
         for r in (e for e in ends if e.direction == "mm2s"):
             # a loop around the read that no fill of the buffer is inside: one fill, many reads
-            extra = [lp for lp in _segment_loops(r) if (_trip(lp) or 2) > 1
-                     and not any(lp in f.loops for f in fills)]
+            extra = [
+                lp
+                for lp in _segment_loops(r)
+                if (_trip(lp) or 2) > 1 and not any(lp in f.loops for f in fills)
+            ]
             if not extra or not fills:
                 continue
             if _is_refeed(r) and extra == [r.loops[-1]]:
                 continue
             lp, f, trip = extra[0], fills[0], _trip(extra[0])
-            w.problems.append((
-                f"fill once, read many: L2 buffer {r.side.memref.type} read in the scf.for at {lp._loc}",
-                f"{r.where()}: reads the L2 buffer {r.side.memref.type} in every iteration of the "
-                f"scf.for at {lp._loc} ({trip if trip is not None else 'unknown'} trips), but "
-                f"{f.where()} fills it once, outside that loop: aircc's locks and ping-pong slots "
-                f"assume one fill per read (mlir-air air-annotate-refeed, AIRToAIESchedulingUtils.cpp "
-                f"getLockValuePair). Refill it inside the loop, or re-send it with the refeed "
-                f"primitive: one air.channel.put alone in an scf.for of the reads' trip count"))
+            w.problems.append(
+                (
+                    f"fill once, read many: L2 buffer {r.side.memref.type} read in the scf.for at {lp._loc}",
+                    f"{r.where()}: reads the L2 buffer {r.side.memref.type} in every iteration of the "
+                    f"scf.for at {lp._loc} ({trip if trip is not None else 'unknown'} trips), but "
+                    f"{f.where()} fills it once, outside that loop: aircc's locks and ping-pong slots "
+                    f"assume one fill per read (mlir-air air-annotate-refeed, AIRToAIESchedulingUtils.cpp "
+                    f"getLockValuePair). Refill it inside the loop, or re-send it with the refeed "
+                    f"primitive: one air.channel.put alone in an scf.for of the reads' trip count",
+                )
+            )
 
 
 def _compute_tiles(w, compiler, pp_loop):
@@ -575,7 +658,10 @@ class _Piece:
 
 def _pe_space(compiler, herd):
     sizes = next(s for op, s in compiler.herd_ops if op is herd)
-    return [dict(zip((a._uid for a in herd.ids), pe)) for pe in itertools.product(*[range(s) for s in sizes])]
+    return [
+        dict(zip((a._uid for a in herd.ids), pe))
+        for pe in itertools.product(*[range(s) for s in sizes])
+    ]
 
 
 def _row_major(shape):
@@ -589,7 +675,10 @@ def _instances(w, end):
     """(stream key, element offset, span) of every copy of `end`: one per PE of its herd, or one."""
     span = P.span(w.pattern(end))
     envs = _pe_space(w.compiler, end.herd) if end.herd is not None else [{}]
-    return [((end.key(w, env), w.offset(end, env)), w.offset(end, env), span) for env in envs]
+    return [
+        ((end.key(w, env), w.offset(end, env)), w.offset(end, env), span)
+        for env in envs
+    ]
 
 
 def _index_range(off, span, shape, rs, d):
@@ -641,18 +730,33 @@ def _memtiles(w, pp_loop, notes):
     for uid, (root, ends) in by_root.items():
         nbytes = root.type.num_elements * np_dtype(root.type.element_type).itemsize
         inst = {id(e): _instances(w, e) for e in ends}
-        flat = [(e.direction, key, off, span) for e in ends for key, off, span in inst[id(e)]]
+        flat = [
+            (e.direction, key, off, span)
+            for e in ends
+            for key, off, span in inst[id(e)]
+        ]
         seg = ends[0].segment
-        d, starts = (_split_dim(root, flat) if w.segment_tiles.get(id(seg), 0) > TILES_PER_L2_TILE
-                     else (None, None))
+        d, starts = (
+            _split_dim(root, flat)
+            if w.segment_tiles.get(id(seg), 0) > TILES_PER_L2_TILE
+            else (None, None)
+        )
         n = len(starts) if d is not None else 1
         shape, rs = root.type.shape, _row_major(root.type.shape)
         n_pieces[uid] = n
         slots = 2 if any(pp_loop(e) is not None for e in ends) else 1
-        mine = [_Piece(f"{root.type}" + (f" [piece {i} of {n}]" if n > 1 else ""), nbytes * slots // n, slots)
-                for i in range(n)]
+        mine = [
+            _Piece(
+                f"{root.type}" + (f" [piece {i} of {n}]" if n > 1 else ""),
+                nbytes * slots // n,
+                slots,
+            )
+            for i in range(n)
+        ]
         for e in ends:
-            loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
+            loops = [
+                lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)
+            ]
             ch = _chain(w, e, loops, pp_loop(e), n if e.herd is None else 1)
             _check_strides(w, e, ch, "memtile")
             for key, off, span in inst[id(e)]:
@@ -660,15 +764,24 @@ def _memtiles(w, pp_loop, notes):
                     touched = [0]
                 else:  # the piece(s) it touches: aircc splits a transfer that spans several
                     r = _index_range(off, span, shape, rs, d) or (0, shape[d] - 1)
-                    touched = range(bisect.bisect_right(starts, r[0]) - 1, bisect.bisect_right(starts, r[1]))
+                    touched = range(
+                        bisect.bisect_right(starts, r[0]) - 1,
+                        bisect.bisect_right(starts, r[1]),
+                    )
                 for i in touched:
                     # PEs that read the same bytes share one broadcast stream (a BD chain once)
-                    mine[i].add(e.direction, key, e.where(), ch.bds, shared=e.herd is not None)
-        refeed = max((_trip(e.loops[-1]) or 1 for e in ends if _is_refeed(e)), default=1)
+                    mine[i].add(
+                        e.direction, key, e.where(), ch.bds, shared=e.herd is not None
+                    )
+        refeed = max(
+            (_trip(e.loops[-1]) or 1 for e in ends if _is_refeed(e)), default=1
+        )
         for p in mine:
             wr = sum(1 for x in p.streams if x[0] == "s2mm")
             rd = len(p.streams) - wr
-            p.lock_value = max(p.slots, refeed, -(-rd // wr) if wr else 1, -(-wr // rd) if rd else 1)
+            p.lock_value = max(
+                p.slots, refeed, -(-rd // wr) if wr else 1, -(-wr // rd) if rd else 1
+            )
         pieces += mine
     return _place(w, pieces), n_pieces
 
@@ -688,18 +801,31 @@ def _place(w, pieces):
     tiles = [Tile("memtile", f"memtile {i}") for i in range(COLUMNS)]
     for p in sorted(pieces, key=lambda p: (-len(p.streams), -p.bytes)):
         if p.bytes > MEMTILE_BYTES:
-            w.problems.append((f"memtile: {p.name} needs {p.bytes} > {MEMTILE_BYTES} bytes",
-                               f"memtile: the L2 buffer {p.name} needs {p.bytes} bytes in one memtile "
-                                f"({'with its ping-pong copy' if p.slots == 2 else 'one copy'}), which has "
-                                f"{MEMTILE_BYTES}; aircc splits L2 buffers only along their herd fan-out "
-                                f"(air-split-l2-memref, AIRMiscPasses.cpp), not by size"))
+            w.problems.append(
+                (
+                    f"memtile: {p.name} needs {p.bytes} > {MEMTILE_BYTES} bytes",
+                    f"memtile: the L2 buffer {p.name} needs {p.bytes} bytes in one memtile "
+                    f"({'with its ping-pong copy' if p.slots == 2 else 'one copy'}), which has "
+                    f"{MEMTILE_BYTES}; aircc splits L2 buffers only along their herd fan-out "
+                    f"(air-split-l2-memref, AIRMiscPasses.cpp), not by size",
+                )
+            )
         s2 = sum(1 for d, _, _ in p.streams if d == "s2mm")
         mm = len(p.streams) - s2
 
         def room(t):
-            return (lim["s2mm"] - len(t.s2mm) + lim["mm2s"] - len(t.mm2s), MEMTILE_BYTES - t.bytes)
-        fit = [t for t in tiles if t.bytes + p.bytes <= MEMTILE_BYTES and len(t.s2mm) + s2 <= lim["s2mm"]
-               and len(t.mm2s) + mm <= lim["mm2s"]]
+            return (
+                lim["s2mm"] - len(t.s2mm) + lim["mm2s"] - len(t.mm2s),
+                MEMTILE_BYTES - t.bytes,
+            )
+
+        fit = [
+            t
+            for t in tiles
+            if t.bytes + p.bytes <= MEMTILE_BYTES
+            and len(t.s2mm) + s2 <= lim["s2mm"]
+            and len(t.mm2s) + mm <= lim["mm2s"]
+        ]
         t = max(fit or tiles, key=room)
         t.bytes += p.bytes
         t.pieces.append(p.name)
@@ -707,7 +833,9 @@ def _place(w, pieces):
         t.lock_value = max(t.lock_value, p.lock_value)
         for direction, what, bds in p.streams:
             lst = t.s2mm if direction == "s2mm" else t.mm2s
-            t.parity[len(lst) % 2] += bds  # channel i draws on the BD pool of its parity
+            t.parity[
+                len(lst) % 2
+            ] += bds  # channel i draws on the BD pool of its parity
             lst.append(f"{what}: {bds} BD{'s' if bds != 1 else ''}")
             t.bds += bds
     return [t for t in tiles if t.pieces]
@@ -716,7 +844,8 @@ def _place(w, pieces):
 def _shims(w, n_pieces):
     """Every L3 side is a shim DMA stream: one per piece of the L2 buffer on its other side, one per
     PE that reads different bytes when the other side is a herd's L1, one per channel op otherwise.
-    Streams fill the columns in order, two per direction each (aircc caps a launch at 8 x 2)."""
+    Streams fill the columns in order, two per direction each (aircc caps a launch at 8 x 2).
+    """
     per = {"s2mm": [], "mm2s": []}
     for e in w.ends:
         if e.level != L3:
@@ -727,7 +856,9 @@ def _shims(w, n_pieces):
             if other.level == L2:
                 count = n_pieces.get(w.root(other.side.memref)[0]._uid, 1)
             elif other.herd is not None:
-                count = len({w.offset(e, env) for env in _pe_space(w.compiler, other.herd)})
+                count = len(
+                    {w.offset(e, env) for env in _pe_space(w.compiler, other.herd)}
+                )
         loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
         ch = _chain(w, e, loops, None, count)
         _check_strides(w, e, ch, "shim")
@@ -738,6 +869,8 @@ def _shims(w, n_pieces):
         total = cap * COLUMNS
         for i, (what, bds) in enumerate(streams):
             t = tiles[i // cap] if i < total else tiles[-1]
-            (t.s2mm if direction == "s2mm" else t.mm2s).append(f"{what}: {bds} BD{'s' if bds != 1 else ''}")
+            (t.s2mm if direction == "s2mm" else t.mm2s).append(
+                f"{what}: {bds} BD{'s' if bds != 1 else ''}"
+            )
             t.bds += bds
     return [t for t in tiles if t.s2mm or t.mm2s]

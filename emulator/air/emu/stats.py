@@ -13,9 +13,13 @@ def _table(headers, rows):
     for r in rows:
         for i, c in enumerate(r):
             widths[i] = max(widths[i], len(str(c)))
+
     def line(cells):
-        return "  ".join(str(c).rjust(w) if isinstance(c, int) else str(c).ljust(w)
-                         for c, w in zip(cells, widths))
+        return "  ".join(
+            str(c).rjust(w) if isinstance(c, int) else str(c).ljust(w)
+            for c, w in zip(cells, widths)
+        )
+
     out = [line(headers), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in rows]
     return out
@@ -78,21 +82,37 @@ class Stats:
         lines = [f"Emulator counters ({self.seconds:.2f} s wall)"]
         order = {"L3": 0, "L2": 1, "L1": 2}
         rows = []
-        for key in sorted(self.bytes, key=lambda k: (order.get(k[0], 9), order.get(k[1], 9))):
-            rows.append((f"{key[0]} -> {key[1]}", self.transfers.get(key, 0), self.bytes[key],
-                         _fmt_bytes(self.bytes[key])))
+        for key in sorted(
+            self.bytes, key=lambda k: (order.get(k[0], 9), order.get(k[1], 9))
+        ):
+            rows.append(
+                (
+                    f"{key[0]} -> {key[1]}",
+                    self.transfers.get(key, 0),
+                    self.bytes[key],
+                    _fmt_bytes(self.bytes[key]),
+                )
+            )
         lines += _table(("data movement", "transfers", "bytes", ""), rows)
         lines.append("")
-        lines.append(f"dma_memcpy_nd executions {self.dma_ops}, channel puts {self.channel_puts}, "
-                     f"channel gets {self.channel_gets}")
-        lines.append(f"launch iterations {self.launch_iterations}, segment iterations "
-                     f"{self.segment_iterations}, PE executions {self.pe_executions}")
+        lines.append(
+            f"dma_memcpy_nd executions {self.dma_ops}, channel puts {self.channel_puts}, "
+            f"channel gets {self.channel_gets}"
+        )
+        lines.append(
+            f"launch iterations {self.launch_iterations}, segment iterations "
+            f"{self.segment_iterations}, PE executions {self.pe_executions}"
+        )
         if self.uses_after_dealloc:
-            lines.append(f"note: {self.uses_after_dealloc} uses of buffers after their memref.dealloc "
-                         f"(aircc keeps buffers static, so they work; first: {self.first_use_after_dealloc})")
+            lines.append(
+                f"note: {self.uses_after_dealloc} uses of buffers after their memref.dealloc "
+                f"(aircc keeps buffers static, so they work; first: {self.first_use_after_dealloc})"
+            )
         if self.herd_executions:
             lines.append("")
-            lines += _table(("herd", "executions"), sorted(self.herd_executions.items()))
+            lines += _table(
+                ("herd", "executions"), sorted(self.herd_executions.items())
+            )
         if self.kernel_calls:
             lines.append("")
             lines += _table(("kernel", "calls"), sorted(self.kernel_calls.items()))

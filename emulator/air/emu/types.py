@@ -18,9 +18,18 @@ L3, L2, L1 = 0, 1, 2
 LEVEL_NAMES = {L3: "L3", L2: "L2", L1: "L1"}
 
 _INT = {
-    (8, ""): np.int8, (16, ""): np.int16, (32, ""): np.int32, (64, ""): np.int64,
-    (8, "s"): np.int8, (16, "s"): np.int16, (32, "s"): np.int32, (64, "s"): np.int64,
-    (8, "u"): np.uint8, (16, "u"): np.uint16, (32, "u"): np.uint32, (64, "u"): np.uint64,
+    (8, ""): np.int8,
+    (16, ""): np.int16,
+    (32, ""): np.int32,
+    (64, ""): np.int64,
+    (8, "s"): np.int8,
+    (16, "s"): np.int16,
+    (32, "s"): np.int32,
+    (64, "s"): np.int64,
+    (8, "u"): np.uint8,
+    (16, "u"): np.uint16,
+    (32, "u"): np.uint32,
+    (64, "u"): np.uint64,
     (1, ""): np.bool_,
 }
 
@@ -41,8 +50,10 @@ def np_dtype(t):
         key = (t.width, t._sign)
         if key in _INT:
             return np.dtype(_INT[key])
-    raise UnsupportedError(f"element type {t} has no numpy equivalent in the emulator "
-                           f"(sub-byte types must be carried as i8 / ui8 bytes)")
+    raise UnsupportedError(
+        f"element type {t} has no numpy equivalent in the emulator "
+        f"(sub-byte types must be carried as i8 / ui8 bytes)"
+    )
 
 
 def level_of(memref_type):

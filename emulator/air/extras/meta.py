@@ -18,7 +18,11 @@ def region_op(op_class, terminator=None):
             if terminator is not None:
                 if returned is None:
                     returned = []
-                values = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+                values = (
+                    list(returned)
+                    if isinstance(returned, (tuple, list))
+                    else [returned]
+                )
                 with InsertionPoint(blocks[len(blocks) - 1]):
                     terminator(values)
             return op.results[0] if len(op.results) == 1 else op
@@ -26,7 +30,9 @@ def region_op(op_class, terminator=None):
         return trace_body
 
     def decorator(*args, **kwargs):
-        if len(args) == 1 and not kwargs and callable(args[0]):  # bare @op: no constructor arguments
+        if (
+            len(args) == 1 and not kwargs and callable(args[0])
+        ):  # bare @op: no constructor arguments
             return build()(args[0])
         return build(*args, **kwargs)
 

@@ -54,7 +54,9 @@ def memref(*shape, element_type=None, memory_space=None, layout=None):
         shape = shape[:-1]
     if memory_space is not None and not isinstance(memory_space, Attribute):
         memory_space = Attribute.parse(str(memory_space))
-    return MemRefType.get(list(shape), element_type, layout=layout, memory_space=memory_space)
+    return MemRefType.get(
+        list(shape), element_type, layout=layout, memory_space=memory_space
+    )
 
 
 def function(*, inputs, results):

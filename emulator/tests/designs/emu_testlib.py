@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EMULATOR = os.path.dirname(os.path.dirname(HERE))  # emulator/, holding the emulated `air` package
+EMULATOR = os.path.dirname(
+    os.path.dirname(HERE)
+)  # emulator/, holding the emulated `air` package
 REPO = os.path.dirname(EMULATOR)
 if EMULATOR not in sys.path:
     sys.path.insert(0, EMULATOR)
@@ -20,10 +22,15 @@ LIBRARY = os.path.join(BUILD, "emu_kernels.so")
 
 def build_kernels():
     """Build build/emu_tests/emu_kernels.so when missing or older than its source; return its dir."""
-    if not os.path.exists(LIBRARY) or os.path.getmtime(LIBRARY) < os.path.getmtime(SOURCE):
+    if not os.path.exists(LIBRARY) or os.path.getmtime(LIBRARY) < os.path.getmtime(
+        SOURCE
+    ):
         os.makedirs(BUILD, exist_ok=True)
         tmp = LIBRARY + f".{os.getpid()}.tmp"
-        subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-o", tmp, SOURCE], check=True)
+        subprocess.run(
+            ["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-o", tmp, SOURCE],
+            check=True,
+        )
         os.replace(tmp, LIBRARY)
     return BUILD
 

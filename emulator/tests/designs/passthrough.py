@@ -8,7 +8,15 @@ principle, with real mlir-air.
 import numpy as np
 
 from air.backend.xrt_runner import XRTRunner
-from air.dialects.air import MemorySpace, T, dma_memcpy_nd, herd, launch, module_builder, segment
+from air.dialects.air import (
+    MemorySpace,
+    T,
+    dma_memcpy_nd,
+    herd,
+    launch,
+    module_builder,
+    segment,
+)
 from air.dialects.func import FuncOp
 from air.dialects.memref import AllocOp, DeallocOp
 from air.dialects.scf import for_, yield_
@@ -18,8 +26,12 @@ from air.ir import IntegerAttr, MemRefType
 @module_builder
 def build_module(n=4096, tile=1024):
     l3_ty = MemRefType.get([n], T.i32())
-    l2_ty = MemRefType.get([n], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L2))
-    l1_ty = MemRefType.get([tile], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L1))
+    l2_ty = MemRefType.get(
+        [n], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L2)
+    )
+    l1_ty = MemRefType.get(
+        [tile], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L1)
+    )
 
     @FuncOp.from_py_func(l3_ty, l3_ty)
     def passthrough(arg_in, arg_out):
@@ -35,8 +47,20 @@ def build_module(n=4096, tile=1024):
                 def herd_body(_tx, _ty, _sx, _sy, h_in, h_out):
                     for off in for_(0, n, tile):
                         l1 = AllocOp(l1_ty, [], [])
-                        dma_memcpy_nd(l1, h_in, src_offsets=[off], src_sizes=[tile], src_strides=[1])
-                        dma_memcpy_nd(h_out, l1, dst_offsets=[off], dst_sizes=[tile], dst_strides=[1])
+                        dma_memcpy_nd(
+                            l1,
+                            h_in,
+                            src_offsets=[off],
+                            src_sizes=[tile],
+                            src_strides=[1],
+                        )
+                        dma_memcpy_nd(
+                            h_out,
+                            l1,
+                            dst_offsets=[off],
+                            dst_sizes=[tile],
+                            dst_strides=[1],
+                        )
                         DeallocOp(l1)
                         yield_([])
 
@@ -48,7 +72,9 @@ def build_module(n=4096, tile=1024):
 def main(n=4096, tile=1024):
     data = np.arange(n, dtype=np.int32) * 3 - 7
     runner = XRTRunner(omit_while_true_loop=False)
-    return runner.run_test(build_module(n, tile), inputs=[data], expected_outputs=[data.copy()])
+    return runner.run_test(
+        build_module(n, tile), inputs=[data], expected_outputs=[data.copy()]
+    )
 
 
 if __name__ == "__main__":

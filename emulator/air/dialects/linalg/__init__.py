@@ -17,14 +17,19 @@ class FillOp(Operation):
         v = _as_value(value, "linalg.fill value")
         o = _as_value(out, "linalg.fill output")
         if not isinstance(o.type, MemRefType):
-            raise UnsupportedError(f"linalg.fill on {o.type}: the emulator fills memrefs only (no tensors)")
+            raise UnsupportedError(
+                f"linalg.fill on {o.type}: the emulator fills memrefs only (no tensors)"
+            )
         if v.type != o.type.element_type:
             raise TraceError(f"linalg.fill: value of type {v.type} into {o.type}")
         self._init_op([v, o], [], loc=loc, ip=ip)
 
     def _print_custom(self, p, indent):
         v, o = self.operands
-        return [" " * indent + f"linalg.fill ins({p.name(v)} : {v.type}) outs({p.name(o)} : {o.type})"]
+        return [
+            " " * indent
+            + f"linalg.fill ins({p.name(v)} : {v.type}) outs({p.name(o)} : {o.type})"
+        ]
 
 
 def fill(value, *, outs, loc=None, ip=None):

@@ -1,16 +1,21 @@
-// Profiling build of the host aie_api (-DAIE_HOST_PROFILE; off by default and then free): what a kernel
-// call issues, per AIE2P issue-slot class, per software-pipelined loop, read back by the cost model
+// Profiling build of the host aie_api (-DAIE_HOST_PROFILE; off by default and
+// then free): what a kernel call issues, per AIE2P issue-slot class, per
+// software-pipelined loop, read back by the cost model
 // (emulator/air/emu/kernel_cost.py) through aie_host_profile_read().
 //
-// Slot classes (llvm-aie AIE2PSlots.td: lda, ldb, st, vec, mv, alu, lng): MAC = vector MAC / matmul,
-// LOAD = vector loads and block-stream pops (with the FIFO refills), STORE = vector stores and block-stream
-// pushes (push + flush), SHUFFLE = transposes, interleaves, shuffles and broadcasts, CONVERT = srs / ups /
-// float and block conversions, ALU = element-wise vector add / sub / compare. Counted in instructions of
-// the 512-bit datapath (a 1024-bit operand counts twice); register views (extract, insert, concat, casts)
-// are free. Loops: a kernel marks its pipelined loops with KERNEL_MIN_ITERS / AIE_PREPARE_FOR_PIPELINING
-// before the `for` (one scope per entry) or chess_prepare_for_pipelining after it (one per iteration);
-// the profile keeps, per marked loop (by source line), its entries and what it issued. Block streams: the
-// number live at once, against the core's two load FIFOs and one store FIFO (AIE2PRegisterInfo.td).
+// Slot classes (llvm-aie AIE2PSlots.td: lda, ldb, st, vec, mv, alu, lng): MAC =
+// vector MAC / matmul, LOAD = vector loads and block-stream pops (with the FIFO
+// refills), STORE = vector stores and block-stream pushes (push + flush),
+// SHUFFLE = transposes, interleaves, shuffles and broadcasts, CONVERT = srs /
+// ups / float and block conversions, ALU = element-wise vector add / sub /
+// compare. Counted in instructions of the 512-bit datapath (a 1024-bit operand
+// counts twice); register views (extract, insert, concat, casts) are free.
+// Loops: a kernel marks its pipelined loops with KERNEL_MIN_ITERS /
+// AIE_PREPARE_FOR_PIPELINING before the `for` (one scope per entry) or
+// chess_prepare_for_pipelining after it (one per iteration); the profile keeps,
+// per marked loop (by source line), its entries and what it issued. Block
+// streams: the number live at once, against the core's two load FIFOs and one
+// store FIFO (AIE2PRegisterInfo.td).
 #pragma once
 
 #include <cstdint>
@@ -23,69 +28,82 @@ enum slot : unsigned { MAC, LOAD, STORE, SHUFFLE, CONVERT, ALU, SLOTS };
 constexpr unsigned MAX_SITES = 64;
 
 struct site {
-    unsigned line;
-    uint64_t entries;
-    uint64_t ops[SLOTS];
+  unsigned line;
+  uint64_t entries;
+  uint64_t ops[SLOTS];
 };
 
 struct state {
-    site sites[MAX_SITES];
-    unsigned n_sites;
-    uint64_t outside[SLOTS];
-    int current = -1;      // the innermost marked loop running, or -1
-    int last_closed = -1;  // the loop whose iteration just ended, while nothing has issued since
-    int live_in, live_out, peak_in, peak_out;
+  site sites[MAX_SITES];
+  unsigned n_sites;
+  uint64_t outside[SLOTS];
+  int current = -1; // the innermost marked loop running, or -1
+  int last_closed =
+      -1; // the loop whose iteration just ended, while nothing has issued since
+  int live_in, live_out, peak_in, peak_out;
 };
 
 __attribute__((visibility("hidden"))) inline state g_state;
 
 inline void count(slot s, unsigned n = 1) {
-    state &st = g_state;
-    (st.current >= 0 ? st.sites[st.current].ops : st.outside)[s] += n;
-    st.last_closed = -1;
+  state &st = g_state;
+  (st.current >= 0 ? st.sites[st.current].ops : st.outside)[s] += n;
+  st.last_closed = -1;
 }
 
 inline int find_site(unsigned line) {
-    state &st = g_state;
-    for (unsigned i = 0; i < st.n_sites; ++i)
-        if (st.sites[i].line == line) return int(i);
-    if (st.n_sites == MAX_SITES) return -1;
-    st.sites[st.n_sites] = site{line, 0, {}};
-    return int(st.n_sites++);
+  state &st = g_state;
+  for (unsigned i = 0; i < st.n_sites; ++i)
+    if (st.sites[i].line == line)
+      return int(i);
+  if (st.n_sites == MAX_SITES)
+    return -1;
+  st.sites[st.n_sites] = site{line, 0, {}};
+  return int(st.n_sites++);
 }
 
-// One scope per loop entry (per_iteration false) or per iteration (true: consecutive iterations of the
-// same loop with nothing issued between them are one entry).
+// One scope per loop entry (per_iteration false) or per iteration (true:
+// consecutive iterations of the same loop with nothing issued between them are
+// one entry).
 class loop {
 public:
-    loop(unsigned line, bool per_iteration) : prev_(g_state.current), site_(find_site(line)) {
-        state &st = g_state;
-        if (site_ < 0) return;
-        if (!(per_iteration && st.last_closed == site_)) ++st.sites[site_].entries;
-        st.current = site_;
-        st.last_closed = -1;
-    }
-    ~loop() {
-        if (site_ < 0) return;
-        g_state.current = prev_;
-        g_state.last_closed = site_;
-    }
-    explicit operator bool() const { return true; }
+  loop(unsigned line, bool per_iteration)
+      : prev_(g_state.current), site_(find_site(line)) {
+    state &st = g_state;
+    if (site_ < 0)
+      return;
+    if (!(per_iteration && st.last_closed == site_))
+      ++st.sites[site_].entries;
+    st.current = site_;
+    st.last_closed = -1;
+  }
+  ~loop() {
+    if (site_ < 0)
+      return;
+    g_state.current = prev_;
+    g_state.last_closed = site_;
+  }
+  explicit operator bool() const { return true; }
 
 private:
-    int prev_, site_;
+  int prev_, site_;
 };
 
 inline void stream_opened(bool input) {
-    state &st = g_state;
-    int &live = input ? st.live_in : st.live_out;
-    int &peak = input ? st.peak_in : st.peak_out;
-    if (++live > peak) peak = live;
+  state &st = g_state;
+  int &live = input ? st.live_in : st.live_out;
+  int &peak = input ? st.peak_in : st.peak_out;
+  if (++live > peak)
+    peak = live;
 }
-inline void stream_closed(bool input) { --(input ? g_state.live_in : g_state.live_out); }
+inline void stream_closed(bool input) {
+  --(input ? g_state.live_in : g_state.live_out);
+}
 
-#define AIE_HOST_LOOP_ENTRY if (::host::profile::loop aie_host_loop_{__LINE__, false})
-#define AIE_HOST_LOOP_ITERATION if (::host::profile::loop aie_host_loop_{__LINE__, true})
+#define AIE_HOST_LOOP_ENTRY                                                    \
+  if (::host::profile::loop aie_host_loop_{__LINE__, false})
+#define AIE_HOST_LOOP_ITERATION                                                \
+  if (::host::profile::loop aie_host_loop_{__LINE__, true})
 #else
 inline void count(slot, unsigned = 1) {}
 inline void stream_opened(bool) {}
@@ -97,31 +115,37 @@ inline void stream_closed(bool) {}
 // 512-bit datapath instructions for an operand of `bits` bits.
 constexpr unsigned words512(unsigned bits) { return (bits + 511) / 512; }
 
-}  // namespace host::profile
+} // namespace host::profile
 
 #if defined(AIE_HOST_PROFILE)
-// Read back by the cost model: [n_sites, then per site line, entries, ops[SLOTS]; outside[SLOTS];
-// peak live input streams, peak live output streams]; returns the number of values written.
-extern "C" __attribute__((weak, visibility("default"))) unsigned aie_host_profile_read(uint64_t *out, unsigned cap) {
-    using namespace host::profile;
-    const state &st = g_state;
-    unsigned n = 0;
-    auto put = [&](uint64_t v) {
-        if (n < cap) out[n] = v;
-        ++n;
-    };
-    put(st.n_sites);
-    for (unsigned i = 0; i < st.n_sites; ++i) {
-        put(st.sites[i].line);
-        put(st.sites[i].entries);
-        for (unsigned s = 0; s < SLOTS; ++s) put(st.sites[i].ops[s]);
-    }
-    for (unsigned s = 0; s < SLOTS; ++s) put(st.outside[s]);
-    put(uint64_t(st.peak_in));
-    put(uint64_t(st.peak_out));
-    return n;
+// Read back by the cost model: [n_sites, then per site line, entries,
+// ops[SLOTS]; outside[SLOTS]; peak live input streams, peak live output
+// streams]; returns the number of values written.
+extern "C" __attribute__((weak, visibility("default"))) unsigned
+aie_host_profile_read(uint64_t *out, unsigned cap) {
+  using namespace host::profile;
+  const state &st = g_state;
+  unsigned n = 0;
+  auto put = [&](uint64_t v) {
+    if (n < cap)
+      out[n] = v;
+    ++n;
+  };
+  put(st.n_sites);
+  for (unsigned i = 0; i < st.n_sites; ++i) {
+    put(st.sites[i].line);
+    put(st.sites[i].entries);
+    for (unsigned s = 0; s < SLOTS; ++s)
+      put(st.sites[i].ops[s]);
+  }
+  for (unsigned s = 0; s < SLOTS; ++s)
+    put(st.outside[s]);
+  put(uint64_t(st.peak_in));
+  put(uint64_t(st.peak_out));
+  return n;
 }
-extern "C" __attribute__((weak, visibility("default"))) void aie_host_profile_reset() {
-    host::profile::g_state = host::profile::state{};
+extern "C" __attribute__((weak, visibility("default"))) void
+aie_host_profile_reset() {
+  host::profile::g_state = host::profile::state{};
 }
 #endif

@@ -7,9 +7,27 @@ A definition records its name and arguments and nothing more; calling the op rai
 from ....emu.errors import UnsupportedError
 
 __all__ = [
-    "linalg_structured_op", "TensorDef", "ScalarDef", "IndexAttrDef", "UnaryFnAttrDef", "BinaryFnAttrDef",
-    "TypeFnAttrDef", "S", "D", "TV", "T", "U", "TypeFn", "UnaryFn", "BinaryFn", "ReduceFn", "domain",
-    "implements", "defines", "index", "const",
+    "linalg_structured_op",
+    "TensorDef",
+    "ScalarDef",
+    "IndexAttrDef",
+    "UnaryFnAttrDef",
+    "BinaryFnAttrDef",
+    "TypeFnAttrDef",
+    "S",
+    "D",
+    "TV",
+    "T",
+    "U",
+    "TypeFn",
+    "UnaryFn",
+    "BinaryFn",
+    "ReduceFn",
+    "domain",
+    "implements",
+    "defines",
+    "index",
+    "const",
 ]
 
 
@@ -120,7 +138,8 @@ class _StructuredOp:
     def __call__(self, *args, **kwargs):
         raise UnsupportedError(
             f"linalg structured op {self.op_name!r}: the emulator does not lower linalg ops; build the "
-            f"design with an external kernel (func.call to a link_with object), e.g. --codegen external")
+            f"design with an external kernel (func.call to a link_with object), e.g. --codegen external"
+        )
 
 
 def linalg_structured_op(fn=None, *, op_name=None):
