@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # int4-AWQ GEMM for AMD NPU2 (AIE2P): user entry points. See README.md.
 #
 #   make run8x4                    the main job: 8x4 herd, 64x64 tiles (NPU2 if present, else the emulator)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # int4-AWQ GEMV (decode) for NPU2 (AIE2P): the MLIR-AIR design.
 """C[M, N] (bf16) = A[M, K] (bf16) x dequant(W)[K, N] for M = 1 .. 32, on the GEMM's packed records.
 

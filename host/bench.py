@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Every Llama-3.2-1B projection in the default-configuration table: measured on NPU2, modelled elsewhere.
 
 After the prefill rows, the decode rows: every projection at M = 1 on the GEMV design (matvec_int4_packed.py,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Host-side figures (measured on this machine's CPU, not the NPU):
 
   * the reference GEMM for M = N = K = 2048 (f64 and f32 accumulation), budget 2 s;

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Host program: make or load int4-AWQ weights, pack them, run the GEMM on NPU2 or the emulator, check.
 
     host/run.py --m 512 --k 1024 --n 256                     random weights, default configuration

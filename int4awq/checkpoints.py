@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Import one int4 linear layer of a real quantised checkpoint into the host layout (AwqWeights).
 
 Supported layouts (safetensors only; docs/checkpoints.md cites the source of each):

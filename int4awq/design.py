@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """One configuration of the AIR design: its validation, derived sizes, memory budgets and CLI options.
 
 The builder (matmul_int4_packed.py), the host program and the Makefile all describe a run with the same

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The one error type for bad input (the command line prints its message and exits 2), and the line a
 command prints when a Python dependency is missing. Imports nothing outside the standard library, so the
 entry points can use it before numpy is known to be importable."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The decode design (matvec_int4_packed.py): one configuration, its rules, budgets, traffic and model.
 
 C[M, N] = A[M, K] x dequant(W)[K, N] for M = 1 .. 32 rows on all 32 compute tiles, reading the same packed

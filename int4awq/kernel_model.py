@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The AIE2P kernel from the host: a numpy model of its arithmetic and a ctypes driver of its host build.
 
 kernel_gemm_model(a, w, tile_k) reproduces, bit for bit, what kernels/mv_int4_bf16.cc computes (native

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """What one call of the kernel issues on the AIE2P core, from the host aie_api's profiling build.
 
     python3 -m int4awq.kernel_profile --tile-m 64 --tile-n 64 --tile-k 64 --gs 128

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A traffic and roofline model of NPU2 GEMM time, calibrated against mlir-air's measurements.
 
 time = max(DDR bytes / DDR_BYTES_PER_S, 2*M*N*K / compute ceiling) + FIXED_S

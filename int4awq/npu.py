@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Run a compiled design on an NPU2 through XRT's Python binding (pyxrt).
 
 The sequence is the one mlir-air's XRTBackend.load uses for an xclbin: open device 0, register the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """AWQ int4 weights: the container, AutoAWQ's quantiser, dequantisation and seeded generators.
 
 Layout used everywhere on the host (logical, before packing into kernel records):

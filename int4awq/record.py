@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The packed Q+S+Z weight record the AIE2P kernel reads, its packer and unpacker, and the kernel's rules.
 
 One record per (N-tile nt, K-chunk kc) holds everything a PE needs for one `gemm_int4_accumulate` call,

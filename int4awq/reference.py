@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The reference GEMM and the checks every run prints.
 
 The reference is the AWQ definition C = A @ ((q - z) * s), accumulated in f64 (or f32 on request) with one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Legal configurations of the design for a GEMM shape, ranked by the NPU2 model; the default-config table.
 
     python -m int4awq.sweep --m 2048 --k 2048 --n 2048        the ten best configurations, modelled

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //===- mv_int4_bf16.cc - int4-AWQ GEMM inner kernel for AIE2P (aie_api) ---===//
 //
 // One PE computes a DIM_M x DIM_N tile of C = A x dequant(W), one K-chunk of

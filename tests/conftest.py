@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Tests import the repository's own packages (int4awq, host) however pytest is started."""
 
 import os

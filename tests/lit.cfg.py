@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # lit configuration: emulator tests run everywhere; NPU2 tests need the features detected below.
 import os
 import re

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The host AIE2P intrinsic layer (emulator/include/aie_api/detail/host_intrinsics.hpp) and the
 rounding-mode-following bfp16 conversion, against numpy.
 

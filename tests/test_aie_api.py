@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The host aie_api against numpy models of aie_api's documented AIE2P semantics.
 
 tests/aie_api/ops.cc wraps single operations in extern "C" functions; it is built (via make) with and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """matmul_int4_packed.py as mlir-air's examples are used: build_module with plain integers, and the
 upstream CLI conventions (-p / --print-module-only, --compile-mode, -v), here on the emulator.
 """

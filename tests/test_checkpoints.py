@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Checkpoint import: fixtures written byte by byte from each format's definition, independently of the
 importer (own safetensors writer, own packers running in the packing direction, own dequantisation from
 the logical codes the fixture was built from)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """host/bench.py's command line: bad input is one line and exit 2, checked before the rows run."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The Makefile's argument passing and interpreter choice, from `make -n` (nothing is run)."""
 
 import os

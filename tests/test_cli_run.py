@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """host/run.py as a user meets it: bad input is one line on stderr and exit 2 (never a traceback),
 numerical failures exit 1 with their figures and causes, Ctrl-C exits 130, --report comes after the
 result within 100 columns. In-process calls of main(argv) unless the case is about the process.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Design configurations: validation, budgets, DDR traffic, the sweep and the default table."""
 
 import argparse

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The host program on the emulator: padding, exact mode, saving, counters vs the design, exit codes."""
 
 import os

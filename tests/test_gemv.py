@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The decode GEMV: its kernel entries, numpy model, design and host program, on the GEMM's packed record.
 
 * the GEMV entries of the host-built object, bit for bit against int4awq.kernel_model.kernel_gemv_model

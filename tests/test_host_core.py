@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """AWQ quantisation, generators, the reference GEMM and the checks."""
 
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The int4-AWQ kernel (host build of kernels/mv_int4_bf16.cc) and its packed record.
 
 * the kernel through ctypes on packed records, bit for bit against the numpy model of its arithmetic

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The host aie_api's profiling build (-DAIE_HOST_PROFILE) counts what a kernel issues per AIE2P slot
 class, per marked loop, and the block streams live at once; int4awq.kernel_profile reads it.
 """

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Real MLIR verifies what the emulator prints (issue 17).
 
 The emulated IR's generic form (`module.operation.print(print_generic_op_form=True)`, as with the

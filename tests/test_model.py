@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The NPU2 traffic model reproduces mlir-air's dense bf16 GEMM measurements (docs/performance.md#calibration-against-measured-dense-gemms)."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The NPU path against a recording stand-in for pyxrt: what it allocates, syncs and calls, in order."""
 
 import types

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """CPU emulator of the mlir-air Python API.
 
 Put the directory that contains this package first on PYTHONPATH and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """air.ir for the CPU emulator: MLIR-shaped types, attributes, affine maps and
 a small operation tree that the builder's calls populate.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The emulated air API: tracing, DMA semantics against numpy, channels, counters,
 and one small design per strictness rule (each must get its error)."""
 

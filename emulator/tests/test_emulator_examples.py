@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Plain mlir-air-style designs run through XRTRunner.run_test on the emulator, and the
 interpreter-overhead benchmark at the int4 GEMM's 2048^3 op counts."""
 

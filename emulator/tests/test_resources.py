@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The emulator's NPU2 resource model (air/emu/resources.py): every rule has a design that sits
 exactly at its limit and passes, and one a step over it that is refused for that rule.
 """

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The harness of `make upstream-check` (emulator/upstream_check.py), on stand-in examples of our own:
 it reports a pass, a failure, a documented failure rejected and one not rejected, and refuses bad input.
 """

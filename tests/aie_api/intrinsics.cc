@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Small extern "C" kernels over the host AIE2P intrinsic layer
 // (emulator/include/aie_api/detail/ host_intrinsics.hpp) and the
 // rounding-mode-following bfp16 conversion, for tests/test_aie2p_intrinsics.py

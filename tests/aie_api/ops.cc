@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Small extern "C" wrappers around single host aie_api operations, for
 // tests/test_aie_api.py (ctypes). Built twice by tests/aie_api/Makefile: with
 // and without AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The backend interface, as mlir-air's air.backend.abc spells it."""
 
 import abc

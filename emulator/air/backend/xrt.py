@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """XRTBackend for the CPU emulator.
 
 Same constructor, `compile` / `load` / `compile_and_load` / `unload` and

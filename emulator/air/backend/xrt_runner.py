@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """XRTRunner on the CPU emulator: mlir-air's run_test contract (signature, pass/fail rule, the
 `Output i correlation: ...` line, `PASS!` / `failed.` and return value 0 / -1), implemented here.
 

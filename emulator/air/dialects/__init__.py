@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: MIT
 """Dialects of the emulated air package."""

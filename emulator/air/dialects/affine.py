@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """affine: apply (AffineApplyOp), evaluated with a compiled Python expression."""
 
 from ..ir import AffineMap, AffineMapAttr, IndexType, Operation, _as_value

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """air dialect for the emulator: launch / segment / herd, dma_memcpy_nd,
 channels, MemorySpace, module_builder -- the classic mlir-air Python API with
 its names, signatures and keywords (python/air/dialects/_air_ops_ext.py)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """arith: constants and scalar integer / float ops, evaluated by the interpreter.
 
 Each op class carries `_eval(values, result_type)`, the run-time semantics:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """func: FuncOp (declarations of external kernels and the design's entry
 function), CallOp and ReturnOp, with the real bindings' constructor forms."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """memref: alloc / dealloc, subview, cast, load / store."""
 
 from ..ir import (

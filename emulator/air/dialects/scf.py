@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """scf: for loops (`for_` / ForOp) and yield_, as the real bindings build them.
 
 The loop body is traced once with a symbolic induction variable; the backend

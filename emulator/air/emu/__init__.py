@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The emulator's own API (everything mlir-air does not have).
 
 * errors: `EmulatorError` and its two families `DesignError` (static; a host

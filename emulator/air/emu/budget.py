@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Static memory budgets: per-PE L1 and per-segment L2.
 
 L1, per herd (every PE of a herd has the same allocations):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Compile a traced module into Python closures, then interpret it.
 
 Compilation walks the entry function once.  Every SSA value gets a slot in one

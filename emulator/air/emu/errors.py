@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The emulator's exceptions.
 
 One base class, `EmulatorError`, split in two families:

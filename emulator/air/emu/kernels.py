@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Host kernel libraries: `link_with = "name.o"` -> `name.so`.
 
 Resolution order: the current working directory, then each directory of

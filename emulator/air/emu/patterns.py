@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Access patterns (offsets / sizes / strides) and the AIE2P DMA limits.
 
 A pattern addresses element  sum_d offset_d * stride_d + sum_d i_d * stride_d

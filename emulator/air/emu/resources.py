@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The NPU2 resource model: the DMA channels, buffer descriptors (BDs), locks and memtile space that
 aircc must find for every transfer of a design, checked after tracing and before anything runs.
 

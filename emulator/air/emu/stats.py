@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Counters of one emulated run, printable as a table."""
 
 

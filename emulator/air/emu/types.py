@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Element types, memory levels and poison values."""
 
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`region_op`: an op class as a body decorator (the form mlir's python extras give launch, segment, herd).
 
 `@herd(sizes=..., operands=...)` builds the op, then calls the decorated function once with the op's

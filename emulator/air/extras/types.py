@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Type shorthands (`T.i32()`, `T.index()`, `T.bf16()` ...), as in mlir.extras.types."""
 
 from ..ir import (

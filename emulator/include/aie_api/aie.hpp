@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Host (x86-64) implementation of the subset of AMD's aie_api that this
 // project's kernels use, with AIE2P (__AIE_ARCH__ == 21) semantics, so the same
 // kernel source builds with g++ for the CPU emulator. Header-only C++20;

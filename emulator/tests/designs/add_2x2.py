@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """bf16 element-wise add on a 2x2 herd, in plain mlir-air style.
 
 A, B [4, 256] bf16 in L3; each of the 4 PEs takes one row: L3 -> L2 -> L1 by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tiny host kernels for the emulator's own tests (built by
 // tests/test_emulator*.py with g++). Sizes are fixed per symbol, as an AIE
 // kernel's would be by its -D macros.

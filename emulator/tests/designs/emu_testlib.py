@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Helpers for the emulator's tests: put the emulated `air` first on sys.path,
 build the tiny test kernels (emu_kernels.cc) with g++, and small design builders."""
 

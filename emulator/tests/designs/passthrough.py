@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Passthrough through L2 and L1, written in plain mlir-air style.
 
 L3 -> L2 in one DMA, then a 1x1 herd walks the L2 buffer in tiles: L2 -> L1 -> L2,

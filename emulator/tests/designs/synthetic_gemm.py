@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A GEMM-shaped design with the op counts of the int4 GEMM at M = N = K = 2048 on a full
 8 x 4 herd with 64 x 64 tiles and tile_k_l1 = 64: 32 x 32 x 32 = 32,768 kernel calls and
 65,536 L2 -> L1 DMAs, plus the L3 <-> L2 traffic.  The kernels do nothing (noop1 / noop3 in

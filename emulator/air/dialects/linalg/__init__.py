@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """linalg: `fill` on memrefs, and the opdsl language for defining structured ops.
 
 The emulator runs `linalg.fill` (every element of the output memref set to the value). Structured ops

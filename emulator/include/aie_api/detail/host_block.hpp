@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Host (x86-64) aie_api: the bfp16ebs8 block type on AIE2P.
 //
 //   aie::block_vector<bfp16ebs8, 64>           8 blocks of 8 values; each block

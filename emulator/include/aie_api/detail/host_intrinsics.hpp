@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Host (x86-64) aie_api: the AIE2P intrinsic layer that kernels call next to
 // aie_api.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Host (x86-64) aie_api: aie::mmul and the bfp16 block conversion.
 //
 // Operand orders (aie_api): A is M x K row-major, B is K x N row-major, C is M

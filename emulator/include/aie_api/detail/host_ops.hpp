@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Host (x86-64) aie_api: memory access, initialisation, reshaping and
 // element-wise arithmetic.
 #pragma once

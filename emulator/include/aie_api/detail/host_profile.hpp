@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Profiling build of the host aie_api (-DAIE_HOST_PROFILE; off by default and
 // then free): what a kernel call issues, per AIE2P issue-slot class, per
 // software-pipelined loop, read back by the cost model

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Host (x86-64) aie_api: scalar element types, accumulator tags, rounding
 // state.
 //

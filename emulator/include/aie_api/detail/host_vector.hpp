@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Host (x86-64) aie_api: aie::vector and aie::accum.
 //
 // Sizes follow AIE2P's register file as aie_api exposes it: a vector is a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The names of mlir's linalg opdsl language, enough for a design to define a structured op.
 
 A definition records its name and arguments and nothing more; calling the op raises UnsupportedError
