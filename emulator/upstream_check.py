@@ -149,6 +149,24 @@ def bfp16_kernel(tm, tk, tn):
     )
 
 
+def gemv_args(m, k):
+    """The int4 GEMV scripts' options as their Makefile passes them (M_TILE 8, K_CHUNK 2048)."""
+    return (
+        "--output-format",
+        "elf",
+        "--m",
+        str(m),
+        "--k",
+        str(k),
+        "--gs",
+        "128",
+        "--m-tile",
+        "8",
+        "--k-chunk",
+        "2048",
+    )
+
+
 def gemm_args(m, k, n, tm, tn, tk1, tk2, hm, hn):
     return (
         "--m",
@@ -224,60 +242,21 @@ CASES = (
     Case(
         "int4 GEMV 2048x2048",
         GEMV,
-        (
-            "--output-format",
-            "elf",
-            "--m",
-            "2048",
-            "--k",
-            "2048",
-            "--gs",
-            "128",
-            "--m-tile",
-            "8",
-            "--k-chunk",
-            "2048",
-        ),
+        gemv_args(2048, 2048),
         (gemv_kernel(),),
         note="run_packed_npu2_2048x2048_peano.lit",
     ),
     Case(
         "int4 GEMV 2048x8192",
         GEMV,
-        (
-            "--output-format",
-            "elf",
-            "--m",
-            "2048",
-            "--k",
-            "8192",
-            "--gs",
-            "128",
-            "--m-tile",
-            "8",
-            "--k-chunk",
-            "2048",
-        ),
+        gemv_args(2048, 8192),
         (gemv_kernel(),),
         note="run_packed_npu2_2048x8192_peano.lit",
     ),
     Case(
         "int4 GEMV + residual add 2048x2048",
         GEMV_ADD,
-        (
-            "--output-format",
-            "elf",
-            "--m",
-            "2048",
-            "--k",
-            "2048",
-            "--gs",
-            "128",
-            "--m-tile",
-            "8",
-            "--k-chunk",
-            "2048",
-        ),
+        gemv_args(2048, 2048),
         (gemv_kernel(),),
         note="run_packed_add_npu2_2048x2048_peano.lit",
     ),
