@@ -47,10 +47,7 @@ import os
 import signal
 import sys
 
-import numpy as np
-
 try:
-    from air.backend.xrt import XRTBackend
     from air.dialects.affine import apply as affine_apply
     from air.dialects.air import (
         Channel,
@@ -387,61 +384,8 @@ def backend_options(cfg: DesignConfig) -> dict:
     )
 
 
-def compile_only(cfg: DesignConfig, module, build_dir: str | None) -> int:
-    """aircc for npu2 in build_dir, where the kernel object is linked (aircc resolves link_with there)."""
-    build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
-    obj = os.path.join(REPO, "kernels", "build", cfg.kernel_object)
-    if not os.path.isfile(obj):
-        print(
-            f"error: kernel object {obj} is missing: run `make -C kernels peano` with the same tiles first",
-            file=sys.stderr,
-        )
-        return 2
-    os.makedirs(build_dir, exist_ok=True)
-    link = os.path.join(build_dir, cfg.kernel_object)
-    if not os.path.exists(link):
-        os.symlink(obj, link)
-    os.chdir(build_dir)
-    XRTBackend(**backend_options(cfg)).compile(module)
-    print(f"compiled: {os.path.join(build_dir, 'air.xclbin')} and air.insts.bin")
-    return 0
-
-
-def compile_and_run(cfg: DesignConfig, module, verbose: bool) -> int:
-    """As mlir-air's examples do: seeded operands, XRTRunner.run_test against the reference, PASS! or
-    failed. (host/run.py is the full host program: checkpoints, exact mode, padding, reports.)
-    """
-    from air.backend.xrt_runner import XRTRunner
-
-    from int4awq.design import build_host_kernel
-    from int4awq.quant import random_activations, random_weights
-    from int4awq.record import pack_weights
-    from int4awq.reference import reference_gemm
-
-    w = random_weights(cfg.k, cfg.n, cfg.gs, seed=0)
-    a = random_activations(cfg.m, cfg.k, seed=1)
-    expected = reference_gemm(a, w)[1]
-    if getattr(sys.modules["air"], "EMULATED", False):
-        os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
-    else:
-        os.chdir(
-            os.path.join(REPO, "kernels", "build")
-        )  # where `make -C kernels peano` put the object
-    rms = float(np.sqrt(np.mean(expected.astype(np.float32) ** 2)))
-    runner = XRTRunner(verbose=verbose, **backend_options(cfg))
-    code = runner.run_test(
-        module,
-        inputs=[a, pack_weights(w, cfg.tile_n, cfg.tile_k_l1)],
-        expected_outputs=[expected],
-        rtol=0.05,
-        atol=0.05 * rms,
-        max_mismatch_percentage=0.1,
-        min_correlation=0.999,
-    )
-    return 0 if code == 0 else 1
-
-
 def main(argv=None) -> int:
+    from int4awq.air_run import compile_and_run, compile_only
     from int4awq.design import add_design_arguments, config_from_args
     from int4awq.errors import ConfigError
 
@@ -486,8 +430,8 @@ def main(argv=None) -> int:
             print(report.table())
             return 0 if report.summary() == "resources: within limits" else 2
         if args.compile_mode == "compile-only":
-            return compile_only(cfg, module, args.build_dir)
-        return compile_and_run(cfg, module, args.verbose)
+            return compile_only(cfg, module, backend_options(cfg), args.build_dir)
+        return compile_and_run(cfg, module, backend_options(cfg), args.verbose)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

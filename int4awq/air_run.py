@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: MIT
+"""What the builders' command lines do after building the module, as mlir-air's examples do: compile it
+with aircc (compile-only), or run it on seeded operands through XRTRunner.run_test and check it against
+the reference (compile-and-run), on NPU2 or, with PYTHONPATH=emulator, on the emulator. One home for both
+builders (matmul_int4_packed.py, matvec_int4_packed.py): a configuration brings its tiles, its kernel
+object name and its build-directory name.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNEL_BUILD = os.path.join(REPO, "kernels", "build")
+
+
+def _kernel_dims(cfg) -> list[str]:
+    return [
+        f"DIM_M={cfg.tile_m}",
+        f"DIM_N={cfg.tile_n}",
+        f"DIM_K_CHUNK={cfg.tile_k_l1}",
+        f"DIM_GS={cfg.gs}",
+    ]
+
+
+def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> int:
+    """aircc for npu2 in build_dir, where the Peano kernel object is linked (aircc resolves link_with in
+    the working directory); the object is built first when it is missing."""
+    from air.backend.xrt import XRTBackend
+
+    build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
+    obj = os.path.join(KERNEL_BUILD, cfg.kernel_object)
+    if not os.path.isfile(obj):
+        dims = _kernel_dims(cfg)
+        made = (
+            subprocess.run(
+                ["make", "-C", os.path.join(REPO, "kernels"), "peano", *dims]
+            ).returncode
+            == 0
+        )
+        if not made or not os.path.isfile(obj):
+            print(
+                f"error: kernel object {obj} could not be built (make -C kernels peano {' '.join(dims)}; "
+                "its output is above)",
+                file=sys.stderr,
+            )
+            return 2
+    os.makedirs(build_dir, exist_ok=True)
+    link = os.path.join(build_dir, cfg.kernel_object)
+    if not os.path.exists(link):
+        os.symlink(obj, link)
+    os.chdir(build_dir)
+    XRTBackend(**backend_options).compile(module)
+    print(f"compiled: {os.path.join(build_dir, 'air.xclbin')} and air.insts.bin")
+    return 0
+
+
+def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
+    """Seeded operands, XRTRunner.run_test against the reference: PASS! or failed (exit 0 or 1). host/run.py
+    is the full host program (checkpoints, exact mode, padding, reports)."""
+    from air.backend.xrt_runner import XRTRunner
+
+    from .design import build_host_kernel
+    from .quant import random_activations, random_weights
+    from .record import pack_weights
+    from .reference import reference_gemm
+
+    w = random_weights(cfg.k, cfg.n, cfg.gs, seed=0)
+    a = random_activations(cfg.m, cfg.k, seed=1)
+    expected = reference_gemm(a, w)[1]
+    if getattr(sys.modules["air"], "EMULATED", False):
+        os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
+    else:
+        os.chdir(KERNEL_BUILD)  # where `make -C kernels peano` put the object
+    rms = float(np.sqrt(np.mean(expected.astype(np.float32) ** 2)))
+    runner = XRTRunner(verbose=verbose, **backend_options)
+    code = runner.run_test(
+        module,
+        inputs=[a, pack_weights(w, cfg.tile_n, cfg.tile_k_l1)],
+        expected_outputs=[expected],
+        rtol=0.05,
+        atol=0.05 * rms,
+        max_mismatch_percentage=0.1,
+        min_correlation=0.999,
+    )
+    return 0 if code == 0 else 1
