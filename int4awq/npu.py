@@ -1,19 +1,14 @@
 # SPDX-License-Identifier: MIT
-"""Run a compiled design on an NPU2 through XRT's Python binding (pyxrt).
-
-The sequence is the one mlir-air's XRTBackend.load uses for an xclbin: open device 0, register the
-xclbin, open a hardware context, find the kernel whose name contains MLIR_AIE, put the instruction
-stream in a cacheable BO of group_id(1), each data buffer in a host_only BO of group_id(3 + i), sync
-inputs to the device, call kernel(3, instr_bo, instruction_count, *data_bos), wait, sync back.
-"""
+"""The NPU2 probe, and running a compiled design through mlir-air's own run path (XRTBackend.load and
+its timed invoker); everything pyxrt does happens inside mlir-air."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -51,30 +46,28 @@ def npu2_present() -> tuple[bool, str]:
 
 @dataclass
 class NpuRun:
-    outputs: list[np.ndarray]
-    times_us: list[float]  # one per timed iteration, kernel call to completion
+    output: np.ndarray  # the result buffer, read back after the last run
+    mean_us: (
+        float  # mean kernel time over the timed runs (mlir-air's XRTBackend timing)
+    )
 
 
-def run_xclbin(
-    xclbin: str,
-    insts: str,
+def run_compiled(
+    build_dir: str,
     buffers: list[np.ndarray],
-    outputs: list[int],
+    output: int,
     iters: int = 1,
     warmup: int = 0,
-    xrt=None,
+    air=None,
 ) -> NpuRun:
-    """Run the design once per iteration on `buffers` (inputs and outputs, in argument order).
-
-    outputs: indices of the buffers to read back. At most 5 data buffers fit the kernel's arguments.
-    """
-    if xrt is None:
-        try:
-            import pyxrt as xrt
-        except ImportError:
-            raise ConfigError(
-                f"pyxrt is not importable: source XRT's setup.sh (see README) or use {emulator_hint()}"
-            ) from None
+    """Run the design aircc compiled into build_dir (air.xclbin, air.insts.bin) on `buffers` (inputs and
+    outputs, in argument order) through mlir-air's own run path: XRTBackend.load of the compiled artifact,
+    whose invoker runs `warmup` untimed and `iters` timed iterations and keeps their mean latency.
+    air: what the run uses of mlir-air (XRTBackend, XRTCompileArtifact, AirBackendError); by default mlir-air's
+    own (a stand-in in tests)."""
+    xclbin, insts = os.path.join(build_dir, "air.xclbin"), os.path.join(
+        build_dir, "air.insts.bin"
+    )
     for path in (xclbin, insts):
         if not os.path.isfile(path):
             raise ConfigError(
@@ -85,47 +78,34 @@ def run_xclbin(
         raise ConfigError(
             f"{len(buffers)} data buffers; the NPU kernel takes at most 5"
         )
-
-    device = xrt.device(0)
-    image = xrt.xclbin(xclbin)
-    device.register_xclbin(image)
-    context = xrt.hw_context(device, image.get_uuid())
-    names = [k.get_name() for k in image.get_kernels()]
-    match = [name for name in names if KERNEL_NAME in name]
-    if not match:
-        raise ConfigError(
-            f"{xclbin} has no kernel named like {KERNEL_NAME} (it has {names})"
+    if air is None:
+        try:
+            from air.backend import abc, xrt
+        except ImportError:
+            raise ConfigError(
+                "mlir-air's Python package is not importable: install it (README, 'Running on "
+                f"an NPU2 machine') or use {emulator_hint()}"
+            ) from None
+        air = SimpleNamespace(
+            XRTBackend=xrt.XRTBackend,
+            XRTCompileArtifact=xrt.XRTCompileArtifact,
+            AirBackendError=abc.AirBackendError,
         )
-    kernel = xrt.kernel(context, match[0])
-
-    instr = np.fromfile(insts, dtype=np.uint32)
-    instr_bo = xrt.bo(device, instr.nbytes, xrt.bo.cacheable, kernel.group_id(1))
-    instr_bo.write(instr.tobytes(), 0)
-    instr_bo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
-
-    bos, views = [], []
-    for i, buf in enumerate(buffers):
-        raw = np.ascontiguousarray(buf).view(np.uint8).reshape(-1)
-        bo = xrt.bo(device, raw.nbytes, xrt.bo.host_only, kernel.group_id(3 + i))
-        view = np.frombuffer(bo.map(), dtype=np.uint8, count=raw.nbytes)
-        view[:] = raw
-        bo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
-        bos.append(bo)
-        views.append(view)
-
-    completed = getattr(xrt.ert_cmd_state, "ERT_CMD_STATE_COMPLETED", None)
-    times = []
-    for it in range(warmup + iters):
-        t0 = time.perf_counter()
-        state = kernel(3, instr_bo, len(instr), *bos).wait()
-        elapsed = (time.perf_counter() - t0) * 1e6
-        if completed is not None and state is not None and state != completed:
-            raise RuntimeError(f"NPU run did not complete: {state}")
-        if it >= warmup:
-            times.append(elapsed)
-
-    result = []
-    for i in outputs:
-        bos[i].sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
-        result.append(views[i].copy().view(buffers[i].dtype).reshape(buffers[i].shape))
-    return NpuRun(result, times)
+    backend = air.XRTBackend(
+        target_device="npu2", n_warmup_iters=warmup, n_perf_iters=iters
+    )
+    try:
+        invoker = backend.load(air.XRTCompileArtifact(xclbin, KERNEL_NAME, insts))
+        outs = invoker(*buffers)
+    except (
+        air.AirBackendError
+    ) as e:  # e.g. pyxrt not importable: XRT not installed or not sourced
+        raise ConfigError(f"{e} (or use {emulator_hint()})") from None
+    finally:
+        backend.unload()
+    return NpuRun(
+        np.asarray(outs[output])
+        .view(buffers[output].dtype)
+        .reshape(buffers[output].shape),
+        float(backend.last_latency_us),
+    )

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The NPU path against a recording stand-in for pyxrt: what it allocates, syncs and calls, in order."""
+"""The NPU path runs through mlir-air's own XRTBackend (int4awq.npu.run_compiled), here against a
+recording stand-in for the three names it uses: what it constructs, loads and invokes, in order.
+"""
 
 import types
 
@@ -8,157 +10,106 @@ import pytest
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.npu import run_xclbin
-
-TO_DEVICE, FROM_DEVICE = "to_device", "from_device"
+from int4awq.npu import run_compiled
 
 
-class Recorder:
-    """Just enough of pyxrt to run run_xclbin; every call is appended to `log`."""
+class StandInError(Exception):
+    pass
 
-    def __init__(
-        self, kernel_names=("MLIR_AIE",), device_result=None, state="completed"
-    ):
-        self.log = []
-        log = self.log
-        rec = self
 
-        class bo:
-            cacheable, host_only = "cacheable", "host_only"
+def stand_in(log, fail=None, latency=123.5):
+    """XRTBackend / XRTCompileArtifact / AirBackendError as mlir-air spells them, recording into log."""
 
-            def __init__(self, device, size, flags, group):
-                self.size, self.flags, self.group = size, flags, group
-                self.mem = bytearray(size)
-                self.index = len([e for e in log if e[0] == "bo"])
-                log.append(("bo", size, flags, group))
+    class Artifact:
+        def __init__(self, output_binary, kernel, insts):
+            log.append(("artifact", output_binary, kernel, insts))
 
-            def write(self, data, offset):
-                self.mem[offset : offset + len(data)] = data
-                log.append(("write", self.group, len(data)))
+    class Backend:
+        def __init__(self, **options):
+            log.append(("backend", options))
+            self.last_latency_us = None
 
-            def map(self):
-                return memoryview(self.mem)
+        def load(self, artifact):
+            log.append(("load",))
+            if fail:
+                raise StandInError(fail)
 
-            def sync(self, direction):
-                log.append(("sync", self.group, direction))
-                if (
-                    direction == FROM_DEVICE
-                    and device_result is not None
-                    and self.group == 5
-                ):
-                    self.mem[:] = device_result.tobytes()
-
-        class kernel:
-            def __init__(self, context, name):
-                log.append(("kernel", name))
-
-            def group_id(self, i):
-                return i
-
-            def __call__(self, opcode, instr_bo, n_instr, *bos):
-                log.append(
-                    (
-                        "call",
-                        opcode,
-                        instr_bo.group,
-                        n_instr,
-                        tuple(b.group for b in bos),
-                    )
+            def invoker(*args):
+                log.append(("invoke", [a.shape for a in args]))
+                self.last_latency_us = latency
+                # as mlir-air's invoker: one flat array per argument, in its dtype; C becomes all ones
+                return tuple(
+                    np.ones(a.size, a.dtype) if i == 2 else a.reshape(-1)
+                    for i, a in enumerate(args)
                 )
-                return types.SimpleNamespace(wait=lambda: rec.state)
 
-        self.state = state
-        self.bo, self.kernel = bo, kernel
-        self.device = lambda i: log.append(("device", i)) or types.SimpleNamespace(
-            register_xclbin=lambda x: log.append(("register",))
-        )
-        self.xclbin = lambda path: types.SimpleNamespace(
-            get_uuid=lambda: "uuid",
-            get_kernels=lambda: [
-                types.SimpleNamespace(get_name=lambda n=n: n) for n in kernel_names
-            ],
-        )
-        self.hw_context = lambda device, uuid: log.append(("hw_context", uuid))
-        self.xclBOSyncDirection = types.SimpleNamespace(
-            XCL_BO_SYNC_BO_TO_DEVICE=TO_DEVICE, XCL_BO_SYNC_BO_FROM_DEVICE=FROM_DEVICE
-        )
-        self.ert_cmd_state = types.SimpleNamespace(ERT_CMD_STATE_COMPLETED="completed")
+            return invoker
+
+        def unload(self):
+            log.append(("unload",))
+
+    return types.SimpleNamespace(
+        XRTBackend=Backend, XRTCompileArtifact=Artifact, AirBackendError=StandInError
+    )
 
 
 @pytest.fixture
-def artifacts(tmp_path):
-    xclbin, insts = tmp_path / "air.xclbin", tmp_path / "air.insts.bin"
-    xclbin.write_bytes(b"xclbin")
-    np.arange(37, dtype=np.uint32).tofile(insts)
-    return str(xclbin), str(insts)
+def build_dir(tmp_path):
+    (tmp_path / "air.xclbin").write_bytes(b"xclbin")
+    np.arange(37, dtype=np.uint32).tofile(tmp_path / "air.insts.bin")
+    return tmp_path
 
 
 def buffers():
-    a = np.ones((64, 128), bfloat16)
-    w = np.arange(2 * 3 * 40, dtype=np.uint8).reshape(2, 3, 40)
-    c = np.zeros((64, 16), bfloat16)
-    return [a, w, c]
+    return [
+        np.ones((64, 128), bfloat16),
+        np.arange(240, dtype=np.uint8).reshape(2, 3, 40),
+        np.zeros((64, 16), bfloat16),
+    ]
 
 
-def test_sequence_groups_sizes_and_syncs(artifacts):
-    want = (np.arange(64 * 16) % 7).astype(bfloat16).reshape(64, 16)
-    xrt = Recorder(
-        kernel_names=("other", "MLIR_AIE:matmul_int4_packed"), device_result=want
+def test_the_run_is_mlir_airs_load_and_timed_invoker(build_dir):
+    log = []
+    res = run_compiled(
+        str(build_dir), buffers(), output=2, iters=3, warmup=2, air=stand_in(log)
     )
-    res = run_xclbin(*artifacts, buffers(), outputs=[2], iters=3, warmup=2, xrt=xrt)
-    log = xrt.log
-    assert log[:3] == [("device", 0), ("register",), ("hw_context", "uuid")]
-    assert ("kernel", "MLIR_AIE:matmul_int4_packed") in log
-    bos = [e for e in log if e[0] == "bo"]
-    # Instructions: 37 words in a cacheable BO of group 1; data: host_only BOs of groups 3, 4, 5 by size.
-    assert bos == [
-        ("bo", 37 * 4, "cacheable", 1),
-        ("bo", 64 * 128 * 2, "host_only", 3),
-        ("bo", 2 * 3 * 40, "host_only", 4),
-        ("bo", 64 * 16 * 2, "host_only", 5),
+    assert log == [
+        ("backend", {"target_device": "npu2", "n_warmup_iters": 2, "n_perf_iters": 3}),
+        (
+            "artifact",
+            str(build_dir / "air.xclbin"),
+            "MLIR_AIE",
+            str(build_dir / "air.insts.bin"),
+        ),
+        ("load",),
+        ("invoke", [(64, 128), (2, 3, 40), (64, 16)]),
+        ("unload",),
     ]
-    calls = [e for e in log if e[0] == "call"]
-    assert calls == [("call", 3, 1, 37, (3, 4, 5))] * 5  # 2 warm-up + 3 timed
-    first_call = log.index(calls[0])
-    to_device = [
-        e[1] for e in log[:first_call] if e[:1] == ("sync",) and e[2] == TO_DEVICE
-    ]
-    assert to_device == [1, 3, 4, 5]
-    after = [e for e in log[first_call:] if e[0] == "sync"]
-    assert after == [
-        ("sync", 5, FROM_DEVICE)
-    ]  # only the output comes back, after the last run
-    assert len(res.times_us) == 3
-    np.testing.assert_array_equal(res.outputs[0], want)
+    assert res.mean_us == 123.5
+    assert (
+        res.output.shape == (64, 16)
+        and res.output.dtype == bfloat16
+        and (res.output == 1).all()
+    )
 
 
-def test_inputs_reach_the_buffers_byte_for_byte(artifacts):
-    xrt = Recorder()
-    seen = {}
-    orig_sync = xrt.bo.sync
-
-    def sync(self, direction):
-        seen.setdefault(self.group, bytes(self.mem))
-        orig_sync(self, direction)
-
-    xrt.bo.sync = sync
-    bufs = buffers()
-    run_xclbin(*artifacts, bufs, outputs=[2], xrt=xrt)
-    assert seen[1] == np.arange(37, dtype=np.uint32).tobytes()
-    assert seen[3] == bufs[0].tobytes() and seen[4] == bufs[1].tobytes()
-
-
-def test_failed_run_is_reported(artifacts):
-    with pytest.raises(RuntimeError, match="did not complete: timeout"):
-        run_xclbin(*artifacts, buffers(), outputs=[2], xrt=Recorder(state="timeout"))
-
-
-def test_missing_artifacts_and_kernel(artifacts, tmp_path):
-    with pytest.raises(ConfigError, match="missing: run `make compile`"):
-        run_xclbin(
-            str(tmp_path / "nope.xclbin"), artifacts[1], buffers(), [2], xrt=Recorder()
+def test_a_backend_error_is_one_line_and_still_unloads(build_dir):
+    log = []
+    with pytest.raises(
+        ConfigError, match=r"\(pyxrt\) is not available \(or use --backend emu\)"
+    ):
+        run_compiled(
+            str(build_dir),
+            buffers(),
+            2,
+            air=stand_in(log, fail="XRT runtime (pyxrt) is not available"),
         )
-    with pytest.raises(ConfigError, match="no kernel named like MLIR_AIE"):
-        run_xclbin(*artifacts, buffers(), [2], xrt=Recorder(kernel_names=("foo",)))
+    assert log[-1] == ("unload",)
+
+
+def test_missing_artifacts_and_too_many_buffers(build_dir, tmp_path_factory):
+    empty = tmp_path_factory.mktemp("empty")
+    with pytest.raises(ConfigError, match="air.xclbin is missing: run `make compile`"):
+        run_compiled(str(empty), buffers(), 2, air=stand_in([]))
     with pytest.raises(ConfigError, match="at most 5"):
-        run_xclbin(*artifacts, buffers() * 2, [2], xrt=Recorder())
+        run_compiled(str(build_dir), buffers() * 2, 2, air=stand_in([]))
