@@ -23,6 +23,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from int4awq.llama import LAYERS  # noqa: E402
 from int4awq.errors import (
     ConfigError,
     missing_module_line,
@@ -56,10 +57,12 @@ COLUMNS = (
     "compute_us",
     "gbps",
 )
-LAYERS = 16  # Llama-3.2-1B decoder layers
 # Published decode rates of Llama-3.2-1B on NPUs, whole model (attention, LM head and all), for comparison:
 PUBLISHED_DECODE = (
-    ("FastFlowLM, 1k context, Krackan (as quoted in issue 14)", 64.5),
+    (
+        "FastFlowLM, 1k context, Krackan (ROCm/FastFlowLM docs/benchmarks/llama3_results.md; not re-checked)",
+        64.5,
+    ),
     (
         "mlir-air llms/llama32_1b_int4, int4 NPU decode ~56 ms/token (its Makefile)",
         17.8,

@@ -25,7 +25,6 @@ name of the kernel library built for a configuration (kernel_lib_name).
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -325,50 +324,9 @@ def unpack_weights(
     )
 
 
-# ------------------------------------------------------------------------------------------ benchmark
-LLAMA32_1B_PROJECTIONS = (  # (name, K = in_features, N = out_features), 16 layers each
-    ("q_proj", 2048, 2048),
-    ("k_proj", 2048, 512),
-    ("v_proj", 2048, 512),
-    ("o_proj", 2048, 2048),
-    ("gate_proj", 2048, 8192),
-    ("up_proj", 2048, 8192),
-    ("down_proj", 8192, 2048),
-)
-
-
-def bench_pack(
-    layers: int = 16, tile_n: int = 64, tile_k: int = 64, gs: int = 128, seed: int = 0
-) -> float:
-    """Seconds to pack every Llama-3.2-1B projection of `layers` layers (weights generated up front)."""
-    rng = np.random.default_rng(seed)
-    shapes = {(k, n) for _, k, n in LLAMA32_1B_PROJECTIONS}
-    pool = {}
-    for (
-        k,
-        n,
-    ) in shapes:  # random codes; the packer's speed does not depend on the values
-        pool[(k, n)] = AwqWeights(
-            rng.integers(0, 16, (k, n), dtype=np.uint8),
-            rng.integers(0, 16, (k // gs, n), dtype=np.uint8),
-            rng.uniform(0.001, 0.1, (k // gs, n)).astype(bfloat16),
-            gs,
-        )
-    t0 = time.perf_counter()
-    for _ in range(layers):
-        for _, k, n in LLAMA32_1B_PROJECTIONS:
-            pack_weights(pool[(k, n)], tile_n, tile_k)
-    return time.perf_counter() - t0
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        description="int4-AWQ packed record: layout and packer benchmark"
-    )
-    ap.add_argument(
-        "--bench",
-        action="store_true",
-        help="time packing all Llama-3.2-1B projections (16 layers)",
+        description="int4-AWQ packed record: layout and L1 budget"
     )
     ap.add_argument("--tile-m", type=int, default=64)
     ap.add_argument("--tile-n", type=int, default=64)
@@ -387,9 +345,6 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v}" for k, v in budget.items())
         + f" of {L1_BYTES}"
     )
-    if args.bench:
-        dt = bench_pack(tile_n=args.tile_n, tile_k=args.tile_k, gs=args.gs)
-        print(f"packed all Llama-3.2-1B projections (16 layers) in {dt:.2f} s")
     return 0
 
 

@@ -16,10 +16,11 @@ import itertools
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .design import DESIGN_OPTIONS, HERD_COLS, HERD_ROWS, MAX_REFEED, DesignConfig
 from .errors import ConfigError
+from .llama import PROJECTIONS
 from .model import Estimate, estimate, int4_kernel_flops
 from .quant import check_dims, check_group_size
 
@@ -28,15 +29,7 @@ TILES = (16, 32, 48, 64, 80, 96, 128)
 K_CHUNKS = (16, 32, 64, 128, 256)
 
 # Llama-3.2-1B projections (K = in_features, N = out_features) and the prefill lengths of the table.
-LLAMA_PROJECTIONS = {
-    "q_proj": (2048, 2048),
-    "k_proj": (2048, 512),
-    "v_proj": (2048, 512),
-    "o_proj": (2048, 2048),
-    "gate_proj": (2048, 8192),
-    "up_proj": (2048, 8192),
-    "down_proj": (8192, 2048),
-}
+LLAMA_PROJECTIONS = PROJECTIONS  # int4awq/llama.py
 TABLE_M = (32, 128, 512, 2048)
 
 
