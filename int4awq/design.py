@@ -65,12 +65,7 @@ class DesignConfig:
                 f"herd {self.herd_m}x{self.herd_n} does not fit the NPU2 array: "
                 f"herd_m <= {HERD_COLS} (columns), herd_n <= {HERD_ROWS} (compute rows)"
             )
-        if self.stack_size is not None and (
-            self.stack_size < 1024 or self.stack_size % 16
-        ):
-            raise ConfigError(
-                f"stack_size = {self.stack_size}: must be a multiple of 16 and at least 1024 bytes"
-            )
+        record.check_stack_size(self.stack_size)
         record.check_kernel_tiles(
             self.tile_m, self.tile_n, self.tile_k_l1, self.gs, self.stack_size
         )  # incl. L1

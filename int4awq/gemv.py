@@ -109,12 +109,7 @@ class GemvConfig:
             )
         else:  # the object's GEMM entries must build and run at this tile too
             record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
-        if self.stack_size is not None and (
-            self.stack_size < 1024 or self.stack_size % 16
-        ):
-            raise ConfigError(
-                f"stack_size = {self.stack_size}: must be a multiple of 16 and at least 1024 bytes"
-            )
+        record.check_stack_size(self.stack_size)
         step_n = self.groups * self.tile_n
         if self.n % step_n:
             raise ConfigError(

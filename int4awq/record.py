@@ -31,7 +31,7 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from .errors import ConfigError
-from .quant import AwqWeights, check_dims
+from .quant import GS_MULTIPLE, GS_REASON, AwqWeights, check_dims, check_group_size
 
 ALIGN = (
     64  # section alignment: AIE2P's 512-bit vector loads need 64-byte aligned addresses
@@ -77,16 +77,12 @@ def check_kernel_tiles(
             raise ConfigError(
                 f"{name} = {v}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
             )
-    for name, v in (("tile_k", tile_k), ("gs", gs)):
-        if v % 16:
-            raise ConfigError(
-                f"{name} = {v}: must be a multiple of 16 (dequantisation converts two 8-deep K blocks per step)"
-            )
-    if tile_k % gs and gs % tile_k:
+    if tile_k % GS_MULTIPLE:
         raise ConfigError(
-            f"tile_k = {tile_k} and gs = {gs}: one must divide the other (a K-chunk holds whole groups, "
-            f"or a group spans whole K-chunks)"
+            f"tile_k = {tile_k}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})"
         )
+    check_group_size(gs, gs)  # the one GS rule (int4awq.quant)
+    check_chunk_and_group(tile_k, gs)
     budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False, stack=stack)
     if budget["total"] > L1_BYTES:
         parts = ", ".join(f"{k} {v}" for k, v in budget.items() if k != "total")
@@ -103,10 +99,26 @@ def check_weight_tiling(k: int, n: int, gs: int, tile_n: int, tile_k: int) -> No
         raise ConfigError(f"N = {n} is not a multiple of tile_n = {tile_n}")
     if k % tile_k:
         raise ConfigError(f"K = {k} is not a multiple of tile_k = {tile_k}")
-    if k % gs:
-        raise ConfigError(f"K = {k} is not a multiple of gs = {gs}")
+    check_group_size(k, gs)
+    check_chunk_and_group(tile_k, gs)
+
+
+def check_chunk_and_group(tile_k: int, gs: int) -> None:
+    """A K-chunk holds whole groups (the scale is folded once per group), or a group spans whole K-chunks
+    (folded once per chunk)."""
     if tile_k % gs and gs % tile_k:
-        raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
+        raise ConfigError(
+            f"tile_k = {tile_k} and gs = {gs}: one must divide the other (a K-chunk holds whole groups, "
+            f"or a group spans whole K-chunks)"
+        )
+
+
+def check_stack_size(stack_size: int | None) -> None:
+    """A stack_size override: at least 1 KiB (the toolchains' default) and 16-byte aligned."""
+    if stack_size is not None and (stack_size < 1024 or stack_size % 16):
+        raise ConfigError(
+            f"stack_size = {stack_size}: must be a multiple of 16 and at least 1024 bytes"
+        )
 
 
 # ------------------------------------------------------------------------------------------ record layout
