@@ -386,7 +386,8 @@ def backend_options(cfg: DesignConfig) -> dict:
 
 def main(argv=None) -> int:
     from int4awq.air_run import compile_and_run, compile_only
-    from int4awq.design import add_design_arguments, config_from_args
+    from int4awq.design import add_design_arguments
+    from int4awq.sweep import config_from_args
     from int4awq.errors import ConfigError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

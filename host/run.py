@@ -16,7 +16,6 @@ import argparse
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -37,12 +36,8 @@ try:
 
     from int4awq import record
     from int4awq import gemv
-    from int4awq.design import (
-        DesignConfig,
-        add_design_arguments,
-        build_host_kernel,
-        config_from_args,
-    )
+    from int4awq.design import DesignConfig, add_design_arguments, build_host_kernel
+    from int4awq.sweep import config_from_args
     from int4awq.gemv import GEMV_AUTO_MAX_M, GemvConfig
     from int4awq.kernel_model import GEMV_MAX_M
     from int4awq.quant import AwqWeights, dequantize, random_activations, random_weights

@@ -9,7 +9,6 @@ rejects a bad one with the same message.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import os
 import sys
@@ -339,33 +338,3 @@ def add_design_arguments(
         help=f"the core's stack in L1, bytes (default {record.kernel_stack_bytes()}, derived "
         "from what the kernel keeps live: docs/kernel.md)",
     )
-
-
-def config_from_args(
-    args: argparse.Namespace, m: int, k: int, n: int, gs: int
-) -> tuple[DesignConfig, str]:
-    """(configuration, where it came from). M and N are padded up to whole herd blocks.
-
-    With no tile option given, the shape's entry in the default table (or the model's best legal
-    configuration) is used; tile options given override it one by one.
-    """
-    from .sweep import default_config
-
-    check_dims(M=m, K=k, N=n)
-    given = {
-        opt: getattr(args, opt)
-        for opt in DESIGN_OPTIONS
-        if getattr(args, opt, None) is not None
-    }
-    stack = getattr(args, "stack_size", None)
-    if all(opt in given for opt in TILE_OPTIONS):  # n_per_segment, when not given, is 1
-        tiles, source = given, "command line"
-    else:
-        base, source = default_config(m, k, n, gs)
-        if not given:
-            return (
-                base if stack is None else dataclasses.replace(base, stack_size=stack)
-            ), source
-        tiles = {opt: given.get(opt, getattr(base, opt)) for opt in DESIGN_OPTIONS}
-        source = f"command line over {source}"
-    return DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack), source

@@ -12,13 +12,21 @@ extra rows and columns of C), so every shape has legal configurations; the paddi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
 import sys
 from dataclasses import dataclass
 
-from .design import DESIGN_OPTIONS, HERD_COLS, HERD_ROWS, MAX_REFEED, DesignConfig
+from .design import (
+    DESIGN_OPTIONS,
+    HERD_COLS,
+    HERD_ROWS,
+    MAX_REFEED,
+    TILE_OPTIONS,
+    DesignConfig,
+)
 from .errors import ConfigError
 from .llama import PROJECTIONS
 from .model import Estimate, estimate, int4_kernel_flops
@@ -158,6 +166,34 @@ def write_table(path: str = TABLE) -> None:
             indent=1,
         )
         f.write("\n")
+
+
+def config_from_args(
+    args: argparse.Namespace, m: int, k: int, n: int, gs: int
+) -> tuple[DesignConfig, str]:
+    """(configuration, where it came from). M and N are padded up to whole herd blocks.
+
+    With no tile option given, the shape's entry in the default table (or the model's best legal
+    configuration) is used; tile options given override it one by one.
+    """
+    check_dims(M=m, K=k, N=n)
+    given = {
+        opt: getattr(args, opt)
+        for opt in DESIGN_OPTIONS
+        if getattr(args, opt, None) is not None
+    }
+    stack = getattr(args, "stack_size", None)
+    if all(opt in given for opt in TILE_OPTIONS):  # n_per_segment, when not given, is 1
+        tiles, source = given, "command line"
+    else:
+        base, source = default_config(m, k, n, gs)
+        if not given:
+            return (
+                base if stack is None else dataclasses.replace(base, stack_size=stack)
+            ), source
+        tiles = {opt: given.get(opt, getattr(base, opt)) for opt in DESIGN_OPTIONS}
+        source = f"command line over {source}"
+    return DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack), source
 
 
 def main(argv=None) -> int:

@@ -6,9 +6,10 @@ import argparse
 import pytest
 
 from int4awq import record
-from int4awq.design import DESIGN_OPTIONS, TILE_OPTIONS, DesignConfig, config_from_args
+from int4awq.design import DESIGN_OPTIONS, TILE_OPTIONS, DesignConfig
 from int4awq.errors import ConfigError
 from int4awq.sweep import (
+    config_from_args,
     accepted,
     LLAMA_PROJECTIONS,
     TABLE_M,
