@@ -72,7 +72,7 @@ PUBLISHED_DECODE = (
 
 def checked_run(cfg, m, k, n, run):
     """Seeded operands for one row, run(padded A, packed W) -> C, checked against the reference."""
-    from host.run import padded_operands
+    from int4awq.record import padded_operands
     from int4awq.reference import check, reference_gemm
 
     w = random_weights(k, n, cfg.gs, seed=0)

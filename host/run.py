@@ -386,30 +386,6 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
     return a, w
 
 
-def pad_weights(w: AwqWeights, n: int) -> AwqWeights:
-    """Zero columns up to n (q = z = 0, s = 1): they dequantise to 0 and their C columns are dropped."""
-    extra = n - w.n
-    if not extra:
-        return w
-    return AwqWeights(
-        np.pad(w.q, ((0, 0), (0, extra))),
-        np.pad(w.z, ((0, 0), (0, extra))),
-        np.pad(w.s, ((0, 0), (0, extra)), constant_values=bfloat16(1)),
-        w.gs,
-    )
-
-
-def padded_operands(
-    cfg: DesignConfig, a: np.ndarray, w: AwqWeights
-) -> tuple[np.ndarray, np.ndarray]:
-    """(A with zero rows up to cfg.m, W padded to cfg.n and packed into the kernel's records)."""
-    a_padded = np.zeros((cfg.m, cfg.k), bfloat16)
-    a_padded[: a.shape[0]] = a
-    return a_padded, record.pack_weights(
-        pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1
-    )
-
-
 # ------------------------------------------------------------------------------------------ backends
 def choose_backend(requested: str, build_dir: str, quiet: bool = False) -> str:
     if requested != "auto":
@@ -753,7 +729,7 @@ def run_gemm(
     backend = choose_backend(args.backend, build_dir, quiet)
     if emu is not None:
         emu["backend"] = backend
-    a_padded, w_packed = padded_operands(cfg, a, w)
+    a_padded, w_packed = record.padded_operands(cfg, a, w)
     if backend == "emu":
         c = run_emulator(
             cfg, a_padded, w_packed, emu if emu is not None else False, quiet

@@ -336,6 +336,28 @@ def unpack_weights(
     )
 
 
+# ------------------------------------------------------------------------------------------ operands
+def pad_weights(w: AwqWeights, n: int) -> AwqWeights:
+    """Zero columns up to n (q = z = 0, s = 1): they dequantise to 0 and their C columns are dropped."""
+    extra = n - w.n
+    if not extra:
+        return w
+    return AwqWeights(
+        np.pad(w.q, ((0, 0), (0, extra))),
+        np.pad(w.z, ((0, 0), (0, extra))),
+        np.pad(w.s, ((0, 0), (0, extra)), constant_values=bfloat16(1)),
+        w.gs,
+    )
+
+
+def padded_operands(cfg, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.ndarray]:
+    """(A with zero rows up to cfg.m, W padded to cfg.n and packed into the kernel's records), for a
+    configuration's padded shape (cfg.m, cfg.k, cfg.n, cfg.tile_n, cfg.tile_k_l1)."""
+    a_padded = np.zeros((cfg.m, cfg.k), bfloat16)
+    a_padded[: a.shape[0]] = a
+    return a_padded, pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="int4-AWQ packed record: layout and L1 budget"
