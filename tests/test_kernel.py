@@ -157,12 +157,14 @@ def test_exact_mode_large_partial_sums(kernels):
 
 @pytest.mark.parametrize("cfg", [(16, 16, 32, 128), (64, 64, 64, 128)])
 def test_random_operands_within_bfp16_error(kernels, cfg):
-    """Documented bfp16 error: mean relative L1 ~ 6.7e-3 (docs/hardware.md#how-conversion-to-bfp16-rounds), correlation > 0.9999."""
+    """Within the documented bfp16 error: mean relative L1 ~ 6.7e-3 (docs/hardware.md#how-conversion-to-bfp16-rounds),
+    correlation > 0.9999 (that the error is the bfp16 model's own is the bit-exact tests' job).
+    """
     a, w = operands(cfg, exact=False, seed=30, m_tiles=4, n_tiles=2, k_chunks=8)
     c = kernels[cfg].gemm(a, w).astype(np.float32)
     ref = reference_gemm(a, w)[0]
     rel_l1 = np.abs(c - ref).mean() / np.abs(ref).mean()
-    assert 3e-3 < rel_l1 < 1e-2, rel_l1
+    assert rel_l1 < 1e-2, rel_l1
     assert np.corrcoef(c.ravel(), ref.ravel())[0, 1] > 0.9999
 
 
@@ -349,9 +351,8 @@ def test_makefile_naming_matches_record(kernels):
         text=True,
         check=True,
     )
-    assert out.stdout.strip().endswith("/mv_int4_bf16_m16_n16_k32_gs32.o") == (
-        kernel_lib_name(16, 16, 32, 32) == "mv_int4_bf16_m16_n16_k32_gs32.o"
-    )
+    assert out.stdout.strip().endswith("/mv_int4_bf16_m16_n16_k32_gs32.o")
+    assert kernel_lib_name(16, 16, 32, 32) == "mv_int4_bf16_m16_n16_k32_gs32.o"
     assert kernels[(64, 64, 64, 128)].path.name == "mv_int4_bf16_m64_n64_k64_gs128.so"
 
 
