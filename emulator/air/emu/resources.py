@@ -48,7 +48,7 @@ from __future__ import annotations
 import bisect
 import itertools
 
-from ..ir import Block, MemRefType
+from ..ir import Block
 from . import patterns as P
 from .budget import _PingPong
 from .errors import DesignError, ResourceError
@@ -384,8 +384,8 @@ class Tile:
 
 
 class ResourceReport:
-    def __init__(self, tiles, notes, problems=()):
-        self.tiles, self.notes, self.problems = tiles, notes, list(problems)
+    def __init__(self, tiles, problems=()):
+        self.tiles, self.problems = tiles, list(problems)
 
     def first_exceeded(self):
         for t in self.tiles:
@@ -418,8 +418,6 @@ class ResourceReport:
                     f"{bds:>14}{'%d/%d' % u['locks']:>7}{'%d/%d' % u['largest lock value']:>9}{l2:>10}"
                 ).rstrip()
             )
-        for n in self.notes:
-            lines.append("note: " + n)
         for _, n in self.problems:
             lines.append("error: " + n)
         lines.append(self.summary())
@@ -455,7 +453,6 @@ def analyse(compiler, options, check=True):
     """The ResourceReport of a compiled design; with check, a ResourceError for its first problem."""
     w = _Walk(compiler.entry)
     w.compiler = compiler
-    notes = []
     pp_l1 = {}
     for op, _ in compiler.herd_ops:
         pp = _PingPong(op.regions[0].blocks[0], (L1,), options.omit_pingpong or "")
@@ -481,8 +478,8 @@ def analyse(compiler, options, check=True):
     w.segment_tiles = _check_total_pes(w, compiler)
     _check_fill_once_read_many(w)
     tiles = _compute_tiles(w, compiler, pp_loop)
-    mem, n_pieces = _memtiles(w, pp_loop, notes)
-    report = ResourceReport(tiles + mem + _shims(w, n_pieces), notes, w.problems)
+    mem, n_pieces = _memtiles(w, pp_loop)
+    report = ResourceReport(tiles + mem + _shims(w, n_pieces), w.problems)
     if check:
         report.raise_if_over()
     return report
@@ -719,7 +716,7 @@ def _split_dim(root, instances):
     return None, None
 
 
-def _memtiles(w, pp_loop, notes):
+def _memtiles(w, pp_loop):
     """Split every L2 buffer into pieces, count each piece's streams and BDs, place the pieces.
     Returns the memtiles and, per L2 buffer, its number of pieces."""
     by_root = {}
