@@ -191,7 +191,7 @@ def build_module(
     out_herd = MemRefType.get([hm, hn, tile], bf16, memory_space=l1)
     a_l1 = MemRefType.get([tm // MMUL, tk1 // MMUL, MMUL, MMUL], bf16, memory_space=l1)
     w_l1 = MemRefType.get([rec], u8, memory_space=l1)
-    scratch_herd = MemRefType.get([hm, hn, cfg.scratch_elems], bf16, memory_space=l1)
+    scratch_herd = MemRefType.get([hm, hn, cfg.scratch_bytes], u8, memory_space=l1)
     # A PE's slice of a herd-wide buffer, as memref.subview types it: dynamic offset, parent strides.
     slice_layout = StridedLayoutAttr.get(
         ShapedType.get_dynamic_size(), [hn * tile, tile, 1]
@@ -199,10 +199,10 @@ def build_module(
     acc_pe = MemRefType.get([1, 1, tile], f32, memory_space=l1, layout=slice_layout)
     out_pe = MemRefType.get([1, 1, tile], bf16, memory_space=l1, layout=slice_layout)
     scratch_layout = StridedLayoutAttr.get(
-        ShapedType.get_dynamic_size(), [hn * cfg.scratch_elems, cfg.scratch_elems, 1]
+        ShapedType.get_dynamic_size(), [hn * cfg.scratch_bytes, cfg.scratch_bytes, 1]
     )
     scratch_pe = MemRefType.get(
-        [1, 1, cfg.scratch_elems], bf16, memory_space=l1, layout=scratch_layout
+        [1, 1, cfg.scratch_bytes], u8, memory_space=l1, layout=scratch_layout
     )
 
     obj = cfg.kernel_object
@@ -313,7 +313,7 @@ def build_module(
                                         w_rec,
                                         a_chunk,
                                         pe_slice(acc_h, x, y),
-                                        pe_slice(scratch_h, x, y, cfg.scratch_elems),
+                                        pe_slice(scratch_h, x, y, cfg.scratch_bytes),
                                     ],
                                 )
                                 yield_([])

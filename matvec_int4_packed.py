@@ -164,13 +164,13 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
     # the kernel's scratch: one herd-wide buffer per row herd, allocated by the segment, a slice per PE (a
     # buffer a PE allocated itself and first touched by a kernel call would keep aircc from ping-ponging
     # the records and A in the loops around that call, as in the GEMM)
-    scratch_row = MemRefType.get([COLUMNS, cfg.scratch_elems], bf16, memory_space=l1)
+    scratch_row = MemRefType.get([COLUMNS, cfg.scratch_bytes], u8, memory_space=l1)
     scratch_l1 = MemRefType.get(
-        [1, cfg.scratch_elems],
-        bf16,
+        [1, cfg.scratch_bytes],
+        u8,
         memory_space=l1,
         layout=StridedLayoutAttr.get(
-            ShapedType.get_dynamic_size(), [cfg.scratch_elems, 1]
+            ShapedType.get_dynamic_size(), [cfg.scratch_bytes, 1]
         ),
     )
 
@@ -214,7 +214,7 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
             rows = arith.ConstantOp(i32, m)
             acc = AllocOp(acc_l1, [], [])
             scratch = subview(
-                scratch_h, offsets=[x, 0], sizes=[1, cfg.scratch_elems], strides=[1, 1]
+                scratch_h, offsets=[x, 0], sizes=[1, cfg.scratch_bytes], strides=[1, 1]
             )
             for j in loop(ntg):
                 CallOp(zero, [tile(acc, j), rows])

@@ -182,8 +182,8 @@ class GemvConfig:
         return record.record_bytes(self.tile_n, self.tile_k_l1, self.gs)
 
     @property
-    def scratch_elems(self) -> int:
-        return record.w_scratch_elems(self.tile_n, self.tile_k_l1)
+    def scratch_bytes(self) -> int:
+        return record.w_scratch_bytes(self.tile_n, self.tile_k_l1)
 
     @property
     def stack_bytes(self) -> int:

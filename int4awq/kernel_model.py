@@ -35,7 +35,7 @@ from .record import (
     kernel_lib_name,
     pack_weights,
     record_bytes,
-    w_scratch_elems,
+    w_scratch_bytes,
 )
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
@@ -151,7 +151,7 @@ class HostKernel:
         self.c_out = aligned_empty((tm, tn), bfloat16)
         self.a_buf = aligned_empty((tm * tk,), bfloat16)
         self.w_buf = aligned_empty((record_bytes(tn, tk, gs),), np.uint8)
-        self.scratch = aligned_empty((w_scratch_elems(tn, tk),), bfloat16)
+        self.scratch = aligned_empty((w_scratch_bytes(tn, tk),), np.uint8)
 
     def zero(self) -> None:
         self.lib.gemm_int4_zero(self.c_acc.ctypes.data)

@@ -16,7 +16,7 @@ Q is pre-shuffled into the kernel's mmul B-operand order: element (k, n) of the 
 nibble  i = ((n // 8) * (TK // 8) + k // 8) * 64 + (k % 8) * 8 + n % 8,  stored in byte i // 2, low
 nibble when i is even (aie_api's cast_to<uint4> order). The kernel dequantises it with contiguous
 64-byte loads (128 codes = two 8x8 blocks), each block turned into one bfp16ebs8 block vector of the
-kernel's scratch (see w_scratch_elems).
+kernel's scratch (see w_scratch_bytes).
 
 The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
 name of the kernel library built for a configuration (kernel_lib_name).
@@ -181,18 +181,14 @@ def w_scratch_line_bytes(tile_k: int) -> int:
     return _pad(tile_k // 8 * BFP16_BLOCK_VECTOR_BYTES)
 
 
-def w_scratch_elems(tile_n: int, tile_k: int) -> int:
-    """bf16 elements of the kernel's private scratch (w_scratch; the kernel stores bfp16 blocks in it).
+def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
+    """Bytes of the kernel's private scratch (w_scratch, u8: the kernel stores bfp16ebs8 blocks in it).
 
     tile_n / 8 lines of dequantised W (one per 8-column block, bfp16ebs8 blocks of 8 along K) and two
     lines of A (the two 8-row blocks being swept), each line tile_k / 8 block vectors of 72 bytes padded
     to 64 bytes: (tile_n / 8 + 2) * pad64(9 * tile_k) bytes. Independent of tile_m.
     """
-    return (tile_n // 8 + 2) * w_scratch_line_bytes(tile_k) // 2
-
-
-def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
-    return 2 * w_scratch_elems(tile_n, tile_k)
+    return (tile_n // 8 + 2) * w_scratch_line_bytes(tile_k)
 
 
 def kernel_stack_bytes() -> int:

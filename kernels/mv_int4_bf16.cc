@@ -124,7 +124,7 @@ constexpr unsigned Z_OFFSET = S_OFFSET + S_BYTES;
 constexpr unsigned Z_BYTES = round64(NF * TN);
 constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
 
-// w_scratch (see int4awq/record.py, w_scratch_elems): bfp16 operand "lines" of
+// w_scratch (see int4awq/record.py, w_scratch_bytes): bfp16 operand "lines" of
 // KB block vectors each, every line starting on a 64-byte boundary (a block
 // stream starts at FIFO position 0 of a 512-bit word). Lines 0 .. NB-1: B
 // column block nb, as B^T (row n of the 8x8 block = column n of W, 8 K values);
@@ -248,12 +248,12 @@ void gemm_int4_zero(float *c_acc) {
 
 // w_record: one packed record (RECORD_BYTES); a_tile: DIM_M x DIM_K_CHUNK bf16
 // in 8x8 blocks, block (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major
-// inside; w_scratch: SCRATCH_BYTES / 2 bf16 (kernel-private; holds bfp16 block
+// inside; w_scratch: SCRATCH_BYTES bytes (kernel-private; holds bfp16 block
 // lines, see above).
 void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
-                          bfloat16 *w_scratch) {
+                          uint8_t *w_scratch) {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  uint8_t *__restrict scratch = reinterpret_cast<uint8_t *>(w_scratch);
+  uint8_t *__restrict scratch = w_scratch;
   dequantize(w_record, scratch);
 
   const bfloat16 *__restrict scales =
@@ -337,7 +337,7 @@ void gemm_int4_drain(float *c_acc, bfloat16 *c_out) {
 //              at (b * DIM_N/8 + nb) * 64, row-major inside; rows m .. 8 *
 //              bands - 1 stay 0
 //   c_out      m x DIM_N bf16, row-major
-//   w_scratch  record.w_scratch_elems(DIM_N, DIM_K_CHUNK) bf16, the GEMM's
+//   w_scratch  record.w_scratch_bytes(DIM_N, DIM_K_CHUNK) bytes, the GEMM's
 //   scratch (B lines + one A line)
 //
 // A call dequantises the record once into the B lines exactly as the GEMM does
@@ -395,9 +395,9 @@ void gemv_int4_zero(float *acc, int32_t m) {
 }
 
 void gemv_int4_accumulate(uint8_t *w_record, bfloat16 *a_rows, float *acc,
-                          bfloat16 *w_scratch, int32_t m) {
+                          uint8_t *w_scratch, int32_t m) {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  uint8_t *__restrict scratch = reinterpret_cast<uint8_t *>(w_scratch);
+  uint8_t *__restrict scratch = w_scratch;
   dequantize(w_record, scratch);
 
   const bfloat16 *__restrict scales =

@@ -122,7 +122,7 @@ def test_kernel_matches_model_on_hard_bfp16_inputs(kernels, cfg):
 
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_kernel_stays_inside_w_scratch(kernels, cfg):
-    """The kernel's bfp16 lines fit record.w_scratch_elems: bytes past the scratch are never written."""
+    """The kernel's bfp16 lines fit record.w_scratch_bytes: bytes past the scratch are never written."""
     hk = kernels[cfg]
     n = hk.scratch.size
     big = aligned_empty((n + 512,), bfloat16)
