@@ -594,6 +594,21 @@ def budget_lines(budget, width: int = REPORT_WIDTH) -> list[str]:
     return [part for line in lines for part in _fit(line, width)]
 
 
+def kernel_line(cfg: DesignConfig) -> str:
+    """One line from the host aie_api's profiling build of the GEMM kernel (int4awq.kernel_profile): a
+    lower bound on its cycles per call, not a calibrated prediction, and its live block streams.
+    """
+    from int4awq.kernel_profile import LOAD_FIFOS, STORE_FIFOS, profile_accumulate
+
+    p = profile_accumulate(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs)
+    steps = (cfg.tile_m // 8) * (cfg.tile_n // 8) * (cfg.tile_k_l1 // 8)
+    return (
+        f"kernel: >= {p.cycles_lower_bound:.0f} cycles per call, >= {p.cycles_lower_bound / steps:.2f} per 8x8x8 "
+        f"mmul step (profile bound, not calibrated); live streams in/out: {p.peak_in}/{p.peak_out} "
+        f"(core FIFOs {LOAD_FIFOS}/{STORE_FIFOS})"
+    )
+
+
 def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
     """--report, printed after the result: one titled section after another, every line within
     REPORT_WIDTH columns. To add a table, append a (title, lines) section below."""
@@ -614,6 +629,8 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
         sections.append(("", resources.table().splitlines()))
     if emu.get("stats") is not None:
         sections.append(("", emu["stats"].table().splitlines()))
+    if isinstance(cfg, DesignConfig):
+        sections.append(("", [kernel_line(cfg)]))
     out = []
     for title, lines in sections:
         out.append("")
