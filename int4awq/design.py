@@ -236,24 +236,12 @@ class DesignConfig:
         traces the builder with the emulated air API and loads no kernel. Raises ConfigError when
         the resource model is not available (mlir-air's own `air` package already imported).
         """
-        return _static_program(self).resources
+        return static_program(self, "matmul_int4_packed").resources
 
     def resource_problem(self) -> str | None:
         """None when the emulator accepts this configuration statically (resource model, DMA limits,
         budgets), else its first reason, one line."""
-        try:
-            report = self.resources()
-        except ConfigError:
-            raise
-        except (
-            Exception
-        ) as e:  # the emulator's DesignError: a static rule (DMA limits, budgets)
-            if not getattr(e, "static", False):
-                raise
-            return str(e).splitlines()[0]
-        return (
-            None if report.summary() == "resources: within limits" else report.summary()
-        )
+        return resource_problem(self)
 
     def budget_report(self) -> str:
         lines = [f"L1 per PE: {self.l1_total()} / {record.L1_BYTES} bytes"]
@@ -266,8 +254,9 @@ class DesignConfig:
 
 
 @functools.lru_cache(maxsize=256)
-def _static_program(cfg: DesignConfig):
-    """The design compiled by the emulator for static checks only (no kernel libraries)."""
+def static_program(cfg, builder: str):
+    """A configuration's design (built by the builder module `builder`, at the repository root), compiled
+    by the emulator for static checks only: no kernel libraries loaded."""
     air = sys.modules.get("air")
     if air is None:
         sys.path.insert(0, EMULATOR_DIR)
@@ -279,12 +268,28 @@ def _static_program(cfg: DesignConfig):
         )
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
-    from air.emu.engine import Options, Program
-    from matmul_int4_packed import build_module
+    from importlib import import_module
 
-    return Program(
-        build_module(cfg), Options(stack_size=cfg.stack_bytes, link=False), check=False
-    )
+    from air.emu.engine import Options, Program
+
+    module = import_module(builder).build_module(cfg)
+    return Program(module, Options(stack_size=cfg.stack_bytes, link=False), check=False)
+
+
+def resource_problem(cfg) -> str | None:
+    """None when the emulator accepts cfg statically (cfg.resources(): resource model, DMA limits,
+    budgets), else its first reason, one line."""
+    try:
+        report = cfg.resources()
+    except ConfigError:
+        raise
+    except (
+        Exception
+    ) as e:  # the emulator's DesignError: a static rule (DMA limits, budgets)
+        if not getattr(e, "static", False):
+            raise
+        return str(e).splitlines()[0]
+    return None if report.summary() == "resources: within limits" else report.summary()
 
 
 def build_host_kernel(cfg: DesignConfig) -> str:

@@ -27,7 +27,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import model, record
+from . import design, model, record
 from .errors import ConfigError
 from .kernel_model import GEMV_MAX_M, gemv_acc_elems
 from .quant import check_dims, check_group_size
@@ -275,43 +275,10 @@ class GemvConfig:
     # The resource model ----------------------------------------------------------------------------
     def resources(self):
         """The emulator's NPU2 resource model of this configuration (no kernel loaded)."""
-        return _static_program(self).resources
+        return design.static_program(self, "matvec_int4_packed").resources
 
     def resource_problem(self) -> str | None:
-        try:
-            report = self.resources()
-        except ConfigError:
-            raise
-        except (
-            Exception
-        ) as e:  # the emulator's DesignError: a static rule (DMA limits, budgets)
-            if not getattr(e, "static", False):
-                raise
-            return str(e).splitlines()[0]
-        return (
-            None if report.summary() == "resources: within limits" else report.summary()
-        )
-
-
-@functools.lru_cache(maxsize=256)
-def _static_program(cfg: GemvConfig):
-    air = sys.modules.get("air")
-    if air is None:
-        sys.path.insert(0, EMULATOR_DIR)
-        import air
-    if not getattr(air, "EMULATED", False):
-        raise ConfigError(
-            "the resource model needs the emulator's air package (emulator/), but mlir-air's "
-            "own `air` is imported: run the check in a separate process"
-        )
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
-    from air.emu.engine import Options, Program
-    from matvec_int4_packed import build_module
-
-    return Program(
-        build_module(cfg), Options(stack_size=cfg.stack_bytes, link=False), check=False
-    )
+        return design.resource_problem(self)
 
 
 # ------------------------------------------------------------------------------------------ the model
