@@ -335,7 +335,7 @@ def backend_options(cfg: GemvConfig) -> dict:
 
 
 def main(argv=None) -> int:
-    from int4awq.air_run import compile_and_run, compile_only
+    from int4awq.air_run import act, add_action_arguments
     from int4awq.errors import ConfigError
     from int4awq.gemv import config_from_args
 
@@ -360,45 +360,12 @@ def main(argv=None) -> int:
             default=None,
             help=f"{what} (default: the best modelled configuration the resource model accepts)",
         )
-    parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument(
-        "-p",
-        "--print-module-only",
-        action="store_true",
-        help="print the AIR module and stop",
-    )
-    parser.add_argument(
-        "--print-resources",
-        action="store_true",
-        help="print the NPU2 resource table (the emulator's model of aircc's lowering) and stop; "
-        "exit 2 if over a limit",
-    )
-    parser.add_argument(
-        "--compile-mode",
-        choices=["compile-only", "compile-and-run"],
-        default="compile-and-run",
-        help="compile-only: aircc for npu2 into --build-dir; compile-and-run (default): run on "
-        "seeded operands and check, on NPU2 or (PYTHONPATH=emulator) the emulator",
-    )
-    parser.add_argument(
-        "--build-dir",
-        default=None,
-        help="compile-only output (default: build/npu/<configuration>)",
-    )
+    add_action_arguments(parser)
     args = parser.parse_args(argv)
     try:
         cfg, _ = config_from_args(args, args.m, args.k, args.n, args.gs)
         module = build_module(cfg)
-        if args.print_module_only:
-            print(module)
-            return 0
-        if args.print_resources:
-            report = cfg.resources()
-            print(report.table())
-            return 0 if report.summary() == "resources: within limits" else 2
-        if args.compile_mode == "compile-only":
-            return compile_only(cfg, module, backend_options(cfg), args.build_dir)
-        return compile_and_run(cfg, module, backend_options(cfg), args.verbose)
+        return act(args, cfg, module, backend_options(cfg))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

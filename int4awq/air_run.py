@@ -18,6 +18,49 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_BUILD = os.path.join(REPO, "kernels", "build")
 
 
+def add_action_arguments(parser) -> None:
+    """What a builder's command line does with its module, in mlir-air's examples' conventions."""
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "-p",
+        "--print-module-only",
+        action="store_true",
+        help="print the AIR module and stop",
+    )
+    parser.add_argument(
+        "--print-resources",
+        action="store_true",
+        help="print the DMA channels, BDs, locks and memtile space the design needs on NPU2 "
+        "(the emulator's model of aircc's lowering) and stop; exit 2 if over a limit",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        choices=["compile-only", "compile-and-run"],
+        default="compile-and-run",
+        help="compile-only: aircc for npu2 into --build-dir; compile-and-run (default): run on "
+        "seeded operands and check, on NPU2 or (PYTHONPATH=emulator) the emulator",
+    )
+    parser.add_argument(
+        "--build-dir",
+        default=None,
+        help="compile-only output (default: build/npu/<configuration>)",
+    )
+
+
+def act(args, cfg, module, backend_options: dict) -> int:
+    """Print the module or the resource table, compile, or compile and run, as args say; the exit code."""
+    if args.print_module_only:
+        print(module)
+        return 0
+    if args.print_resources:
+        report = cfg.resources()
+        print(report.table())
+        return 0 if report.summary() == "resources: within limits" else 2
+    if args.compile_mode == "compile-only":
+        return compile_only(cfg, module, backend_options, args.build_dir)
+    return compile_and_run(cfg, module, backend_options, args.verbose)
+
+
 def _kernel_dims(cfg) -> list[str]:
     return [
         f"DIM_M={cfg.tile_m}",
