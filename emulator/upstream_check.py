@@ -140,6 +140,15 @@ BFP16_LLAMA = (
 )
 
 
+def bf16_x_bfp16_kernel(tm, tn, tk):
+    return Kernel(
+        f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc",
+        "air",
+        "mm_bf16_x_bfp16",
+        (f"-DDIM_M={tm}", f"-DDIM_N={tn}", f"-DDIM_K={tk}"),
+    )
+
+
 def bfp16_kernel(tm, tk, tn):
     return Kernel(
         ("aie_kernels/aie2p/mm_bfp.cc", f"{EX}/matrix_multiplication/bfp16/bfp_cvt.cc"),
@@ -301,28 +310,14 @@ CASES = (
         "bf16 x bfp16 GEMM 64x64x64, herd 1x1",
         BFP16X,
         gemm_args(64, 64, 64, 64, 64, 64, 64, 1, 1),
-        (
-            Kernel(
-                f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc",
-                "air",
-                "mm_bf16_x_bfp16",
-                ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=64"),
-            ),
-        ),
+        (bf16_x_bfp16_kernel(64, 64, 64),),
         note="run_packed_npu2_small_peano.lit",
     ),
     Case(
         "bf16 x bfp16 GEMM 2048^3, herd 8x4",
         BFP16X,
         gemm_args(2048, 2048, 2048, 64, 64, 128, 2048, 8, 4),
-        (
-            Kernel(
-                f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc",
-                "air",
-                "mm_bf16_x_bfp16",
-                ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=128"),
-            ),
-        ),
+        (bf16_x_bfp16_kernel(64, 64, 128),),
         note="run_packed_npu2_llama_qproj_peano.lit",
     ),
     # bfp16 x bfp16 with mlir-aie's reference kernel aie_kernels/aie2p/mm_bfp.cc, linked with the example's
