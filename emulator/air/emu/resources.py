@@ -258,15 +258,14 @@ def _fits(dims, level):
 
 
 def _trip(loop):
-    t = getattr(loop, "_emu_trip", None)
-    return t
+    return getattr(loop, "_emu_trip", None)
 
 
 class _Chain:
-    """The BD chain of one end: BDs, the folded pattern and the loops that unrolled."""
+    """The BD chain of one end: how many BDs, and the pattern of each once loops are folded in."""
 
-    def __init__(self, bds, dims, unrolled, repeat):
-        self.bds, self.dims, self.unrolled, self.repeat = bds, dims, unrolled, repeat
+    def __init__(self, bds, dims):
+        self.bds, self.dims = bds, dims
 
 
 def _split_pattern(dims, pieces):
@@ -283,7 +282,7 @@ def _split_pattern(dims, pieces):
 
 def _chain(w, end, loops, pp_loop, pieces=1):
     dims = _split_pattern(w.pattern(end), pieces)
-    bds, unrolled, folding, repeat = 1, [], True, 1
+    bds, folding = 1, True
     for loop in reversed(loops):
         trip = _trip(loop)
         if trip is not None and trip <= 1:
@@ -297,15 +296,10 @@ def _chain(w, end, loops, pp_loop, pieces=1):
         lo = w.value(loop.operands[0], {})
         step = w.value(loop.operands[2], {})
         coef = w.coefficient(end, loop.induction_variable, lo, step)
-        if trip is None or coef is None:
+        if (
+            trip is None or coef is None
+        ):  # unknown trip or offset not affine in the loop: unrolled
             bds *= trip or 1
-            unrolled.append(
-                (
-                    loop,
-                    trip,
-                    "offset not affine in the loop" if coef is None else "unknown trip",
-                )
-            )
             folding = False
             continue
         if folding:
@@ -320,16 +314,11 @@ def _chain(w, end, loops, pp_loop, pieces=1):
                 dims = new
                 continue
             folding = False
-            bds *= trip
-            unrolled.append(
-                (loop, trip, f"folding it would need {len(new)} dimensions")
-            )
-        elif coef == 0:
-            repeat *= trip  # the whole chain again: the DMA's own repeat, no new BD
-        else:
-            bds *= trip
-            unrolled.append((loop, trip, "it moves a pattern that is already a chain"))
-    return _Chain(bds, dims, unrolled, repeat)
+            bds *= trip  # it would need more dimensions than the BD has: one BD per iteration
+        elif coef != 0:
+            bds *= trip  # it moves a pattern that is already a chain
+        # coef == 0 after the chain: the whole chain again, the DMA's own repeat, no new BD
+    return _Chain(bds, dims)
 
 
 def _check_strides(w, end, chain, tile):
@@ -835,7 +824,6 @@ def _place(w, pieces):
                 len(lst) % 2
             ] += bds  # channel i draws on the BD pool of its parity
             lst.append(f"{what}: {bds} BD{'s' if bds != 1 else ''}")
-            t.bds += bds
     return [t for t in tiles if t.pieces]
 
 
