@@ -30,6 +30,7 @@ SLOTS = (
     "SHUFFLE",
     "CONVERT",
     "ALU",
+    "SCALAR",
 )  # the order of host_profile.hpp's enum
 WIDTH = {
     "LOAD": 2

@@ -14,7 +14,7 @@ from int4awq.kernel_profile import SLOTS, profile_accumulate, read_profile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A kernel of known issue: per call, an entry-marked loop of 4 trips (two 512-bit loads, one add, one
-# store each), a per-iteration-marked loop (chess style) of 3 trips run twice, a 1024-bit load outside
+# store and one element extracted to the scalar unit each), a per-iteration-marked loop (chess style) of 3 trips run twice, a 1024-bit load outside
 # loops, and two input streams and one output stream alive together.
 SOURCE = r"""
 #include <aie_api/aie.hpp>
@@ -24,6 +24,7 @@ extern "C" void probe(const int32 *in, int32 *out, uint8_t *blocks) {
         auto a = aie::load_v<16>(in + 16 * i);
         auto b = aie::load_v<16>(in + 64 + 16 * i);
         aie::store_v(out + 16 * i, aie::add(a, b));
+        out[64 + i] = a[i];  // one element moved to the scalar unit
     }
     for (int r = 0; r < 2; ++r) {
         auto x = aie::load_v<32>(in);  // outside any marked loop, 1024 bits: two loads
@@ -85,7 +86,7 @@ def test_the_profile_counts_loops_slots_and_streams(probe):
     p = run_probe(probe)
     by_kind = sorted(p.loops, key=lambda lp: lp.line)
     entry, per_iteration = by_kind
-    assert entry.entries == 1 and entry.ops == dict(zip(SLOTS, (0, 8, 4, 0, 0, 4)))
+    assert entry.entries == 1 and entry.ops == dict(zip(SLOTS, (0, 8, 4, 0, 0, 4, 4)))
     assert per_iteration.entries == 2  # two runs of three consecutive iterations
     assert per_iteration.ops["STORE"] == 6
     # outside loops: the two 1024-bit loads (2 each), two pops (each stream's first pop refills its FIFO:

@@ -162,7 +162,7 @@ inline vector<T, Elems> broadcast(V value) {
   vector<T, Elems> r;
   if constexpr (host::is_4bit_v<T>) {
     for (unsigned i = 0; i < Elems; ++i)
-      r.set(int(value), i);
+      r.raw_set(int(value), i);
   } else {
     const T t = T(value);
     for (unsigned i = 0; i < Elems; ++i)
@@ -210,7 +210,7 @@ inline vector<T, N> transpose(const vector<T, N> &v, unsigned Row,
   vector<T, N> r;
   for (unsigned rr = 0; rr < Row; ++rr)
     for (unsigned c = 0; c < Col; ++c)
-      r.set(v.get(rr * Col + c), c * Row + rr);
+      r.raw_set(v.raw_get(rr * Col + c), c * Row + rr);
   return r;
 }
 
@@ -229,7 +229,7 @@ interleave_zip(const vector<T, N> &v, const vector<T, N> &w, unsigned chunk) {
   for (unsigned base = 0; base < N; base += chunk)
     for (const vector<T, N> *src : {&v, &w})
       for (unsigned i = 0; i < chunk; ++i, ++o)
-        out[o / N].set(src->get(base + i), o % N);
+        out[o / N].raw_set(src->raw_get(base + i), o % N);
   return {out[0], out[1]};
 }
 
@@ -249,7 +249,7 @@ interleave_unzip(const vector<T, N> &v, const vector<T, N> &w, unsigned chunk) {
     for (unsigned base = 0; base < N; base += chunk) {
       unsigned which = (base / chunk) & 1u;
       for (unsigned i = 0; i < chunk; ++i)
-        out[which].set(src->get(base + i), o[which]++);
+        out[which].raw_set(src->raw_get(base + i), o[which]++);
     }
   return {out[0], out[1]};
 }

@@ -9,7 +9,9 @@
 // refills), STORE = vector stores and block-stream pushes (push + flush),
 // SHUFFLE = transposes, interleaves, shuffles and broadcasts, CONVERT = srs /
 // ups / float and block conversions, ALU = element-wise vector add / sub /
-// compare. Counted in instructions of the 512-bit datapath (a 1024-bit operand
+// compare, SCALAR = moves of one element between a vector register and the
+// scalar unit (vextract / vinsert; an element loop's scalar loads, stores and
+// address arithmetic come with them and are not seen). Counted in instructions of the 512-bit datapath (a 1024-bit operand
 // counts twice); register views (extract, insert, concat, casts) are free.
 // Loops: a kernel marks its pipelined loops with KERNEL_MIN_ITERS /
 // AIE_PREPARE_FOR_PIPELINING before the `for` (one scope per entry) or
@@ -23,7 +25,7 @@
 
 namespace host::profile {
 
-enum slot : unsigned { MAC, LOAD, STORE, SHUFFLE, CONVERT, ALU, SLOTS };
+enum slot : unsigned { MAC, LOAD, STORE, SHUFFLE, CONVERT, ALU, SCALAR, SLOTS };
 
 #if defined(AIE_HOST_PROFILE)
 constexpr unsigned MAX_SITES = 64;

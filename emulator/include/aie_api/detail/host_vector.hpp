@@ -74,8 +74,19 @@ public:
   vector(const vector &) = default;
   vector &operator=(const vector &) = default;
 
-  // Element access. 4-bit elements read as int (sign-extended for int4).
+  // Element access: a move between a vector register and the scalar unit
+  // (vextract / vinsert), counted as SCALAR in the profiling build. The
+  // host aie_api itself uses raw_get / raw_set, which count nothing.
   elem_type get(unsigned i) const {
+    ::host::profile::count(::host::profile::SCALAR);
+    return raw_get(i);
+  }
+  vector &set(elem_type v, unsigned i) {
+    ::host::profile::count(::host::profile::SCALAR);
+    return raw_set(v, i);
+  }
+  // 4-bit elements read as int (sign-extended for int4).
+  elem_type raw_get(unsigned i) const {
     if constexpr (storage::four) {
       unsigned nib = (d_[i >> 1] >> ((i & 1u) * 4)) & 0xFu;
       if constexpr (std::is_same_v<T, int4>)
@@ -86,7 +97,7 @@ public:
       return d_[i];
     }
   }
-  vector &set(elem_type v, unsigned i) {
+  vector &raw_set(elem_type v, unsigned i) {
     if constexpr (storage::four) {
       unsigned sh = (i & 1u) * 4;
       d_[i >> 1] =
@@ -101,6 +112,7 @@ public:
   // addressable).
   template <typename U = T, typename = std::enable_if_t<!host::is_4bit_v<U>>>
   T &operator[](unsigned i) {
+    ::host::profile::count(::host::profile::SCALAR);
     return d_[i];
   }
 
