@@ -11,14 +11,14 @@
 // ups / float and block conversions, ALU = element-wise vector add / sub /
 // compare, SCALAR = moves of one element between a vector register and the
 // scalar unit (vextract / vinsert; an element loop's scalar loads, stores and
-// address arithmetic come with them and are not seen). Counted in instructions of the 512-bit datapath (a 1024-bit operand
-// counts twice); register views (extract, insert, concat, casts) are free.
-// Loops: a kernel marks its pipelined loops with KERNEL_MIN_ITERS /
-// AIE_PREPARE_FOR_PIPELINING before the `for` (one scope per entry) or
-// chess_prepare_for_pipelining after it (one per iteration); the profile keeps,
-// per marked loop (by source line), its entries and what it issued. Block
-// streams: the number live at once, against the core's two load FIFOs and one
-// store FIFO (AIE2PRegisterInfo.td).
+// address arithmetic come with them and are not seen). Counted in instructions
+// of the 512-bit datapath (a 1024-bit operand counts twice); register views
+// (extract, insert, concat, casts) are free. Loops: a kernel marks its
+// pipelined loops with KERNEL_MIN_ITERS / AIE_PREPARE_FOR_PIPELINING before the
+// `for` (one scope per entry) or chess_prepare_for_pipelining after it (one per
+// iteration); the profile keeps, per marked loop (by source line), its entries
+// and what it issued. Block streams: the number live at once, against the
+// core's two load FIFOs and one store FIFO (AIE2PRegisterInfo.td).
 #pragma once
 
 #include <cstdint>
