@@ -90,6 +90,26 @@ def test_to_float_int8_with_shift(libs):
         )
 
 
+def test_to_float_int4_converts_the_values(libs):
+    """aie_api accepts 4-bit sources on AIE2P, so the host does (Peano folds them to zero on hardware, which
+    is why the kernel unpacks to int8 instead)."""
+    raw = buf(np.arange(32) * 7 + 3, np.uint8)
+    out = aligned_empty((64,), np.float32)
+    libs["bfp16"].op_to_float_int4(ptr(raw), ptr(out))
+    nib = np.empty(64, np.int16)
+    nib[0::2], nib[1::2] = raw & 0xF, raw >> 4
+    np.testing.assert_array_equal(out, np.where(nib >= 8, nib - 16, nib))
+
+
+@pytest.mark.parametrize("n", [0, 1, 16, 48, 63, 64])
+def test_shuffle_down_fill(libs, n):
+    v = buf(np.arange(64), np.uint8)
+    fill = buf(np.arange(100, 164), np.uint8)
+    out = aligned_empty((64,), np.uint8)
+    libs["bf16"].op_shuffle_down_fill(ptr(v), ptr(fill), n, ptr(out))
+    np.testing.assert_array_equal(out, np.concatenate([v, fill])[n : n + 64])
+
+
 # ----------------------------------------------------------------------------------------------- rounding
 MODES = [
     "floor",
@@ -402,6 +422,21 @@ def test_bfp16_block_vector_memory_layout_and_conversion(libs):
     )
 
 
+def test_bfp16_128_element_block_vectors(libs):
+    """block_vector<bfp16ebs8, 128>: 16 blocks, 144 bytes, the same image per block as the 64-element one."""
+    rng = np.random.default_rng(8)
+    x = (
+        rng.standard_normal(3 * 128) * np.exp2(rng.integers(-9, 9, 48)).repeat(8)
+    ).astype(np.float32)
+    out = buf(np.full(3 * 144, 0xAA), np.uint8)
+    back = aligned_empty((3 * 128,), np.float32)
+    libs["bfp16"].op_bfp16_128_round_trip(
+        ptr(buf(x, np.float32)), 3, ptr(out), ptr(back)
+    )
+    np.testing.assert_array_equal(out, bfp16_encode_ref(x))
+    np.testing.assert_array_equal(back, bfp16_decode_ref(out).reshape(-1))
+
+
 def test_bfp16_block_vector_to_accum_and_stream_seek(libs):
     rng = np.random.default_rng(7)
     raw = rng.integers(0, 256, 9 * 72).astype(np.uint8)
@@ -538,9 +573,17 @@ REJECTED = {
         "auto r = aie::mul(aie::zeros<float, 16>(), aie::zeros<float, 16>());",
         "f32 x f32",
     ),
-    "to_float_int4": (
-        "auto r = aie::to_float<bfloat16>(aie::zeros<int8, 32>().cast_to<int4>(), 0);",
-        "docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero",
+    "accum_implicit_from_vector": (
+        "aie::accum<accfloat, 64> a = aie::zeros<bfloat16, 64>();",
+        "conversion from",
+    ),
+    "block_vector_32": (
+        "aie::block_vector<bfp16ebs8, 32> v;",
+        "64 or 128 elements",
+    ),
+    "bfp16ebs16_mmul": (
+        "aie::mmul<8, 8, 8, bfp16ebs16, bfp16ebs16> m;",
+        "no bfp16ebs16 mmul",
     ),
     "f32_mmul": ("aie::mmul<8, 8, 8, float, float, accauto> m;", "no f32 mmul"),
     "block_b_not_transposed": (

@@ -40,6 +40,19 @@ void op_to_float_bf16(const int8_t *in, int shift, bfloat16 *out) {
   aie::store_v(out, aie::to_float<bfloat16>(aie::load_v<32>(in), shift));
 }
 
+// 64 x int4 (32 bytes, low nibble first) -> float: aie_api accepts 4-bit
+// sources (Peano folds them to zero on hardware; the kernel never does this).
+void op_to_float_int4(const uint8_t *in, float *out) {
+  aie::store_v(out, aie::to_float<float>(aie::load_v<32>(in).cast_to<int4>()));
+}
+
+// 64 bytes of v followed by the first n of fill, shifted down by n.
+void op_shuffle_down_fill(const uint8_t *v, const uint8_t *fill, int n,
+                          uint8_t *out) {
+  aie::store_v(out, aie::shuffle_down_fill(aie::load_v<64>(v),
+                                           aie::load_v<64>(fill), unsigned(n)));
+}
+
 // 64 floats -> accfloat -> bf16 under rounding mode `mode`
 // (aie::rounding_mode's order: floor, ceil, positive_inf, negative_inf,
 // symmetric_inf, symmetric_zero, conv_even, conv_odd, symmetric_floor,
@@ -160,6 +173,24 @@ void op_stream_copy(const uint8_t *in, int offset, int count, uint8_t *out) {
   aie::block_vector_output_buffer_stream<bfp16ebs8, 64> os(as_blocks(out));
   for (int i = 0; i < count; ++i)
     os << is.pop();
+}
+
+// `count` x 128 floats -> accfloat -> 128-element bfp16ebs8 block vectors
+// (144 bytes each) through an output stream, then read back through an input
+// stream into accfloat and out as floats (out_f).
+void op_bfp16_128_round_trip(const float *in, int count, uint8_t *out,
+                             float *out_f) {
+  aie::set_rounding(aie::rounding_mode::conv_even);
+  {
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 128> os(as_blocks(out));
+    for (int i = 0; i < count; ++i)
+      os << aie::accum<accfloat, 128>(aie::load_v<128>(in + 128 * i))
+                .to_vector<bfp16ebs8>();
+  }
+  aie::block_vector_input_buffer_stream<bfp16ebs8, 128> is(as_blocks(out));
+  for (int i = 0; i < count; ++i)
+    aie::store_v(out_f + 128 * i,
+                 aie::accum<accfloat, 128>(is.pop()).to_vector<float>());
 }
 
 // Block mmul: c (8x8 f32) += sum over steps of A_s x B_s, B_s given transposed

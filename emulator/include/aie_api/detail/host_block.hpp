@@ -26,9 +26,13 @@
 // writes E = the block maximum's biased f32 exponent and decodes m * 2^(E -
 // 127) / 64. A block of zeros (and of f32 subnormals) gets E = 0 here (the
 // packer's choice; the exponent the hardware conversion writes for it is not
-// documented -- its value is 0 either way). bfp16ebs16, block vectors of
-// 32/128/256 elements and the 8x8x16 block mmul exist on AIE2P but are not
-// modelled: they fail at compile time, like everything AIE2P lacks.
+// documented -- its value is 0 either way). Block vectors have 64 or 128
+// elements, as in aie_api on AIE2P (block_vector_storage: v64bfp16ebs8 and
+// v128bfp16ebs8); the mmul takes 64-element operands (the 8x8x16 shape with its
+// 128-element B is not modelled). bfp16ebs16 block vectors exist on AIE2P but
+// are not modelled, and there is no bfp16ebs16 mmul (aie_api declares
+// mmul<..., bfp16ebs16, bfp16ebs16> but implements no shape for it): both fail
+// at compile time, like everything AIE2P lacks.
 #pragma once
 
 #include "host_mmul.hpp"
@@ -40,9 +44,9 @@ class block_vector {
   static_assert(std::is_same_v<T, bfp16ebs8>,
                 "aie::block_vector: the host aie_api models bfp16ebs8 only "
                 "(bfp16ebs16 is not modelled)");
-  static_assert(N == 64, "aie::block_vector: the host aie_api models "
-                         "64-element block vectors only "
-                         "(AIE2P also has 32, 128 and 256)");
+  static_assert(N == 64 || N == 128,
+                "aie::block_vector: AIE2P's block vectors have 64 or 128 "
+                "elements (aie_api block_vector_storage)");
 
 public:
   using value_type = T;
@@ -200,19 +204,25 @@ public:
     ::host::profile::stream_opened(true);
   }
   block_vector_input_buffer_stream(const block_vector_input_buffer_stream &o)
-      : p_(o.p_), pops_(o.pops_) {
+      : p_(o.p_), pos_(o.pos_) {
     ::host::profile::stream_opened(true);
   }
   ~block_vector_input_buffer_stream() { ::host::profile::stream_closed(true); }
 
-  // A pop takes the block from the load FIFO; the FIFO refills 512 bits at a
-  // time (a second load every 512 / 64 = 8 pops of 64 bits of
-  // header-and-mantissa words; aie_api detail/aie2p/array_helpers.hpp).
+  // A pop takes the block from the load FIFO, which refills 512 bits at a
+  // time (aie_api detail/aie2p/array_helpers.hpp, fifo_buffer_stream): one
+  // load per 512-bit word the pop enters. For 72-byte vectors from a 64-byte
+  // aligned start: 2 loads for the first pop, then 1 each, a second load every
+  // 8 pops (9 words per 8 pops).
   vector_type pop() {
     vector_type v;
     std::memcpy(v.d_, p_, vector_type::bytes());
     p_ += vector_type::bytes();
-    ::host::profile::count(::host::profile::LOAD, (pops_++ % 8) == 0 ? 2 : 1);
+    const unsigned first = pos_ / 64, end = pos_ + vector_type::bytes();
+    const unsigned last = (end - 1) / 64;
+    const unsigned entered = pos_ % 64 == 0 ? last - first + 1 : last - first;
+    pos_ = end;
+    ::host::profile::count(::host::profile::LOAD, entered);
     return v;
   }
   block_vector_input_buffer_stream &operator>>(vector_type &v) {
@@ -221,11 +231,11 @@ public:
   }
   void seek(int inc) {
     p_ = start(p_ + inc * int(vector_type::bytes()));
-    pops_ = 0;
+    pos_ = 0;
   }
   void seek_byte(int inc) {
     p_ = start(p_ + inc);
-    pops_ = 0;
+    pos_ = 0;
   }
 
 private:
@@ -233,7 +243,7 @@ private:
     return host::aligned_access<64>(static_cast<const uint8_t *>(p));
   }
   const uint8_t *p_;
-  unsigned pops_ = 0;
+  unsigned pos_ = 0; // bytes popped since the start or the last seek
 };
 
 template <typename T, unsigned Elems>
@@ -254,11 +264,11 @@ public:
   }
 
   // A push is a push into the store FIFO and its flush: two store-slot
-  // operations.
+  // operations per 64 elements.
   void push(const vector_type &v) {
     std::memcpy(p_, v.d_, vector_type::bytes());
     p_ += vector_type::bytes();
-    ::host::profile::count(::host::profile::STORE, 2);
+    ::host::profile::count(::host::profile::STORE, 2 * (Elems / 64));
   }
   block_vector_output_buffer_stream &operator<<(const vector_type &v) {
     push(v);
@@ -285,6 +295,14 @@ using block_vector_restrict_output_buffer_stream =
 // (bfp16ebs8 blocks along K, or bf16 row-major, converted to blocks first as
 // aie_api does) and B passed transposed, as an N x K block vector (row j =
 // column j of B, blocks along K): mul/mac(a, aie::op_transpose(b)).
+// There is no bfp16ebs16 mmul on AIE2P.
+template <unsigned M, unsigned K, unsigned N, typename TypeA, typename AccumTag>
+struct mmul<M, K, N, TypeA, bfp16ebs16, AccumTag> {
+  static_assert(host::dependent_false<TypeA>,
+                "aie::mmul: AIE2P has no bfp16ebs16 mmul (aie_api implements "
+                "no shape for it); use bfp16ebs8");
+};
+
 template <unsigned M, unsigned K, unsigned N, typename TypeA, typename AccumTag>
 struct mmul<M, K, N, TypeA, bfp16ebs8, AccumTag> : host::mmul_acc<M * N> {
   static_assert(

@@ -221,7 +221,8 @@ struct mmul : host::mmul_acc<M * N> {
                 "is no bfp16ebs8 x bf16 mmul)");
   static_assert(
       !(std::is_same_v<TypeA, bfp16ebs16> || std::is_same_v<TypeB, bfp16ebs16>),
-      "aie::mmul: bfp16ebs16 operands are not modelled by the host aie_api");
+      "aie::mmul: AIE2P has no bfp16ebs16 mmul (aie_api implements no shape "
+      "for it); use bfp16ebs8");
   static_assert(std::is_same_v<TypeA, bfloat16> ==
                     std::is_same_v<TypeB, bfloat16>,
                 "aie::mmul: AIE2P has no mixed bf16 x integer mmul");

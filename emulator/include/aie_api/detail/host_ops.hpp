@@ -484,18 +484,14 @@ inline T reduce_min(const vector<T, N> &v) {
 
 // -------------------------------------------------------------------------------
 // conversions Integer -> floating point: v * 2^-shift. Exact into f32 for
-// 8/16-bit integers; to bf16 the f32 value is rounded under the current
-// rounding mode (exact for |v| <= 256). 4-bit sources are rejected: Peano folds
-// aie::to_float on int4 to zero
-// (docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero) -- unpack to int8
-// first.
+// 4/8/16-bit integers; to bf16 the f32 value is rounded under the current
+// rounding mode (exact for |v| <= 256). aie_api on AIE2P also accepts 4-bit
+// sources, and so does the host; but Peano compiles to_float on int4 / uint4
+// to zeros (docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero), so
+// kernels must unpack to int8 first (kernels/mv_int4_bf16.cc never calls it).
 template <typename TR, typename T, unsigned N>
 inline vector<TR, N> to_float(const vector<T, N> &v, int shift = 0) {
   ::host::profile::count(::host::profile::CONVERT, (N + 31) / 32);
-  static_assert(!host::is_4bit_v<T>,
-                "to_float: not on 4-bit vectors (Peano folds it to zero: "
-                "docs/hardware.md#to_float-on-4-bit-vectors-folds-to-zero); "
-                "unpack to int8 first");
   static_assert(!host::is_float_elem_v<T>,
                 "to_float: integer source vectors only");
   static_assert(host::is_float_elem_v<TR>,
@@ -503,12 +499,28 @@ inline vector<TR, N> to_float(const vector<T, N> &v, int shift = 0) {
   vector<TR, N> r;
   const host::rnd m = host::current_rnd();
   for (unsigned i = 0; i < N; ++i) {
-    float f = float(std::ldexp(double(v.d_[i]), -shift));
+    float f = float(std::ldexp(double(v.raw_get(i)), -shift));
     if constexpr (std::is_same_v<TR, float>)
       r.d_[i] = f;
     else
       r.d_[i] = bfloat16::from_bits(host::f32_to_bf16_bits(f, m));
   }
+  return r;
+}
+
+// -------------------------------------------------------------------------------
+// shifts across two vectors (aie_api's reshape group): out[i] = v[i + n] for
+// i < N - n, then fill[0 .. n - 1]. One shuffle per 512-bit word.
+template <typename T, unsigned N>
+inline vector<T, N> shuffle_down_fill(const vector<T, N> &v,
+                                      const vector<T, N> &fill, unsigned n) {
+  if (n > N)
+    host::fatal("shuffle_down_fill: n must not exceed the vector length");
+  ::host::profile::count(::host::profile::SHUFFLE,
+                         ::host::profile::words512(vector<T, N>::bits()));
+  vector<T, N> r;
+  for (unsigned i = 0; i < N; ++i)
+    r.raw_set(i + n < N ? v.raw_get(i + n) : fill.raw_get(i + n - N), i);
   return r;
 }
 

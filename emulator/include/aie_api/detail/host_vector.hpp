@@ -228,13 +228,15 @@ public:
   accum(const accum<Tag2, N> &o) {
     std::memcpy(d_, o.d_, sizeof(d_));
   }
+  // Explicit, as in aie_api: `accum<accfloat, 64> a(v);` or `a = v;`, never
+  // `accum<accfloat, 64> a = v;`.
   template <typename T>
-  accum(const vector<T, N> &v, int shift = 0) {
+  explicit accum(const vector<T, N> &v, int shift = 0) {
     from_vector(v, shift);
   }
   // From a block vector (detail/host_block.hpp): exact, times 2^shift.
   template <typename T>
-  accum(const block_vector<T, N> &v, int shift = 0) {
+  explicit accum(const block_vector<T, N> &v, int shift = 0) {
     from_vector(v, shift);
   }
   template <typename T>
