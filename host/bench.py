@@ -23,6 +23,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from int4awq.kernel_cost import calibration  # noqa: E402
 from int4awq.llama import LAYERS  # noqa: E402
 from int4awq.errors import (
     ConfigError,
@@ -241,8 +242,9 @@ def _main(argv) -> int:
     on_npu, why = (False, "--modelled") if args.modelled else npu2_present()
     print(
         f"{'MEASURED on NPU2' if on_npu else 'MODELLED (no NPU2: ' + why + ')'}; "
-        f"model: int4awq/model.py (DDR 42.5 GB/s effective, per-call kernel op counts)"
+        f"model: int4awq/model.py (DDR 42.5 GB/s effective) and int4awq/kernel_cost.py"
     )
+    print(calibration().summary())
     rows, failures = [], 0
     for entry in load_table():
         m, k, n = entry["m"], entry["k"], entry["n"]

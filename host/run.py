@@ -595,18 +595,11 @@ def budget_lines(budget, width: int = REPORT_WIDTH) -> list[str]:
 
 
 def kernel_line(cfg: DesignConfig) -> str:
-    """One line from the host aie_api's profiling build of the GEMM kernel (int4awq.kernel_profile): a
-    lower bound on its cycles per call, not a calibrated prediction, and its live block streams.
-    """
-    from int4awq.kernel_profile import LOAD_FIFOS, STORE_FIFOS, profile_accumulate
+    """The kernel's modelled cycles per call and per 8x8x8 mmul step, and its live block streams
+    (int4awq/kernel_cost.py)."""
+    from int4awq.kernel_cost import kernel_line as line
 
-    p = profile_accumulate(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs)
-    steps = (cfg.tile_m // 8) * (cfg.tile_n // 8) * (cfg.tile_k_l1 // 8)
-    return (
-        f"kernel: >= {p.cycles_lower_bound:.0f} cycles per call, >= {p.cycles_lower_bound / steps:.2f} per 8x8x8 "
-        f"mmul step (profile bound, not calibrated); live streams in/out: {p.peak_in}/{p.peak_out} "
-        f"(core FIFOs {LOAD_FIFOS}/{STORE_FIFOS})"
-    )
+    return line(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs)
 
 
 def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
@@ -712,7 +705,10 @@ def modelled_line(cfg, m: int, n: int) -> str:
             f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
             f"{est.tops:.3f} TOPS, {est.bound}-bound"
         )
-    return _joined(head, "(MODELLED, int4awq/model.py; not measured)")
+    from int4awq.kernel_cost import calibration
+
+    tail = "(MODELLED, int4awq/model.py; not measured)"
+    return _joined(head, tail) + "\n" + calibration().summary()
 
 
 def run_gemm(

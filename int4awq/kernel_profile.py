@@ -44,6 +44,8 @@ class Loop:
     line: int
     entries: int
     ops: dict
+    peak_in: int = 0  # block streams live while the loop runs
+    peak_out: int = 0
 
     @property
     def cycles(self) -> float:
@@ -77,10 +79,10 @@ def read_profile(lib: ctypes.CDLL) -> Profile:
     v = list(buf[:n])
     loops, i = [], 1
     for _ in range(v[0]):
-        loops.append(
-            Loop(v[i], v[i + 1], dict(zip(SLOTS, v[i + 2 : i + 2 + len(SLOTS)])))
-        )
-        i += 2 + len(SLOTS)
+        ops = dict(zip(SLOTS, v[i + 2 : i + 2 + len(SLOTS)]))
+        j = i + 2 + len(SLOTS)
+        loops.append(Loop(v[i], v[i + 1], ops, v[j], v[j + 1]))
+        i = j + 2
     outside = dict(zip(SLOTS, v[i : i + len(SLOTS)]))
     return Profile(loops, outside, v[i + len(SLOTS)], v[i + len(SLOTS) + 1])
 

@@ -26,20 +26,8 @@ DENSE_BF16_FLOPS = 10e12
 # so a lower bound of that kernel's own rate.
 NATIVE_BFP16_FLOPS = 31.3e12
 
-# Our kernel's ceiling, estimated from its inner loop (kernels/mv_int4_bf16.cc) relative to that native
-# bfp16 kernel, whose hot loop is the same one: block-stream pops and bfp16ebs8 x bfp16ebs8 macs on a 2x2
-# block of accumulators. Per call the kernel issues
-#   mmul steps      (tm/8) * (tn/8) * (tk/8)   four pops and four macs per 2x2 step (pops co-issue)
-#   dequantisation  (tn/8) * (tk/8) blocks of 64 codes: half a 64-byte load, unpack and zero subtraction,
-#                   to_float, 8x8 transpose, accfloat, conversion to bfp16ebs8, push
-#   A conversion    (tm/8) * (tk/8) blocks, once per call: load, accfloat, conversion to bfp16ebs8, push
-#   stream set-up   (tm/16) * (tn/16) times four block streams
-#   scale folds     (tm/8) * (tn/8) * folds-per-call blocks: accum out, bf16 hi, residual, bf16 lo,
-#                   load c, two MACs, store
-#   call overhead   CALL_OVERHEAD_OPS: entry, set_rounding, loop set-up and drain of the pipelined loops
-# Counting each of those vector operations as one mmul step (a conservative assumption: they may
-# co-issue on the VLIW core), the kernel runs at mmul / (mmul + extra) of the native rate. ESTIMATED from an
-# instruction count, NOT measured: replace with NPU2 measurements when they exist.
+# The GEMV design's compute estimate (int4awq/gemv.py) still counts vector operations per call, each as one
+# mmul step of the native kernel: ESTIMATED from an instruction count, NOT calibrated.
 DEQUANT_OPS_PER_BLOCK = 7
 A_CONVERT_OPS_PER_BLOCK = 4
 STREAM_SETUP_OPS = 4
@@ -47,22 +35,16 @@ FOLD_OPS_PER_BLOCK = 8
 CALL_OVERHEAD_OPS = 64
 
 
-def kernel_efficiency(tile_m: int, tile_n: int, tile_k: int, gs: int) -> float:
-    """Share of the kernel's issue slots that are mmul steps (1.0 = the native bfp16 kernel)."""
-    mmul = (tile_m // 8) * (tile_n // 8) * (tile_k // 8)
-    dequant = (tile_n // 8) * (tile_k // 8) * DEQUANT_OPS_PER_BLOCK
-    a_convert = (tile_m // 8) * (tile_k // 8) * A_CONVERT_OPS_PER_BLOCK
-    streams = (tile_m // 16) * (tile_n // 16) * STREAM_SETUP_OPS
-    folds_per_call = max(tile_k // gs, 1)
-    fold = (tile_m // 8) * (tile_n // 8) * folds_per_call * FOLD_OPS_PER_BLOCK
-    return mmul / (mmul + dequant + a_convert + streams + fold + CALL_OVERHEAD_OPS)
-
-
 def int4_kernel_flops(
     tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32
 ) -> float:
-    """Modelled compute ceiling of the int4 design on `pes` of the 32 compute tiles."""
-    return NATIVE_BFP16_FLOPS * kernel_efficiency(tile_m, tile_n, tile_k, gs) * pes / 32
+    """Modelled compute rate of the int4 GEMM on `pes` compute tiles: each PE does one kernel call's
+    2 * tile_m * tile_n * tile_k FLOPs in the calibrated model's cycles per call (int4awq/kernel_cost.py;
+    the zero and drain calls, one per C tile, are not counted)."""
+    from .kernel_cost import CLOCK_HZ, kernel_cycles
+
+    per_call = 2 * tile_m * tile_n * tile_k
+    return pes * per_call * CLOCK_HZ / kernel_cycles(tile_m, tile_n, tile_k, gs)
 
 
 @dataclass(frozen=True)

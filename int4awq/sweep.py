@@ -220,6 +220,9 @@ def main(argv=None) -> int:
         f"the {len(rows)} fastest configurations for M={args.m} K={args.k} N={args.n} GS={args.gs} that pass "
         f"the NPU2 resource model; MODELLED NPU2 figures (int4awq/model.py)"
     )
+    from .kernel_cost import calibration
+
+    print(calibration().summary())
     print(
         f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'n/seg':>5} {'DDR MB':>8} {'us':>9} "
         f"{'TOPS':>6} bound"

@@ -2,7 +2,7 @@
 // Profiling build of the host aie_api (-DAIE_HOST_PROFILE; off by default and
 // then free): what a kernel call issues, per AIE2P issue-slot class, per
 // software-pipelined loop, read back by the cost model
-// (emulator/air/emu/kernel_cost.py) through aie_host_profile_read().
+// (int4awq/kernel_cost.py) through aie_host_profile_read().
 //
 // Slot classes (llvm-aie AIE2PSlots.td: lda, ldb, st, vec, mv, alu, lng): MAC =
 // vector MAC / matmul, LOAD = vector loads and block-stream pops (with the FIFO
@@ -34,6 +34,7 @@ struct site {
   unsigned line;
   uint64_t entries;
   uint64_t ops[SLOTS];
+  int peak_in, peak_out; // block streams live while the loop runs
 };
 
 struct state {
@@ -61,7 +62,7 @@ inline int find_site(unsigned line) {
       return int(i);
   if (st.n_sites == MAX_SITES)
     return -1;
-  st.sites[st.n_sites] = site{line, 0, {}};
+  st.sites[st.n_sites] = site{line, 0, {}, 0, 0};
   return int(st.n_sites++);
 }
 
@@ -75,8 +76,11 @@ public:
     state &st = g_state;
     if (site_ < 0)
       return;
+    site &here = st.sites[site_];
     if (!(per_iteration && st.last_closed == site_))
-      ++st.sites[site_].entries;
+      ++here.entries;
+    here.peak_in = here.peak_in > st.live_in ? here.peak_in : st.live_in;
+    here.peak_out = here.peak_out > st.live_out ? here.peak_out : st.live_out;
     st.current = site_;
     st.last_closed = -1;
   }
@@ -98,6 +102,11 @@ inline void stream_opened(bool input) {
   int &peak = input ? st.peak_in : st.peak_out;
   if (++live > peak)
     peak = live;
+  if (st.current >= 0) {
+    site &here = st.sites[st.current];
+    int &p = input ? here.peak_in : here.peak_out;
+    p = p > live ? p : live;
+  }
 }
 inline void stream_closed(bool input) {
   --(input ? g_state.live_in : g_state.live_out);
@@ -122,8 +131,9 @@ constexpr unsigned words512(unsigned bits) { return (bits + 511) / 512; }
 
 #if defined(AIE_HOST_PROFILE)
 // Read back by the cost model: [n_sites, then per site line, entries,
-// ops[SLOTS]; outside[SLOTS]; peak live input streams, peak live output
-// streams]; returns the number of values written.
+// ops[SLOTS], peak live input and output streams in the loop; outside[SLOTS];
+// peak live input streams, peak live output streams of the call]; returns the
+// number of values written.
 extern "C" __attribute__((weak, visibility("default"))) unsigned
 aie_host_profile_read(uint64_t *out, unsigned cap) {
   using namespace host::profile;
@@ -140,6 +150,8 @@ aie_host_profile_read(uint64_t *out, unsigned cap) {
     put(st.sites[i].entries);
     for (unsigned s = 0; s < SLOTS; ++s)
       put(st.sites[i].ops[s]);
+    put(uint64_t(st.sites[i].peak_in));
+    put(uint64_t(st.sites[i].peak_out));
   }
   for (unsigned s = 0; s < SLOTS; ++s)
     put(st.outside[s]);

@@ -1,0 +1,299 @@
+# SPDX-License-Identifier: MIT
+"""Profile the public NPU2 kernels whose whole-design times were measured, for the kernel cost model.
+
+    make calibrate AIR_SRC=<mlir-air clone> AIE_SRC=<mlir-aie clone>
+
+Each kernel below is built at the commit that was measured, against the host aie_api's profiling build
+(-DAIE_HOST_PROFILE), and called once at the measured tile; what it issued (per slot class, per marked
+loop, live block streams) is written with the measurement to int4awq/kernel_calibration.json, which
+int4awq/kernel_cost.py fits. Sources are taken by their git blob id (any clone that holds the object:
+`git cat-file`), or from the working tree at the same path when its blob id matches; nothing of them is
+kept. Buffers are filled with one byte value (0x3c: bf16 and f32 ~0.0115, small int codes): the kernels'
+instruction streams do not depend on data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+TABLE = os.path.join(REPO, "int4awq", "kernel_calibration.json")
+EX = "programming_examples"
+INT4 = f"{EX}/matrix_vector_multiplication/int4_awq/mv_int4_bf16.cc"
+
+
+@dataclass(frozen=True)
+class Measured:
+    name: str
+    repo: str  # "mlir-air" or "mlir-aie": which clone holds the files
+    commit: str  # the commit whose kernel was measured
+    files: tuple  # (path, git blob id); the first is compiled, the others are what it includes
+    flags: tuple
+    entry: str
+    args: tuple  # bytes of each pointer argument, in order
+    tile: str  # the per-call tile, m x n x k
+    shape: tuple  # M, K, N of the measured GEMM
+    cores: int
+    calls_per_core: int
+    measured_s: float
+    ddr_bytes: int  # the design's DDR traffic, as int4awq/model.py counts it (see ddr_note)
+    ddr_note: str
+    figure: str  # where the measurement is published
+    compiler: str  # the compiler of the measured build
+
+
+def _int4(name, commit, blob, entry, c_bytes, measured_s, figure, extra=()):
+    # mlir-air's int4-AWQ GEMM at M = N = K = 2048, tiles 16 x 16 x 128, herd 8 x 4 (PR #1639's runs)
+    return Measured(
+        name,
+        "mlir-air",
+        commit,
+        ((INT4, blob),),
+        ("-DDIM_M=16", "-DDIM_N=16", "-DDIM_GS=128", *extra),
+        entry,
+        (16 * 128 // 2 + 16 * 2 + 16, 16 * 128 * 2, c_bytes),
+        "16x16x128",
+        (2048, 2048, 2048),
+        32,
+        (2048 // 16 // 8) * (2048 // 16 // 4) * (2048 // 128),
+        measured_s,
+        2048 * 2048 * 2 * 32 + (2048 * 1024 + 2048 * 16 * 3) * 16 + 2048 * 2048 * 2,
+        "A once per N block of 64 (32x), weight records once per M block of 128 (16x), bf16 C once",
+        figure,
+        "Peano",
+    )
+
+
+KERNELS = (
+    _int4(
+        "mlir-air int4 GEMM, aie::mac per row and group",
+        "48ca85e4e5dc5660be3cad687d9a2925131b084d",
+        "e52bc60dea97c81f139f32a21309b6943c80b011",
+        "matmul_int4_bf16_packed",
+        16 * 16 * 2,
+        0.198,
+        "mlir-air dbf24d66d commit message: 198 ms before that change, 2048^3 herd 8x4",
+        ("-DDIM_K=128",),
+    ),
+    _int4(
+        "mlir-air int4 GEMM, dequantise to L1 + 1x1 bf16 mmul",
+        "dbf24d66d0dae59b9aa0f85f89df74889ca47b69",
+        "78060e02a75f6318191d698a2a049d900e7468f2",
+        "matmul_int4_bf16_packed",
+        16 * 16 * 2,
+        0.117,
+        "mlir-air dbf24d66d commit message: 117 ms, 2048^3 herd 8x4",
+        ("-DDIM_K=128",),
+    ),
+    _int4(
+        "mlir-air int4 GEMM, 1x1 bf16 mmul, f32 C, vector scale fold",
+        "e87d1b35e54ec661ef2c0899e7866930fc874467",
+        "57cbbb8ad1fe48f9337893065b4dd3dc2c7416ff",
+        "matmul_int4_bf16_packed_f32",
+        16 * 16 * 4,
+        0.117,
+        "mlir-air e87d1b35e commit message: 117 ms, 2048^3 herd 8x4",
+        ("-DDIM_K_CHUNK=128",),
+    ),
+    _int4(
+        "mlir-air int4 GEMM, 2x2 bf16 mmul, contiguous dequantisation",
+        "5391abacbc4e935fffff138ad07d6cd5fa07c939",
+        "6f68345e5b683096ba257fe13c378f942b206207",
+        "matmul_int4_bf16_packed_f32",
+        16 * 16 * 4,
+        0.0395,
+        "mlir-air 5391abacb commit message: 39.5 ms, 2048^3 herd 8x4",
+        ("-DDIM_K_CHUNK=128",),
+    ),
+    Measured(
+        "mlir-air bf16 x bfp16ebs8 GEMM, 2x2 block mmul",
+        "mlir-air",
+        "ae55d05359cf02960e5f07b859a1274df80245e4",
+        (
+            (
+                f"{EX}/matrix_multiplication/bf16_x_bfp16/mm_bf16_x_bfp16.cc",
+                "49152dedd1ce5afc3707de15a2c309a043fcc7bc",
+            ),
+        ),
+        ("-DDIM_M=64", "-DDIM_N=64", "-DDIM_K=128"),
+        "matmul_bf16_x_bfp16_packed_f32",
+        (64 * 128 * 2, 128 * 64 * 9 // 8, 64 * 64 * 4),
+        "64x64x128",
+        (2048, 2048, 2048),
+        32,
+        (2048 // 64 // 8) * (2048 // 64 // 4) * (2048 // 128),
+        3163e-6,
+        2048 * 2048 * 2 * 8 + 2048 * 2048 * 9 // 8 * 4 + 2048 * 2048 * 2,
+        "A once per N block of 256 (8x), bfp16 B (9 bytes per 8 values) once per M block of 512 (4x), bf16 C",
+        "mlir-air ae55d05 (PR #1656) commit message: 3163 us mean, 2048^3 herd 8x4, tile 64x64",
+        "Peano",
+    ),
+    Measured(
+        "mlir-air bf16-in f32-out GEMM mm_aie2p, bf16 mmul through bfp16",
+        "mlir-air",
+        "2520a0afa66a7b28ac48fff7d4dfb27496605e91",
+        (
+            (
+                f"{EX}/matrix_multiplication/bf16_in_fp32_out/mm_aie2p.cc",
+                "d506355ee54e84c56291879c67f2feab6a4a3dcf",
+            ),
+            (f"{EX}/matrix_multiplication/bf16_in_fp32_out/zero.cc", None),
+        ),
+        (
+            "-DBIT_WIDTH=8",
+            "-DDIM_M=64",
+            "-DDIM_N=128",
+            "-DDIM_K=32",
+            "-DDIM_M_DIV_4=16",
+            "-DDIM_N_DIV_4=32",
+            "-DDIM_M_DIV_8=8",
+            "-DDIM_N_DIV_8=16",
+            "-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16",
+        ),
+        "op_has_no_registered_library_name",
+        (64 * 32 * 2, 32 * 128 * 2, 64 * 128 * 4),
+        "64x128x32",
+        (2048, 8192, 2048),
+        32,
+        (2048 // 64 // 8) * (2048 // 128 // 4) * (8192 // 32),
+        2 * 2048 * 8192 * 2048 / 9797e9,
+        2048 * 8192 * 2 * 4 + 8192 * 2048 * 2 * 4 + 2048 * 2048 * 4,
+        "A once per N block of 512 (4x), B once per M block of 512 (4x), f32 C once",
+        "mlir-air 2520a0a programming_examples/kernel_registry/details/GEMM_bf16_in_fp32_out.md: "
+        "9797 GFLOPS at 2048x8192x2048, tile 64x128",
+        "Peano",
+    ),
+    Measured(
+        "mlir-aie bfp16ebs8 GEMM matmul_vectorized_2x2_bfp16 (block_datatypes mm.cc)",
+        "mlir-aie",
+        "076fddb47a35a1a6081d125cd69a2a95747ecbe1",
+        (
+            (
+                f"{EX}/ml/block_datatypes/matrix_multiplication/mm.cc",
+                "730c6ac0767960fbde78dad93486ad2be4276ff9",
+            ),
+        ),
+        ("-DDIM_M=96", "-DDIM_K=128", "-DDIM_N=64"),
+        "matmul_vectorized_bfp16",
+        (96 * 128 * 9 // 8, 128 * 64 * 9 // 8, 96 * 64 * 9 // 8),
+        "96x64x128",
+        (7680, 4096, 8192),
+        32,
+        (7680 // 96) * (8192 // 64) * (4096 // 128) // 32,
+        2 * 7680 * 4096 * 8192 / 10.2e12,
+        7680 * 4096 * 9 // 8 * 16 + 4096 * 8192 * 9 // 8 * 20 + 7680 * 8192 * 9 // 8,
+        "bfp16 A once per N block of 512 (16x), B once per M block of 384 (20x), bfp16 C once",
+        "mlir-aie programming_examples/ml/block_datatypes/matrix_multiplication/README.md: 10.2 TFLOPS "
+        "at 7680x4096x8192, m x k x n = 96x128x64, 8 columns",
+        "chess",
+    ),
+)
+
+
+def git_blob_id(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def source_bytes(root: str, path: str, blob: str | None, commit: str) -> bytes:
+    """The file as measured: by blob id from the clone's objects, else the working tree's if it matches."""
+    for cmd in (
+        ["git", "-C", root, "cat-file", "blob", blob] if blob else None,
+        ["git", "-C", root, "show", f"{commit}:{path}"],
+    ):
+        if cmd is None:
+            continue
+        res = subprocess.run(cmd, capture_output=True)
+        if res.returncode == 0:
+            return res.stdout
+    full = os.path.join(root, path)
+    if os.path.isfile(full):
+        data = open(full, "rb").read()
+        if blob is None or git_blob_id(data) == blob:
+            return data
+        raise LookupError(
+            f"{path} in {root} is not the measured version (blob {blob[:10]}, commit {commit[:10]})"
+        )
+    raise LookupError(f"{path} at {commit[:10]} is not in {root}")
+
+
+def profile(k: Measured, root: str, work: str) -> dict:
+    from int4awq.kernel_profile import read_profile
+
+    base = os.path.join(work, k.commit[:10])
+    for path, blob in k.files:
+        dst = os.path.join(base, path)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        with open(dst, "wb") as f:
+            f.write(source_bytes(root, path, blob, k.commit))
+    lib = os.path.join(base, "kernel.so")
+    cmd = ["g++", "-std=c++20", "-O2", "-fPIC", "-shared", "-w", "-DAIE_HOST_PROFILE"]
+    cmd += ["-I", os.path.join(HERE, "include"), *k.flags]
+    cmd += [os.path.join(base, k.files[0][0]), "-o", lib]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"g++ {k.files[0][0]}: {res.stderr.strip()[:400]}")
+    dll = ctypes.CDLL(lib)
+    import numpy as np
+
+    bufs = [np.full(n + 64, 0x3C, np.uint8) for n in k.args]
+    ptrs = [ctypes.c_void_p(b.ctypes.data + (-b.ctypes.data) % 64) for b in bufs]
+    dll.aie_host_profile_reset()
+    getattr(dll, k.entry)(*ptrs)
+    p = read_profile(dll)
+    return {
+        "loops": [asdict(lp) for lp in p.loops],
+        "outside": p.outside,
+        "peak_in": p.peak_in,
+        "peak_out": p.peak_out,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--air-src", required=True, help="a clone of Xilinx/mlir-air")
+    ap.add_argument("--aie-src", required=True, help="a clone of Xilinx/mlir-aie")
+    ap.add_argument("--out", default=TABLE)
+    args = ap.parse_args(argv)
+    roots = {"mlir-air": args.air_src, "mlir-aie": args.aie_src}
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for k in KERNELS:
+            try:
+                prof = profile(k, roots[k.repo], work)
+            except (LookupError, RuntimeError, AttributeError, OSError) as e:
+                print(f"calibrate: {k.name}: {e}", file=sys.stderr)
+                return 2
+            row = asdict(k)
+            row.pop("files"), row.pop("flags"), row.pop("args")
+            row["sources"] = [f"Xilinx/{k.repo} {p} @ {k.commit[:10]}" for p, _ in k.files]
+            row["profile"] = prof
+            rows.append(row)
+            print(f"profiled {k.name} ({k.tile})")
+    with open(args.out, "w") as f:
+        json.dump(
+            {
+                "note": "Published NPU2 measurements of public kernels and what each kernel issues per call "
+                "(host aie_api profiling build, emulator/calibrate_kernels.py); fitted by int4awq/kernel_cost.py.",
+                "kernels": rows,
+            },
+            f,
+            indent=1,
+        )
+        f.write("\n")
+    print(f"wrote {args.out}: {len(rows)} kernels")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

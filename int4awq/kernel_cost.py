@@ -1,0 +1,363 @@
+# SPDX-License-Identifier: MIT
+"""Cycles of one kernel call on the AIE2P core: a model of what the call issues, calibrated on published
+NPU2 measurements of public kernels.
+
+    python3 -m int4awq.kernel_cost --tile-m 64 --tile-n 64 --tile-k 64 --gs 128   one call of our kernel
+    python3 -m int4awq.kernel_cost --calibration                                  the calibration table
+    python3 -m int4awq.kernel_cost --write-table                                  regenerate kernel_cycles.json
+
+The counts come from executing the kernel against the host aie_api's profiling build (int4awq.kernel_profile:
+instructions per AIE2P slot class per marked software-pipelined loop, element moves to the scalar unit,
+live block streams). From them, per call:
+
+    cycles = LOOP    * sum over marked loops of (busiest slot: its instructions / its units per cycle)
+           + SPILL   * accesses of block streams that do not fit the FIFO registers (2 load, 1 store):
+                       in a loop with p > 2 input streams live, (p - 2) / p of its loads; likewise stores
+           + OUTSIDE * vector instructions outside marked loops
+           + SCALAR  * element moves between vector registers and the scalar unit
+
+The four constants are fitted (non-negative least squares on the relative error of cycles per call) to
+measured whole-design times of public kernels (kernel_calibration.json), combined with the DDR model of
+int4awq/model.py: design time = max(DDR time, calls per core * cycles / clock) + fixed cost. A point whose
+DDR time explains 90 % of its measurement bounds the kernel from above only: it joins the fit when the
+model would exceed that bound. Every figure this produces is MODELLED; docs/performance.md has the table
+and the leave-one-out error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+CALIBRATION = os.path.join(HERE, "kernel_calibration.json")
+TABLE = os.path.join(HERE, "kernel_cycles.json")
+KERNEL_SOURCE = os.path.join(REPO, "kernels", "mv_int4_bf16.cc")
+CACHE = os.path.join(REPO, "build", "kernel_cycles_cache.json")
+
+# The NPU2 core clock assumed for every cycle <-> time conversion: no mlir-air figure states it; a public
+# single-tile bfp16 measurement of 1760 GFLOPS at 96 % VMAC utilisation is consistent with 1.8 GHz.
+CLOCK_HZ = 1.8e9
+UNITS = {"LOAD": 2}  # instructions per cycle: two vector load units (lda, ldb), one of everything else
+LOAD_FIFOS, STORE_FIFOS = 2, 1
+VECTOR = ("MAC", "LOAD", "STORE", "SHUFFLE", "CONVERT", "ALU")
+TERMS = ("LOOP", "SPILL", "OUTSIDE", "SCALAR")
+DDR_BOUND_SHARE = 0.9
+
+
+def loop_bound(loop: dict) -> float:
+    """Cycles of a marked loop at its busiest slot."""
+    return max(loop["ops"][s] / UNITS.get(s, 1) for s in VECTOR)
+
+
+def spilled_accesses(loop: dict) -> float:
+    """Block-stream accesses of a loop that find no FIFO register (its streams share them in turn)."""
+    n = 0.0
+    p_in, p_out = loop.get("peak_in", 0), loop.get("peak_out", 0)
+    if p_in > LOAD_FIFOS:
+        n += loop["ops"]["LOAD"] * (p_in - LOAD_FIFOS) / p_in
+    if p_out > STORE_FIFOS:
+        n += loop["ops"]["STORE"] * (p_out - STORE_FIFOS) / p_out
+    return n
+
+
+def features(profile: dict) -> np.ndarray:
+    """The model's terms for one call (TERMS order)."""
+    loops = profile["loops"]
+    scalar = profile["outside"].get("SCALAR", 0) + sum(
+        lp["ops"].get("SCALAR", 0) for lp in loops
+    )
+    return np.array(
+        [
+            sum(loop_bound(lp) for lp in loops),
+            sum(spilled_accesses(lp) for lp in loops),
+            sum(profile["outside"][s] for s in VECTOR),
+            scalar,
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str
+    tile: str
+    calls: int
+    measured_s: float
+    ddr_s: float
+    x: np.ndarray
+    row: dict
+
+    @property
+    def fitted(self) -> bool:
+        return self.ddr_s + model.FIXED_S < DDR_BOUND_SHARE * self.measured_s
+
+    @property
+    def implied_cycles(self) -> float:
+        return (self.measured_s - model.FIXED_S) * CLOCK_HZ / self.calls
+
+    def predict_s(self, c: np.ndarray) -> float:
+        return max(self.ddr_s, self.calls * float(self.x @ c) / CLOCK_HZ) + model.FIXED_S
+
+
+def load_points(path: str = CALIBRATION) -> list[Point]:
+    with open(path) as f:
+        rows = json.load(f)["kernels"]
+    return [
+        Point(
+            r["name"],
+            r["tile"],
+            r["calls_per_core"],
+            r["measured_s"],
+            r["ddr_bytes"] / model.DDR_BYTES_PER_S,
+            features(r["profile"]),
+            r,
+        )
+        for r in rows
+    ]
+
+
+def _nnls(X: np.ndarray) -> np.ndarray:
+    """min |X c - 1|^2 over c >= 0 (X: rows already divided by their targets): every active set of the
+    few terms tried, the feasible one with the least residual kept."""
+    best, best_res = np.zeros(X.shape[1]), np.inf
+    for r in range(1, X.shape[1] + 1):
+        for cols in itertools.combinations(range(X.shape[1]), r):
+            if len(cols) > len(X):
+                continue
+            sol, *_ = np.linalg.lstsq(X[:, cols], np.ones(len(X)), rcond=None)
+            if (sol < 0).any():
+                continue
+            c = np.zeros(X.shape[1])
+            c[list(cols)] = sol
+            res = float(((X @ c - 1) ** 2).sum())
+            if res < best_res - 1e-12:
+                best, best_res = c, res
+    return best
+
+
+def fit(points: list[Point]) -> np.ndarray:
+    """The constants: fitted on the compute-bound points, plus each bound-only point the fit would exceed."""
+    X = np.array([p.x / p.implied_cycles for p in points])
+    use = np.array([p.fitted for p in points])
+    while True:
+        c = _nnls(X[use])
+        over = ~use & (X @ c > 1)
+        if not over.any():
+            return c
+        use |= over
+
+
+@dataclass(frozen=True)
+class Calibration:
+    constants: np.ndarray
+    points: list
+    errors: dict  # name -> relative error of the design time, fitted on all the points
+    loo: dict  # name -> the same, fitted on all the other points (leave-one-out)
+
+    @property
+    def loo_error(self) -> float:
+        """Mean absolute leave-one-out error of the design times."""
+        return float(np.mean([abs(e) for e in self.loo.values()]))
+
+    def summary(self) -> str:
+        return (
+            f"kernel model: calibrated on {len(self.points)} published NPU2 measurements, "
+            f"leave-one-out error {100 * self.loo_error:.0f} %"
+        )
+
+
+_CALIBRATION: Calibration | None = None
+
+
+def calibration() -> Calibration:
+    global _CALIBRATION
+    if _CALIBRATION is None:
+        pts = load_points()
+        c = fit(pts)
+        errors = {p.name: p.predict_s(c) / p.measured_s - 1 for p in pts}
+        loo = {
+            p.name: p.predict_s(fit(pts[:i] + pts[i + 1 :])) / p.measured_s - 1
+            for i, p in enumerate(pts)
+        }
+        _CALIBRATION = Calibration(c, pts, errors, loo)
+    return _CALIBRATION
+
+
+def cycles(profile: dict) -> float:
+    """Modelled cycles of one call with this profile (kernel_profile's, as a dict)."""
+    return float(features(profile) @ calibration().constants)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Our kernel's profiles per tile: kernel_cycles.json (committed, keyed by the kernel source's hash), else
+# profiled now (kernels/Makefile host-profile, about a second) and cached in build/.
+
+
+def kernel_hash() -> str:
+    with open(KERNEL_SOURCE, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def _key(tm: int, tn: int, tk: int, gs: int) -> str:
+    return f"{tm}x{tn}x{tk}/gs{gs}"
+
+
+def profile_dict(tm: int, tn: int, tk: int, gs: int) -> dict:
+    from dataclasses import asdict
+
+    from .kernel_profile import profile_accumulate
+
+    p = profile_accumulate(tm, tn, tk, gs)
+    return {
+        "loops": [asdict(lp) for lp in p.loops],
+        "outside": p.outside,
+        "peak_in": p.peak_in,
+        "peak_out": p.peak_out,
+    }
+
+
+_PROFILES: dict | None = None
+
+
+def _profiles() -> dict:
+    global _PROFILES
+    if _PROFILES is None:
+        _PROFILES = {}
+        h = kernel_hash()
+        for path in (TABLE, CACHE):
+            if os.path.isfile(path):
+                with open(path) as f:
+                    d = json.load(f)
+                if d.get("kernel") == h:
+                    _PROFILES.update(d["profiles"])
+    return _PROFILES
+
+
+def kernel_profile(tm: int, tn: int, tk: int, gs: int) -> dict:
+    key = _key(tm, tn, tk, gs)
+    profiles = _profiles()
+    if key not in profiles:
+        profiles[key] = profile_dict(tm, tn, tk, gs)
+        cache = {"kernel": kernel_hash(), "profiles": {}}
+        if os.path.isfile(CACHE):
+            with open(CACHE) as f:
+                old = json.load(f)
+            if old.get("kernel") == cache["kernel"]:
+                cache = old
+        cache["profiles"][key] = profiles[key]
+        os.makedirs(os.path.dirname(CACHE), exist_ok=True)
+        with open(CACHE, "w") as f:
+            json.dump(cache, f)
+    return profiles[key]
+
+
+def kernel_cycles(tm: int, tn: int, tk: int, gs: int) -> float:
+    """Modelled cycles of one gemm_int4_accumulate call at these tiles (MODELLED)."""
+    return cycles(kernel_profile(tm, tn, tk, gs))
+
+
+def steps(tm: int, tn: int, tk: int) -> int:
+    return (tm // 8) * (tn // 8) * (tk // 8)
+
+
+def kernel_line(tm: int, tn: int, tk: int, gs: int) -> str:
+    """The `kernel:` line of host/run.py --report."""
+    p = kernel_profile(tm, tn, tk, gs)
+    cyc = cycles(p)
+    return (
+        f"kernel: {cyc:.0f} cycles per call, {cyc / steps(tm, tn, tk):.2f} per 8x8x8 mmul step "
+        f"(MODELLED), live streams in/out: {p['peak_in']}/{p['peak_out']}"
+    )
+
+
+def write_table(tiles) -> int:
+    profiles = {_key(*t): profile_dict(*t) for t in tiles}
+    with open(TABLE, "w") as f:
+        json.dump(
+            {
+                "note": "gemm_int4_accumulate profiles per tile (host aie_api profiling build); regenerated by "
+                "`python3 -m int4awq.kernel_cost --write-table` whenever kernels/mv_int4_bf16.cc changes",
+                "kernel": kernel_hash(),
+                "profiles": profiles,
+            },
+            f,
+            indent=0,
+            sort_keys=True,
+        )
+        f.write("\n")
+    return len(profiles)
+
+
+def table_tiles(gs: int = 128):
+    """Every kernel tile the sweep can choose at this group size (int4awq.sweep.TILES, K_CHUNKS)."""
+    from .errors import ConfigError
+    from .record import check_kernel_tiles, l1_budget
+    from .sweep import K_CHUNKS, TILES
+
+    for tm, tn, tk in itertools.product(TILES, TILES, K_CHUNKS):
+        try:
+            check_kernel_tiles(tm, tn, tk, gs)
+            l1_budget(tm, tn, tk, gs)
+        except ConfigError:
+            continue
+        yield tm, tn, tk, gs
+
+
+def calibration_table(cal: Calibration) -> str:
+    names = dict(zip(TERMS, cal.constants))
+    lines = [
+        "constants: "
+        + ", ".join(f"{t} {v:.3g}" for t, v in names.items())
+        + f"  (clock {CLOCK_HZ / 1e9:.1f} GHz)",
+        f"{'kernel':<66}{'tile':>11}{'measured':>11}{'predicted':>11}{'error':>7}{'LOO':>6}",
+    ]
+    for p in cal.points:
+        pred = p.measured_s * (1 + cal.errors[p.name])
+        lines.append(
+            f"{p.name[:65]:<66}{p.tile:>11}{p.measured_s * 1e3:>9.2f}ms{pred * 1e3:>9.2f}ms"
+            f"{100 * cal.errors[p.name]:>6.0f}%{100 * cal.loo[p.name]:>5.0f}%"
+            + ("" if p.fitted else "  (DDR-bound: an upper bound on the kernel)")
+        )
+    lines.append(cal.summary())
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from .errors import ConfigError
+    from .kernel_profile import report, profile_accumulate
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name, default in (("tile-m", 64), ("tile-n", 64), ("tile-k", 64), ("gs", 128)):
+        ap.add_argument(f"--{name}", type=int, default=default)
+    ap.add_argument("--calibration", action="store_true", help="print the calibration table")
+    ap.add_argument("--write-table", action="store_true", help="regenerate kernel_cycles.json")
+    args = ap.parse_args(argv)
+    if args.calibration:
+        print(calibration_table(calibration()))
+        return 0
+    if args.write_table:
+        print(f"wrote {TABLE}: {write_table(list(table_tiles()))} tile configurations")
+        return 0
+    try:
+        p = profile_accumulate(args.tile_m, args.tile_n, args.tile_k, args.gs)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(report(p, args.tile_m, args.tile_n, args.tile_k, args.gs))
+    print(kernel_line(args.tile_m, args.tile_n, args.tile_k, args.gs))
+    print(calibration().summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: MIT
+"""The kernel cost model (int4awq/kernel_cost.py): its terms, its fit, its calibration data and the table
+of our kernel's profiles."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from int4awq import kernel_cost as kc
+from int4awq import model
+
+
+def loop(line, entries, peak_in=0, peak_out=0, **ops):
+    full = {s: 0 for s in kc.VECTOR + ("SCALAR",)}
+    full.update(ops)
+    return {
+        "line": line,
+        "entries": entries,
+        "ops": full,
+        "peak_in": peak_in,
+        "peak_out": peak_out,
+    }
+
+
+def test_a_loop_runs_at_its_busiest_slot_with_two_load_units():
+    assert kc.loop_bound(loop(1, 1, MAC=100, LOAD=150, STORE=20)) == 100
+    assert kc.loop_bound(loop(1, 1, MAC=100, LOAD=260)) == 130
+
+
+def test_streams_beyond_the_fifo_registers_are_counted_as_spilled_accesses():
+    # 2 input and 1 output stream fit: nothing spills
+    assert kc.spilled_accesses(loop(1, 1, 2, 1, LOAD=90, STORE=30)) == 0
+    # 4 inputs on 2 FIFOs: half the loads; 2 outputs on 1 FIFO: half the stores
+    assert kc.spilled_accesses(loop(1, 1, 4, 2, LOAD=80, STORE=30)) == 40 + 15
+
+
+def test_features_split_loops_spills_outside_work_and_scalar_moves():
+    prof = {
+        "loops": [loop(1, 2, 3, 1, MAC=64, LOAD=96, SCALAR=5)],
+        "outside": {
+            "MAC": 1,
+            "LOAD": 2,
+            "STORE": 3,
+            "SHUFFLE": 4,
+            "CONVERT": 5,
+            "ALU": 6,
+            "SCALAR": 7,
+        },
+        "peak_in": 3,
+        "peak_out": 1,
+    }
+    assert list(kc.features(prof)) == [64, 32, 21, 12]
+
+
+def point(name, x, cycles, calls=1000, ddr_s=0.0):
+    t = calls * cycles / kc.CLOCK_HZ + model.FIXED_S
+    return kc.Point(name, "t", calls, t, ddr_s, np.array(x, float), {})
+
+
+def test_the_fit_recovers_the_constants_of_exact_data():
+    truth = np.array([1.5, 4.0, 2.0, 10.0])
+    xs = ([1000, 0, 200, 0], [500, 300, 0, 0], [0, 0, 900, 100], [800, 0, 0, 400], [200, 50, 50, 50])
+    pts = [point(f"p{i}", x, float(np.dot(x, truth))) for i, x in enumerate(xs)]
+    assert np.allclose(kc.fit(pts), truth)
+
+
+def test_a_ddr_bound_point_only_bounds_the_kernel():
+    truth = np.array([2.0, 0.0, 3.0, 0.0])
+    pts = [point("a", [1000, 0, 0, 0], 2000), point("b", [0, 0, 1000, 0], 3000)]
+    # a point DDR-bound at 90 % of its time: left out while the fit stays below its kernel bound...
+    loose = point("c", [100, 0, 0, 0], 1000, calls=1000, ddr_s=1.0)
+    assert not loose.fitted
+    assert np.allclose(kc.fit(pts + [loose]), truth)
+    # ...and joined as soon as the fit would exceed it (implied 150 cycles < 2.0 * 100)
+    calls = 12 * 10**6
+    tight = kc.Point("d", "t", calls, 1.0, 0.95, np.array([100.0, 0, 0, 0]), {})
+    assert tight.implied_cycles < 200
+    c = kc.fit(pts + [tight])
+    assert c[0] < 2.0 and float(tight.x @ c) <= 200
+
+
+def test_implied_cycles_are_the_measurement_at_the_clock_over_the_calls():
+    p = kc.Point("x", "t", 8192, 0.0395, 0.0, np.zeros(4), {})
+    assert p.implied_cycles == pytest.approx((0.0395 - 0.08e-3) * 1.8e9 / 8192)
+
+
+def test_the_calibration_table_cites_every_measurement():
+    with open(kc.CALIBRATION) as f:
+        rows = json.load(f)["kernels"]
+    assert len(rows) >= 4
+    for r in rows:
+        assert re.fullmatch(r"[0-9a-f]{40}", r["commit"])
+        assert r["sources"] and r["figure"] and r["measured_s"] > 0
+        assert r["profile"]["loops"] or any(r["profile"]["outside"].values())
+    # the first two published int4 figures (mlir-air #1639): 117 ms and 39.5 ms at 2048^3
+    assert {r["measured_s"] for r in rows} >= {0.117, 0.0395}
+
+
+def test_the_calibration_reports_its_leave_one_out_error():
+    cal = kc.calibration()
+    assert set(cal.loo) == {p.name for p in cal.points}
+    assert re.fullmatch(
+        r"kernel model: calibrated on \d+ published NPU2 measurements, leave-one-out error \d+ %",
+        cal.summary(),
+    )
+    assert (cal.constants >= 0).all()
+
+
+def test_the_committed_table_is_of_this_kernel_and_reproduces():
+    with open(kc.TABLE) as f:
+        table = json.load(f)
+    assert (
+        table["kernel"] == kc.kernel_hash()
+    ), "kernels/mv_int4_bf16.cc changed: run `python3 -m int4awq.kernel_cost --write-table`"
+    key = "64x64x64/gs128"
+    assert table["profiles"][key] == kc.profile_dict(64, 64, 64, 128)
