@@ -54,7 +54,7 @@ KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: format format-check upstream-check run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps clean
+.PHONY: format format-check upstream-check calibrate run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -116,6 +116,13 @@ compile: deps
 upstream-check: deps
 	@test -n "$(AIR_SRC)" || { echo "upstream-check: give AIR_SRC=<a checkout of mlir-air> [AIE_SRC=<a checkout of mlir-aie>]"; exit 2; }
 	$(PYTHON) emulator/upstream_check.py --air-src $(AIR_SRC) $(if $(AIE_SRC),--aie-src $(AIE_SRC))
+
+# The kernel cost model's calibration: the public kernels measured on NPU2, profiled at their measured
+# commits from your clones (full history, or the measured version checked out) into
+# int4awq/kernel_calibration.json (docs/performance.md#the-kernel-cost-model).
+calibrate: deps
+	@test -n "$(AIR_SRC)" -a -n "$(AIE_SRC)" || { echo "calibrate: give AIR_SRC=<a clone of mlir-air> AIE_SRC=<a clone of mlir-aie>"; exit 2; }
+	$(PYTHON) emulator/calibrate_kernels.py --air-src $(AIR_SRC) --aie-src $(AIE_SRC)
 
 # Installs the Python dependencies once per requirements.txt change and interpreter (.venv first, if used).
 # --system-site-packages: what the system python already has (e.g. mlir-air wheels) stays visible.
