@@ -7,16 +7,24 @@ so a single DMA brings it. L3 order: record (nt, kc) at byte offset (nt * (K // 
 Inside a record (tile_n = TN, tile_k = TK, group size GS; every section starts on a 64-byte boundary):
 
     groups held   G   = TK // GS if TK >= GS else 1   (a chunk inside a group carries that group's S, Z)
-    Q   offset 0                      TN * TK / 2 bytes   4-bit codes, two per byte
-    S   offset S_OFF = Q bytes        G * TN bf16          s[g0 + j, n] at S_OFF + 2 * (j * TN + n)
+    L   = pad64(144 * TK / 8)                          bytes of one W pair line in the kernel's scratch
+    Q   offset 0                      TN / 16 * L / 2 bytes   4-bit codes, two per byte
+    S   offset S_OFF = pad64(Q bytes)  G * TN bf16          s[g0 + j, n] at S_OFF + 2 * (j * TN + n)
     Z   offset Z_OFF = S_OFF + pad64(2 * G * TN)          z[g0 + j, n] at Z_OFF + j * TN + n (uint8)
     total = Z_OFF + pad64(G * TN)                          (g0 = first group of the chunk)
 
-Q is pre-shuffled into the kernel's mmul B-operand order: element (k, n) of the chunk (k < TK, n < TN) is
-nibble  i = ((n // 8) * (TK // 8) + k // 8) * 64 + (k % 8) * 8 + n % 8,  stored in byte i // 2, low
-nibble when i is even (aie_api's cast_to<uint4> order). The kernel dequantises it with contiguous
-64-byte loads (128 codes = two 8x8 blocks), each block turned into one bfp16ebs8 block vector of the
-kernel's scratch (see w_scratch_bytes).
+Q is stored in the memory-image order of the kernel's W pair lines, one nibble per image byte: column pair
+p (columns 16p .. 16p + 15) owns nibbles p * L .. (p + 1) * L - 1; inside it K block kb of column block c
+(c = 0, 1: columns 16p + 8c ..) is the 72-byte bfp16ebs8 block vector number 2 * kb + c, whose block j
+(column n = 16p + 8c + j) is one exponent byte (nibble 0 here) and the 8 codes q[8kb + i, n], i = 0..7.
+So element (k, n) of the chunk is nibble
+
+    i = (n // 16) * L + (2 * (k // 8) + (n // 8) % 2) * 72 + (n % 8) * 9 + 1 + k % 8,
+
+stored in byte i // 2, low nibble when i is even (aie_api's cast_to<uint4> order); all other nibbles are 0.
+The kernel unpacks 32 bytes to 64 image bytes and subtracts a zero-point word (123 at the exponent bytes, z at
+the mantissas), which writes exponent 133 (value = mantissa) and mantissas q - z: the bfp16 operand without
+any conversion (see w_scratch_bytes).
 
 The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
 name of the kernel library built for a configuration (kernel_lib_name).
@@ -45,7 +53,7 @@ L1_BYTES = 64 * 1024  # data memory of one compute tile, stack included
 KERNEL_LIVE_BYTES = {
     "four 8x8 f32 mmul accumulators": 4 * 64 * 4,
     "four bfp16ebs8 8x8 operands, a 1024-bit register each": 4 * 128,
-    "four block streams: pointer, 512-bit FIFO register, count": 4 * 80,
+    "two block streams: pointer, 512-bit FIFO register, count": 2 * 80,
     "two 64-lane bf16 scale vectors": 2 * 128,
     "fold temporaries: accumulator, hi, lo, c": 256 + 128 + 128 + 256,
 }
@@ -66,9 +74,10 @@ def check_kernel_tiles(
     """Raise ConfigError (naming the numbers) unless the kernel supports this tile configuration.
 
     tile_m, tile_n: multiples of 16 (2x2 blocks of 8x8 mmul tiles; zero points read 16 columns at once).
-    tile_k (the K-chunk per call) and gs: multiples of 16 (dequantisation converts two 8-deep K blocks per
-    step) and one divides the other: a chunk holds whole groups (tile_k % gs == 0; the scale is folded once
-    per group) or a group spans whole chunks (gs % tile_k == 0; folded once per chunk).
+    tile_k (the K-chunk per call) and gs: multiples of 16 and one divides the other: a chunk holds whole
+    groups (tile_k % gs == 0; the scale is folded once per group) or a group spans whole chunks
+    (gs % tile_k == 0; folded once per chunk). A chunk holding several groups needs gs % 32 == 0 (each
+    group's part of a W pair line is then whole 576-byte periods of the zero-point pattern).
     The configuration must also fit a PE's 64 KiB L1 (see l1_budget).
     """
     check_dims(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gs=gs)
@@ -83,6 +92,11 @@ def check_kernel_tiles(
         )
     check_group_size(gs, gs)  # the one GS rule (int4awq.quant)
     check_chunk_and_group(tile_k, gs)
+    if tile_k > gs and gs % 32:
+        raise ConfigError(
+            f"tile_k = {tile_k}, gs = {gs}: a K-chunk holding several groups needs gs to be a multiple of "
+            f"32 (each group's part of the kernel's W lines must be whole 576-byte zero-point periods)"
+        )
     budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False, stack=stack)
     if budget["total"] > L1_BYTES:
         parts = ", ".join(f"{k} {v}" for k, v in budget.items() if k != "total")
@@ -146,7 +160,7 @@ def record_layout(tile_n: int, tile_k: int, gs: int) -> RecordLayout:
     if tile_k % gs and gs % tile_k:
         raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
     groups = tile_k // gs if tile_k >= gs else 1
-    q_bytes = tile_n * tile_k // 2
+    q_bytes = tile_n // 16 * w_pair_line_bytes(tile_k) // 2
     s_off = _pad(q_bytes)
     s_bytes = 2 * groups * tile_n
     z_off = s_off + _pad(s_bytes)
@@ -176,19 +190,26 @@ BFP16_BLOCK_VECTOR_BYTES = (
 )
 
 
-def w_scratch_line_bytes(tile_k: int) -> int:
-    """One bfp16 operand line of the scratch: tile_k / 8 block vectors, padded to 64 bytes."""
-    return _pad(tile_k // 8 * BFP16_BLOCK_VECTOR_BYTES)
+W_SCRATCH_STAGE_BYTES = (
+    256  # where the kernel stages three block vectors of zero points
+)
+
+
+def w_pair_line_bytes(tile_k: int) -> int:
+    """One pair line of the kernel's scratch: the block vectors of two 8-column (or 8-row) blocks interleaved
+    along K, 2 * tile_k / 8 block vectors of 72 bytes, padded to 64 bytes."""
+    return _pad(2 * (tile_k // 8) * BFP16_BLOCK_VECTOR_BYTES)
 
 
 def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
     """Bytes of the kernel's private scratch (w_scratch, u8: the kernel stores bfp16ebs8 blocks in it).
 
-    tile_n / 8 lines of dequantised W (one per 8-column block, bfp16ebs8 blocks of 8 along K) and two
-    lines of A (the two 8-row blocks being swept), each line tile_k / 8 block vectors of 72 bytes padded
-    to 64 bytes: (tile_n / 8 + 2) * pad64(9 * tile_k) bytes. Independent of tile_m.
+    tile_n / 16 pair lines of dequantised W (one per pair of 8-column blocks, their bfp16ebs8 block vectors
+    interleaved along K), one pair line of A (the two 8-row blocks being swept, interleaved likewise) and
+    256 bytes where the zero-point pattern is staged: (tile_n / 16 + 1) * pad64(18 * tile_k) + 256 bytes.
+    Independent of tile_m.
     """
-    return (tile_n // 8 + 2) * w_scratch_line_bytes(tile_k)
+    return (tile_n // 16 + 1) * w_pair_line_bytes(tile_k) + W_SCRATCH_STAGE_BYTES
 
 
 def kernel_stack_bytes() -> int:
@@ -244,16 +265,28 @@ def _chunk_groups(k: int, gs: int, tile_k: int) -> np.ndarray:
     return ((np.arange(kc) * tile_k) // gs).reshape(kc, 1)
 
 
-def _q_order(q: np.ndarray, tile_n: int, tile_k: int) -> np.ndarray:
-    """q [K, N] -> [NT, KC, TN*TK] codes in record nibble order."""
-    k, n = q.shape
-    kc, nt, kb, nb = k // tile_k, n // tile_n, tile_k // BLOCK, tile_n // BLOCK
-    # axes: (kc, kb, kk, nt, nb, nn) -> (nt, kc, nb, kb, kk, nn)
+def q_nibble_index(tile_n: int, tile_k: int) -> np.ndarray:
+    """int64 [TK, TN]: the Q nibble that holds element (k, n) of a chunk (module doc)."""
+    k = np.arange(tile_k)[:, None]
+    n = np.arange(tile_n)[None, :]
+    line = w_pair_line_bytes(tile_k)
     return (
-        q.reshape(kc, kb, BLOCK, nt, nb, BLOCK)
-        .transpose(3, 0, 4, 1, 2, 5)
-        .reshape(nt, kc, tile_n * tile_k)
+        (n // 16) * line
+        + (2 * (k // BLOCK) + (n // BLOCK) % 2) * BFP16_BLOCK_VECTOR_BYTES
+        + (n % BLOCK) * 9
+        + 1
+        + k % BLOCK
     )
+
+
+def _q_order(q: np.ndarray, tile_n: int, tile_k: int, q_nibbles: int) -> np.ndarray:
+    """q [K, N] -> [NT, KC, q_nibbles] codes in record nibble order (0 where no element lives)."""
+    k, n = q.shape
+    kc, nt = k // tile_k, n // tile_n
+    tiles = q.reshape(kc, tile_k, nt, tile_n).transpose(2, 0, 1, 3)  # [NT, KC, TK, TN]
+    out = np.zeros((nt, kc, q_nibbles), dtype=np.uint8)
+    out[:, :, q_nibble_index(tile_n, tile_k)] = tiles
+    return out
 
 
 def pack_weights(w: AwqWeights, tile_n: int, tile_k: int) -> np.ndarray:
@@ -264,7 +297,7 @@ def pack_weights(w: AwqWeights, tile_n: int, tile_k: int) -> np.ndarray:
     nt, kc = w.n // tile_n, w.k // tile_k
     out = np.zeros((nt, kc, lay.total), dtype=np.uint8)
 
-    codes = _q_order(w.q, tile_n, tile_k)
+    codes = _q_order(w.q, tile_n, tile_k, 2 * lay.q_bytes)
     out[:, :, : lay.q_bytes] = codes[:, :, 0::2] | (codes[:, :, 1::2] << 4)
 
     g = _chunk_groups(w.k, w.gs, tile_k)  # [KC, G]
@@ -303,12 +336,8 @@ def unpack_weights(
     codes = np.empty((nt, kc, 2 * lay.q_bytes), dtype=np.uint8)
     codes[:, :, 0::2] = qb & 0xF
     codes[:, :, 1::2] = qb >> 4
-    kb, nb = tile_k // BLOCK, tile_n // BLOCK
-    q = (
-        codes.reshape(nt, kc, nb, kb, BLOCK, BLOCK)
-        .transpose(1, 3, 4, 0, 2, 5)
-        .reshape(k, n)
-    )
+    tiles = codes[:, :, q_nibble_index(tile_n, tile_k)]  # [NT, KC, TK, TN]
+    q = tiles.transpose(1, 2, 0, 3).reshape(k, n)
 
     def groups_of(section: np.ndarray) -> np.ndarray:  # [NT, KC, G*TN] -> [groups, N]
         x = (

@@ -4,41 +4,44 @@
 // One PE computes a DIM_M x DIM_N tile of C = A x dequant(W), one K-chunk of
 // DIM_K_CHUNK per call:
 //
-//   gemm_int4_zero(c_acc)                                   c_acc = 0
-//   gemm_int4_accumulate(w_record, a_tile, c_acc, w_scratch) c_acc += a_tile x
-//   dequant(w_record) gemm_int4_drain(c_acc, c_out) c_out = bf16(c_acc),
-//   row-major, RNE
+//   gemm_int4_zero(c_acc)                                     c_acc = 0
+//   gemm_int4_accumulate(w_record, a_tile, c_acc, w_scratch)  c_acc += a_tile x
+//                                                             dequant(w_record)
+//   gemm_int4_drain(c_acc, c_out)                             c_out =
+//   bf16(c_acc)
 //
 // dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS.
 //
 // How a call works (docs/kernel.md has the byte-exact record and the buffer
 // layouts):
-//  1. Dequantise the record's Q once into the bfp16 B scratch (start of
-//  w_scratch): (q - z) as int8,
-//     to bf16, each 8x8 [k][n] block transposed to [n][k] and converted to one
-//     aie::block_vector<bfp16ebs8, 64> (blocks of 8 along K, one per column n)
-//     -- exact: the largest |q - z| <= 15 of a block sets a step 2^(e - 6) <=
-//     1/8, so every integer of the block is a mantissa below 128. The packer
-//     stored the nibbles in B-operand order, so this is a stream of 64-byte
-//     loads and 72-byte block pushes; the per-column zero points are laid
-//     across the vector with one interleave and a concat. Amortised over all
-//     DIM_M rows of A.
+//  1. Dequantise the record's Q once into bfp16ebs8 block vectors of (q - z),
+//     written as plain bytes: the packer stored the 4-bit codes in the memory
+//     image order of the B operand lines (one line per pair of 8-column blocks,
+//     the two blocks' K blocks interleaved, B^T [n][k] inside), with a 0 nibble
+//     at every exponent byte. Unpacking 32 bytes of nibbles gives 64 image
+//     bytes; subtracting a zero-point word whose exponent lanes hold 123 and
+//     whose mantissa lanes hold z of their column gives exponent 133 (0 - 123
+//     as a byte; value = mantissa) and mantissas q - z, exactly. No to_float,
+//     no transpose, no block conversion per block. The zero-point words (the
+//     image repeats every 144 bytes, so 9 words per 576) come from two block
+//     vectors per column pair and span (one conversion each, exact) and 6
+//     shuffle_down_fill's.
 //  2. Per pair of 8-row blocks of A: convert those 16 rows once to bfp16 blocks
-//  (the A scratch, after
-//     B's) with the same accfloat -> bfp16ebs8 conversion the bfp16-emulated
-//     bf16 mmul applies to A, then sweep all column pairs over them. Hot loop:
-//     a 2x2 block of independent native bfp16ebs8 x bfp16ebs8 8x8x8 mmul
-//     accumulators (512 MAC per instruction), nothing but four block-stream
-//     pops and four macs -- no operand conversion in the loop. Each accumulator
-//     G covers one "fold span" of K: a whole group when the chunk holds whole
-//     groups (DIM_K_CHUNK % DIM_GS == 0), the whole chunk when a group spans
-//     several chunks (DIM_GS % DIM_K_CHUNK == 0).
+//     in one interleaved line (A0 kb, A1 kb, A0 kb+1, ...) with the same
+//     accfloat -> bfp16ebs8 conversion the bfp16-emulated bf16 mmul applies to
+//     A, then sweep all column pairs over it. Hot loop: a 2x2 block of native
+//     bfp16ebs8 x bfp16ebs8 8x8x8 mmul accumulators fed by two block streams
+//     (A0/A1 interleaved, B0/B1 interleaved: the core's two load FIFOs), with
+//     the scale folds of each column pair in the same loop body. Each
+//     accumulator G covers one "fold span" of K: a whole group when the chunk
+//     holds whole groups (DIM_K_CHUNK % DIM_GS == 0), the whole chunk when a
+//     group spans several chunks (DIM_GS % DIM_K_CHUNK == 0).
 //  3. Scale fold, once per span: c += G * s. AIE2P has no f32 x f32 vector
-//  multiply, so G is split
-//     into hi = bf16(G) and lo = bf16(G - hi) and both are multiplied by the
-//     bf16 scale (products exact in f32) and added to c in f32. hi + lo keeps
-//     16 significant bits of G, so integer-valued G below 2^16 (exact-mode
-//     operands) survive exactly; upstream's single bf16(G) does not.
+//     multiply, so G is split into hi = bf16(G) and lo = bf16(G - hi) and both
+//     are multiplied by the bf16 scale (products exact in f32) and added to c
+//     in f32. hi + lo keeps 16 significant bits of G, so integer-valued G below
+//     2^16 (exact-mode operands) survive exactly; upstream's single bf16(G)
+//     does not.
 //
 // Roundings, in order: A to bfp16 blocks (exact for exact-mode operands; (q -
 // z) is always exact), one f32 addition per mmul into G, bf16(G) and bf16(G -
@@ -47,6 +50,10 @@
 // order, as the bf16 mmul built with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16
 // (it converts both operands to bfp16ebs8 on every mac), so the results are
 // bit-identical to that formulation.
+//
+// Block streams: at most two input and one output stream are live at any time
+// (AIE2P has two load FIFOs and one store FIFO); each is scoped to the loop
+// that uses it.
 //
 // Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P).
 //
@@ -84,18 +91,18 @@ static_assert(TM > 0 && TM % 16 == 0,
               "works on 2x2 blocks of 8x8 mmul tiles");
 static_assert(TN > 0 && TN % 16 == 0,
               "DIM_N (tile_n) must be a positive multiple of 16: 2x2 blocks of "
-              "8x8 mmul tiles, and zero points "
-              "are read 16 columns at a time");
+              "8x8 mmul tiles, and zero points are read 16 columns at a time");
 static_assert(TK > 0 && TK % 16 == 0,
-              "DIM_K_CHUNK (tile_k_l1) must be a positive multiple of 16: "
-              "dequantisation converts two 8-deep K "
-              "blocks (64 bytes of nibbles) per step");
+              "DIM_K_CHUNK (tile_k_l1) must be a positive multiple of 16");
 static_assert(GS > 0 && GS % 16 == 0,
-              "DIM_GS must be a positive multiple of 16 (two 8-deep K blocks)");
+              "DIM_GS must be a positive multiple of 16");
 static_assert(TK % GS == 0 || GS % TK == 0,
               "DIM_K_CHUNK and DIM_GS must divide one another: a chunk holds "
-              "whole groups, or a group spans "
-              "whole chunks");
+              "whole groups, or a group spans whole chunks");
+static_assert(TK <= GS || GS % 32 == 0,
+              "DIM_GS must be a multiple of 32 when a chunk holds several "
+              "groups: each group's part of a W line is then whole 576-byte "
+              "periods of the zero-point pattern");
 static_assert(TM * TK * 2 <= 65536 && TN * TK * 2 <= 65536 &&
                   TM * TN * 4 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
@@ -108,31 +115,45 @@ static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64 &&
 
 constexpr unsigned MB = TM / 8;              // 8-row blocks of A / C
 constexpr unsigned NB = TN / 8;              // 8-column blocks of W / C
+constexpr unsigned NP = NB / 2;              // column pairs
 constexpr unsigned KB = TK / 8;              // 8-deep K blocks per chunk
 constexpr unsigned SPAN = TK < GS ? TK : GS; // K covered by one scale fold
 constexpr unsigned SB = SPAN / 8;            // K blocks per fold
 constexpr unsigned NF = TK / SPAN; // folds per call = groups held by the record
 constexpr unsigned BLK = 64;       // elements per 8x8 block
 
-// Packed record (see int4awq/record.py, which must agree): Q nibbles, then S
-// (bf16), then Z (uint8), each section starting on a 64-byte boundary.
 constexpr unsigned round64(unsigned x) { return (x + 63u) / 64u * 64u; }
-constexpr unsigned Q_BYTES = TN * TK / 2;
+
+// A pair line of w_scratch: the block vectors of two 8-row (A) or 8-column (W)
+// blocks, interleaved along K (block 0 kb, block 1 kb, block 0 kb+1, ...), 144
+// bytes per K block, padded to 64 bytes (a block stream starts at FIFO position
+// 0 of a 512-bit word).
+constexpr unsigned PAIR_LINE = round64(2 * KB * BLOCKS::bytes());
+constexpr unsigned PAIR_WORDS = PAIR_LINE / 64;
+// One fold span's part of a W pair line: 144 * SB bytes, whole 64-byte words
+// (9 per 576 bytes, the period of the zero-point pattern) when there are
+// several spans; the whole padded line when there is one.
+constexpr unsigned SPAN_BYTES = 2 * SB * BLOCKS::bytes();
+constexpr unsigned SPAN_WORDS = NF == 1 ? PAIR_WORDS : SPAN_BYTES / 64;
+static_assert(NF == 1 || SPAN_BYTES % 576 == 0);
+
+// Packed record (see int4awq/record.py, which must agree): Q nibbles in the
+// image order of the W pair lines (PAIR_LINE nibbles per pair), then S (bf16),
+// then Z (uint8), each section starting on a 64-byte boundary.
+constexpr unsigned Q_PAIR_BYTES = PAIR_LINE / 2;
+constexpr unsigned Q_BYTES = NP * Q_PAIR_BYTES;
 constexpr unsigned S_OFFSET = round64(Q_BYTES);
 constexpr unsigned S_BYTES = round64(NF * TN * 2);
 constexpr unsigned Z_OFFSET = S_OFFSET + S_BYTES;
 constexpr unsigned Z_BYTES = round64(NF * TN);
 constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
 
-// w_scratch (see int4awq/record.py, w_scratch_bytes): bfp16 operand "lines" of
-// KB block vectors each, every line starting on a 64-byte boundary (a block
-// stream starts at FIFO position 0 of a 512-bit word). Lines 0 .. NB-1: B
-// column block nb, as B^T (row n of the 8x8 block = column n of W, 8 K values);
-// lines NB and NB+1: the two 8-row blocks of A being swept (rows of A, 8 K
-// values).
-constexpr unsigned LINE_BYTES = round64(KB * BLOCKS::bytes());
-constexpr unsigned A_LINES_OFFSET = NB * LINE_BYTES;
-constexpr unsigned SCRATCH_BYTES = (NB + 2) * LINE_BYTES;
+// w_scratch (see int4awq/record.py, w_scratch_bytes): NP W pair lines, one A
+// pair line, then 256 bytes where the zero-point pattern is staged.
+constexpr unsigned A_LINE_OFFSET = NP * PAIR_LINE;
+constexpr unsigned STAGE_OFFSET = A_LINE_OFFSET + PAIR_LINE;
+constexpr unsigned STAGE_BYTES = 256;
+constexpr unsigned SCRATCH_BYTES = STAGE_OFFSET + STAGE_BYTES;
 static_assert(SCRATCH_BYTES % 64 == 0 && SCRATCH_BYTES <= 65536,
               "w_scratch does not fit a PE's L1");
 
@@ -142,78 +163,89 @@ inline aie::vector<bfloat16, 64>
 replicate_row(const aie::vector<bfloat16, 8> &v) {
   return aie::concat(v, v, v, v, v, v, v, v);
 }
-inline aie::vector<int8, 128> replicate_16(const aie::vector<int8, 16> &v) {
-  return aie::concat(v, v, v, v, v, v, v, v);
+
+inline bfp16ebs8 *blocks_at(uint8_t *scratch, unsigned offset) {
+  return reinterpret_cast<bfp16ebs8 *>(scratch + offset);
 }
 
-inline bfp16ebs8 *line(uint8_t *scratch, unsigned i) {
-  return reinterpret_cast<bfp16ebs8 *>(scratch + i * LINE_BYTES);
+// z of 8 columns, as the bf16 bits 0x5D80 + 2z = (64 + z) * 2^54, lanes 8j ..
+// 8j+7 = column j -> one block vector: block j has exponent byte 187 and 8
+// mantissas 64 + z_j (exact: every lane of a block is the same power-of-two
+// multiple of 64 + z_j, 64 <= 64 + z_j < 128).
+inline BLOCKS zero_point_blocks(const aie::vector<bfloat16, 8> &zbits) {
+  return aie::accum<accfloat, 64>(aie::transpose(replicate_row(zbits), 8, 8))
+      .to_vector<bfp16ebs8>();
 }
 
-// Two 8x8 [k][n] blocks of (q - z) (int8, 128 lanes) -> two B^T block vectors
-// ([n][k], blocks along K), pushed in K order. Exact: the values are integers
-// in [-15, 15].
-inline void
-push_blocks(aie::block_vector_output_buffer_stream<bfp16ebs8, 64> &out,
-            const aie::vector<int8, 128> &d) {
-  const aie::vector<bfloat16, 128> v = aie::to_float<bfloat16>(d, 0);
-  out << aie::accum<accfloat, 64>(aie::transpose(v.extract<64>(0), 8, 8))
-             .to_vector<bfp16ebs8>();
-  out << aie::accum<accfloat, 64>(aie::transpose(v.extract<64>(1), 8, 8))
-             .to_vector<bfp16ebs8>();
-}
-
-// Record Q -> B lines of w_scratch. Q byte i holds the codes of elements 2i
-// (low nibble) and 2i + 1 (high) of the record's B-operand order: block (nb,
-// kb) at (nb * KB + kb) * 64, [k][n] inside.
+// Record Q -> the W pair lines of w_scratch. For column pair p and fold span f,
+// the zero-point pattern of the span's image is Z2 = [V0 V1] repeated (V0, V1:
+// the two column blocks' block vectors with exponent byte 123 and mantissas z):
+// staged as V0 V1 V0 minus 64 per byte, its 64-byte words at byte offsets (64w)
+// mod 144 = 0, 64, 128, 48, 112, 32, 96, 16, 80 (w = 0 .. 8) are three aligned
+// words and six shuffle_down_fill's. Each image word is then 32 record bytes
+// unpacked to uint8 minus its zero-point word: exponent lanes 0 - 123 = 133,
+// mantissa lanes q - z.
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const uint8_t *__restrict zp = record + Z_OFFSET;
-  for (unsigned nb = 0; nb < NB; nb += 2) {
-    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> w0(line(scratch, nb));
-    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> w1(
-        line(scratch, nb + 1));
-    for (unsigned f = 0; f < NF; ++f) {
-      // z of columns 8nb .. 8nb+15; zip with itself -> [z(nb) z(nb)] and
-      // [z(nb+1) z(nb+1)].
-      const aie::vector<uint8, 16> z16 = aie::load_v<16>(zp + f * TN + nb * 8);
-      const auto zz = aie::interleave_zip(z16, z16, 8);
-      const aie::vector<int8, 128> z0 = replicate_16(zz.first.cast_to<int8>());
-      const aie::vector<int8, 128> z1 = replicate_16(zz.second.cast_to<int8>());
-
-      const unsigned first =
-          nb * KB + f * SB; // block index of (nb, first kb of this span)
-      const uint8_t *__restrict q0 = record + first * (BLK / 2);
-      const uint8_t *__restrict q1 = q0 + KB * (BLK / 2);
-      KERNEL_MIN_ITERS(1)
-      for (unsigned kb = 0; kb < SB; kb += 2) {
-        push_blocks(
-            w0, aie::sub(aie::load_v<64>(q0).cast_to<uint4>().unpack_sign<int8>(
-                             false),
-                         z0));
-        push_blocks(
-            w1, aie::sub(aie::load_v<64>(q1).cast_to<uint4>().unpack_sign<int8>(
-                             false),
-                         z1));
-        q0 += 64;
-        q1 += 64;
-      }
+  uint8_t *__restrict stage = scratch + STAGE_OFFSET;
+  const aie::vector<uint8, 16> c80 = aie::broadcast<uint8, 16>(0x80);
+  const aie::vector<uint8, 16> c5d = aie::broadcast<uint8, 16>(0x5D);
+  const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
+  KERNEL_MIN_ITERS(1)
+  for (unsigned it = 0; it < NP * NF; ++it) {
+    const unsigned p = it / NF, f = it % NF;
+    // z of columns 16p .. 16p+15 -> 0x80 + 2z, zipped with 0x5D: bf16 bits.
+    const aie::vector<uint8, 16> z16 = aie::load_v<16>(zp + f * TN + p * 16);
+    const auto zz =
+        aie::interleave_zip(aie::add(aie::add(z16, z16), c80), c5d, 1);
+    const BLOCKS v0 = zero_point_blocks(zz.first.cast_to<bfloat16>());
+    const BLOCKS v1 = zero_point_blocks(zz.second.cast_to<bfloat16>());
+    {
+      aie::block_vector_output_buffer_stream<bfp16ebs8, 64> st(
+          blocks_at(scratch, STAGE_OFFSET));
+      st << v0 << v1 << v0;
+    }
+    const aie::vector<uint8, 64> w0 = aie::sub(aie::load_v<64>(stage), c64);
+    const aie::vector<uint8, 64> w1 =
+        aie::sub(aie::load_v<64>(stage + 64), c64);
+    const aie::vector<uint8, 64> w2 =
+        aie::sub(aie::load_v<64>(stage + 128), c64);
+    const aie::vector<uint8, 64> pz[9] = {
+        w0,
+        w1,
+        w2,
+        aie::shuffle_down_fill(w0, w1, 48),
+        aie::shuffle_down_fill(w1, w2, 48),
+        aie::shuffle_down_fill(w0, w1, 32),
+        aie::shuffle_down_fill(w1, w2, 32),
+        aie::shuffle_down_fill(w0, w1, 16),
+        aie::shuffle_down_fill(w1, w2, 16),
+    };
+    const uint8_t *__restrict q =
+        record + p * Q_PAIR_BYTES + f * (SPAN_BYTES / 2);
+    uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_BYTES;
+    for (unsigned w = 0; w < SPAN_WORDS; ++w) {
+      const aie::vector<uint8, 64> u =
+          aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
+      aie::store_v(dst + 64 * w, aie::sub(u, pz[w % 9]));
     }
   }
 }
 
-// A rows 8mb .. 8mb+15 (two 8-row blocks of a_tile) -> the two A lines of
-// w_scratch, in K order.
+// A rows 8mb .. 8mb+15 (two 8-row blocks of a_tile) -> the A pair line of
+// w_scratch, interleaved in K order.
 void convert_a(const bfloat16 *__restrict a_tile, unsigned mb,
                uint8_t *__restrict scratch) {
-  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o0(line(scratch, NB));
-  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o1(
-      line(scratch, NB + 1));
+  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> out(
+      blocks_at(scratch, A_LINE_OFFSET));
   const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
   const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
   KERNEL_MIN_ITERS(2)
   for (unsigned kb = 0; kb < KB; ++kb) {
-    o0 << aie::accum<accfloat, 64>(aie::load_v<64>(pa0)).to_vector<bfp16ebs8>();
-    o1 << aie::accum<accfloat, 64>(aie::load_v<64>(pa1)).to_vector<bfp16ebs8>();
+    out << aie::accum<accfloat, 64>(aie::load_v<64>(pa0))
+               .to_vector<bfp16ebs8>();
+    out << aie::accum<accfloat, 64>(aie::load_v<64>(pa1))
+               .to_vector<bfp16ebs8>();
     pa0 += BLK;
     pa1 += BLK;
   }
@@ -260,34 +292,31 @@ void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
       reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
   for (unsigned mb = 0; mb < MB; mb += 2) {
     convert_a(a_tile, mb, scratch);
-    for (unsigned nb = 0; nb < NB; nb += 2) {
-      float *__restrict c00 = c_acc + (mb * NB + nb) * BLK;
+    KERNEL_MIN_ITERS(1)
+    for (unsigned p = 0; p < NP; ++p) {
+      float *__restrict c00 = c_acc + (mb * NB + 2 * p) * BLK;
       float *__restrict c01 = c00 + BLK;
       float *__restrict c10 = c00 + NB * BLK;
       float *__restrict c11 = c10 + BLK;
-      // Each stream walks its line through all NF fold spans in K order.
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa0(
-          line(scratch, NB));
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa1(
-          line(scratch, NB + 1));
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb0(
-          line(scratch, nb));
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb1(
-          line(scratch, nb + 1));
+      // Two streams, each walking its interleaved line through all NF fold
+      // spans in K order.
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(
+          blocks_at(scratch, A_LINE_OFFSET));
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb(
+          blocks_at(scratch, p * PAIR_LINE));
       for (unsigned f = 0; f < NF; ++f) {
         MMUL g00, g01, g10, g11; // default-constructed: zero for the first mac
-        KERNEL_MIN_ITERS(2)
         for (unsigned kb = 0; kb < SB; ++kb) {
-          const BLOCKS a0 = sa0.pop();
-          const BLOCKS a1 = sa1.pop();
-          const BLOCKS b0 = sb0.pop();
-          const BLOCKS b1 = sb1.pop();
+          const BLOCKS a0 = sa.pop();
+          const BLOCKS a1 = sa.pop();
+          const BLOCKS b0 = sb.pop();
+          const BLOCKS b1 = sb.pop();
           g00.mac(a0, aie::op_transpose(b0));
           g01.mac(a0, aie::op_transpose(b1));
           g10.mac(a1, aie::op_transpose(b0));
           g11.mac(a1, aie::op_transpose(b1));
         }
-        const bfloat16 *sp = scales + f * TN + nb * 8;
+        const bfloat16 *sp = scales + f * TN + p * 16;
         const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
         const aie::vector<bfloat16, 64> s1 =
             replicate_row(aie::load_v<8>(sp + 8));
@@ -338,13 +367,14 @@ void gemm_int4_drain(float *c_acc, bfloat16 *c_out) {
 //              bands - 1 stay 0
 //   c_out      m x DIM_N bf16, row-major
 //   w_scratch  record.w_scratch_bytes(DIM_N, DIM_K_CHUNK) bytes, the GEMM's
-//   scratch (B lines + one A line)
+//   scratch (W pair lines, the A line, the staging area)
 //
-// A call dequantises the record once into the B lines exactly as the GEMM does
-// (dequantize above), then per band of up to 8 rows converts those rows to one
-// bfp16 A line (rows m .. 8 * bands - 1 read as 0) and sweeps the column blocks
-// two at a time: two independent 8x8x8 bfp16 mmul accumulators, three
-// block-stream pops and two macs per step. Roundings are the GEMM's, in the
+// A call dequantises the record once into the W pair lines exactly as the GEMM
+// does (dequantize above), then per band of up to 8 rows converts those rows to
+// one bfp16 A line (rows m .. 8 * bands - 1 read as 0) and sweeps the column
+// pairs: two independent 8x8x8 bfp16 mmul accumulators fed by two block streams
+// (the band's A line, the pair's interleaved W line), three pops and two macs
+// per step, the folds in the same loop body. Roundings are the GEMM's, in the
 // GEMM's order, row by row: rows of A are converted to bfp16 in blocks of 8
 // along K (so a row's values do not depend on the other rows), one f32 RNE
 // addition per 8-deep block into the span's G, then c += hi * s, c += lo * s.
@@ -367,11 +397,12 @@ inline unsigned gemv_rows(int32_t m) {
 }
 
 // Rows r0 .. r0 + rows - 1 of a_rows (row-major, DIM_K_CHUNK long) -> the A
-// line of w_scratch (line NB), one block vector per 8-deep K block; the rows
-// past `rows` of the 8-row block are 0.
+// line of w_scratch, one block vector per 8-deep K block; the rows past `rows`
+// of the 8-row block are 0.
 void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
                     unsigned rows, uint8_t *__restrict scratch) {
-  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> out(line(scratch, NB));
+  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> out(
+      blocks_at(scratch, A_LINE_OFFSET));
   const bfloat16 *__restrict pa = a_rows + r0 * TK;
   KERNEL_MIN_ITERS(2)
   for (unsigned kb = 0; kb < KB; ++kb) {
@@ -406,26 +437,24 @@ void gemv_int4_accumulate(uint8_t *w_record, bfloat16 *a_rows, float *acc,
   for (unsigned b = 0; b < gemv_bands(m); ++b) {
     const unsigned r0 = b * 8;
     gemv_convert_a(a_rows, r0, rows - r0 < 8 ? rows - r0 : 8, scratch);
-    for (unsigned nb = 0; nb < NB; nb += 2) {
-      float *__restrict c0 = acc + (b * NB + nb) * BLK;
+    KERNEL_MIN_ITERS(1)
+    for (unsigned p = 0; p < NP; ++p) {
+      float *__restrict c0 = acc + (b * NB + 2 * p) * BLK;
       float *__restrict c1 = c0 + BLK;
       aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(
-          line(scratch, NB));
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb0(
-          line(scratch, nb));
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb1(
-          line(scratch, nb + 1));
+          blocks_at(scratch, A_LINE_OFFSET));
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb(
+          blocks_at(scratch, p * PAIR_LINE));
       for (unsigned f = 0; f < NF; ++f) {
         MMUL g0, g1; // default-constructed: zero for the first mac
-        KERNEL_MIN_ITERS(2)
         for (unsigned kb = 0; kb < SB; ++kb) {
           const BLOCKS a = sa.pop();
-          const BLOCKS b0 = sb0.pop();
-          const BLOCKS b1 = sb1.pop();
+          const BLOCKS b0 = sb.pop();
+          const BLOCKS b1 = sb.pop();
           g0.mac(a, aie::op_transpose(b0));
           g1.mac(a, aie::op_transpose(b1));
         }
-        const bfloat16 *sp = scales + f * TN + nb * 8;
+        const bfloat16 *sp = scales + f * TN + p * 16;
         fold(g0, replicate_row(aie::load_v<8>(sp)), c0);
         fold(g1, replicate_row(aie::load_v<8>(sp + 8)), c1);
       }

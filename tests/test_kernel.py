@@ -23,6 +23,7 @@ from int4awq.errors import ConfigError
 from int4awq.kernel_model import (
     KERNELS_DIR,
     HostKernel,
+    a_tile_blocked,
     aligned_empty,
     kernel_gemm_model,
 )
@@ -202,19 +203,47 @@ def test_accumulate_adds_to_existing_c(kernels):
     )
 
 
+@pytest.mark.parametrize("cfg", [(64, 64, 64, 128), (16, 16, 32, 32)])
+def test_w_lines_are_q_minus_z_with_exponent_133(kernels, cfg):
+    """After a call the W pair lines hold the bfp16ebs8 images the packer's order promises: block vector
+    2 * kb + c of pair p, block j = column 16p + 8c + j: exponent byte 133 (value = mantissa), then the 8
+    int8 mantissas q - z of K values 8kb .. 8kb + 7 of that column (docs/kernel.md)."""
+    tm, tn, tk, gs = cfg
+    hk = kernels[cfg]
+    a, w = operands(cfg, exact=False, seed=14, m_tiles=1, n_tiles=1, k_chunks=1)
+    hk.zero()
+    hk.accumulate(
+        pack_weights(w, tn, tk)[0, 0], a_tile_blocked(np.ascontiguousarray(a[:, :tk]))
+    )
+    line = -(-(2 * (tk // 8) * 72) // 64) * 64
+    qz = w.q[:tk].astype(np.int16) - np.repeat(w.z, gs, axis=0)[:tk].astype(np.int16)
+    for p in range(tn // 16):
+        img = hk.scratch[p * line : p * line + 2 * (tk // 8) * 72].reshape(
+            tk // 8, 2, 8, 9
+        )
+        assert (img[..., 0] == 133).all()
+        for c in range(2):
+            cols = qz[:, 16 * p + 8 * c : 16 * p + 8 * c + 8]  # [TK, 8]
+            expect = cols.reshape(tk // 8, 8, 8).transpose(0, 2, 1)  # [kb, j, i]
+            np.testing.assert_array_equal(img[:, c, :, 1:].view(np.int8), expect)
+
+
 # ----------------------------------------------------------------------------------------------- record
 def test_record_layout_byte_exact():
-    """One nonzero code at (k, n) lands at nibble ((n//8)*(TK//8) + k//8)*64 + (k%8)*8 + n%8; S and Z where documented."""
-    tn, tk, gs, k, n = 16, 64, 32, 128, 32
+    """One nonzero code at (k, n) lands at nibble (n//16)*L + (2*(k//8) + (n//8)%2)*72 + (n%8)*9 + 1 + k%8
+    (L = 1152 bytes, one W pair line for tile_k 64); every other nibble, the exponent slots included, is 0;
+    S and Z where documented."""
+    tn, tk, gs, k, n = 32, 64, 32, 128, 64
     lay = record_layout(tn, tk, gs)
+    # Q: 2 pairs x 1152 nibbles = 1152 bytes; S: 2 groups x 32 bf16 = 128; Z: 64 bytes
     assert (lay.groups, lay.q_bytes, lay.s_offset, lay.z_offset, lay.total) == (
         2,
-        512,
-        512,
-        576,
-        640,
+        1152,
+        1152,
+        1280,
+        1344,
     )
-    for kk, nn in [(0, 0), (1, 0), (0, 1), (9, 3), (70, 29), (127, 31)]:
+    for kk, nn in [(0, 0), (1, 0), (0, 1), (9, 3), (70, 29), (127, 63), (64, 40)]:
         q = np.zeros((k, n), np.uint8)
         q[kk, nn] = 0xB
         s = np.zeros((k // gs, n), np.float32).astype(bfloat16)
@@ -226,7 +255,13 @@ def test_record_layout_byte_exact():
             AwqWeights(q, z, np.where(s == 0, 1, s).astype(bfloat16), gs), tn, tk
         )
         nt, kc, k0, n0 = nn // tn, kk // tk, kk % tk, nn % tn
-        i = ((n0 // 8) * (tk // 8) + k0 // 8) * 64 + (k0 % 8) * 8 + n0 % 8
+        i = (
+            (n0 // 16) * 1152
+            + (2 * (k0 // 8) + (n0 // 8) % 2) * 72
+            + (n0 % 8) * 9
+            + 1
+            + k0 % 8
+        )
         rec = p[nt, kc]
         expect_q = np.zeros(lay.q_bytes, np.uint8)
         expect_q[i // 2] = 0xB << (4 * (i % 2))
@@ -282,6 +317,7 @@ def test_record_l3_order():
         ((128, 128, 64, 128), ["128 x 128 x 64", "65536"]),
         ((64, 64, 128, 128), ["64 x 64 x 128", "65536"]),
         ((0, 16, 32, 32), ["tile_m"]),
+        ((16, 16, 64, 16), ["gs = 16", "32"]),
     ],
 )
 def test_check_kernel_tiles_rejects(args, words):
@@ -298,20 +334,20 @@ def test_l1_budget_64x64_fits():
         "c_acc": 16384,
         "c_out": 8192,
         "a_tile_x2": 16384,
-        "w_record_x2": 4480,
-        "w_scratch": 5760,
+        "w_record_x2": 2 * (2304 + 128 + 64),  # Q 4 pairs x 576 B, S, Z
+        "w_scratch": 5 * 1152 + 256,  # 4 W pair lines, 1 A pair line, staging
         "stack": 4096,
-        "total": 55296,
+        "total": 16384 + 8192 + 16384 + 4992 + 6016 + 4096,
     }
     assert l1_budget(*LARGEST)["total"] <= 65536
 
 
 def test_default_stack_is_the_live_set_plus_the_core_frame():
-    # 4 accumulators of 64 f32, 4 operand registers of 128 B, 4 streams of 80 B, 2 scale vectors, fold
-    # temporaries, and mlir-air's measured LLVM 22 core frame: 2880 + 1216 = 4096, a whole KiB.
-    assert sum(record.KERNEL_LIVE_BYTES.values()) == 1024 + 512 + 320 + 256 + 768
+    # 4 accumulators of 64 f32, 4 operand registers of 128 B, 2 streams of 80 B, 2 scale vectors, fold
+    # temporaries, and mlir-air's measured LLVM 22 core frame: 2720 + 1216 = 3936, rounded to 4096.
+    assert sum(record.KERNEL_LIVE_BYTES.values()) == 1024 + 512 + 160 + 256 + 768
     assert record.kernel_stack_bytes() == 4096
-    assert l1_budget(64, 64, 64, 128, stack=1024)["total"] == 55296 - 3072
+    assert l1_budget(64, 64, 64, 128, stack=1024)["total"] == 56064 - 3072
 
 
 # ----------------------------------------------------------------------------------------------- build
