@@ -2,11 +2,13 @@
 """The AIE2P kernel from the host: a numpy model of its arithmetic and a ctypes driver of its host build.
 
 kernel_gemm_model(a, w, tile_k) reproduces, bit for bit, what kernels/mv_int4_bf16.cc computes (native
-bfp16ebs8 x bfp16ebs8 mmul on A converted once per call and (q - z) converted exactly; the same numbers as
+bfp16ebs8 x bfp16ebs8 mmul on A converted once per call and (q - z) written exactly as int8 mantissas with
+exponent byte 133, i.e. value = q - z; the same numbers as
 a bf16 mmul built with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16), under the bfp16 model the host aie_api
 implements:
 
-  * A rows and (q - z) columns are cut into blocks of 8 along K and converted to bfp16 (shared exponent
+  * A rows (and, with the same values, (q - z) columns: every integer |q - z| <= 15 is exact either way) are
+    cut into blocks of 8 along K and converted to bfp16 (shared exponent
     e = floor(log2 max|x|), mantissa round-half-even(x / 2^(e-6)) saturated to [-128, 127]);
   * per 8-deep K block the dot product is exact; it is added to the f32 group accumulator G (one
     round-to-nearest-even addition per block, K blocks in order);
