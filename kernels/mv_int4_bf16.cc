@@ -26,16 +26,18 @@
 //     image repeats every 144 bytes, so 9 words per 576) come from two block
 //     vectors per column pair and span (one conversion each, exact) and 6
 //     shuffle_down_fill's.
-//  2. Per pair of 8-row blocks of A: convert those 16 rows once to bfp16 blocks
-//     in one interleaved line (A0 kb, A1 kb, A0 kb+1, ...) with the same
-//     accfloat -> bfp16ebs8 conversion the bfp16-emulated bf16 mmul applies to
-//     A, then sweep all column pairs over it. Hot loop: a 2x2 block of native
-//     bfp16ebs8 x bfp16ebs8 8x8x8 mmul accumulators fed by two block streams
-//     (A0/A1 interleaved, B0/B1 interleaved: the core's two load FIFOs), with
-//     the scale folds of each column pair in the same loop body. Each
-//     accumulator G covers one "fold span" of K: a whole group when the chunk
-//     holds whole groups (DIM_K_CHUNK % DIM_GS == 0), the whole chunk when a
-//     group spans several chunks (DIM_GS % DIM_K_CHUNK == 0).
+//  2. Per pair of 8-row blocks of A: column pair 0 converts those 16 rows to
+//     bfp16 blocks as it goes (the same accfloat -> bfp16ebs8 conversion the
+//     bfp16-emulated bf16 mmul applies to A), uses them at once and pushes them
+//     to one interleaved A line (A0 kb, A1 kb, A0 kb+1, ...), so each A value
+//     is converted once per call; the other column pairs read that line. Hot
+//     loop: a 2x2 block of native bfp16ebs8 x bfp16ebs8 8x8x8 mmul accumulators
+//     fed by two block streams (A0/A1 interleaved, B0/B1 interleaved: the
+//     core's two load FIFOs), with the scale folds of each column pair in the
+//     same loop body. Each accumulator G covers one "fold span" of K: a whole
+//     group when the chunk holds whole groups (DIM_K_CHUNK % DIM_GS == 0), the
+//     whole chunk when a group spans several chunks (DIM_GS % DIM_K_CHUNK ==
+//     0).
 //  3. Scale fold, once per span: c += G * s. AIE2P has no f32 x f32 vector
 //     multiply, so G is split into hi = bf16(G) and lo = bf16(G - hi) and both
 //     are multiplied by the bf16 scale (products exact in f32) and added to c
@@ -232,23 +234,9 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   }
 }
 
-// A rows 8mb .. 8mb+15 (two 8-row blocks of a_tile) -> the A pair line of
-// w_scratch, interleaved in K order.
-void convert_a(const bfloat16 *__restrict a_tile, unsigned mb,
-               uint8_t *__restrict scratch) {
-  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> out(
-      blocks_at(scratch, A_LINE_OFFSET));
-  const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
-  const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
-  KERNEL_MIN_ITERS(2)
-  for (unsigned kb = 0; kb < KB; ++kb) {
-    out << aie::accum<accfloat, 64>(aie::load_v<64>(pa0))
-               .to_vector<bfp16ebs8>();
-    out << aie::accum<accfloat, 64>(aie::load_v<64>(pa1))
-               .to_vector<bfp16ebs8>();
-    pa0 += BLK;
-    pa1 += BLK;
-  }
+// One A block (8x8 bf16, row-major) -> bfp16ebs8 blocks along K.
+inline BLOCKS to_blocks(const bfloat16 *__restrict a) {
+  return aie::accum<accfloat, 64>(aie::load_v<64>(a)).to_vector<bfp16ebs8>();
 }
 
 // c (one 8x8 f32 block of the accumulator) += G * s, with G split into bf16 hi
@@ -291,9 +279,50 @@ void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
   const bfloat16 *__restrict scales =
       reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
   for (unsigned mb = 0; mb < MB; mb += 2) {
-    convert_a(a_tile, mb, scratch);
+    // Column pair 0 converts A rows 8mb .. 8mb+15 as it goes: each pair of A
+    // blocks is converted once, used by this pair's macs and pushed to the A
+    // pair line (interleaved in K order) for the other column pairs. One input
+    // stream (W) and one output stream (A).
+    {
+      const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
+      const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
+      float *__restrict c00 = c_acc + mb * NB * BLK;
+      float *__restrict c01 = c00 + BLK;
+      float *__restrict c10 = c00 + NB * BLK;
+      float *__restrict c11 = c10 + BLK;
+      aie::block_vector_output_buffer_stream<bfp16ebs8, 64> ao(
+          blocks_at(scratch, A_LINE_OFFSET));
+      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb(
+          blocks_at(scratch, 0));
+      KERNEL_MIN_ITERS(1)
+      for (unsigned f = 0; f < NF; ++f) {
+        MMUL g00, g01, g10, g11; // default-constructed: zero for the first mac
+        for (unsigned kb = 0; kb < SB; ++kb) {
+          const BLOCKS a0 = to_blocks(pa0);
+          const BLOCKS a1 = to_blocks(pa1);
+          ao << a0 << a1;
+          pa0 += BLK;
+          pa1 += BLK;
+          const BLOCKS b0 = sb.pop();
+          const BLOCKS b1 = sb.pop();
+          g00.mac(a0, aie::op_transpose(b0));
+          g01.mac(a0, aie::op_transpose(b1));
+          g10.mac(a1, aie::op_transpose(b0));
+          g11.mac(a1, aie::op_transpose(b1));
+        }
+        const bfloat16 *sp = scales + f * TN;
+        const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
+        const aie::vector<bfloat16, 64> s1 =
+            replicate_row(aie::load_v<8>(sp + 8));
+        fold(g00, s0, c00);
+        fold(g01, s1, c01);
+        fold(g10, s0, c10);
+        fold(g11, s1, c11);
+      }
+    }
+    // The other column pairs read the A pair line: two input streams.
     KERNEL_MIN_ITERS(1)
-    for (unsigned p = 0; p < NP; ++p) {
+    for (unsigned p = 1; p < NP; ++p) {
       float *__restrict c00 = c_acc + (mb * NB + 2 * p) * BLK;
       float *__restrict c01 = c00 + BLK;
       float *__restrict c10 = c00 + NB * BLK;
