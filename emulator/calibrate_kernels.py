@@ -45,7 +45,8 @@ class Measured:
     cores: int
     calls_per_core: int
     measured_s: float
-    ddr_bytes: int  # the design's DDR traffic, as int4awq/model.py counts it (see ddr_note)
+    ddr_bytes: int  # the design's DDR traffic as int4awq/model.py counts it
+
     ddr_note: str
     figure: str  # where the measurement is published
     compiler: str  # the compiler of the measured build
@@ -276,7 +277,9 @@ def main(argv=None) -> int:
                 return 2
             row = asdict(k)
             row.pop("files"), row.pop("flags"), row.pop("args")
-            row["sources"] = [f"Xilinx/{k.repo} {p} @ {k.commit[:10]}" for p, _ in k.files]
+            row["sources"] = [
+                f"Xilinx/{k.repo} {p} @ {k.commit[:10]}" for p, _ in k.files
+            ]
             row["profile"] = prof
             rows.append(row)
             print(f"profiled {k.name} ({k.tile})")

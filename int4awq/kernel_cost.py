@@ -48,7 +48,8 @@ CACHE = os.path.join(REPO, "build", "kernel_cycles_cache.json")
 # The NPU2 core clock assumed for every cycle <-> time conversion: no mlir-air figure states it; a public
 # single-tile bfp16 measurement of 1760 GFLOPS at 96 % VMAC utilisation is consistent with 1.8 GHz.
 CLOCK_HZ = 1.8e9
-UNITS = {"LOAD": 2}  # instructions per cycle: two vector load units (lda, ldb), one of everything else
+# Instructions per cycle: two vector load units (lda, ldb), one of everything else.
+UNITS = {"LOAD": 2}
 LOAD_FIFOS, STORE_FIFOS = 2, 1
 VECTOR = ("MAC", "LOAD", "STORE", "SHUFFLE", "CONVERT", "ALU")
 TERMS = ("LOOP", "SPILL", "OUTSIDE", "SCALAR")
@@ -106,7 +107,9 @@ class Point:
         return (self.measured_s - model.FIXED_S) * CLOCK_HZ / self.calls
 
     def predict_s(self, c: np.ndarray) -> float:
-        return max(self.ddr_s, self.calls * float(self.x @ c) / CLOCK_HZ) + model.FIXED_S
+        return (
+            max(self.ddr_s, self.calls * float(self.x @ c) / CLOCK_HZ) + model.FIXED_S
+        )
 
 
 def load_points(path: str = CALIBRATION) -> list[Point]:
@@ -339,8 +342,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name, default in (("tile-m", 64), ("tile-n", 64), ("tile-k", 64), ("gs", 128)):
         ap.add_argument(f"--{name}", type=int, default=default)
-    ap.add_argument("--calibration", action="store_true", help="print the calibration table")
-    ap.add_argument("--write-table", action="store_true", help="regenerate kernel_cycles.json")
+    ap.add_argument(
+        "--calibration", action="store_true", help="print the calibration table"
+    )
+    ap.add_argument(
+        "--write-table", action="store_true", help="regenerate kernel_cycles.json"
+    )
     args = ap.parse_args(argv)
     if args.calibration:
         print(calibration_table(calibration()))

@@ -61,7 +61,13 @@ def point(name, x, cycles, calls=1000, ddr_s=0.0):
 
 def test_the_fit_recovers_the_constants_of_exact_data():
     truth = np.array([1.5, 4.0, 2.0, 10.0])
-    xs = ([1000, 0, 200, 0], [500, 300, 0, 0], [0, 0, 900, 100], [800, 0, 0, 400], [200, 50, 50, 50])
+    xs = (
+        [1000, 0, 200, 0],
+        [500, 300, 0, 0],
+        [0, 0, 900, 100],
+        [800, 0, 0, 400],
+        [200, 50, 50, 50],
+    )
     pts = [point(f"p{i}", x, float(np.dot(x, truth))) for i, x in enumerate(xs)]
     assert np.allclose(kc.fit(pts), truth)
 
