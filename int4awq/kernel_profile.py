@@ -7,9 +7,9 @@ Per marked (software-pipelined) loop of gemm_int4_accumulate: its entries and th
 per AIE2P slot class (emulator/include/aie_api/detail/host_profile.hpp), the peak number of block streams
 live at once against the core's FIFO registers (two load, one store), and a LOWER BOUND on the cycles of
 a call: each loop as fast as its busiest slot allows (perfect pipelining, no fill or drain), everything
-outside loops one instruction per cycle. Scalar code is not counted (it does not go through aie_api).
-These are counts from the host build, not from Peano's schedule, and the bound is not a prediction: the
-calibrated cycle model is still to come (docs/performance.md#the-kernel-ceiling-an-estimate).
+outside loops one instruction per cycle. Of scalar code only element moves between vector registers
+and the scalar unit are counted (SCALAR); the rest does not go through aie_api. These are counts from the host build, not from Peano's schedule, and the bound is not a prediction: the
+calibrated cycle model built on these counts is int4awq/kernel_cost.py (docs/performance.md#the-kernel-cost-model).
 """
 
 from __future__ import annotations
