@@ -41,7 +41,7 @@ from int4awq.reference import check, reference_gemm
 
 # (tile_m, tile_n, tile_k, gs): 16x16 with whole groups per chunk and with a group spanning 4 chunks;
 # 64x64 with K-chunk 64 inside GS 128 (the configuration that fits L1 with 64x64); 64x64 with 2 groups
-# per chunk; 64x112 with K-chunk 32, a large C tile close to the L1 limit (62720 of 65536 bytes); and the
+# per chunk; 64x112 with K-chunk 32, a large C tile close to the L1 limit (65024 of 65536 bytes); and the
 # largest C tile the L1 budget allows at GS 128, 64x128 with K-chunk 16 (test_largest_tile_is_the_largest).
 LARGEST = (64, 128, 16, 128)
 CONFIGS = [
