@@ -303,49 +303,34 @@ class GemvEstimate:
         return self.ddr_bytes / self.seconds / 1e9
 
 
-# One PE issues one native bfp16 8x8x8 mmul step (1024 FLOPs) per "operation" at the rate that the
-# native kernel reaches on all 32 tiles (model.NATIVE_BFP16_FLOPS); the GEMM's estimate counts the same way.
-OPS_PER_SECOND = model.NATIVE_BFP16_FLOPS / PES / (2 * 8 * 8 * 8)
-
-
-def record_ops(tile_n: int, tile_k: int, gs: int, m: int) -> int:
-    """Vector operations of one gemv_int4_accumulate call (each counted as one mmul step, as in
-    model.kernel_efficiency): dequantisation once, then per 8-row band the A conversion (one load and
-    insert per row and block), the mmul steps, two streams' set-up per column pair and the scale folds.
+def tile_end_cycles(cfg: GemvConfig) -> float:
+    """Per N tile outside the K loop: zero, the chain's add and the drain, counted as vector work outside
+    pipelined loops at the cost model's OUTSIDE rate (per 16 floats: a store; two loads, an add and a
+    store; per 8x8 block: a load, a conversion and a store per row). Estimated, not profiled.
     """
-    nb, kb = tile_n // 8, tile_k // 8
-    folds = max(tile_k // gs, 1)
-    ops = nb * kb * model.DEQUANT_OPS_PER_BLOCK + model.CALL_OVERHEAD_OPS
-    for band in range(-(-m // 8)):
-        rows = min(8, m - 8 * band)
-        ops += kb * (model.A_CONVERT_OPS_PER_BLOCK + rows)
-        ops += nb * kb  # one mac per 8x8 output block and K block
-        ops += (nb // 2) * model.STREAM_SETUP_OPS
-        ops += nb * folds * model.FOLD_OPS_PER_BLOCK
-    return ops
+    from .kernel_cost import TERMS, calibration
 
-
-def tile_end_ops(cfg: GemvConfig) -> int:
-    """Per N tile outside the K loop: zero, the chain's add (load, load, add, store per 16 floats) and the
-    drain (per 8x8 block: load, convert, one store per row), each call with its overhead.
-    """
     vec = cfg.acc_elems // 16
     blocks = cfg.acc_elems // 64
-    return vec + 4 * vec + blocks * (2 + min(cfg.m, 8)) + 3 * model.CALL_OVERHEAD_OPS
+    ops = vec + 4 * vec + blocks * (2 + min(cfg.m, 8))
+    return ops * calibration().constants[TERMS.index("OUTSIDE")]
 
 
 def modelled(
     cfg: GemvConfig, m: int | None = None, n: int | None = None
 ) -> GemvEstimate:
     """The calibrated model (model.py: DDR bytes / 42.5 GB/s against compute, plus the fixed cost), with
-    the busiest PE's operation count as the compute side. FLOPs on the real m x n when given.
+    the busiest PE's cycles as the compute side: its gemv_int4_accumulate calls at the kernel cost model's
+    cycles per call (int4awq/kernel_cost.py) and its tile ends. FLOPs on the real m x n when given.
     """
+    from .kernel_cost import CLOCK_HZ, gemv_cycles
+
     m = cfg.m if m is None else m
     n = cfg.n if n is None else n
-    per_pe = cfg.steps * cfg.tiles_per_group * record_ops(
-        cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m
-    ) + cfg.tiles_per_group * tile_end_ops(cfg)
-    compute_s = per_pe / OPS_PER_SECOND
+    per_call = gemv_cycles(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m)
+    per_pe = cfg.steps * cfg.tiles_per_group * per_call
+    per_pe += cfg.tiles_per_group * tile_end_cycles(cfg)
+    compute_s = per_pe / CLOCK_HZ
     ddr = cfg.ddr_bytes()
     ddr_s = ddr / model.DDR_BYTES_PER_S
     return GemvEstimate(

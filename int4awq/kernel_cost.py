@@ -202,8 +202,9 @@ def cycles(profile: dict) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Our kernel's profiles per tile: kernel_cycles.json (committed, keyed by the kernel source's hash), else
-# profiled now (kernels/Makefile host-profile, about a second) and cached in build/.
+# Our kernel's calls per tile: kernel_cycles.json (committed, keyed by the kernel source's hash) holds, per
+# call, the model's terms (TERMS order) and the live block streams; a call the table lacks is profiled now
+# (kernels/Makefile host-profile, about a second per new tile) and cached in build/.
 
 
 def kernel_hash() -> str:
@@ -211,62 +212,76 @@ def kernel_hash() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-def _key(tm: int, tn: int, tk: int, gs: int) -> str:
-    return f"{tm}x{tn}x{tk}/gs{gs}"
+def _key(tm: int, tn: int, tk: int, gs: int, m: int | None = None) -> str:
+    gemm = f"{tm}x{tn}x{tk}/gs{gs}"
+    return gemm if m is None else f"gemv/{gemm}/m{m}"
 
 
-def profile_dict(tm: int, tn: int, tk: int, gs: int) -> dict:
-    from dataclasses import asdict
+def measure(tm: int, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
+    """Profile one call (gemm_int4_accumulate, or gemv_int4_accumulate of m rows) into a table entry."""
+    from .kernel_profile import profile_accumulate, profile_gemv
 
-    from .kernel_profile import profile_accumulate
-
-    p = profile_accumulate(tm, tn, tk, gs)
-    return {
-        "loops": [asdict(lp) for lp in p.loops],
+    p = (
+        profile_accumulate(tm, tn, tk, gs)
+        if m is None
+        else profile_gemv(tm, tn, tk, gs, m)
+    )
+    prof = {
+        "loops": [
+            {"ops": lp.ops, "peak_in": lp.peak_in, "peak_out": lp.peak_out}
+            for lp in p.loops
+        ],
         "outside": p.outside,
-        "peak_in": p.peak_in,
-        "peak_out": p.peak_out,
+    }
+    return {
+        "x": [round(float(v), 3) for v in features(prof)],
+        "streams": [p.peak_in, p.peak_out],
     }
 
 
-_PROFILES: dict | None = None
+_ENTRIES: dict | None = None
 
 
-def _profiles() -> dict:
-    global _PROFILES
-    if _PROFILES is None:
-        _PROFILES = {}
+def _entries() -> dict:
+    global _ENTRIES
+    if _ENTRIES is None:
+        _ENTRIES = {}
         h = kernel_hash()
         for path in (TABLE, CACHE):
             if os.path.isfile(path):
                 with open(path) as f:
                     d = json.load(f)
                 if d.get("kernel") == h:
-                    _PROFILES.update(d["profiles"])
-    return _PROFILES
+                    _ENTRIES.update(d.get("calls", {}))
+    return _ENTRIES
 
 
-def kernel_profile(tm: int, tn: int, tk: int, gs: int) -> dict:
-    key = _key(tm, tn, tk, gs)
-    profiles = _profiles()
-    if key not in profiles:
-        profiles[key] = profile_dict(tm, tn, tk, gs)
-        cache = {"kernel": kernel_hash(), "profiles": {}}
+def entry(tm: int, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
+    key = _key(tm, tn, tk, gs, m)
+    entries = _entries()
+    if key not in entries:
+        entries[key] = measure(tm, tn, tk, gs, m)
+        cache = {"kernel": kernel_hash(), "calls": {}}
         if os.path.isfile(CACHE):
             with open(CACHE) as f:
                 old = json.load(f)
-            if old.get("kernel") == cache["kernel"]:
+            if old.get("kernel") == cache["kernel"] and "calls" in old:
                 cache = old
-        cache["profiles"][key] = profiles[key]
+        cache["calls"][key] = entries[key]
         os.makedirs(os.path.dirname(CACHE), exist_ok=True)
         with open(CACHE, "w") as f:
             json.dump(cache, f)
-    return profiles[key]
+    return entries[key]
 
 
 def kernel_cycles(tm: int, tn: int, tk: int, gs: int) -> float:
     """Modelled cycles of one gemm_int4_accumulate call at these tiles (MODELLED)."""
-    return cycles(kernel_profile(tm, tn, tk, gs))
+    return float(np.array(entry(tm, tn, tk, gs)["x"]) @ calibration().constants)
+
+
+def gemv_cycles(tm: int, tn: int, tk: int, gs: int, m: int) -> float:
+    """Modelled cycles of one gemv_int4_accumulate call of m rows (MODELLED)."""
+    return float(np.array(entry(tm, tn, tk, gs, m)["x"]) @ calibration().constants)
 
 
 def steps(tm: int, tn: int, tk: int) -> int:
@@ -275,45 +290,57 @@ def steps(tm: int, tn: int, tk: int) -> int:
 
 def kernel_line(tm: int, tn: int, tk: int, gs: int) -> str:
     """The `kernel:` line of host/run.py --report."""
-    p = kernel_profile(tm, tn, tk, gs)
-    cyc = cycles(p)
+    cyc = kernel_cycles(tm, tn, tk, gs)
+    live_in, live_out = entry(tm, tn, tk, gs)["streams"]
     return (
         f"kernel: {cyc:.0f} cycles per call, {cyc / steps(tm, tn, tk):.2f} per 8x8x8 mmul step "
-        f"(MODELLED), live streams in/out: {p['peak_in']}/{p['peak_out']}"
+        f"(MODELLED), live streams in/out: {live_in}/{live_out}"
     )
 
 
-def write_table(tiles) -> int:
-    profiles = {_key(*t): profile_dict(*t) for t in tiles}
+def write_table(calls) -> int:
+    entries = {_key(*c): measure(*c) for c in calls}
     with open(TABLE, "w") as f:
         json.dump(
             {
-                "note": "gemm_int4_accumulate profiles per tile (host aie_api profiling build); regenerated by "
-                "`python3 -m int4awq.kernel_cost --write-table` whenever kernels/mv_int4_bf16.cc changes",
+                "note": "per kernel call: the cost model's terms (int4awq/kernel_cost.py TERMS) and the live "
+                "block streams, from the host aie_api profiling build; regenerate with `python3 -m "
+                "int4awq.kernel_cost --write-table` when kernels/mv_int4_bf16.cc or the terms change",
                 "kernel": kernel_hash(),
-                "profiles": profiles,
+                "calls": entries,
             },
             f,
             indent=0,
             sort_keys=True,
         )
         f.write("\n")
-    return len(profiles)
+    return len(entries)
 
 
-def table_tiles(gs: int = 128):
-    """Every kernel tile the sweep can choose at this group size (int4awq.sweep.TILES, K_CHUNKS)."""
+def table_calls(gs: int = 128):
+    """Every GEMM tile the sweep can choose at this group size (int4awq.sweep TILES, K_CHUNKS), and every
+    GEMV record tile (int4awq.gemv TILE_NS, TILE_KS) at 1 to GEMV_MAX_M rows on its default object.
+    """
     from .errors import ConfigError
-    from .record import check_kernel_tiles, l1_budget
+    from .gemv import GEMV_MAX_M, TILE_KS, TILE_NS, object_tile_m
+    from .record import check_kernel_tiles
     from .sweep import K_CHUNKS, TILES
 
     for tm, tn, tk in itertools.product(TILES, TILES, K_CHUNKS):
         try:
             check_kernel_tiles(tm, tn, tk, gs)
-            l1_budget(tm, tn, tk, gs)
         except ConfigError:
             continue
         yield tm, tn, tk, gs
+    for tn, tk in itertools.product(TILE_NS, TILE_KS):
+        if tk % gs and gs % tk:
+            continue
+        try:
+            tm = object_tile_m(tn, tk, gs)
+        except ConfigError:
+            continue
+        for m in range(1, GEMV_MAX_M + 1):
+            yield tm, tn, tk, gs, m
 
 
 def calibration_table(cal: Calibration) -> str:
@@ -353,7 +380,7 @@ def main(argv=None) -> int:
         print(calibration_table(calibration()))
         return 0
     if args.write_table:
-        print(f"wrote {TABLE}: {write_table(list(table_tiles()))} tile configurations")
+        print(f"wrote {TABLE}: {write_table(list(table_calls()))} kernel calls")
         return 0
     try:
         p = profile_accumulate(args.tile_m, args.tile_n, args.tile_k, args.gs)

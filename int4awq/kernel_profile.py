@@ -87,43 +87,65 @@ def read_profile(lib: ctypes.CDLL) -> Profile:
     return Profile(loops, outside, v[i + len(SLOTS)], v[i + len(SLOTS) + 1])
 
 
-def profile_accumulate(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Profile:
-    """One gemm_int4_accumulate call of the profiling build on seeded operands."""
-    from .kernel_model import HostKernel
-    from .quant import random_activations, random_weights
-    from .record import check_kernel_tiles, kernel_stem, pack_weights
-    from .kernel_model import a_tile_blocked
+def profile_library(tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
+    """The profiling build of the kernel at these tiles (kernels/Makefile host-profile)."""
+    from .record import check_kernel_tiles, kernel_stem
 
     check_kernel_tiles(tile_m, tile_n, tile_k, gs)
-    cmd = [
-        "make",
-        "-s",
-        "-C",
-        os.path.join(REPO, "kernels"),
-        "host-profile",
+    cmd = ["make", "-s", "-C", os.path.join(REPO, "kernels"), "host-profile"]
+    cmd += [
         f"DIM_M={tile_m}",
         f"DIM_N={tile_n}",
         f"DIM_K_CHUNK={tile_k}",
         f"DIM_GS={gs}",
     ]
     subprocess.run(cmd, check=True, capture_output=True)
-    path = os.path.join(
-        REPO,
-        "kernels",
-        "build",
-        kernel_stem(tile_m, tile_n, tile_k, gs) + "_profile.so",
+    stem = kernel_stem(tile_m, tile_n, tile_k, gs)
+    return os.path.join(REPO, "kernels", "build", stem + "_profile.so")
+
+
+def _reset(lib: ctypes.CDLL) -> None:
+    lib.aie_host_profile_reset.argtypes, lib.aie_host_profile_reset.restype = [], None
+    lib.aie_host_profile_reset()
+
+
+def profile_accumulate(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Profile:
+    """One gemm_int4_accumulate call of the profiling build on seeded operands."""
+    from .kernel_model import HostKernel, a_tile_blocked
+    from .quant import random_activations, random_weights
+    from .record import pack_weights
+
+    k = HostKernel(
+        tile_m, tile_n, tile_k, gs, lib=profile_library(tile_m, tile_n, tile_k, gs)
     )
-    k = HostKernel(tile_m, tile_n, tile_k, gs, lib=path)
-    reset = k.lib.aie_host_profile_reset
-    reset.argtypes, reset.restype = [], None
     k_total = max(tile_k, gs)
     w = random_weights(k_total, tile_n, gs, seed=0)
     a = random_activations(tile_m, k_total, seed=1)
     k.zero()
-    reset()
+    _reset(k.lib)
     k.accumulate(
         pack_weights(w, tile_n, tile_k)[0, 0],
         a_tile_blocked(np.ascontiguousarray(a[:, :tile_k])),
+    )
+    return read_profile(k.lib)
+
+
+def profile_gemv(tile_m: int, tile_n: int, tile_k: int, gs: int, m: int) -> Profile:
+    """One gemv_int4_accumulate call of m rows (the object built with GEMM tile tile_m)."""
+    from .kernel_model import GemvHostKernel, gemv_acc_elems
+    from .quant import random_activations, random_weights
+    from .record import pack_weights
+
+    lib = profile_library(tile_m, tile_n, tile_k, gs)
+    k = GemvHostKernel(tile_m, tile_n, tile_k, gs, lib=lib)
+    k_total = max(tile_k, gs)
+    w = random_weights(k_total, tile_n, gs, seed=0)
+    a = random_activations(m, k_total, seed=1)
+    acc = k.g_acc[: gemv_acc_elems(m, tile_n)]
+    k.gemv_zero(acc, m)
+    _reset(k.lib)
+    k.gemv_accumulate(
+        pack_weights(w, tile_n, tile_k)[0, 0], np.ascontiguousarray(a[:, :tile_k]), acc
     )
     return read_profile(k.lib)
 

@@ -19,21 +19,6 @@ FIXED_S = 0.08e-3
 # Compute ceiling of that dense kernel (aie::mmul<8,8,8> bf16 through bfp16 emulation): same source.
 DENSE_BF16_FLOPS = 10e12
 
-# Compute ceiling of a GEMM whose kernel runs the native bfp16ebs8 x bfp16ebs8 8x8x8 mmul (512 MAC per
-# instruction, no operand conversion in the hot loop): IRON's asymmetric-tile-buffering bfp16 x bfp16 GEMM
-# measured 31.3 TFLOPS on NPU2 (Xilinx/mlir-aie programming_examples/ml/block_datatypes/
-# gemm_asymmetric_tile_buffering/README.md; docs/hardware.md#measured-throughput-anchors). A measured whole-design figure,
-# so a lower bound of that kernel's own rate.
-NATIVE_BFP16_FLOPS = 31.3e12
-
-# The GEMV design's compute estimate (int4awq/gemv.py) still counts vector operations per call, each as one
-# mmul step of the native kernel: ESTIMATED from an instruction count, NOT calibrated.
-DEQUANT_OPS_PER_BLOCK = 7
-A_CONVERT_OPS_PER_BLOCK = 4
-STREAM_SETUP_OPS = 4
-FOLD_OPS_PER_BLOCK = 8
-CALL_OVERHEAD_OPS = 64
-
 
 def int4_kernel_flops(
     tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32
