@@ -124,3 +124,30 @@ def test_the_committed_table_is_of_this_kernel_and_reproduces():
     assert table["calls"]["gemv/16x128x128/gs128/m1"] == kc.measure(
         16, 128, 128, 128, 1
     )
+
+
+def test_calibration_sources_are_taken_only_at_the_measured_version(tmp_path):
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(kc.os.path.join(kc.REPO, "emulator")))
+    from calibrate_kernels import KERNELS, git_blob_id, source_bytes
+
+    data = b"int x;\n"
+    # git's blob id of a file: sha1 of "blob <size>\0" + content (`git hash-object`)
+    assert git_blob_id(data) == "6d1a0d47b7f73eacb962f3711df06b21ed11f7ca"
+    path, blob = KERNELS[0].files[0]
+    (tmp_path / path).parent.mkdir(parents=True)
+    (tmp_path / path).write_bytes(data)
+    with pytest.raises(LookupError, match="not the measured version"):
+        source_bytes(str(tmp_path), path, blob, KERNELS[0].commit)
+    res = subprocess.run(
+        [sys.executable, "emulator/calibrate_kernels.py", "--air-src", str(tmp_path)]
+        + ["--aie-src", str(tmp_path), "--out", str(tmp_path / "out.json")],
+        cwd=kc.REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "not the measured version" in res.stderr
+    assert not (tmp_path / "out.json").exists()
