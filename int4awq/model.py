@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """A traffic and roofline model of NPU2 GEMM time, calibrated against mlir-air's measurements.
 
-time = max(DDR bytes / DDR_BYTES_PER_S, 2*M*N*K / compute ceiling) + FIXED_S
+time = max(DDR bytes / DDR_BYTES_PER_S, 2*M*N*K / compute rate) + FIXED_S
+
+The compute rate of the int4 GEMM comes from the kernel cost model (int4awq/kernel_cost.py).
 
 Every constant is here with its source. The figures it produces are MODELLED, never measured.
 """
