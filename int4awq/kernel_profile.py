@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """What one call of the kernel issues on the AIE2P core, from the host aie_api's profiling build.
 
-    python3 -m int4awq.kernel_profile --tile-m 64 --tile-n 64 --tile-k 64 --gs 128
+Printed with the calibrated cycles by `python3 -m int4awq.kernel_cost --tile-m 64 --tile-n 64 --tile-k 64`.
 
 Per marked (software-pipelined) loop of gemm_int4_accumulate: its entries and the instructions it issued
 per AIE2P slot class (emulator/include/aie_api/detail/host_profile.hpp), the peak number of block streams
@@ -14,11 +14,9 @@ calibrated cycle model built on these counts is int4awq/kernel_cost.py (docs/per
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,23 +185,3 @@ def report(p: Profile, tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
         f"{p.cycles_lower_bound / steps:.2f} (busiest slot per loop; no fill, drain or scalar code)"
     )
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    from .errors import ConfigError
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in (("tile-m", 64), ("tile-n", 64), ("tile-k", 64), ("gs", 128)):
-        ap.add_argument(f"--{name}", type=int, default=default)
-    args = ap.parse_args(argv)
-    try:
-        p = profile_accumulate(args.tile_m, args.tile_n, args.tile_k, args.gs)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(report(p, args.tile_m, args.tile_n, args.tile_k, args.gs))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -252,6 +252,18 @@ inline void fold(const MMUL &g, const aie::vector<bfloat16, 64> &s,
   aie::store_v(c, acc.to_vector<float>());
 }
 
+// The 2x2 block of C at c00 (blocks (mb, nb), (mb, nb+1), (mb+1, nb), (mb+1,
+// nb+1)) += its four accumulators * the scales of columns 8nb .. 8nb+15 at sp.
+inline void fold_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
+                     const MMUL &g11, const bfloat16 *sp, float *c00) {
+  const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
+  const aie::vector<bfloat16, 64> s1 = replicate_row(aie::load_v<8>(sp + 8));
+  fold(g00, s0, c00);
+  fold(g01, s1, c00 + BLK);
+  fold(g10, s0, c00 + NB * BLK);
+  fold(g11, s1, c00 + NB * BLK + BLK);
+}
+
 } // namespace
 
 extern "C" {
@@ -287,9 +299,6 @@ void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
       const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
       const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
       float *__restrict c00 = c_acc + mb * NB * BLK;
-      float *__restrict c01 = c00 + BLK;
-      float *__restrict c10 = c00 + NB * BLK;
-      float *__restrict c11 = c10 + BLK;
       aie::block_vector_output_buffer_stream<bfp16ebs8, 64> ao(
           blocks_at(scratch, A_LINE_OFFSET));
       aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb(
@@ -310,23 +319,13 @@ void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
           g10.mac(a1, aie::op_transpose(b0));
           g11.mac(a1, aie::op_transpose(b1));
         }
-        const bfloat16 *sp = scales + f * TN;
-        const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
-        const aie::vector<bfloat16, 64> s1 =
-            replicate_row(aie::load_v<8>(sp + 8));
-        fold(g00, s0, c00);
-        fold(g01, s1, c01);
-        fold(g10, s0, c10);
-        fold(g11, s1, c11);
+        fold_2x2(g00, g01, g10, g11, scales + f * TN, c00);
       }
     }
     // The other column pairs read the A pair line: two input streams.
     KERNEL_MIN_ITERS(1)
     for (unsigned p = 1; p < NP; ++p) {
       float *__restrict c00 = c_acc + (mb * NB + 2 * p) * BLK;
-      float *__restrict c01 = c00 + BLK;
-      float *__restrict c10 = c00 + NB * BLK;
-      float *__restrict c11 = c10 + BLK;
       // Two streams, each walking its interleaved line through all NF fold
       // spans in K order.
       aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(
@@ -345,14 +344,7 @@ void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
           g10.mac(a1, aie::op_transpose(b0));
           g11.mac(a1, aie::op_transpose(b1));
         }
-        const bfloat16 *sp = scales + f * TN + p * 16;
-        const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
-        const aie::vector<bfloat16, 64> s1 =
-            replicate_row(aie::load_v<8>(sp + 8));
-        fold(g00, s0, c00);
-        fold(g01, s1, c01);
-        fold(g10, s0, c10);
-        fold(g11, s1, c11);
+        fold_2x2(g00, g01, g10, g11, scales + f * TN + p * 16, c00);
       }
     }
   }
