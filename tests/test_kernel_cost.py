@@ -151,3 +151,47 @@ def test_calibration_sources_are_taken_only_at_the_measured_version(tmp_path):
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "not the measured version" in res.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+def test_the_command_refuses_an_illegal_tile_in_one_line():
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-m", "int4awq.kernel_cost", "--tile-m", "24"],
+        cwd=kc.REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: tile_m = 24: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
+    ]
+
+
+def test_the_command_prints_a_calls_loops_streams_and_modelled_cycles():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "int4awq.kernel_cost",
+            "--tile-m",
+            "32",
+            "--tile-n",
+            "32",
+        ],
+        cwd=kc.REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "live block streams in/out: 2/1" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("kernel: "))
+    assert re.fullmatch(
+        r"kernel: \d+ cycles per call, \d+\.\d\d per 8x8x8 mmul step \(MODELLED\), live streams in/out: 2/1",
+        line,
+    )
+    assert kc.calibration().summary() in out
