@@ -116,3 +116,6 @@ def test_the_kernels_hot_loop_is_one_mmul_per_step_and_its_streams_are_counted()
     assert hot.ops["LOAD"] == 12 * 2 * 18 + 48 * 4 + 12 * 2
     # the kernel keeps at most two input and one output block stream alive (the core's FIFOs)
     assert (p.peak_in, p.peak_out) == (2, 1)
+    # per loop: column pair 0 reads W and writes the A line; the hot loop reads the A line and W
+    assert (first.peak_in, first.peak_out) == (1, 1)
+    assert (hot.peak_in, hot.peak_out) == (2, 0)
