@@ -317,10 +317,22 @@ def write_table(calls) -> int:
     return len(entries)
 
 
-def table_calls(gs: int = 128):
-    """Every GEMM tile the sweep can choose at this group size (int4awq.sweep TILES, K_CHUNKS), and every
-    GEMV record tile (int4awq.gemv TILE_NS, TILE_KS) at 1 to GEMV_MAX_M rows on its default object.
-    """
+TABLE_GROUP_SIZES = (
+    32,
+    64,
+    128,
+)  # AWQ / GPTQ checkpoints' group sizes; others are profiled on demand
+
+
+def table_calls():
+    """Per group size of TABLE_GROUP_SIZES: every GEMM tile the sweep can choose (int4awq.sweep TILES,
+    K_CHUNKS), and every GEMV record tile (int4awq.gemv TILE_NS, TILE_KS) at 1 to GEMV_MAX_M rows on its
+    default object."""
+    for gs in TABLE_GROUP_SIZES:
+        yield from _table_calls(gs)
+
+
+def _table_calls(gs: int):
     from .errors import ConfigError
     from .gemv import GEMV_MAX_M, TILE_KS, TILE_NS, object_tile_m
     from .record import check_kernel_tiles
