@@ -428,11 +428,10 @@ def test_bfp16_128_element_block_vectors(libs):
     x = (
         rng.standard_normal(3 * 128) * np.exp2(rng.integers(-9, 9, 48)).repeat(8)
     ).astype(np.float32)
+    src = buf(x, np.float32)  # kept alive: ptr() holds only the address
     out = buf(np.full(3 * 144, 0xAA), np.uint8)
     back = aligned_empty((3 * 128,), np.float32)
-    libs["bfp16"].op_bfp16_128_round_trip(
-        ptr(buf(x, np.float32)), 3, ptr(out), ptr(back)
-    )
+    libs["bfp16"].op_bfp16_128_round_trip(ptr(src), 3, ptr(out), ptr(back))
     np.testing.assert_array_equal(out, bfp16_encode_ref(x))
     np.testing.assert_array_equal(back, bfp16_decode_ref(out).reshape(-1))
 
