@@ -240,6 +240,7 @@ def measure(tm: int, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
 
 
 _ENTRIES: dict | None = None
+_TOLD = False  # the on-demand profiling note is printed once per process
 
 
 def _entries() -> dict:
@@ -260,6 +261,14 @@ def entry(tm: int, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
     key = _key(tm, tn, tk, gs, m)
     entries = _entries()
     if key not in entries:
+        global _TOLD
+        if not _TOLD:
+            _TOLD = True
+            print(
+                f"kernel cost model: profiling calls that {os.path.relpath(TABLE)} lacks (about a second "
+                f"per new tile; cached in {os.path.relpath(CACHE)})",
+                file=sys.stderr,
+            )
         entries[key] = measure(tm, tn, tk, gs, m)
         cache = {"kernel": kernel_hash(), "calls": {}}
         if os.path.isfile(CACHE):
