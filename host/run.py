@@ -594,14 +594,6 @@ def budget_lines(budget, width: int = REPORT_WIDTH) -> list[str]:
     return [part for line in lines for part in _fit(line, width)]
 
 
-def kernel_line(cfg: DesignConfig) -> str:
-    """The kernel's modelled cycles per call and per 8x8x8 mmul step, and its live block streams
-    (int4awq/kernel_cost.py)."""
-    from int4awq.kernel_cost import kernel_line as line
-
-    return line(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs)
-
-
 def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
     """--report, printed after the result: one titled section after another, every line within
     REPORT_WIDTH columns. To add a table, append a (title, lines) section below."""
@@ -623,7 +615,10 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
     if emu.get("stats") is not None:
         sections.append(("", emu["stats"].table().splitlines()))
     if isinstance(cfg, DesignConfig):
-        sections.append(("", [kernel_line(cfg)]))
+        from int4awq.kernel_cost import kernel_line
+
+        tiles = (cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs)
+        sections.append(("", [kernel_line(*tiles)]))
     out = []
     for title, lines in sections:
         out.append("")

@@ -29,7 +29,7 @@ MAX_REFEED = (
 
 
 @dataclass(frozen=True)
-class DesignConfig:
+class DesignConfig(record.KernelSizes):
     m: int
     k: int
     n: int
@@ -126,25 +126,7 @@ class DesignConfig:
             stack_size=stack_size,
         )
 
-    # Derived sizes -----------------------------------------------------------------------------------
-    @property
-    def record_bytes(self) -> int:
-        return record.record_bytes(self.tile_n, self.tile_k_l1, self.gs)
-
-    @property
-    def scratch_bytes(self) -> int:
-        return record.w_scratch_bytes(self.tile_n, self.tile_k_l1)
-
-    @property
-    def stack_bytes(self) -> int:
-        return (
-            record.kernel_stack_bytes() if self.stack_size is None else self.stack_size
-        )
-
-    @property
-    def kernel_object(self) -> str:
-        return record.kernel_lib_name(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
-
+    # Derived sizes (record, scratch, stack and kernel object: record.KernelSizes) -------------------------
     @property
     def a_resident(self) -> bool:
         """A is filled into L2 once per segment and refed to every N block of its sweep."""

@@ -80,7 +80,7 @@ def object_tile_m(tile_n: int, tile_k: int, gs: int) -> int:
 
 
 @dataclass(frozen=True)
-class GemvConfig:
+class GemvConfig(record.KernelSizes):
     m: int
     k: int
     n: int
@@ -176,24 +176,6 @@ class GemvConfig:
     @property
     def acc_elems(self) -> int:
         return gemv_acc_elems(self.m, self.tile_n)
-
-    @property
-    def record_bytes(self) -> int:
-        return record.record_bytes(self.tile_n, self.tile_k_l1, self.gs)
-
-    @property
-    def scratch_bytes(self) -> int:
-        return record.w_scratch_bytes(self.tile_n, self.tile_k_l1)
-
-    @property
-    def stack_bytes(self) -> int:
-        return (
-            record.kernel_stack_bytes() if self.stack_size is None else self.stack_size
-        )
-
-    @property
-    def kernel_object(self) -> str:
-        return record.kernel_lib_name(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
 
     @property
     def pes(self) -> int:

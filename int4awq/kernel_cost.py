@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import model
+from .kernel_profile import LOAD_FIFOS, STORE_FIFOS, WIDTH
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -48,9 +49,6 @@ CACHE = os.path.join(REPO, "build", "kernel_cycles_cache.json")
 # The NPU2 core clock assumed for every cycle <-> time conversion: no mlir-air figure states it; a public
 # single-tile bfp16 measurement of 1760 GFLOPS at 96 % VMAC utilisation is consistent with 1.8 GHz.
 CLOCK_HZ = 1.8e9
-# Instructions per cycle: two vector load units (lda, ldb), one of everything else.
-UNITS = {"LOAD": 2}
-LOAD_FIFOS, STORE_FIFOS = 2, 1
 VECTOR = ("MAC", "LOAD", "STORE", "SHUFFLE", "CONVERT", "ALU")
 TERMS = ("LOOP", "SPILL", "OUTSIDE", "SCALAR")
 DDR_BOUND_SHARE = 0.9
@@ -58,7 +56,7 @@ DDR_BOUND_SHARE = 0.9
 
 def loop_bound(loop: dict) -> float:
     """Cycles of a marked loop at its busiest slot."""
-    return max(loop["ops"][s] / UNITS.get(s, 1) for s in VECTOR)
+    return max(loop["ops"][s] / WIDTH.get(s, 1) for s in VECTOR)
 
 
 def spilled_accesses(loop: dict) -> float:
@@ -96,7 +94,6 @@ class Point:
     measured_s: float
     ddr_s: float
     x: np.ndarray
-    row: dict
 
     @property
     def fitted(self) -> bool:
@@ -123,7 +120,6 @@ def load_points(path: str = CALIBRATION) -> list[Point]:
             r["measured_s"],
             r["ddr_bytes"] / model.DDR_BYTES_PER_S,
             features(r["profile"]),
-            r,
         )
         for r in rows
     ]
@@ -194,11 +190,6 @@ def calibration() -> Calibration:
         }
         _CALIBRATION = Calibration(c, pts, errors, loo)
     return _CALIBRATION
-
-
-def cycles(profile: dict) -> float:
-    """Modelled cycles of one call with this profile (kernel_profile's, as a dict)."""
-    return float(features(profile) @ calibration().constants)
 
 
 # ---------------------------------------------------------------------------------------------------------

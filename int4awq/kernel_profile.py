@@ -30,9 +30,9 @@ SLOTS = (
     "ALU",
     "SCALAR",
 )  # the order of host_profile.hpp's enum
-WIDTH = {
-    "LOAD": 2
-}  # instructions per cycle: two vector load units (lda, ldb), one of everything else
+# Instructions per cycle: two vector load units (lda, ldb), one of everything else (llvm-aie AIE2PSlots.td).
+WIDTH = {"LOAD": 2}
+# Block-stream registers: two load FIFOs, one store FIFO (llvm-aie AIE2PRegisterInfo.td).
 LOAD_FIFOS, STORE_FIFOS = 2, 1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

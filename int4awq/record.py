@@ -256,6 +256,27 @@ def kernel_lib_name(
 
 
 # ------------------------------------------------------------------------------------------ pack / unpack
+class KernelSizes:
+    """What a design configuration (design.DesignConfig, gemv.GemvConfig) derives from its kernel tiles:
+    needs tile_m, tile_n, tile_k_l1, gs and stack_size (None: the derived stack)."""
+
+    @property
+    def record_bytes(self) -> int:
+        return record_bytes(self.tile_n, self.tile_k_l1, self.gs)
+
+    @property
+    def scratch_bytes(self) -> int:
+        return w_scratch_bytes(self.tile_n, self.tile_k_l1)
+
+    @property
+    def stack_bytes(self) -> int:
+        return kernel_stack_bytes() if self.stack_size is None else self.stack_size
+
+    @property
+    def kernel_object(self) -> str:
+        return kernel_lib_name(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
+
+
 def _chunk_groups(k: int, gs: int, tile_k: int) -> np.ndarray:
     """[K//tile_k, groups-per-record] indices of the groups whose S, Z each record carries."""
     kc = k // tile_k

@@ -56,7 +56,7 @@ def test_features_split_loops_spills_outside_work_and_scalar_moves():
 
 def point(name, x, cycles, calls=1000, ddr_s=0.0):
     t = calls * cycles / kc.CLOCK_HZ + model.FIXED_S
-    return kc.Point(name, "t", calls, t, ddr_s, np.array(x, float), {})
+    return kc.Point(name, "t", calls, t, ddr_s, np.array(x, float))
 
 
 def test_the_fit_recovers_the_constants_of_exact_data():
@@ -81,14 +81,14 @@ def test_a_ddr_bound_point_only_bounds_the_kernel():
     assert np.allclose(kc.fit(pts + [loose]), truth)
     # ...and joined as soon as the fit would exceed it (implied 150 cycles < 2.0 * 100)
     calls = 12 * 10**6
-    tight = kc.Point("d", "t", calls, 1.0, 0.95, np.array([100.0, 0, 0, 0]), {})
+    tight = kc.Point("d", "t", calls, 1.0, 0.95, np.array([100.0, 0, 0, 0]))
     assert tight.implied_cycles < 200
     c = kc.fit(pts + [tight])
     assert c[0] < 2.0 and float(tight.x @ c) <= 200
 
 
 def test_implied_cycles_are_the_measurement_at_the_clock_over_the_calls():
-    p = kc.Point("x", "t", 8192, 0.0395, 0.0, np.zeros(4), {})
+    p = kc.Point("x", "t", 8192, 0.0395, 0.0, np.zeros(4))
     assert p.implied_cycles == pytest.approx((0.0395 - 0.08e-3) * 1.8e9 / 8192)
 
 
