@@ -18,28 +18,8 @@ from host import run as host_run
 from int4awq.quant import random_weights
 from int4awq.reference import bfp16_blocks, bfp16_loss, check, explain_failure
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN = os.path.join(REPO, "host", "run.py")
-SMALL = [
-    "--k",
-    "256",
-    "--n",
-    "128",
-    "--tile-m",
-    "16",
-    "--tile-n",
-    "32",
-    "--tile-k-l1",
-    "64",
-    "--tile-k-l2",
-    "128",
-    "--herd-m",
-    "2",
-    "--herd-n",
-    "2",
-    "--backend",
-    "emu",
-]
+from host_args import REPO, RUN, SMALL
+
 GS_RULE = "must be a multiple of 16 (the kernel's dequantisation converts two 8-deep K blocks per step)"
 
 

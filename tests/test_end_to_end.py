@@ -11,28 +11,7 @@ from ml_dtypes import bfloat16
 
 from int4awq.sweep import load_table
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN = os.path.join(REPO, "host", "run.py")
-SMALL = [
-    "--k",
-    "256",
-    "--n",
-    "128",
-    "--tile-m",
-    "16",
-    "--tile-n",
-    "32",
-    "--tile-k-l1",
-    "64",
-    "--tile-k-l2",
-    "128",
-    "--herd-m",
-    "2",
-    "--herd-n",
-    "2",
-    "--backend",
-    "emu",
-]
+from host_args import REPO, RUN, SMALL
 
 
 def run(*args):

@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: MIT
+"""What the host-program tests share: the repository, host/run.py and a small legal design to run."""
+
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = os.path.join(REPO, "host", "run.py")
+# K 256, N 128 on a 2x2 herd of 16x32 tiles, tile_k 64 / 128, on the emulator: seconds per run.
+SMALL = [
+    "--k",
+    "256",
+    "--n",
+    "128",
+    "--tile-m",
+    "16",
+    "--tile-n",
+    "32",
+    "--tile-k-l1",
+    "64",
+    "--tile-k-l2",
+    "128",
+    "--herd-m",
+    "2",
+    "--herd-n",
+    "2",
+    "--backend",
+    "emu",
+]
