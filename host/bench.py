@@ -82,10 +82,30 @@ def checked_run(cfg, m, k, n, run):
     return check(c[:m, :n], reference_gemm(a, w)[0])
 
 
-def measure(cfg, m, k, n, iters, warmup):
-    """(mean us, correlation) of one configuration on the NPU."""
+def timed_npu_run(cfg, m, k, n, iters, warmup):
+    """(mean us, correlation) of a compiled configuration: the host program's NPU path runs and checks it."""
     from host.run import run_npu
 
+    times = []
+
+    def on_npu(a, w_packed):
+        c, t = run_npu(
+            cfg,
+            a,
+            w_packed,
+            os.path.join(REPO, "build", "npu", cfg.name),
+            iters,
+            warmup,
+        )
+        times.extend(t)
+        return c
+
+    res = checked_run(cfg, m, k, n, on_npu)
+    return float(np.mean(times)), res.correlation
+
+
+def measure(cfg, m, k, n, iters, warmup):
+    """(mean us, correlation) of one configuration on the NPU."""
     cmd = [
         "make",
         "-s",
@@ -106,29 +126,12 @@ def measure(cfg, m, k, n, iters, warmup):
     ]
     if subprocess.run(cmd).returncode:
         raise ConfigError(f"`{' '.join(cmd[3:])}` failed (its output is above)")
-    times = []
-
-    def on_npu(a, w_packed):
-        c, t = run_npu(
-            cfg,
-            a,
-            w_packed,
-            os.path.join(REPO, "build", "npu", cfg.name),
-            iters,
-            warmup,
-        )
-        times.extend(t)
-        return c
-
-    res = checked_run(cfg, m, k, n, on_npu)
-    return float(np.mean(times)), res.correlation
+    return timed_npu_run(cfg, m, k, n, iters, warmup)
 
 
 def measure_gemv(cfg, m, k, n, iters, warmup):
     """(mean us, correlation) of one decode configuration on the NPU: matvec_int4_packed.py compiles it
     (and builds its kernel object), then the host program's NPU path runs it."""
-    from host.run import run_npu
-
     cmd = [
         sys.executable,
         os.path.join(REPO, "matvec_int4_packed.py"),
@@ -153,22 +156,7 @@ def measure_gemv(cfg, m, k, n, iters, warmup):
     ]
     if subprocess.run(cmd, cwd=REPO).returncode:
         raise ConfigError(f"`{' '.join(cmd[1:])}` failed (its output is above)")
-    times = []
-
-    def on_npu(a, w_packed):
-        c, t = run_npu(
-            cfg,
-            a,
-            w_packed,
-            os.path.join(REPO, "build", "npu", cfg.name),
-            iters,
-            warmup,
-        )
-        times.extend(t)
-        return c
-
-    res = checked_run(cfg, m, k, n, on_npu)
-    return float(np.mean(times)), res.correlation
+    return timed_npu_run(cfg, m, k, n, iters, warmup)
 
 
 def emulate(cfg, m, k, n):
