@@ -66,29 +66,52 @@ def bf16_rne(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float32).astype(bfloat16).astype(np.float32)
 
 
-def kernel_gemm_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
-    """bf16 [M, N]: the kernel's result for C = A x dequant(W) with K-chunks of tile_k (see module doc)."""
+def _operands(a: np.ndarray, w: AwqWeights):
+    """The kernel's operands: A as bfp16 blocks along K [M, KB, 8], (q - z) as bfp16 blocks along K
+    [KB, N, 8] (exact), and the scales as f32 [groups, N]."""
     m, k = a.shape
     n, gs = w.n, w.gs
-    span = min(tile_k, gs)
-    a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))  # [M, KB, 8]
+    a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))
     qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(
         np.float32
     )
-    w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))  # [KB, N, 8]
-    s = w.s.astype(np.float32)
+    w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
+    return a_bfp, w_bfp, w.s.astype(np.float32)
+
+
+def _partial_sum(
+    a_bfp: np.ndarray,
+    w_bfp: np.ndarray,
+    s: np.ndarray,
+    chunks: list[int] | range,
+    tile_k: int,
+    gs: int,
+) -> np.ndarray:
+    """f32 [M, N]: the sum over these K-chunks, in order: per fold span an f32 group sum G of exact 8-deep
+    block products, then c += bf16(G) * s and c += bf16(G - bf16(G)) * s (see module doc).
+    """
+    m, n = a_bfp.shape[0], w_bfp.shape[1]
+    span = min(tile_k, gs)
     c = np.zeros((m, n), dtype=np.float32)
-    for f in range(k // span):
-        g_acc = None
-        for kb in range(f * span // 8, (f + 1) * span // 8):
-            d = (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)  # exact
-            g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
-        sc = s[(f * span) // gs][None, :]
-        hi = bf16_rne(g_acc)
-        lo = bf16_rne(g_acc - hi)
-        c = (c + hi * sc).astype(np.float32)
-        c = (c + lo * sc).astype(np.float32)
-    return c.astype(bfloat16)
+    for kc in chunks:
+        for f in range(kc * tile_k // span, (kc + 1) * tile_k // span):
+            g_acc = None
+            for kb in range(f * span // 8, (f + 1) * span // 8):
+                d = (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)  # exact
+                g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
+            sc = s[(f * span) // gs][None, :]
+            hi = bf16_rne(g_acc)
+            lo = bf16_rne(g_acc - hi)
+            c = (c + hi * sc).astype(np.float32)
+            c = (c + lo * sc).astype(np.float32)
+    return c
+
+
+def kernel_gemm_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
+    """bf16 [M, N]: the kernel's result for C = A x dequant(W) with K-chunks of tile_k (see module doc)."""
+    a_bfp, w_bfp, s = _operands(a, w)
+    chunks = range(a.shape[1] // tile_k)
+    return _partial_sum(a_bfp, w_bfp, s, chunks, tile_k, w.gs).astype(bfloat16)
 
 
 # ------------------------------------------------------------------------------------------ host build
@@ -214,32 +237,6 @@ def k_part_chunks(k: int, tile_k: int, k_split: int) -> list[list[int]]:
     return [list(range(q, chunks, k_split)) for q in range(k_split)]
 
 
-def _gemv_part(
-    a_bfp: np.ndarray,
-    w_bfp: np.ndarray,
-    s: np.ndarray,
-    chunks: list[int],
-    tile_k: int,
-    gs: int,
-) -> np.ndarray:
-    """f32 [M, N]: one K part's partial sum, the chunks in order, spans and folds as in kernel_gemm_model."""
-    m, n = a_bfp.shape[0], w_bfp.shape[1]
-    span = min(tile_k, gs)
-    c = np.zeros((m, n), dtype=np.float32)
-    for kc in chunks:
-        for f in range(kc * tile_k // span, (kc + 1) * tile_k // span):
-            g_acc = None
-            for kb in range(f * span // 8, (f + 1) * span // 8):
-                d = (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)  # exact
-                g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
-            sc = s[(f * span) // gs][None, :]
-            hi = bf16_rne(g_acc)
-            lo = bf16_rne(g_acc - hi)
-            c = (c + hi * sc).astype(np.float32)
-            c = (c + lo * sc).astype(np.float32)
-    return c
-
-
 def kernel_gemv_model(
     a: np.ndarray, w: AwqWeights, tile_k: int, k_split: int = 1
 ) -> np.ndarray:
@@ -251,16 +248,10 @@ def kernel_gemv_model(
     m, k = a.shape
     if not 1 <= m <= GEMV_MAX_M:
         raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
-    n, gs = w.n, w.gs
-    a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))
-    qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(
-        np.float32
-    )
-    w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
-    s = w.s.astype(np.float32)
+    a_bfp, w_bfp, s = _operands(a, w)
     total = None
     for chunks in k_part_chunks(k, tile_k, k_split):
-        part = _gemv_part(a_bfp, w_bfp, s, chunks, tile_k, gs)
+        part = _partial_sum(a_bfp, w_bfp, s, chunks, tile_k, w.gs)
         total = part if total is None else (total + part).astype(np.float32)
     return total.astype(bfloat16)
 
