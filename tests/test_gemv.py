@@ -27,6 +27,7 @@ from int4awq.kernel_model import (
     kernel_gemm_model,
     kernel_gemv_model,
 )
+from int4awq.llama import PROJECTIONS
 from int4awq.quant import random_activations, random_weights
 from int4awq.reference import reference_gemm
 
@@ -34,15 +35,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Objects tests/test_kernel.py builds too: (tile_m, tile_n, tile_k, gs), a chunk inside a group and one
 # holding whole groups.
 OBJECTS = [(16, 16, 32, 128), (64, 64, 64, 32)]
-LLAMA = {
-    "q_proj": (2048, 2048),
-    "k_proj": (2048, 512),
-    "v_proj": (2048, 512),
-    "o_proj": (2048, 2048),
-    "gate_proj": (2048, 8192),
-    "up_proj": (2048, 8192),
-    "down_proj": (8192, 2048),
-}
 
 
 def u16(x):
@@ -143,9 +135,9 @@ def test_design_on_the_emulator_is_the_model(m, ks, exact):
     assert emu_l1 == max(cfg.l1_budget(q)["total"] for q in range(ks))
 
 
-@pytest.mark.parametrize("proj", LLAMA)
+@pytest.mark.parametrize("proj", PROJECTIONS)
 def test_every_llama_projection_at_m1_fits_npu2_and_is_ddr_bound(proj):
-    k, n = LLAMA[proj]
+    k, n = PROJECTIONS[proj]
     cfg = gemv.default_config(1, k, n, 128)
     assert cfg.resources().summary() == "resources: within limits" and cfg.pes == 32
     est = gemv.modelled(cfg, 1, n)
