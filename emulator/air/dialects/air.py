@@ -219,7 +219,9 @@ class HerdOp(_HierarchyOp):
     _kind = "herd"
 
 
-class Launch(LaunchOp):
+class _ClassicLaunchOrSegment:
+    """The classic API's constructor of air.launch and air.segment (mlir-air python/air/dialects/air.py)."""
+
     def __init__(
         self,
         name=None,
@@ -236,21 +238,12 @@ class Launch(LaunchOp):
         )
 
 
-class Segment(SegmentOp):
-    def __init__(
-        self,
-        name=None,
-        sizes=[],
-        async_token=None,
-        async_dependencies=[],
-        operands=[],
-        attributes={},
-        loc=None,
-        ip=None,
-    ):
-        self._init_hier(
-            name, sizes, async_token, async_dependencies, operands, attributes, loc, ip
-        )
+class Launch(_ClassicLaunchOrSegment, LaunchOp):
+    pass
+
+
+class Segment(_ClassicLaunchOrSegment, SegmentOp):
+    pass
 
 
 class Herd(HerdOp):
