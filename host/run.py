@@ -684,6 +684,9 @@ def pes_of(cfg) -> int:
     return cfg.pes if isinstance(cfg, GemvConfig) else cfg.herd_m * cfg.herd_n
 
 
+_SHOWN = {"calibration": False}  # what main() prints once per run
+
+
 def modelled_line(cfg, m: int, n: int) -> str:
     if isinstance(cfg, GemvConfig):
         est = gemv.modelled(cfg, m, n)
@@ -700,10 +703,15 @@ def modelled_line(cfg, m: int, n: int) -> str:
             f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
             f"{est.tops:.3f} TOPS, {est.bound}-bound"
         )
-    from int4awq.kernel_cost import calibration
+    line = _joined(head, "(MODELLED, int4awq/model.py; not measured)")
+    if not _SHOWN[
+        "calibration"
+    ]:  # once per run, not once per projection of a decoder layer
+        from int4awq.kernel_cost import calibration
 
-    tail = "(MODELLED, int4awq/model.py; not measured)"
-    return _joined(head, tail) + "\n" + calibration().summary()
+        _SHOWN["calibration"] = True
+        line += "\n" + calibration().summary()
+    return line
 
 
 def run_gemm(
@@ -792,6 +800,7 @@ def run_decoder_layer(args) -> bool:
 
 
 def _main(argv) -> int:
+    _SHOWN["calibration"] = False
     args = parse_args(argv)
     check_options(args)
     if args.list_layers:

@@ -466,3 +466,14 @@ def test_npu_advice_names_the_make_variable_under_make(
     else:
         monkeypatch.delenv("INT4AWQ_MAKE_TARGET", raising=False)
     assert_bad_input(*main(capsys, "--m", "16", *SMALL[:-1], "npu"), advice)
+
+
+def test_the_kernel_models_calibration_is_printed_once_per_run():
+    from int4awq.kernel_cost import calibration
+    from int4awq.sweep import default_config
+
+    cfg, _ = default_config(64, 256, 128, 128)
+    host_run._SHOWN["calibration"] = False
+    first, second = (host_run.modelled_line(cfg, 64, 128) for _ in range(2))
+    assert first.splitlines()[-1] == calibration().summary()
+    assert calibration().summary() not in second and second.startswith("modelled NPU2:")
