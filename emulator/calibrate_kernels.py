@@ -23,6 +23,8 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
+from upstream_check import Kernel, build
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
@@ -237,13 +239,12 @@ def profile(k: Measured, root: str, work: str) -> dict:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         with open(dst, "wb") as f:
             f.write(source_bytes(root, path, blob, k.commit))
+    # the acceptance corpus's g++ build of an upstream kernel, with the profiling layer on
+    kernel = Kernel(k.files[0][0], "src", "kernel", ("-DAIE_HOST_PROFILE", *k.flags))
+    problem = build(kernel, {"src": base}, base)
+    if problem:
+        raise RuntimeError(problem)
     lib = os.path.join(base, "kernel.so")
-    cmd = ["g++", "-std=c++20", "-O2", "-fPIC", "-shared", "-w", "-DAIE_HOST_PROFILE"]
-    cmd += ["-I", os.path.join(HERE, "include"), *k.flags]
-    cmd += [os.path.join(base, k.files[0][0]), "-o", lib]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode:
-        raise RuntimeError(f"g++ {k.files[0][0]}: {res.stderr.strip()[:400]}")
     dll = ctypes.CDLL(lib)
     import numpy as np
 
