@@ -7,7 +7,7 @@
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make compile print             aircc build for NPU2 / print the AIR module
 # Variables (command line overrides the target's own): M K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2
-# HERD_M HERD_N N_PER_SEGMENT STACK_SIZE BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
+# HERD_M HERD_N STACK_SIZE BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
 # PYTHON (default: python3 inside a virtualenv, else ./.venv/bin/python, which `make deps` creates).
 
 # The interpreter: PYTHON when given; else python3 when it runs in a virtualenv or conda environment;
@@ -26,11 +26,11 @@ GS ?= 128
 TILE_M ?= 64
 TILE_N ?= 64
 TILE_K_L1 ?= 64
-TILE_K_L2 ?= $(K)
+# At most 512: an A read stream chains one memtile BD per K-chunk of a refill, twice that when L2 is
+# ping-ponged, and mlir-air's hardware-tested GEMMs chain at most 16 (docs/design.md#provenance).
+TILE_K_L2 ?= $(shell echo $$(( $(K) < 512 ? $(K) : 512 )))
 HERD_M ?= 8
 HERD_N ?= 4
-# N blocks one segment sweeps with A resident in L2 (refed to the herd); 1: A streams with the weights.
-N_PER_SEGMENT ?= 1
 # The core's stack in L1, bytes; empty: derived from what the kernel keeps live (docs/kernel.md).
 STACK_SIZE ?=
 RUN_ARGS ?=
@@ -42,11 +42,11 @@ LAYER ?= 0
 
 DESIGN_ARGS = --m $(M) --k $(K) --n $(N) --gs $(GS) --tile-m $(TILE_M) --tile-n $(TILE_N) \
               --tile-k-l1 $(TILE_K_L1) --tile-k-l2 $(TILE_K_L2) --herd-m $(HERD_M) --herd-n $(HERD_N) \
-              --n-per-segment $(N_PER_SEGMENT) $(if $(STACK_SIZE),--stack-size $(STACK_SIZE))
+              $(if $(STACK_SIZE),--stack-size $(STACK_SIZE))
 # With AWQ, K, N and GS are the checkpoint's and the tiles its shape's default configuration: only M and
 # what the command line sets explicitly (make ... AWQ=x TILE_M=32) are passed on.
 given = $(if $(filter command line,$(origin $(1))),--$(subst _,-,$(shell echo $(1) | tr A-Z a-z)) $($(1)))
-AWQ_DESIGN_ARGS = --m $(M) $(foreach v,K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2 HERD_M HERD_N N_PER_SEGMENT STACK_SIZE,$(call given,$(v)))
+AWQ_DESIGN_ARGS = --m $(M) $(foreach v,K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2 HERD_M HERD_N STACK_SIZE,$(call given,$(v)))
 # host/run.py names `make <goal> BACKEND=emu` (not its own --backend emu) when a target runs it.
 HOST = INT4AWQ_MAKE_TARGET='$(or $(filter-out compile deps,$(MAKECMDGOALS)),run)' $(PYTHON) host/run.py
 KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
@@ -88,17 +88,18 @@ run2x4: HERD_N = 4
 run_llama_qproj: M = 2048
 run_llama_qproj: K = 2048
 run_llama_qproj: N = 2048
-run_llama_qproj: N_PER_SEGMENT = 8
+run_llama_qproj: TILE_M = 32
+run_llama_qproj: TILE_N = 128
 run_llama_qproj_seq32: M = 32
 run_llama_qproj_seq32: K = 2048
 run_llama_qproj_seq32: N = 2048
 run_llama_qproj_seq32: TILE_M = 16
 run_llama_qproj_seq32: HERD_M = 2
-run_llama_qproj_seq32: N_PER_SEGMENT = 8
 run_llama_down: M = 2048
 run_llama_down: K = 8192
 run_llama_down: N = 2048
-run_llama_down: TILE_K_L2 = 1024
+run_llama_down: TILE_M = 32
+run_llama_down: TILE_N = 128
 run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down: run
 
 print: deps

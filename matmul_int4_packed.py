@@ -4,37 +4,32 @@
 
 The design
 ----------
-A launch iterates over blocks of herd_m*tile_m rows of C (and, when A streams, herd_n*tile_n columns).
+Every data movement of this design is one that a hardware-tested mlir-air example runs on NPU2; the
+structure is that of mlir-air's bf16 x bfp16 GEMM
+(programming_examples/matrix_multiplication/bf16_x_bfp16/matmul_bf16_x_bfp16.py), with the int4 record
+of its int4 GEMM (programming_examples/matrix_multiplication/int4_awq/). docs/design.md has the
+provenance table: each construct, the upstream file that uses it and the NPU2 lit test that runs it.
+
+A launch iterates over (M block, N block) pairs of herd_m*tile_m rows and herd_n*tile_n columns of C.
 Each launch iteration is one segment:
 
 * A 2D herd [herd_m, herd_n] (herd_m along the array's 8 columns, herd_n along its 4 compute rows);
   PE (x, y) owns the tile_m x tile_n C tile at rows x*tile_m, columns y*tile_n of the block.
-* Its f32 accumulator stays in L1 for the whole K sweep. It is allocated once per segment, herd-wide
-  ([herd_m, herd_n, tile_m*tile_n], each PE a subview of its own slice), and three herds touch it: zero,
-  one compute herd per L2 refill of K, drain. They share one name: aircc merges same-named herds of a
-  segment into time phases of one physical herd, so the accumulator stays on the same tiles.
-  This lifts upstream's TILE_K_L2 == K restriction (its accumulator lived inside one herd, so all of K
-  had to fit a memtile at once): K can be any multiple of tile_k_l2, e.g. 8192 for Llama's down_proj.
-* Per L2 refill the segment brings the weight records of its herd_n N-tiles for tile_k_l2 of K. In the
-  compute herd each PE walks the refill in tile_k_l1 chunks: one DMA brings its A chunk (re-laid into 8x8
-  mmul blocks on the way), one brings its weight record (Q, scales and zeros in one contiguous record),
-  one kernel call accumulates. The kernel dequantises once per call, for all tile_m rows.
-* A in L2 is stored already cut into the kernel's 8x8 blocks ([herd_m, tile_m/8, K'/8, 8, 8]; the
-  memtile's write side does the re-layout), so one PE's chunk is a single contiguous run per 8-row
-  band and the chunk loop folds into one memtile BD.
-* A streams (n_per_segment = 1): every launch iteration is one (M block, N block) and each L2 refill
-  brings its A rows with its weight records.
-* A resident (n_per_segment > 1): a segment fills its rows of A for all of K once and sweeps
-  n_per_segment N blocks over them. A buffer filled once and read in every iteration of a loop has
-  no correct lowering in aircc except through its refeed primitive, so A reaches the herd through a
-  channel: per herd row x, one `air.channel.put` alone in an n_per_segment-trip loop (aircc lowers it
-  to one BD re-sent n times, a lock of value n), broadcast to the herd_n PEs of that row.
+* Its f32 accumulator stays in L1 for the whole K sweep: allocated once per segment, herd-wide
+  ([herd_m, herd_n, tile_m*tile_n], each PE a subview of its own slice), touched by three herds of one
+  name (zero, one compute herd per L2 refill of K, drain), which aircc merges into time phases of one
+  physical herd. K is therefore not capped by what one memtile holds.
+* Per L2 refill the segment copies its herd_m*tile_m rows of A for tile_k_l2 of K into L2 as they are
+  in DDR (row-major, no re-layout on the fill), and the weight records of its herd_n N-tiles.
+* In the compute herd each PE walks the refill in tile_k_l1 chunks: one DMA reads its A chunk out of L2
+  re-laid into the kernel's 8x8 mmul blocks (a 6-D pattern on the memtile's read side), one brings its
+  weight record (Q, scales and zeros in one contiguous record), one kernel call accumulates.
 * The drain converts the accumulator to bf16 (round to nearest even) into L1, DMAs it to the L2 C block,
   and the block goes to DDR in one DMA.
 
 Memory plan per level:
   L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8, C [M, N] bf16
-  L2: A [herd_m, tile_m/8, tile_k_l2/8, 8, 8] bf16, W [herd_n, tile_k_l2/tile_k_l1, record] u8,
+  L2: A [herd_m, 1, tile_m, tile_k_l2] bf16, W [herd_n, tile_k_l2/tile_k_l1, record] u8,
       C [herd_m, herd_n, tile_m, tile_n] bf16
   L1 per PE: accumulator f32 and drain bf16 (tile_m*tile_n each) and the kernel's scratch (herd-wide,
       a slice each), the A chunk and the record (ping-ponged by aircc), the kernel's stack.
@@ -50,9 +45,6 @@ import sys
 try:
     from air.dialects.affine import apply as affine_apply
     from air.dialects.air import (
-        Channel,
-        ChannelGet,
-        ChannelPut,
         MemorySpace,
         T,
         dma_memcpy_nd,
@@ -97,11 +89,10 @@ from int4awq.design import (
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
-MMUL = 8  # the kernel's aie::mmul<8, 8, 8> block edge: A arrives in 8x8 blocks
+MMUL = 8  # the kernel's aie::mmul<8, 8, 8> block edge: A reaches L1 in 8x8 blocks
 # One name for the zero, compute and drain herds: aircc merges same-named herds of a segment into time
 # phases of one physical herd, so the L1 accumulator they share stays on the same tiles.
 HERD = "herd_0"
-A_CHANNEL = "a_refeed"  # A from its resident L2 block to the herd (n_per_segment > 1)
 
 
 def affine_sum(*terms):
@@ -135,7 +126,6 @@ def build_module(
     tile_n=64,
     herd_m=8,
     herd_n=4,
-    n_per_segment=1,
 ):
     """The AIR module, for plain integers in the order of mlir-air's int4 GEMM builder (tile_k_l2
     defaults to K), or for a validated int4awq.design.DesignConfig passed as the only argument.
@@ -154,7 +144,6 @@ def build_module(
             tile_k_l2=k if tile_k_l2 is None else tile_k_l2,
             herd_m=herd_m,
             herd_n=herd_n,
-            n_per_segment=n_per_segment,
         )
     )
     m, k, n = cfg.m, cfg.k, cfg.n
@@ -179,11 +168,8 @@ def build_module(
     a_l3 = MemRefType.get([m, k], bf16)
     w_l3 = MemRefType.get([n // tn, chunks, rec], u8)
     c_l3 = MemRefType.get([m, n], bf16)
-    # L2: one segment's block.
-    ka = k if cfg.a_resident else tk2  # the K extent of the L2 A block
-    a_l2 = MemRefType.get(
-        [hm, tm // MMUL, ka // MMUL, MMUL, MMUL], bf16, memory_space=l2
-    )
+    # L2: one segment's block; A as rows (a piece per herd row once aircc splits it across memtiles).
+    a_l2 = MemRefType.get([hm, 1, tm, tk2], bf16, memory_space=l2)
     w_l2 = MemRefType.get([hn, chunks_per_l2, rec], u8, memory_space=l2)
     c_l2 = MemRefType.get([hm, hn, tm, tn], bf16, memory_space=l2)
     # L1: herd-wide accumulator and drain (a slice per PE), and each PE's own buffers.
@@ -215,16 +201,9 @@ def build_module(
     def pe_slice(buf, x, y, size=tile):
         return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])
 
-    nps = cfg.n_per_segment
-    if cfg.a_resident:
-        # one stream per herd row, broadcast over the herd_n PEs of the row
-        Channel(A_CHANNEL, size=[hm, 1], broadcast_shape=[hm, hn])
-
     @FuncOp.from_py_func(a_l3, w_l3, c_l3)
     def matmul_int4_packed(arg_a, arg_w, arg_c):
-        @launch(
-            operands=[arg_a, arg_w, arg_c], sizes=[m // (hm * tm), n // (hn * tn * nps)]
-        )
+        @launch(operands=[arg_a, arg_w, arg_c], sizes=list(cfg.launch_grid))
         def launch_body(bm, bn, _nbm, _nbn, l3a, l3w, l3c):
             @segment(name="gemm_seg", operands=[bm, bn, l3a, l3w, l3c])
             def segment_body(bm_s, bn_s, l3a_s, l3w_s, l3c_s):
@@ -237,136 +216,104 @@ def build_module(
                 acc, out = AllocOp(acc_herd, [], []), AllocOp(out_herd, [], [])
                 scratch = AllocOp(scratch_herd, [], [])
 
-                def fetch_a(k0):
-                    # A[row0 : +hm*tm, k0 : +ka] read row by row, written as 8x8 blocks: rows (x, i, r)
-                    # and columns (kb, s) land at ((x*tm/8 + i)*ka/8 + kb)*64 + r*8 + s.
+                # Segment-wide f32 accumulator, zeroed by a same-named herd (bf16_x_bfp16 herd_init).
+                @herd(name=HERD, sizes=[hm, hn], operands=[acc])
+                def herd_zero(x, y, _sx, _sy, acc_h):
+                    CallOp(zero, [pe_slice(acc_h, x, y)])
+
+                for kr in for_(0, k // tk2):
+                    # A[row0 : +hm*tm, kr*tk2 : +tk2] -> [hm, 1, tm, tk2] as it is, row by row: a plain
+                    # fill, split by aircc into one piece per herd row (bf16_x_bfp16's A fill).
                     dma_memcpy_nd(
                         l2a,
                         l3a_s,
-                        dst_offsets=[0, 0, 0, 0],
-                        dst_sizes=[hm * tm // MMUL, MMUL, ka // MMUL, MMUL],
-                        dst_strides=[MMUL * ka, MMUL, MMUL * MMUL, 1],
-                        src_offsets=[row0, k0],
-                        src_sizes=[hm * tm, ka],
-                        src_strides=[k, 1],
+                        src_offsets=[0, 0, row0, affine_sum((kr, tk2))],
+                        src_sizes=[hm, 1, tm, tk2],
+                        src_strides=[k * tm, tk2, k, 1],
                     )
-
-                def a_chunk_in(a_chunk, l2a_h=None, *, x, y, c):
-                    """PE (x, y)'s next A chunk [tm/8][tk1/8][8][8]: blocks c*tk1/8.. of each 8-row band."""
-                    if cfg.a_resident:
-                        ChannelGet(A_CHANNEL, a_chunk, indices=[x, y])
-                    else:
-                        dma_memcpy_nd(
-                            a_chunk,
-                            l2a_h,
-                            src_offsets=[x, 0, affine_sum((c, tk1 * MMUL))],
-                            src_sizes=[1, tm // MMUL, tk1 * MMUL],
-                            src_strides=[tm * ka, MMUL * ka, 1],
-                        )
-
-                def compute_block(nblock):
-                    """One (M block, N block): zero the accumulators, sweep K through L2 refills, drain to DDR."""
-
-                    @herd(name=HERD, sizes=[hm, hn], operands=[acc])
-                    def herd_zero(x, y, _sx, _sy, acc_h):
-                        CallOp(zero, [pe_slice(acc_h, x, y)])
-
-                    for kr in for_(0, k // tk2):
-                        if not cfg.a_resident:
-                            fetch_a(affine_sum((kr, tk2)))
-                        # records (nblock*hn + j, kr*chunks_per_l2 + c) -> [hn, chunks_per_l2, rec]
-                        dma_memcpy_nd(
-                            l2w,
-                            l3w_s,
-                            src_offsets=[
-                                affine_sum((nblock, hn)),
-                                affine_sum((kr, chunks_per_l2)),
-                                0,
-                            ],
-                            src_sizes=[hn, chunks_per_l2, rec],
-                            src_strides=[chunks * rec, rec, 1],
-                        )
-
-                        # a resident A reaches the herd through its channel, not as an operand
-                        @herd(
-                            name=HERD,
-                            sizes=[hm, hn],
-                            operands=[acc, scratch, l2w]
-                            + ([] if cfg.a_resident else [l2a]),
-                        )
-                        def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2w_h, *l2a_h):
-                            a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(
-                                w_l1, [], []
-                            )
-                            for c in for_(0, chunks_per_l2):
-                                a_chunk_in(a_chunk, *l2a_h, x=x, y=y, c=c)
-                                dma_memcpy_nd(
-                                    w_rec,
-                                    l2w_h,
-                                    src_offsets=[y, c, 0],
-                                    src_sizes=[1, 1, rec],
-                                    src_strides=[chunks_per_l2 * rec, rec, 1],
-                                )
-                                CallOp(
-                                    accumulate,
-                                    [
-                                        w_rec,
-                                        a_chunk,
-                                        pe_slice(acc_h, x, y),
-                                        pe_slice(scratch_h, x, y, cfg.scratch_bytes),
-                                    ],
-                                )
-                                yield_([])
-                            DeallocOp(a_chunk)
-                            DeallocOp(w_rec)
-
-                        yield_([])
-
-                    @herd(name=HERD, sizes=[hm, hn], operands=[acc, out, l2c])
-                    def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
-                        CallOp(drain, [pe_slice(acc_h, x, y), pe_slice(out_h, x, y)])
-                        dma_memcpy_nd(
-                            l2c_h,
-                            out_h,
-                            dst_offsets=[x, y, 0],
-                            dst_sizes=[1, 1, tile],
-                            dst_strides=[hn * tile, tile, 1],
-                            src_offsets=[x, y, 0],
-                            src_sizes=[1, 1, tile],
-                            src_strides=[hn * tile, tile, 1],
-                        )
-
-                    # [hm, hn, tm, tn] -> C[row0 : +hm*tm, nblock*hn*tn : +hn*tn]
+                    # records (bn*hn + j, kr*chunks_per_l2 + c) -> [hn, chunks_per_l2, rec]
+                    # (bf16_x_bfp16's B fill of pre-packed byte tiles)
                     dma_memcpy_nd(
-                        l3c_s,
-                        l2c,
-                        dst_offsets=[row0, affine_sum((nblock, hn * tn))],
-                        dst_sizes=[hm * tm, hn * tn],
-                        dst_strides=[n, 1],
-                        src_offsets=[0, 0, 0, 0],
-                        src_sizes=[hm, tm, hn, tn],
-                        src_strides=[hn * tile, tn, tile, 1],
+                        l2w,
+                        l3w_s,
+                        src_offsets=[
+                            affine_sum((bn_s, hn)),
+                            affine_sum((kr, chunks_per_l2)),
+                            0,
+                        ],
+                        src_sizes=[hn, chunks_per_l2, rec],
+                        src_strides=[chunks * rec, rec, 1],
                     )
 
-                if cfg.a_resident:
-                    fetch_a(0)
-                    for x in range(hm):
-                        # the refeed primitive: the put alone in its loop; all of row x's K, chunk by chunk
-                        for _ in for_(0, nps):
-                            ChannelPut(
-                                A_CHANNEL,
-                                l2a,
-                                indices=[x, 0],
-                                offsets=[x, 0, 0, 0],
-                                sizes=[1, chunks, tm // MMUL, tk1 * MMUL],
-                                strides=[tm * k, tk1 * MMUL, MMUL * k, 1],
+                    @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch, l2a, l2w])
+                    def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
+                        a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
+                        for c in for_(0, chunks_per_l2):
+                            # PE row x's A chunk re-laid into [tm/8][tk1/8][8][8] mmul blocks on the
+                            # memtile's read side (bf16_x_bfp16 herd_compute's 6-D A read)
+                            dma_memcpy_nd(
+                                a_chunk,
+                                l2a_h,
+                                src_offsets=[x, 0, 0, 0, 0, affine_sum((c, tk1))],
+                                src_sizes=[1, 1, tm // MMUL, tk1 // MMUL, MMUL, MMUL],
+                                src_strides=[
+                                    tm * tk2,
+                                    tm * tk2,
+                                    MMUL * tk2,
+                                    MMUL,
+                                    tk2,
+                                    1,
+                                ],
+                            )
+                            # PE column y's record for chunk c (bf16_x_bfp16's per-PE byte tile)
+                            dma_memcpy_nd(
+                                w_rec,
+                                l2w_h,
+                                src_offsets=[y, c, 0],
+                                src_sizes=[1, 1, rec],
+                                src_strides=[chunks_per_l2 * rec, rec, 1],
+                            )
+                            CallOp(
+                                accumulate,
+                                [
+                                    w_rec,
+                                    a_chunk,
+                                    pe_slice(acc_h, x, y),
+                                    pe_slice(scratch_h, x, y, cfg.scratch_bytes),
+                                ],
                             )
                             yield_([])
-                    for nb in for_(0, nps):
-                        compute_block(affine_sum((bn_s, nps), (nb, 1)))
-                        yield_([])
-                else:
-                    compute_block(bn_s)
+                        DeallocOp(a_chunk)
+                        DeallocOp(w_rec)
+
+                    yield_([])
+
+                # bf16_x_bfp16 herd_drain: convert in L1, each PE's tile to its slice of the L2 C block
+                @herd(name=HERD, sizes=[hm, hn], operands=[acc, out, l2c])
+                def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
+                    CallOp(drain, [pe_slice(acc_h, x, y), pe_slice(out_h, x, y)])
+                    dma_memcpy_nd(
+                        l2c_h,
+                        out_h,
+                        dst_offsets=[x, y, 0],
+                        dst_sizes=[1, 1, tile],
+                        dst_strides=[hn * tile, tile, 1],
+                        src_offsets=[x, y, 0],
+                        src_sizes=[1, 1, tile],
+                        src_strides=[hn * tile, tile, 1],
+                    )
+
+                # [hm, hn, tm, tn] -> C[row0 : +hm*tm, bn*hn*tn : +hn*tn] in one DMA (bf16_x_bfp16's C)
+                dma_memcpy_nd(
+                    l3c_s,
+                    l2c,
+                    dst_offsets=[row0, affine_sum((bn_s, hn * tn))],
+                    dst_sizes=[hm * tm, hn * tn],
+                    dst_strides=[n, 1],
+                    src_offsets=[0, 0, 0, 0],
+                    src_sizes=[hm, tm, hn, tn],
+                    src_strides=[hn * tile, tn, tile, 1],
+                )
                 for buf in (l2a, l2w, l2c, acc, out, scratch):
                     DeallocOp(buf)
 
@@ -377,9 +324,10 @@ def backend_options(cfg: DesignConfig) -> dict:
         target_device="npu2",  # explicit: a failed device probe would silently build for npu1
         stack_size=cfg.stack_bytes,
         omit_while_true_loop=False,
-        # Tiles the runtime loop over launch iterations so shim BDs are reused instead of unrolled
-        # one per launch iteration (docs/hardware.md#launch-loops-unroll-into-shim-bds); mlir-air's 64x64 GEMMs use [2, 2].
-        runtime_loop_tiling_sizes=[2, 2],
+        # [2, 2] reuses shim BDs across launch iterations; [1, 1] on a herd of fewer than 8 cores with
+        # several launch iterations, where [2, 2] writes only the first iteration's C (mlir-air
+        # matrix_multiplication/bfp16/run.py chooses the same way; docs/design.md#runtime-loop-tiling).
+        runtime_loop_tiling_sizes=list(cfg.runtime_loop_tiling),
         instance_name="matmul_int4_packed",
     )
 

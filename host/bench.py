@@ -122,7 +122,6 @@ def measure(cfg, m, k, n, iters, warmup):
         f"TILE_K_L2={cfg.tile_k_l2}",
         f"HERD_M={cfg.herd_m}",
         f"HERD_N={cfg.herd_n}",
-        f"N_PER_SEGMENT={cfg.n_per_segment}",
     ]
     if subprocess.run(cmd).returncode:
         raise ConfigError(f"`{' '.join(cmd[3:])}` failed (its output is above)")
@@ -243,8 +242,7 @@ def _main(argv) -> int:
             m=m,
             k=k,
             n=n,
-            config=f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}"
-            f" r{cfg.n_per_segment}",
+            config=f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}",
             ddr_mb=round(cfg.ddr_bytes() / 1e6, 2),
             us=round(est.seconds * 1e6, 1),
             tops=round(est.tops, 3),

@@ -630,7 +630,7 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
 
 
 # ------------------------------------------------------------------------------------------ runs
-GEMM_ONLY_OPTIONS = ("tile_k_l2", "herd_m", "herd_n", "n_per_segment")
+GEMM_ONLY_OPTIONS = ("tile_k_l2", "herd_m", "herd_n")
 
 
 def choose_design(args, m: int) -> tuple[str, str]:

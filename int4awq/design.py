@@ -23,9 +23,18 @@ EMULATOR_DIR = os.path.join(REPO, "emulator")
 HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
 MEMTILE_BYTES = 512 * 1024
 MEMTILES = 8
-MAX_REFEED = (
-    63  # AIE2 locks are 6-bit: a refeed count is a lock value (docs/emulator.md)
-)
+# What mlir-air's hardware-tested GEMMs run (their NPU2 lit tests; docs/design.md#provenance), which this
+# design does not go beyond:
+# * the memtile BD chain of one A read stream: one BD per K-chunk of an L2 refill, twice that when the L2
+#   block is ping-ponged; bf16_x_bfp16's llama_qproj lit runs 16 (tile_k_l2 / tile_k_l1 = 2048 / 128);
+MAX_A_CHAIN = 16
+# * the launch grid: 8 launch iterations along M (bf16_in_bf16_out's high_precision_drain lit, [8, 4]),
+#   64 along N (bf16's llama_8x4_gate_up lit, [1, 64]), 64 in all.
+MAX_LAUNCH_M, MAX_LAUNCH_N, MAX_LAUNCHES = 8, 64, 64
+# * runtime_loop_tiling_sizes: [2, 2], except [1, 1] on a herd of fewer than 8 cores with more than one
+#   launch iteration (matrix_multiplication/bfp16/run.py: there [2, 2] writes only the first launch
+#   iteration's output).
+SMALL_HERD_CORES = 8
 
 
 @dataclass(frozen=True)
@@ -40,9 +49,6 @@ class DesignConfig(record.KernelSizes):
     tile_k_l2: int
     herd_m: int
     herd_n: int
-    # N blocks (herd_n * tile_n columns each) one segment sweeps with A resident in L2, re-sent to the
-    # herd by mlir-air's refeed primitive; 1: A streams with the weights, one N block per segment.
-    n_per_segment: int = 1
     # The core's stack in L1 (XRTBackend stack_size); None: record.kernel_stack_bytes(), derived.
     stack_size: int | None = None
 
@@ -68,24 +74,18 @@ class DesignConfig(record.KernelSizes):
         record.check_kernel_tiles(
             self.tile_m, self.tile_n, self.tile_k_l1, self.gs, self.stack_size
         )  # incl. L1
-        if not 1 <= self.n_per_segment <= MAX_REFEED:
-            raise ConfigError(
-                f"n_per_segment = {self.n_per_segment}: must be 1 to {MAX_REFEED} (a refeed of "
-                f"A n times sets a 6-bit lock to n)"
-            )
         for what, size, step in (
             ("M", self.m, self.tile_m * self.herd_m),
-            ("N", self.n, self.tile_n * self.herd_n * self.n_per_segment),
+            ("N", self.n, self.tile_n * self.herd_n),
             ("K", self.k, self.tile_k_l2),
             ("tile_k_l2", self.tile_k_l2, self.tile_k_l1),
         ):
             if size % step:
-                name = self._step_name(what) + (
-                    " * n_per_segment" if what == "N" and self.a_resident else ""
-                )
                 raise ConfigError(
-                    f"{what} = {size} is not a multiple of {step} ({name}): the design tiles it exactly"
+                    f"{what} = {size} is not a multiple of {step} ({self._step_name(what)}): the design "
+                    "tiles it exactly"
                 )
+        self._check_proven_limits()
         l2 = self.l2_total()
         if l2 > MEMTILES * MEMTILE_BYTES:
             raise ConfigError(
@@ -93,6 +93,33 @@ class DesignConfig(record.KernelSizes):
                 f"({', '.join(f'{name} {size}' for name, size in self.l2_budget())}): "
                 "use a smaller tile_k_l2"
             )
+
+    def _check_proven_limits(self):
+        """Refuse what mlir-air's hardware-tested GEMMs do not run (docs/design.md#provenance)."""
+        lm, ln = self.launch_grid
+        if lm > MAX_LAUNCH_M or ln > MAX_LAUNCH_N or lm * ln > MAX_LAUNCHES:
+            raise ConfigError(
+                f"launch grid [{lm}, {ln}] (M / (tile_m * herd_m), N / (tile_n * herd_n)): mlir-air's "
+                f"hardware-tested GEMMs run at most {MAX_LAUNCH_M} launch iterations along M, "
+                f"{MAX_LAUNCH_N} along N and {MAX_LAUNCHES} in all; use larger tiles or herd"
+            )
+        if self.a_chain_bds > MAX_A_CHAIN:
+            raise ConfigError(
+                f"tile_k_l2 / tile_k_l1 = {self.chunks_per_l2}"
+                + (" (x2: the L2 block is ping-ponged)" if self.k_refills > 1 else "")
+                + f" = {self.a_chain_bds} memtile BDs on each A read stream: mlir-air's hardware-tested "
+                f"GEMMs chain at most {MAX_A_CHAIN}; use a smaller tile_k_l2 or a larger tile_k_l1"
+            )
+        for what, trips in (
+            ("tile_k_l2 / tile_k_l1", self.chunks_per_l2),
+            ("K / tile_k_l2", self.k_refills),
+        ):
+            if trips > 1 and trips % 2:
+                raise ConfigError(
+                    f"{what} = {trips}: aircc ping-pongs that loop and an odd trip count leaves a "
+                    "one-trip epilogue outside the ping-pong ring (docs/emulator.md#odd-trip-counts); "
+                    "use an even count"
+                )
 
     @staticmethod
     def _step_name(what):
@@ -116,7 +143,7 @@ class DesignConfig(record.KernelSizes):
         """The configuration for an m x k x n GEMM with M and N rounded up to whole herd blocks (the host
         pads A with zero rows and W with zero columns, and drops them from C)."""
         check_dims(M=m, N=n, **tiles)
-        n_step = tiles["tile_n"] * tiles["herd_n"] * tiles.get("n_per_segment", 1)
+        n_step = tiles["tile_n"] * tiles["herd_n"]
         return cls(
             _round_up(m, tiles["tile_m"] * tiles["herd_m"]),
             k,
@@ -128,20 +155,42 @@ class DesignConfig(record.KernelSizes):
 
     # Derived sizes (record, scratch, stack and kernel object: record.KernelSizes) -------------------------
     @property
-    def a_resident(self) -> bool:
-        """A is filled into L2 once per segment and refed to every N block of its sweep."""
-        return self.n_per_segment > 1
+    def launch_grid(self) -> tuple[int, int]:
+        """Launch iterations along M and N: one (M block, N block) each."""
+        return (
+            self.m // (self.tile_m * self.herd_m),
+            self.n // (self.tile_n * self.herd_n),
+        )
+
+    @property
+    def k_refills(self) -> int:
+        """Trips of the segment's K loop: L2 refills of A and W."""
+        return self.k // self.tile_k_l2
+
+    @property
+    def chunks_per_l2(self) -> int:
+        """Trips of the compute herd's chunk loop: kernel calls per L2 refill."""
+        return self.tile_k_l2 // self.tile_k_l1
+
+    @property
+    def a_chain_bds(self) -> int:
+        """Memtile BDs of one A read stream: a 6-D read per chunk does not fold into the 4-D BD, so one
+        BD per chunk, and each of them twice when the L2 block is ping-ponged (more than one refill).
+        """
+        return self.chunks_per_l2 * (2 if self.k_refills > 1 else 1)
+
+    @property
+    def runtime_loop_tiling(self) -> tuple[int, int]:
+        """runtime_loop_tiling_sizes as mlir-air's bfp16 GEMM chooses them (module comment above)."""
+        lm, ln = self.launch_grid
+        small = self.herd_m * self.herd_n < SMALL_HERD_CORES and lm * ln > 1
+        return (1, 1) if small else (2, 2)
 
     def ddr_bytes(self) -> int:
         """Bytes the design moves between DDR and the memtiles (the emulator's counters must agree):
-        A once per segment (per N block when it streams), the weights once per M block, C once.
+        A once per N block, the weights once per M block, C once.
         """
-        a = (
-            self.m
-            * self.k
-            * 2
-            * (self.n // (self.tile_n * self.herd_n * self.n_per_segment))
-        )
+        a = self.m * self.k * 2 * (self.n // (self.tile_n * self.herd_n))
         w = (
             (self.n // self.tile_n)
             * (self.k // self.tile_k_l1)
@@ -155,18 +204,12 @@ class DesignConfig(record.KernelSizes):
         return (
             f"m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_m}x{self.tile_n}"
             f"_k{self.tile_k_l1}x{self.tile_k_l2}_h{self.herd_m}x{self.herd_n}"
-            + (f"_r{self.n_per_segment}" if self.a_resident else "")
         )
 
     def summary(self) -> str:
         return (
             f"M={self.m} K={self.k} N={self.n} GS={self.gs} tile_m={self.tile_m} tile_n={self.tile_n} "
             f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2} herd={self.herd_m}x{self.herd_n}"
-            + (
-                f" n_per_segment={self.n_per_segment} (A resident, refed)"
-                if self.a_resident
-                else ""
-            )
         )
 
     # Budgets -----------------------------------------------------------------------------------------
@@ -186,16 +229,9 @@ class DesignConfig(record.KernelSizes):
         """Per-segment L2 bytes; the A and W blocks are ping-ponged when there is more than one refill
         (aircc folds a one-trip loop away, and with it the ping-pong)."""
         a = 2 * self.herd_m * self.tile_m * self.tile_k_l2
-        pp = 2 if self.k > self.tile_k_l2 else 1
+        pp = 2 if self.k_refills > 1 else 1
         return [
-            (
-                (
-                    "A block bf16 (all of K, resident)",
-                    2 * self.herd_m * self.tile_m * self.k,
-                )
-                if self.a_resident
-                else (f"A block bf16 x{pp}", pp * a)
-            ),
+            (f"A block bf16 x{pp}", pp * a),
             (
                 f"W records x{pp}",
                 pp
@@ -290,7 +326,6 @@ def _round_up(x: int, step: int) -> int:
 
 
 TILE_OPTIONS = ("tile_m", "tile_n", "tile_k_l1", "tile_k_l2", "herd_m", "herd_n")
-DESIGN_OPTIONS = TILE_OPTIONS + ("n_per_segment",)
 
 
 def add_design_arguments(
@@ -309,7 +344,7 @@ def add_design_arguments(
         default=None,
         help="AWQ group size along K (default 128, or the checkpoint's)",
     )
-    for opt in DESIGN_OPTIONS:
+    for opt in TILE_OPTIONS:
         parser.add_argument(
             f"--{opt.replace('_', '-')}",
             dest=opt,

@@ -20,10 +20,8 @@ import sys
 from dataclasses import dataclass
 
 from .design import (
-    DESIGN_OPTIONS,
     HERD_COLS,
     HERD_ROWS,
-    MAX_REFEED,
     TILE_OPTIONS,
     DesignConfig,
 )
@@ -64,19 +62,7 @@ def legal_configs(m: int, k: int, n: int, gs: int):
     ):
         if k % tk1 or (tk1 % gs and gs % tk1):
             continue
-        blocks = -(-n // (tn * hn))  # N blocks of the padded shape
-        # A streaming (1), or resident and refed over all N blocks or a power-of-two share of them
-        sweeps = sorted(
-            {1}
-            | {
-                s
-                for s in (blocks, *(1 << j for j in range(1, 6)))
-                if 1 < s <= MAX_REFEED and blocks % s == 0
-            }
-        )
-        for tk2, nps in itertools.product(
-            sorted({k} | {tk1 << j for j in range(8) if k % (tk1 << j) == 0}), sweeps
-        ):
+        for tk2 in sorted({k} | {tk1 << j for j in range(8) if k % (tk1 << j) == 0}):
             try:
                 yield DesignConfig.padded(
                     m,
@@ -89,7 +75,6 @@ def legal_configs(m: int, k: int, n: int, gs: int):
                     tile_k_l2=tk2,
                     herd_m=hm,
                     herd_n=hn,
-                    n_per_segment=nps,
                 )
             except ConfigError:
                 continue
@@ -138,7 +123,7 @@ def default_config(m: int, k: int, n: int, gs: int) -> tuple[DesignConfig, str]:
     """The configuration to use when the user gives no tiles: the table's entry, else the model's best."""
     for row in load_table():
         if (row["m"], row["k"], row["n"], row["gs"]) == (m, k, n, gs):
-            tiles = {key: row[key] for key in DESIGN_OPTIONS}
+            tiles = {key: row[key] for key in TILE_OPTIONS}
             return DesignConfig.padded(m, k, n, gs, **tiles), "configs.json"
     return accepted(m, k, n, gs)[0].cfg, "best modelled legal configuration"
 
@@ -148,7 +133,7 @@ def write_table(path: str = TABLE) -> None:
     for m, (name, (k, n)) in itertools.product(TABLE_M, LLAMA_PROJECTIONS.items()):
         best = accepted(m, k, n, 128)[0]
         row = {"projection": name, "m": m, "k": k, "n": n, "gs": 128}
-        row.update({key: getattr(best.cfg, key) for key in DESIGN_OPTIONS})
+        row.update({key: getattr(best.cfg, key) for key in TILE_OPTIONS})
         row.update(
             modelled_us=round(best.est.seconds * 1e6, 1),
             modelled_tops=round(best.est.tops, 3),
@@ -179,11 +164,11 @@ def config_from_args(
     check_dims(M=m, K=k, N=n)
     given = {
         opt: getattr(args, opt)
-        for opt in DESIGN_OPTIONS
+        for opt in TILE_OPTIONS
         if getattr(args, opt, None) is not None
     }
     stack = getattr(args, "stack_size", None)
-    if all(opt in given for opt in TILE_OPTIONS):  # n_per_segment, when not given, is 1
+    if all(opt in given for opt in TILE_OPTIONS):
         tiles, source = given, "command line"
     else:
         base, source = default_config(m, k, n, gs)
@@ -191,7 +176,7 @@ def config_from_args(
             return (
                 base if stack is None else dataclasses.replace(base, stack_size=stack)
             ), source
-        tiles = {opt: given.get(opt, getattr(base, opt)) for opt in DESIGN_OPTIONS}
+        tiles = {opt: given.get(opt, getattr(base, opt)) for opt in TILE_OPTIONS}
         source = f"command line over {source}"
     return DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack), source
 
@@ -224,13 +209,13 @@ def main(argv=None) -> int:
 
     print(calibration().summary())
     print(
-        f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'n/seg':>5} {'DDR MB':>8} {'us':>9} "
+        f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'DDR MB':>8} {'us':>9} "
         f"{'TOPS':>6} bound"
     )
     for r in rows[: args.top]:
         c = r.cfg
         print(
-            f"{c.tile_m:>6} {c.tile_n:>6} {c.tile_k_l1:>5} {c.tile_k_l2:>5} {c.herd_m}x{c.herd_n:<3} {c.n_per_segment:>5} "
+            f"{c.tile_m:>6} {c.tile_n:>6} {c.tile_k_l1:>5} {c.tile_k_l2:>5} {c.herd_m}x{c.herd_n:<3} "
             f"{r.est.ddr_bytes / 1e6:>8.2f} {r.est.seconds * 1e6:>9.1f} {r.est.tops:>6.3f} {r.est.bound}"
         )
     return 0

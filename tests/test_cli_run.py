@@ -358,7 +358,7 @@ def test_report_tables_fit_for_the_largest_configuration(monkeypatch):
         tile_m=64,
         tile_n=64,
         tile_k_l1=64,
-        tile_k_l2=1024,
+        tile_k_l2=512,
         herd_m=8,
         herd_n=4,
     )

@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from int4awq import record
-from int4awq.design import DESIGN_OPTIONS, TILE_OPTIONS, DesignConfig
+from int4awq.design import TILE_OPTIONS, DesignConfig
 from int4awq.errors import ConfigError
 from int4awq.sweep import (
     config_from_args,
@@ -27,7 +27,7 @@ QPROJ = dict(
     tile_m=64,
     tile_n=64,
     tile_k_l1=64,
-    tile_k_l2=2048,
+    tile_k_l2=512,
     herd_m=8,
     herd_n=4,
 )
@@ -41,6 +41,27 @@ QPROJ = dict(
         (dict(m=2000), r"M = 2000 is not a multiple of 512 \(tile_m \* herd_m\)"),
         (dict(n=2000), r"N = 2000 is not a multiple of 256 \(tile_n \* herd_n\)"),
         (dict(tile_k_l2=768), r"K = 2048 is not a multiple of 768 \(tile_k_l2\)"),
+        # the limits of what mlir-air's hardware-tested GEMMs run (docs/design.md#provenance): one step
+        # over each; test_proven_limits_sit_at_their_edge has each edge
+        (
+            dict(tile_m=32, m=2304),
+            r"launch grid \[9, 8\].*at most 8 launch iterations along M",
+        ),
+        (dict(herd_n=1, n=65 * 64, m=512), r"launch grid \[1, 65\]"),
+        (dict(tile_m=16, m=2048), r"launch grid \[16, 8\]"),
+        (
+            dict(tile_k_l2=1024),
+            r"tile_k_l2 / tile_k_l1 = 16 \(x2: the L2 block is ping-ponged\) = 32 memtile BDs",
+        ),
+        (dict(tile_k_l2=2048), r"tile_k_l2 / tile_k_l1 = 32 = 32 memtile BDs"),
+        (
+            dict(k=1536, tile_k_l2=512),
+            r"K / tile_k_l2 = 3: aircc ping-pongs that loop and an odd trip count",
+        ),
+        (
+            dict(k=192 * 2, tile_k_l2=192, tile_k_l1=64, gs=64),
+            r"tile_k_l2 / tile_k_l1 = 3: aircc ping-pongs",
+        ),
         (dict(k=2000), "K = 2000 is not a multiple of GS = 128"),
         (dict(gs=0), "GS = 0: must be a positive integer"),
         (dict(m=0), "M = 0: must be a positive integer"),
@@ -50,26 +71,43 @@ QPROJ = dict(
             "one must divide the other",
         ),
         (dict(tile_m=128, tile_n=128, m=1024, n=512), "needs .* bytes of L1"),
-        (dict(tile_k_l2=8192, k=8192), r"segment L2 needs \d+ bytes > 8 memtiles"),
         (
             dict(stack_size=1000),
             "stack_size = 1000: must be a multiple of 16 and at least 1024 bytes",
         ),
         (dict(stack_size=16384), r"needs 68352 bytes of L1 .*stack 16384"),
-        (
-            dict(n_per_segment=3),
-            r"N = 2048 is not a multiple of 768 \(tile_n \* herd_n \* n_per_segment\)",
-        ),
-        (dict(n_per_segment=64, n=64 * 256), "n_per_segment = 64: must be 1 to 63"),
-        (
-            dict(n_per_segment=8, k=8192),
-            r"segment L2 needs \d+ bytes > 8 memtiles .*A block bf16 \(all of K, resident\)",
-        ),
     ],
 )
 def test_invalid_configurations_name_the_rule(change, message):
     with pytest.raises(ConfigError, match=message):
         DesignConfig(**{**QPROJ, **change})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(tile_m=32, m=2048),  # launch [8, 8]: 8 along M, 64 in all
+        dict(herd_n=1, n=64 * 64, m=512),  # launch [1, 64]: 64 along N
+        dict(tile_k_l2=1024, k=1024),  # 16 chunks, one refill: 16 BDs
+        dict(tile_k_l2=512),  # 8 chunks x 2 (ping-ponged): 16 BDs
+    ],
+)
+def test_proven_limits_sit_at_their_edge(change):
+    cfg = DesignConfig(**{**QPROJ, **change})
+    lm, ln = cfg.launch_grid
+    assert lm <= 8 and ln <= 64 and lm * ln <= 64 and cfg.a_chain_bds <= 16
+
+
+def test_runtime_loop_tiling_as_upstream_chooses_it():
+    # [1, 1] only on a herd of fewer than 8 cores with several launch iterations
+    small = dict(herd_m=1, herd_n=1, m=256, n=128, k=512, tile_k_l2=512)
+    assert DesignConfig(**{**QPROJ, **small}).runtime_loop_tiling == (1, 1)
+    one_launch = dict(herd_m=1, herd_n=1, m=64, n=64, k=512, tile_k_l2=512)
+    assert DesignConfig(**{**QPROJ, **one_launch}).runtime_loop_tiling == (2, 2)
+    eight_cores = dict(herd_m=2, herd_n=4, m=256, n=512, k=512, tile_k_l2=512)
+    assert DesignConfig(**{**QPROJ, **eight_cores}).runtime_loop_tiling == (2, 2)
+    seven = dict(herd_m=7, herd_n=1, m=64 * 14, n=128, k=512, tile_k_l2=512)
+    assert DesignConfig(**{**QPROJ, **seven}).runtime_loop_tiling == (1, 1)
 
 
 def test_qproj_budget_and_traffic():
@@ -88,28 +126,14 @@ def test_qproj_budget_and_traffic():
 
 
 def namespace(**tiles):
-    return argparse.Namespace(**{opt: tiles.get(opt) for opt in DESIGN_OPTIONS})
+    return argparse.Namespace(**{opt: tiles.get(opt) for opt in TILE_OPTIONS})
 
 
 def test_config_from_args_pads_and_overrides():
     cfg, source = config_from_args(
         namespace(**{k: QPROJ[k] for k in TILE_OPTIONS}), 33, 2048, 2000, 128
     )
-    assert (
-        source == "command line"
-        and (cfg.m, cfg.n) == (512, 2048)
-        and cfg.n_per_segment == 1
-    )
-    cfg, _ = config_from_args(
-        namespace(**{k: QPROJ[k] for k in TILE_OPTIONS}, n_per_segment=3),
-        33,
-        2048,
-        2000,
-        128,
-    )
-    assert (
-        cfg.a_resident and cfg.n == 2304
-    )  # padded to whole sweeps of 3 N blocks of 256
+    assert source == "command line" and (cfg.m, cfg.n) == (512, 2048)
     args = namespace()
     args.stack_size = 3072
     cfg, source = config_from_args(args, 2048, 2048, 2048, 128)
@@ -164,25 +188,25 @@ def test_table_holds_the_models_best(m, k, n):
 
 
 def test_the_sweep_skips_what_the_resource_model_refuses():
-    # 32 x 128 tiles with K refills of 2048 at K = 8192: the segment's L2 total fits the 8 memtiles, but
-    # no memtile can take a weight piece (32 records of 128 columns, ping-ponged) beside the others.
+    # A herd of one row (herd_n = 1): air-split-l2-memref cuts the C block [8, 1, 64, 128] into 8
+    # pieces, but brings the C drain's DDR side to the L2 side's rank around the size-1 herd_n
+    # dimension wrongly, so the two sides of the drain disagree: refused, though every budget fits.
     cfg = DesignConfig(
         m=2048,
         k=8192,
         n=2048,
         gs=128,
-        tile_m=32,
+        tile_m=64,
         tile_n=128,
-        tile_k_l1=64,
-        tile_k_l2=2048,
+        tile_k_l1=16,
+        tile_k_l2=16,
         herd_m=8,
-        herd_n=4,
+        herd_n=1,
     )
-    assert cfg.l2_total() <= 8 * 512 * 1024
-    assert (
-        cfg.resource_problem().startswith("resources: memtile")
-        and "L2 bytes" in cfg.resource_problem()
-    )
+    assert cfg.l2_total() <= 8 * 512 * 1024 and cfg.l1_total() <= record.L1_BYTES
+    problem = cfg.resource_problem()
+    assert problem.startswith("resources: split of L2 buffer memref<8x1x64x128xbf16")
+    assert "disagree (65536 vs 8192 elements per piece)" in problem
     for r in accepted(2048, 8192, 2048, 128, top=3):
         assert r.cfg.resource_problem() is None
 

@@ -86,10 +86,10 @@ def test_emulator_counters_agree_with_the_design():
     from int4awq.reference import check, reference_gemm
     from matmul_int4_packed import backend_options, build_module
 
-    # A resident across the N sweep (refed to the herd), and A streamed with the weights
-    for tk2, nps in ((512, 4), (128, 4), (128, 1)):
+    # one K refill of 8 chunks, and 4 refills of 2 chunks (L2 ping-ponged), over a 2x4 launch grid
+    for tk2 in (512, 128):
         cfg = DesignConfig(
-            m=64,
+            m=128,
             k=512,
             n=256,
             gs=128,
@@ -99,8 +99,8 @@ def test_emulator_counters_agree_with_the_design():
             tile_k_l2=tk2,
             herd_m=2,
             herd_n=2,
-            n_per_segment=nps,
         )
+        assert cfg.launch_grid == (2, 4) and cfg.runtime_loop_tiling == (1, 1)
         build_host_kernel(cfg)
         os.environ["AIR_EMU_LIB_PATH"] = os.path.join(REPO, "kernels", "build")
         backend = XRTBackend(**backend_options(cfg))

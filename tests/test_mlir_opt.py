@@ -184,7 +184,6 @@ _OPTION_FIELDS = {
     "--tile-k-l2": "tile_k_l2",
     "--herd-m": "herd_m",
     "--herd-n": "herd_n",
-    "--n-per-segment": "n_per_segment",
 }
 
 

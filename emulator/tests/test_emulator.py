@@ -702,7 +702,7 @@ def test_channels_one_put_feeds_many_gets_and_broadcasts(kernels):
     """The GEMV upstream shape: launch-level puts, a segment forwarding L2 -> L1, a herd getting
     per-core tiles plus a broadcast vector, results back by channel after the segment.
     """
-    cores, tiles, tile = 4, 3, 16
+    cores, tiles, tile = 4, 4, 16
 
     @module_builder
     def build():

@@ -193,6 +193,7 @@ class XRTBackend(AirBackend):
         opts = Options(
             stack_size=self.stack_size,
             omit_pingpong=self.omit_pingpong,
+            runtime_loop_tiling_sizes=self.runtime_loop_tiling_sizes,
             target_device=target,
             num_device_cols=self.num_device_cols,
             progress=self.emu_progress,

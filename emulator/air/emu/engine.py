@@ -104,6 +104,7 @@ class Options:
         self,
         stack_size=1024,
         omit_pingpong="",
+        runtime_loop_tiling_sizes=(),
         target_device="npu2",
         num_device_cols=0,
         progress=None,
@@ -115,6 +116,7 @@ class Options:
         )
         self.stack_size = stack_size
         self.omit_pingpong = omit_pingpong
+        self.runtime_loop_tiling_sizes = tuple(runtime_loop_tiling_sizes or ())
         self.target_device = target_device
         self.num_device_cols = num_device_cols
         self.progress = progress
@@ -291,6 +293,7 @@ class Compiler:
             {}
         )  # id(herd op) -> enclosing air.segment op (None outside one)
         self.segment_ops = []
+        self.launch_ops = []  # (op, sizes)
         for op in module.body.operations:
             if op.OPERATION_NAME == "func.func":
                 self.funcs[op.sym_name] = op
@@ -609,6 +612,7 @@ class Compiler:
                 raise DesignError(
                     f"{self.where(op)}: an air.launch inside a segment or herd"
                 )
+            self.launch_ops.append((op, sizes))
         for r in op.results:
             self.define(r)
         n = 1

@@ -52,6 +52,8 @@ from ..ir import Block
 from . import patterns as P
 from .budget import _PingPong
 from .errors import DesignError, ResourceError
+from .refeed import annotate as annotate_refeed
+from .split_l2 import Decision, Refusal, SplitModel, env_key
 from .types import L1, L2, L3, LEVEL_NAMES, level_of, np_dtype
 
 # NPU2 (AIE2P) per-tile resources, from mlir-aie's target model (include/aie/Dialect/AIE/IR/
@@ -268,20 +270,9 @@ class _Chain:
         self.bds, self.dims = bds, dims
 
 
-def _split_pattern(dims, pieces):
-    """One piece's share of a pattern that aircc splits with its L2 buffer into `pieces` transfers:
-    the outermost dimension divided among them (the buffer is split along its fan-out, outermost).
-    """
-    if pieces <= 1 or dims[0][0] % pieces:
-        return dims
-    size, stride = dims[0]
-    return ([(size // pieces, stride)] if size > pieces else []) + list(dims[1:]) or [
-        (1, 1)
-    ]
-
-
-def _chain(w, end, loops, pp_loop, pieces=1):
-    dims = _split_pattern(w.pattern(end), pieces)
+def _chain(w, end, loops, pp_loop, dims=None):
+    """The BD chain of `end` (its own pattern, or `dims`: a piece's copy after air-split-l2-memref)."""
+    dims = w.pattern(end) if dims is None else dims
     bds, folding = 1, True
     for loop in reversed(loops):
         trip = _trip(loop)
@@ -375,6 +366,9 @@ class Tile:
 class ResourceReport:
     def __init__(self, tiles, problems=()):
         self.tiles, self.problems = tiles, list(problems)
+        self.splits = (
+            []
+        )  # (L2 root value, split_l2.Decision): what air-split-l2-memref does
 
     def first_exceeded(self):
         for t in self.tiles:
@@ -407,6 +401,10 @@ class ResourceReport:
                     f"{bds:>14}{'%d/%d' % u['locks']:>7}{'%d/%d' % u['largest lock value']:>9}{l2:>10}"
                 ).rstrip()
             )
+        if self.splits:
+            lines.append("L2 buffers (air-split-l2-memref):")
+            for root, dec in self.splits:
+                lines.append(f"  {root.type}: {dec.note}")
         for _, n in self.problems:
             lines.append("error: " + n)
         lines.append(self.summary())
@@ -442,20 +440,20 @@ def analyse(compiler, options, check=True):
     """The ResourceReport of a compiled design; with check, a ResourceError for its first problem."""
     w = _Walk(compiler.entry)
     w.compiler = compiler
-    pp_l1 = {}
-    for op, _ in compiler.herd_ops:
-        pp = _PingPong(op.regions[0].blocks[0], (L1,), options.omit_pingpong or "")
-        for a in pp.allocs:
-            f = pp.home.get(id(a))
-            if f is not None and id(f) in pp.labelled:
-                pp_l1[id(a)] = f
-    pp_l2 = {}
-    for seg in compiler.segment_ops:
-        pp = _PingPong(seg.regions[0].blocks[0], (L2,), options.omit_pingpong or "")
-        for a in pp.allocs:
-            f = pp.home.get(id(a))
-            if f is not None and id(f) in pp.labelled:
-                pp_l2[id(a)] = f
+    pp_l1, pp_l2, labelled = {}, {}, []
+    for scopes, level, homes in (
+        ([op for op, _ in compiler.herd_ops], L1, pp_l1),
+        (compiler.segment_ops, L2, pp_l2),
+    ):
+        for op in scopes:
+            pp = _PingPong(
+                op.regions[0].blocks[0], (level,), options.omit_pingpong or ""
+            )
+            labelled += [f for f in pp.loops if id(f) in pp.labelled]
+            for a in pp.allocs:
+                f = pp.home.get(id(a))
+                if f is not None and id(f) in pp.labelled:
+                    homes[id(a)] = f
 
     def pp_loop(end):
         root, _ = w.root(end.side.memref)
@@ -465,10 +463,15 @@ def analyse(compiler, options, check=True):
         return (pp_l1 if end.level == L1 else pp_l2).get(id(o))
 
     w.segment_tiles = _check_total_pes(w, compiler)
+    w.refeeds = annotate_refeed(w, lambda e: e.where())
+    w.problems += w.refeeds.problems
     _check_fill_once_read_many(w)
+    _check_odd_ping_pong(w, labelled)
     tiles = _compute_tiles(w, compiler, pp_loop)
-    mem, n_pieces = _memtiles(w, pp_loop)
-    report = ResourceReport(tiles + mem + _shims(w, n_pieces), w.problems)
+    mem, tiled = _memtiles(w, pp_loop)
+    _check_runtime_loop_tiling(w, compiler, options)
+    report = ResourceReport(tiles + mem + _shims(w, tiled), w.problems)
+    report.splits = w.splits
     if check:
         report.raise_if_over()
     return report
@@ -532,30 +535,6 @@ def _inside(op, ancestor):
     return False
 
 
-def _is_refeed(end):
-    """The refeed primitive (matchRefeedLoop, AIRMiscPasses.cpp): an scf.for whose body is one
-    air.channel.put and otherwise only pure index arithmetic that does not use the loop's induction
-    variable, the put itself not using it either."""
-    if end.chan is None or end.direction != "mm2s" or not end.loops:
-        return False
-    loop = end.loops[-1]
-    iv = loop.induction_variable
-    body = [o for o in loop.body.operations if not o._is_terminator]
-    for o in body:
-        if o is end.op:
-            continue
-        pure = (
-            o.OPERATION_NAME.startswith("arith.") or o.OPERATION_NAME == "affine.apply"
-        )
-        if not pure or any(v is iv for v in o.operands):
-            return False
-    return (
-        end.op in body
-        and not any(v is iv for v in end.op.operands)
-        and sum(1 for o in body if o.OPERATION_NAME == "air.channel.put") == 1
-    )
-
-
 def _check_fill_once_read_many(w):
     by_root = {}
     for e in w.ends:
@@ -566,15 +545,16 @@ def _check_fill_once_read_many(w):
     for ends in by_root.values():
         fills = [e for e in ends if e.direction == "s2mm"]
         for r in (e for e in ends if e.direction == "mm2s"):
-            # a loop around the read that no fill of the buffer is inside: one fill, many reads
+            # a loop around the read that no fill of the buffer is inside, and that
+            # air-annotate-refeed does not erase: one fill, many reads
             extra = [
                 lp
                 for lp in _segment_loops(r)
-                if (_trip(lp) or 2) > 1 and not any(lp in f.loops for f in fills)
+                if (_trip(lp) or 2) > 1
+                and not any(lp in f.loops for f in fills)
+                and id(lp) not in w.refeeds.erased
             ]
             if not extra or not fills:
-                continue
-            if _is_refeed(r) and extra == [r.loops[-1]]:
                 continue
             lp, f, trip = extra[0], fills[0], _trip(extra[0])
             w.problems.append(
@@ -588,6 +568,77 @@ def _check_fill_once_read_many(w):
                     f"primitive: one air.channel.put alone in an scf.for of the reads' trip count",
                 )
             )
+
+
+def _check_odd_ping_pong(w, labelled):
+    """A ping-ponged loop of odd static trip count: air-ping-pong-transform unrolls it by 2 with MLIR's
+    loopUnrollByFactor and keeps the one-trip epilogue (AIRDependencyScheduleOpt.cpp runLoopUnroll: only
+    a provably even count's dead epilogue is erased), whose buffer is a third copy outside the
+    ping-pong ring. mlir-air documents the corruption (kernel_registry/details/EltwiseAdd_bf16.md: 15
+    iterations mis-transfer, 16 pass; fused_decode_qwen.py pads 11 trips to 12) and nothing in the
+    passes at e972f29 guards it."""
+    for f in labelled:
+        trip = _trip(f)
+        if trip is not None and trip > 1 and trip % 2:
+            w.problems.append(
+                (
+                    f"odd trip count {trip} of the ping-ponged scf.for at {f._loc}",
+                    f"the scf.for at {f._loc} runs {trip} times and aircc ping-pongs its buffers: it "
+                    f"unrolls the loop by 2 and leaves a one-trip epilogue whose buffer is not in the "
+                    f"ping-pong ring (air-ping-pong-transform, AIRDependencyScheduleOpt.cpp runLoopUnroll); "
+                    f"mlir-air documents the data corruption this causes on NPU2 (kernel_registry "
+                    f"EltwiseAdd_bf16.md, fused_decode_qwen.py). Use an even trip count, or mark the loop "
+                    f"air.disable_ping_pong",
+                )
+            )
+
+
+def _check_runtime_loop_tiling(w, compiler, options):
+    """runtime_loop_tiling_sizes on a small segment with several launch iterations: mlir-air's bfp16
+    GEMM documents that when its output drains from one memtile buffer over a single shim channel, the
+    shim-BD fold collapses that drain across the tiled launch iterations into one task, so only the
+    first launch iteration's output is written (programming_examples/matrix_multiplication/bfp16/run.py
+    ~549-575; seen at herds 2x2, 2x1, 1x2; herds of 8 and more split the drain and are fine). The
+    model refuses that profile: tiling that groups launch iterations (air-opt-shim-dma-bds tiles each
+    launch dimension by the largest divisor of its trip count not above the size), fewer than 8
+    compute tiles in the segment, and an output leaving through an L2 buffer that is not split.
+    """
+    sizes = options.runtime_loop_tiling_sizes
+    if not sizes:
+        return
+    unsplit = {root._uid for root, dec in w.splits if not dec.split}
+    for op, grid in compiler.launch_ops:
+        iterations = 1
+        grouped = 1
+        for i, n in enumerate(grid):
+            iterations *= n
+            if i < len(sizes):
+                grouped *= max(f for f in range(1, min(n, sizes[i]) + 1) if n % f == 0)
+        if iterations <= 1 or grouped <= 1:
+            continue
+        for e in w.ends:
+            if e.level != L3 or e.direction != "s2mm" or not _inside(e.op, op):
+                continue
+            src = _partners(w, e)
+            if not src or src[0].level != L2:
+                continue
+            root, _ = w.root(src[0].side.memref)
+            tiles = w.segment_tiles.get(id(src[0].segment), 0)
+            if root._uid in unsplit and tiles < 8:
+                w.problems.append(
+                    (
+                        f"runtime_loop_tiling_sizes {list(sizes)} on a {tiles}-tile segment with "
+                        f"{iterations} launch iterations",
+                        f"{e.where()}: the output drains from one memtile buffer ({root.type}) over one "
+                        f"shim channel, in a segment of {tiles} compute tiles, and "
+                        f"runtime_loop_tiling_sizes={list(sizes)} groups {grouped} of the {iterations} "
+                        f"launch iterations: on NPU2 the shim-BD fold collapses that drain into one "
+                        f"task and only the first launch iteration's output is written (mlir-air "
+                        f"matrix_multiplication/bfp16/run.py, which chooses [1, 1] there). Use "
+                        f"runtime_loop_tiling_sizes=[1, 1] or a herd of 8 or more tiles",
+                    )
+                )
+                return
 
 
 def _compute_tiles(w, compiler, pp_loop):
@@ -623,8 +674,8 @@ def _compute_tiles(w, compiler, pp_loop):
 
 
 class _Piece:
-    def __init__(self, name, nbytes, slots):
-        self.name, self.bytes, self.slots = name, nbytes, slots
+    def __init__(self, name, nbytes, slots, pinned=None):
+        self.name, self.bytes, self.slots, self.pinned = name, nbytes, slots, pinned
         self.lock_value = slots
         self._streams = {}  # (direction, stream key) -> [description, bds]
 
@@ -659,84 +710,61 @@ def _row_major(shape):
 
 
 def _instances(w, end):
-    """(stream key, element offset, span) of every copy of `end`: one per PE of its herd, or one."""
+    """(env, stream key, element offset, span) of every copy of `end`: one per PE of its herd, or one."""
     span = P.span(w.pattern(end))
     envs = _pe_space(w.compiler, end.herd) if end.herd is not None else [{}]
     return [
-        ((end.key(w, env), w.offset(end, env)), w.offset(end, env), span)
+        (env, (end.key(w, env), w.offset(end, env)), w.offset(end, env), span)
         for env in envs
     ]
 
 
-def _index_range(off, span, shape, rs, d):
-    """The [lo, hi] indices along dimension d an access touches, or None if it wraps an outer index."""
-    lo, hi = (off // rs[d]) % shape[d], ((off + span) // rs[d]) % shape[d]
-    if hi < lo or (d > 0 and (off + span) // rs[d - 1] != off // rs[d - 1]):
-        return None
-    return lo, hi
-
-
-def _split_dim(root, instances):
-    """Where aircc splits an L2 buffer (air-split-l2-memref, getMemrefSplitDim): along the outermost
-    dimension on which the distinct endpoints of its fan-out side (the direction with more of them)
-    start at different indices without overlapping.  Returns (dim, sorted piece starts), or
-    (None, None) to keep it whole."""
-    shape = root.type.shape
-    rs = _row_major(shape)
-    sides = {}
-    for direction, key, off, span in instances:
-        sides.setdefault(direction, {})[key] = (off, span)
-    fan = max(sides.values(), key=len, default={})
-    if len(fan) < 2:
-        return None, None
-    for d in range(len(shape)):
-        if shape[d] == 1:
-            continue
-        ranges = {}
-        for off, span in fan.values():
-            r = _index_range(off, span, shape, rs, d)
-            if r is None:
-                break
-            ranges[r[0]] = max(ranges.get(r[0], r[0]), r[1])
-        else:
-            keys = sorted(ranges)
-            if len(keys) >= 2 and all(ranges[x] < y for x, y in zip(keys, keys[1:])):
-                return d, keys
-    return None, None
-
-
 def _memtiles(w, pp_loop):
-    """Split every L2 buffer into pieces, count each piece's streams and BDs, place the pieces.
-    Returns the memtiles and, per L2 buffer, its number of pieces."""
+    """Split every L2 buffer as air-split-l2-memref does (split_l2.py), count each piece's streams and
+    BDs, place the pieces. Returns the memtiles and, per end, its tiled copies (the split single side
+    and its L3 partner: one stream per piece)."""
     by_root = {}
     for e in w.ends:
         if e.level == L2:
             root, _ = w.root(e.side.memref)
             by_root.setdefault(root._uid, (root, []))[1].append(e)
-    pieces, n_pieces = [], {}
+    model = SplitModel(w, w.segment_tiles)
+    pieces, tiled = [], {}
+    w.splits = []
     for uid, (root, ends) in by_root.items():
-        nbytes = root.type.num_elements * np_dtype(root.type.element_type).itemsize
-        inst = {id(e): _instances(w, e) for e in ends}
-        flat = [
-            (e.direction, key, off, span)
-            for e in ends
-            for key, off, span in inst[id(e)]
-        ]
-        seg = ends[0].segment
-        d, starts = (
-            _split_dim(root, flat)
-            if w.segment_tiles.get(id(seg), 0) > TILES_PER_L2_TILE
-            else (None, None)
-        )
-        n = len(starts) if d is not None else 1
-        shape, rs = root.type.shape, _row_major(root.type.shape)
-        n_pieces[uid] = n
+        try:
+            dec = model.decide(root, ends)
+        except Refusal as r:
+            w.problems.append((r.short, r.detail))
+            dec = Decision(
+                piece_bytes=root.type.num_elements
+                * np_dtype(root.type.element_type).itemsize,
+                note="refused: " + r.short,
+            )
+        w.splits.append((root, dec))
+        tiled.update(dec.tiled)
+        n = dec.factor
+        count = w.refeeds.alloc_counts.get(uid, 1)
+        if count > 1 and dec.split:
+            w.problems.append(
+                (
+                    f"refeed: L2 buffer {root.type} is split and loses its air.refeed_count",
+                    f"L2 buffer {root.type} (at {root.owner._loc}) carries air.refeed_count = {count} "
+                    f"({'; '.join(w.refeeds.where[('alloc', uid)])}), but air-split-l2-memref, which aircc "
+                    f"runs after air-annotate-refeed, cuts it into {n} pieces ({dec.note}) and creates them "
+                    f"as fresh allocs without the count (AIRMiscPasses.cpp partitionMemref): each piece is "
+                    f"sent once and its readers wait forever for the second send. Pin the buffer with "
+                    f"air.memtile_col = <column> (the split leaves pinned allocs alone), as mlir-air's "
+                    f"fused_decode does",
+                )
+            )
         slots = 2 if any(pp_loop(e) is not None for e in ends) else 1
         mine = [
             _Piece(
                 f"{root.type}" + (f" [piece {i} of {n}]" if n > 1 else ""),
-                nbytes * slots // n,
+                dec.piece_bytes * slots,
                 slots,
+                dec.pinned,
             )
             for i in range(n)
         ]
@@ -744,33 +772,30 @@ def _memtiles(w, pp_loop):
             loops = [
                 lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)
             ]
-            ch = _chain(w, e, loops, pp_loop(e), n if e.herd is None else 1)
+            if (
+                id(e) in dec.tiled
+            ):  # the single side: one stream per piece, its copy's BD chain
+                for i, pat in enumerate(dec.tiled[id(e)]):
+                    ch = _chain(w, e, loops, pp_loop(e), dims=pat.dims())
+                    _check_strides(w, e, ch, "memtile")
+                    mine[i].add(e.direction, (e.key(w), i), e.where(), ch.bds)
+                continue
+            ch = _chain(w, e, loops, pp_loop(e))
             _check_strides(w, e, ch, "memtile")
-            for key, off, span in inst[id(e)]:
-                if d is None:
-                    touched = [0]
-                else:  # the piece(s) it touches: aircc splits a transfer that spans several
-                    r = _index_range(off, span, shape, rs, d) or (0, shape[d] - 1)
-                    touched = range(
-                        bisect.bisect_right(starts, r[0]) - 1,
-                        bisect.bisect_right(starts, r[1]),
-                    )
-                for i in touched:
-                    # PEs that read the same bytes share one broadcast stream (a BD chain once)
-                    mine[i].add(
-                        e.direction, key, e.where(), ch.bds, shared=e.herd is not None
-                    )
-        refeed = max(
-            (_trip(e.loops[-1]) or 1 for e in ends if _is_refeed(e)), default=1
-        )
+            where = dec.piece_of.get(id(e), {})
+            for env, key, _, _ in _instances(w, e):
+                # PEs that read the same bytes of a piece share one broadcast stream (a BD chain once)
+                mine[where.get(env_key(env), 0)].add(
+                    e.direction, key, e.where(), ch.bds, shared=e.herd is not None
+                )
         for p in mine:
             wr = sum(1 for x in p.streams if x[0] == "s2mm")
             rd = len(p.streams) - wr
             p.lock_value = max(
-                p.slots, refeed, -(-rd // wr) if wr else 1, -(-wr // rd) if rd else 1
+                p.slots, count, -(-rd // wr) if wr else 1, -(-wr // rd) if rd else 1
             )
         pieces += mine
-    return _place(w, pieces), n_pieces
+    return _place(w, pieces), tiled
 
 
 def _partners(w, end):
@@ -813,7 +838,7 @@ def _place(w, pieces):
             and len(t.s2mm) + s2 <= lim["s2mm"]
             and len(t.mm2s) + mm <= lim["mm2s"]
         ]
-        t = max(fit or tiles, key=room)
+        t = tiles[p.pinned] if p.pinned is not None else max(fit or tiles, key=room)
         t.bytes += p.bytes
         t.pieces.append(p.name)
         t.locks += 2
@@ -827,26 +852,31 @@ def _place(w, pieces):
     return [t for t in tiles if t.pieces]
 
 
-def _shims(w, n_pieces):
-    """Every L3 side is a shim DMA stream: one per piece of the L2 buffer on its other side, one per
-    PE that reads different bytes when the other side is a herd's L1, one per channel op otherwise.
-    Streams fill the columns in order, two per direction each (aircc caps a launch at 8 x 2).
+def _shims(w, tiled):
+    """Every L3 side is a shim DMA stream: one per piece when air-split-l2-memref tiled it with its L2
+    buffer, one per PE that reads different bytes when the other side is a herd's L1, one per channel
+    op otherwise. Streams fill the columns in order, two per direction each (aircc caps a launch at
+    8 x 2).
     """
     per = {"s2mm": [], "mm2s": []}
     for e in w.ends:
         if e.level != L3:
             continue
+        loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
+        if id(e) in tiled:
+            for pat in tiled[id(e)]:
+                ch = _chain(w, e, loops, None, dims=pat.dims())
+                _check_strides(w, e, ch, "shim")
+                per[e.direction].append((e.where(), ch.bds))
+            continue
         count = 1
         if e.chan is None:
             other = _partners(w, e)[0]
-            if other.level == L2:
-                count = n_pieces.get(w.root(other.side.memref)[0]._uid, 1)
-            elif other.herd is not None:
+            if other.herd is not None:
                 count = len(
                     {w.offset(e, env) for env in _pe_space(w.compiler, other.herd)}
                 )
-        loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
-        ch = _chain(w, e, loops, None, count)
+        ch = _chain(w, e, loops, None)
         _check_strides(w, e, ch, "shim")
         per[e.direction] += [(e.where(), ch.bds)] * count
     tiles = [Tile("shim", f"shim, column {i}") for i in range(COLUMNS)]

@@ -1,0 +1,501 @@
+# SPDX-License-Identifier: MIT
+"""air-split-l2-memref as aircc runs it (mlir-air at e972f29), for the resource model.
+
+aircc splits an L2 buffer of a segment with more than 4 compute tiles into pieces, one per endpoint of
+its fan-out side, each piece a memtile buffer of its own. The decision and the rewrite below follow the
+pass step by step (AIRMiscPasses.cpp, AIRSplitL2MemrefForBufferConstraintPass; Util.cpp):
+
+* qualifying segments: more than tiles-per-l2-tile = 4 compute tiles, same-named herds counted once
+  (runOnOperation ~2556-2582); when one segment of the function qualifies, every L2 alloc of it is a
+  candidate (getTargetMemrefAllocs ~2097-2101);
+* not split: an alloc with `air.no_split` (~2181-2186) or an integer `air.memtile_col` (~2199-2200), an
+  alloc with a user that is not a channel op after air-dma-to-channel (a subview, a kernel argument,
+  ~2214-2220), one endpoint on each side (~2247), unequal endpoint counts on both sides (~2250), a single
+  side whose other end is inside a herd (~2262-2291), a split that would push the launch's L3 channel
+  endpoints in one direction past 2 per column (aircc's cap, ~2304-2366), no dimension on which the
+  fan-out endpoints' offsets differ, or no memref dimension with that offset's stride (~2387);
+* endpoints: the L2-side ops air-dma-to-channel leaves in the segment, counted as distinct (channel,
+  indices). A herd's DMA becomes one channel per broadcast group (air-specialize-dma-broadcast) when it
+  reads or writes the same bytes for all PEs along a herd dimension, else one channel over the herd
+  whose segment side is an scf.parallel that the pass unrolls along its first dimension only
+  (~2620-2636): a 2-D herd whose PEs all touch different bytes counts herd_x endpoints;
+* the split dimension: the offset position where the fan-out endpoints differ, mapped to the memref
+  dimension whose row-major stride equals that position's stride exactly (getMemrefSplitDim ~2051,
+  Util.cpp getMemrefDimFromOffsetDim); factor = the endpoint count;
+* each fan-out op is rebased into its piece by the offset at its first pattern position of the split
+  stride (getOffsetDimFromMemrefDim, exact stride match; no match is undefined behaviour in the pass:
+  refused here);
+* the single side (e.g. the fill from L3) is tiled into `factor` copies at its first pattern position
+  of the split stride, falling back to the memref dimension's index when none has it (~2741-2743), with
+  size ceil(extent / factor); its other end (the L3 side) is brought to the same rank (~2785-2822) and
+  tiled at the same position by its own size there (~2852-2855);
+* pieces: one per distinct key, shaped by the first op of the memref's rank (partitionMemref
+  ~1892-1925), the full shape when none has it.
+
+The model then checks what the rewrite computes against what the design meant: every piece must hold
+exactly the elements its readers read and its writers write, and each tiled copy of the single side
+must move the same elements, in the same order, between the same addresses as the original transfer
+did for that piece. Where it does not (the fallback above on a fill that re-lays its L2 side, for
+instance), the design is refused with the buffer, the pattern and the reason: on NPU2 it would compute
+wrong results or hang, silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir import Block
+from . import patterns as P
+from .types import L3, np_dtype
+
+TILES_PER_L2_TILE = 4  # Passes.td, air-split-l2-memref tiles-per-l2-tile (aircc never sets it)
+LAUNCH_CHANNELS_PER_COLUMN = 2  # aircc.cpp: max-launch-channels-{mm2s,s2mm} = columns * 2
+
+
+@dataclass
+class Pattern:
+    """One side's access pattern as integers, full length (offsets padded with leading zeros)."""
+
+    offsets: list
+    sizes: list
+    strides: list
+
+    def addresses(self):
+        base = sum(o * s for o, s in zip(self.offsets, self.strides))
+        idx = np.zeros(1, dtype=np.int64) + base
+        for size, stride in zip(self.sizes, self.strides):
+            idx = (idx[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).ravel()
+        return idx
+
+    def text(self):
+        return f"sizes {self.sizes} strides {self.strides}"
+
+    def dims(self):
+        return P.canonical(self.sizes, self.strides)
+
+
+@dataclass
+class Endpoint:
+    """One L2-side op after air-dma-to-channel: an end and the PEs (envs) it stands for."""
+
+    end: object
+    envs: list
+    pattern: Pattern  # at the representative PE and loop indices 0
+
+
+@dataclass
+class Decision:
+    """What the pass does to one L2 buffer."""
+
+    factor: int = 1
+    dim: int | None = None
+    note: str = ""
+    piece_bytes: int = 0
+    pinned: int | None = None  # air.memtile_col
+    # id(end) -> {env key: piece}: the piece each copy of a fan-out end lands in
+    piece_of: dict = field(default_factory=dict)
+    # id(end) -> [canonical dims of each piece's copy]: the tiled single side (and its L3 partner)
+    tiled: dict = field(default_factory=dict)
+
+    @property
+    def split(self):
+        return self.factor > 1
+
+
+class Refusal(Exception):
+    """The split as the pass makes it moves the wrong data: (short, long) reason."""
+
+    def __init__(self, short, detail):
+        super().__init__(detail)
+        self.short, self.detail = short, detail
+
+
+def _row_major(shape):
+    rs = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        rs[d] = rs[d + 1] * shape[d + 1]
+    return rs
+
+
+def env_key(env):
+    return tuple(sorted(env.items()))
+
+
+class SplitModel:
+    """air-split-l2-memref over one function: call decide() per L2 buffer in program order."""
+
+    def __init__(self, w, segment_tiles):
+        self.w = w
+        self.qualifies = any(n > TILES_PER_L2_TILE for n in segment_tiles.values())
+        self.cap = LAUNCH_CHANNELS_PER_COLUMN * 8
+        # L3 ends (the launch-level channel endpoints) and the factor committed on each
+        self.launch = {id(e): 1 for e in w.ends if e.level == L3}
+
+    # ------------------------------------------------------------------------------ patterns
+    def pattern(self, end, env):
+        side, w = end.side, self.w
+        if side.implicit:
+            shape = side.memref.type.shape or [1]
+            return Pattern([0] * len(shape), list(shape), _row_major(shape))
+        sizes = [w.value(s, env) if not isinstance(s, int) else s for s in side.sizes]
+        strides = [
+            w.value(s, env) if not isinstance(s, int) else s for s in side.strides
+        ]
+        offs = [w.value(o, env) if not isinstance(o, int) else o for o in side.offsets]
+        offs = [0] * (len(sizes) - len(offs)) + offs
+        return Pattern(offs, sizes, strides)
+
+    def _envs(self, end):
+        """The PEs of end's herd: (envs, herd id uids, herd sizes)."""
+        sizes = next(s for op, s in self.w.compiler.herd_ops if op is end.herd)
+        ids = [a._uid for a in end.herd.ids]
+        return [dict(zip(ids, pe)) for pe in itertools.product(*[range(s) for s in sizes])], ids, sizes
+
+    def endpoints(self, ends):
+        """The L2-side ops air-dma-to-channel leaves for `ends` (one direction), after the pass's
+        unrolling: [Endpoint]."""
+        out, seen = [], {}
+        for e in ends:
+            if e.herd is None:
+                key = e.key(self.w)
+                if key in seen:  # the same channel and indices: one endpoint, time-multiplexed
+                    seen[key].envs.append({})
+                    continue
+                ep = Endpoint(e, [{}], self.pattern(e, {}))
+                seen[key] = ep
+                out.append(ep)
+                continue
+            envs, ids, sizes = self._envs(e)
+            pats = [self.pattern(e, env) for env in envs]
+            groups = {}
+            for env, p in zip(envs, pats):
+                groups.setdefault(tuple(p.offsets), []).append(env)
+            big = [d for d, s in enumerate(sizes) if s > 1]
+            dep = [
+                d
+                for d in big
+                if any(
+                    self.pattern(e, {**env, ids[d]: env[ids[d]] + 1}).offsets
+                    != self.pattern(e, env).offsets
+                    for env in envs
+                    if env[ids[d]] + 1 < sizes[d]
+                )
+            ]
+            if len(big) == 2 and dep == big:
+                # one channel over the herd: its segment-side scf.parallel is unrolled along the
+                # herd's first dimension only, so one endpoint per x, standing for its column of PEs
+                for xv in range(sizes[0]):
+                    col = [env for env in envs if env[ids[0]] == xv]
+                    out.append(Endpoint(e, col, self.pattern(e, col[0])))
+            else:  # a channel per broadcast group (or a 1-D herd, fully unrolled)
+                for envs_g in groups.values():
+                    out.append(Endpoint(e, envs_g, self.pattern(e, envs_g[0])))
+        return out
+
+    # ------------------------------------------------------------------------------ the decision
+    def decide(self, root, ends):
+        """The Decision for the L2 buffer `root` with its L2-side `ends`; Refusal when the split it
+        makes would move the wrong data."""
+        alloc = root.owner
+        nbytes = root.type.num_elements * np_dtype(root.type.element_type).itemsize
+        d = Decision(piece_bytes=nbytes)
+        attrs = {} if isinstance(alloc, Block) else alloc.attributes
+        if "air.memtile_col" in attrs:
+            col = getattr(attrs["air.memtile_col"], "value", None)
+            if isinstance(col, int) and not isinstance(col, bool):
+                d.pinned = col
+                d.note = f"not split: air.memtile_col = {col} pins it to memtile {col}"
+                return d
+        if not self.qualifies:
+            d.note = f"not split: no segment has more than {TILES_PER_L2_TILE} compute tiles"
+            return d
+        if "air.no_split" in attrs:
+            d.note = "not split: air.no_split"
+            return d
+        other = self._non_channel_user(root, ends)
+        if other:
+            d.note = f"not split: {other} is not a channel op after air-dma-to-channel"
+            return d
+        mm2s = self.endpoints([e for e in ends if e.direction == "mm2s"])
+        s2mm = self.endpoints([e for e in ends if e.direction == "s2mm"])
+        n_mm, n_s2 = len(mm2s), len(s2mm)
+        if n_mm <= 1 and n_s2 <= 1:
+            d.note = "not split: one endpoint on each side"
+            return d
+        if n_mm > 1 and n_s2 > 1 and n_mm != n_s2:
+            d.note = f"not split: {n_s2} writers and {n_mm} readers"
+            return d
+        factor = max(n_mm, n_s2)
+        multi = (mm2s if n_mm > 1 else []) + (s2mm if n_s2 > 1 else [])
+        single = s2mm if n_s2 == 1 else (mm2s if n_mm == 1 else [])
+        if single and single[0].end.herd is not None:
+            d.note = "not split: its single side is inside a herd"
+            return d
+        partners = [self._partner(s.end) for s in single]
+        if any(p is not None and p.level == L3 for p in partners):
+            direction = partners[0].direction
+            total = sum(
+                f
+                for e in self.w.ends
+                if e.level == L3 and e.direction == direction
+                for f in [self.launch[id(e)]]
+            )
+            now = sum(self.launch[id(p)] for p in partners)
+            hyp = total - now + factor * len(partners)
+            if hyp > self.cap:
+                d.note = (
+                    f"not split (factor {factor}): it would take the launch's {direction.upper()} "
+                    f"endpoints from {total} to {hyp} (cap {self.cap})"
+                )
+                return d
+        shape = list(root.type.shape)
+        rs = _row_major(shape)
+        pos = self._differing_position(multi)
+        if pos is None:
+            d.note = "not split: no offset on which its endpoints differ"
+            return d
+        first = multi[0].pattern
+        dim = next((i for i, s in enumerate(rs) if s == first.strides[pos]), None)
+        if dim is None:
+            d.note = (
+                f"not split: no memref dimension of {root.type} has the stride "
+                f"{first.strides[pos]} of the offset its endpoints differ in"
+            )
+            return d
+        self._rewrite(d, root, shape, rs, dim, factor, multi, single, partners)
+        for p in partners:
+            if p is not None and p.level == L3:
+                self.launch[id(p)] = factor
+        return d
+
+    def _partner(self, end):
+        if end.chan is None:
+            return next(e for e in self.w.ends if e.op is end.op and e is not end)
+        others = [
+            e for e in self.w.ends if e.chan == end.chan and e.direction != end.direction
+        ]
+        return others[0] if len(others) == 1 else None
+
+    def _non_channel_user(self, root, ends):
+        """A use of the buffer other than a DMA or channel op (dealloc and hierarchy operands
+        forwarding it are fine), or None."""
+        w = self.w
+        transfer = {id(e.op) for e in ends}
+        values = {root._uid}
+        for op in _all_ops(w.compiler.entry.entry_block):
+            name = op.OPERATION_NAME
+            used = [v for v in op.operands if v._uid in values]
+            if not used:
+                continue
+            if name in ("air.launch", "air.segment", "air.herd"):
+                for a, v in zip(op.kernel_arguments, op.kernel_operands):
+                    if v._uid in values:
+                        values.add(a._uid)
+                continue
+            if name == "memref.dealloc" or id(op) in transfer:
+                continue
+            return f"{name} at {op._loc}"
+        return None
+
+    @staticmethod
+    def _differing_position(multi):
+        """The offset position of the last pair of endpoints whose offsets differ (getMemrefSplitDim)."""
+        pos = None
+        for a, b in itertools.combinations(multi, 2):
+            oa, ob = a.pattern.offsets, b.pattern.offsets
+            if len(oa) != len(ob):
+                continue
+            for i, (x, y) in enumerate(zip(oa, ob)):
+                if x != y:
+                    pos = i
+                    break
+        return pos
+
+    # ------------------------------------------------------------------------------ the rewrite
+    def _rewrite(self, d, root, shape, rs, dim, factor, multi, single, partners):
+        name = f"L2 buffer {root.type}"
+        split_stride = rs[dim]
+        extent = shape[dim]
+        piece = -(-extent // factor)
+        # the fan-out ops: keyed by their offset at the first position of the split stride
+        keys = {}
+        for ep in multi:
+            p = ep.pattern
+            pos = next((i for i, s in enumerate(p.strides) if s == split_stride), None)
+            if pos is None:
+                raise Refusal(
+                    f"split of {name}: no stride {split_stride} in {ep.end.where()}",
+                    f"{ep.end.where()}: air-split-l2-memref splits the {name} along dimension {dim} "
+                    f"(stride {split_stride}), but this access ({p.text()}) has no dimension of that "
+                    f"stride to rebase into its piece (AIRMiscPasses.cpp dereferences the missing "
+                    f"dimension: undefined behaviour). Give the access a dimension of stride "
+                    f"{split_stride}, or keep the buffer whole with air.no_split",
+                )
+            keys.setdefault(p.offsets[pos], []).append(ep)
+        # the single side: `factor` tiled copies, and the same for its other end
+        single_copies = {}
+        for ep, partner in zip(single, partners):
+            p = ep.pattern
+            pos = next((i for i, s in enumerate(p.strides) if s == split_stride), dim)
+            copies = [_tile(p, pos, extent, factor, i) for i in range(factor)]
+            pcopies = None
+            if partner is not None:
+                pp = self.pattern(partner, {})
+                pp = _bump(pp, p.sizes)
+                if pos >= len(pp.sizes):
+                    raise Refusal(
+                        f"split of {name}: {partner.where()} cannot be tiled like its other side",
+                        f"{partner.where()}: air-split-l2-memref tiles the {name} at pattern "
+                        f"position {pos} and this side of the transfer ({pp.text()}) has no such "
+                        f"position after the pass matches its rank (AIRMiscPasses.cpp ~2785-2855)",
+                    )
+                pcopies = [_tile(pp, pos, pp.sizes[pos], factor, i) for i in range(factor)]
+            single_copies[id(ep.end)] = (ep, partner, pos, copies, pcopies)
+            for i, c in enumerate(copies):
+                keys.setdefault(c.offsets[pos], [])
+        order = sorted(keys)
+        if len(order) != factor:
+            raise Refusal(
+                f"split of {name}: {len(order)} pieces for factor {factor}",
+                f"air-split-l2-memref would cut the {name} into {len(order)} buffers for {factor} "
+                f"endpoints: the fan-out offsets {order} and the tiled single side do not line up "
+                f"(AIRMiscPasses.cpp partitionMemref keys each op by its offset)",
+            )
+        # piece shape: the first op of the memref's rank in each key (else the whole shape)
+        same_rank = [ep.pattern for ep in multi if len(ep.pattern.sizes) == len(shape)]
+        same_rank += [
+            c for (_, _, _, cs, _) in single_copies.values() for c in cs if len(c.sizes) == len(shape)
+        ]
+        if same_rank:
+            pos0 = next(
+                i for i, s in enumerate(same_rank[0].strides) if s == split_stride
+            ) if split_stride in same_rank[0].strides else dim
+            piece_extent = same_rank[0].sizes[pos0]
+        else:
+            piece_extent = extent
+        item = np_dtype(root.type.element_type).itemsize
+        d.piece_bytes = root.type.num_elements // extent * piece_extent * item
+        # check: every op stays inside its piece, and the tiled single side moves what it moved
+        for ep in multi:
+            p = ep.pattern
+            pos = next(i for i, s in enumerate(p.strides) if s == split_stride)
+            k = p.offsets[pos]
+            for env in ep.envs:
+                addrs = self.pattern(ep.end, env).addresses()
+                if piece_extent < extent:
+                    idx = (addrs // split_stride) % extent
+                    lo = k
+                    if idx.min() < lo or idx.max() >= lo + piece_extent:
+                        raise Refusal(
+                            f"split of {name}: {ep.end.where()} leaves its piece",
+                            f"{ep.end.where()}: air-split-l2-memref cuts the {name} into {factor} "
+                            f"pieces of {piece_extent} along dimension {dim}, and this access "
+                            f"({p.text()}) reaches indices {int(idx.min())}..{int(idx.max())} of that "
+                            f"dimension from its piece at {lo}: it would read or write another "
+                            f"piece's memory",
+                        )
+            d.piece_of.setdefault(id(ep.end), {})
+            for env in ep.envs:
+                d.piece_of[id(ep.end)][env_key(env)] = order.index(k)
+        for ep, partner, pos, copies, pcopies in single_copies.values():
+            orig = ep.pattern.addresses()
+            porig = self.pattern(partner, {}).addresses() if partner is not None else None
+            pairs = dict(zip(orig.tolist(), porig.tolist())) if porig is not None else None
+            for i, c in enumerate(copies):
+                a = c.addresses()
+                if piece_extent < extent:
+                    idx = (a // split_stride) % extent
+                    k = c.offsets[pos]
+                    if idx.min() < k or idx.max() >= k + piece_extent or not np.isin(a, orig).all():
+                        raise Refusal(
+                            f"split of {name}: the {ep.end.direction.upper()} side {ep.pattern.text()} "
+                            f"is tiled off its pieces",
+                            self._mismatch(name, ep, partner, pos, dim, split_stride, c, None, piece_extent),
+                        )
+                if pcopies is None:
+                    continue
+                b = pcopies[i].addresses()
+                if len(a) != len(b) or any(
+                    pairs.get(x) != y for x, y in zip(a.tolist(), b.tolist())
+                ):
+                    raise Refusal(
+                        f"split of {name}: the two sides of {ep.end.where()} disagree "
+                        f"({len(b)} vs {len(a)} elements per piece)",
+                        self._mismatch(name, ep, partner, pos, dim, split_stride, c, pcopies[i], piece_extent),
+                    )
+            d.tiled[id(ep.end)] = [c for c in copies]
+            if partner is not None:
+                d.tiled[id(partner)] = list(pcopies)
+        d.factor, d.dim = factor, dim
+        d.note = (
+            f"split along dimension {dim} into {factor} pieces of {d.piece_bytes} bytes"
+            + ("" if piece_extent < extent else " (each keeps the whole shape: no op has its rank)")
+        )
+
+    @staticmethod
+    def _mismatch(name, ep, partner, pos, dim, split_stride, copy, pcopy, piece_extent):
+        how = (
+            f"its pattern position {pos} has that stride"
+            if ep.pattern.strides[pos] == split_stride
+            else f"its pattern ({ep.pattern.text()}) has no dimension of that stride, so the pass "
+            f"falls back to pattern position {pos} (AIRMiscPasses.cpp ~2741-2743)"
+        )
+        sides = (
+            f"; its other side {partner.where()} is tiled by its own size there: each piece then "
+            f"gets {len(pcopy.addresses())} elements from the {('L3' if partner.level == L3 else 'other')} "
+            f"side ({pcopy.text()}) and {len(copy.addresses())} on the L2 side ({copy.text()})"
+            if pcopy is not None
+            else ""
+        )
+        return (
+            f"{ep.end.where()}: air-split-l2-memref splits the {name} along dimension {dim} "
+            f"(stride {split_stride}, pieces of {piece_extent}) and tiles this transfer's L2 side: "
+            f"{how}{sides}. On NPU2 that moves the wrong data or hangs. Fill the buffer with a plain "
+            f"pattern (no re-layout on the L2 side; re-lay on the read to L1, as mlir-air's "
+            f"bf16_x_bfp16 GEMM does), or keep it whole with air.no_split"
+        )
+
+
+def _tile(p, pos, size, factor, i):
+    """Copy i of `factor` of a pattern tiled at position pos (tileChannelOpByFactor)."""
+    step = -(-size // factor)
+    offs, sizes = list(p.offsets), list(p.sizes)
+    offs[pos] = offs[pos] + i * step
+    sizes[pos] = step
+    return Pattern(offs, sizes, list(p.strides))
+
+
+def _bump(p, ref_sizes):
+    """The other side brought to the single side's rank (AIRMiscPasses.cpp ~2785-2822)."""
+    offs, sizes, strides = list(p.offsets), list(p.sizes), list(p.strides)
+    if len(sizes) >= len(ref_sizes):
+        return p
+    cur = len(offs) - 1
+    for r in reversed(ref_sizes):
+        if r == 1:
+            offs.insert(cur, 0)
+            sizes.insert(cur, 1)
+            strides.insert(cur, strides[cur])
+            continue
+        if sizes[cur] == r:
+            cur = max(cur - 1, 0)
+            continue
+        if sizes[cur] % r:
+            break
+        f = sizes[cur] // r
+        offs.insert(cur, 0)
+        sizes.insert(cur, f)
+        strides.insert(cur, r * strides[cur])
+        sizes[cur + 1] = r
+    return Pattern(offs, sizes, strides)
+
+
+def _all_ops(block):
+    for op in block.operations:
+        yield op
+        for r in op.regions:
+            for b in r.blocks:
+                yield from _all_ops(b)
