@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from ..ir import Block
 from .types import L2
 
-MAX_LOCK_VALUE = 63  # AIE2 / AIE2P locks are 6-bit (mlir-aie AIE2TargetModel::getMaxLockValue)
+MAX_LOCK_VALUE = (
+    63  # AIE2 / AIE2P locks are 6-bit (mlir-aie AIE2TargetModel::getMaxLockValue)
+)
 
 _PURE = ("arith.", "affine.apply", "memref.subview", "memref.cast")
 
@@ -95,8 +97,8 @@ def annotate(w, where_of):
                     (
                         f"refeed: {where_of(e)}: no memref.alloc to carry the count",
                         f"{where_of(e)}: a refeed loop over an L2 source that is not a memref.alloc "
-                        f"in scope: air-annotate-refeed fails (\"air.refeed_count has no carrier the "
-                        f"memtile lock allocator reads\", AIRMiscPasses.cpp getRefeedCarrier)",
+                        f'in scope: air-annotate-refeed fails ("air.refeed_count has no carrier the '
+                        f'memtile lock allocator reads", AIRMiscPasses.cpp getRefeedCarrier)',
                     )
                 )
                 continue
@@ -109,9 +111,7 @@ def annotate(w, where_of):
             r.put_counts[id(put)] = n
         r.where.setdefault(key, []).append(f"{where_of(e)} x{n}")
     for key, puts in r.where.items():
-        count = (
-            r.alloc_counts[key[1]] if key[0] == "alloc" else r.put_counts[key[1]]
-        )
+        count = r.alloc_counts[key[1]] if key[0] == "alloc" else r.put_counts[key[1]]
         if count > MAX_LOCK_VALUE:
             carrier = "its L2 buffer" if key[0] == "alloc" else "the put"
             r.problems.append(

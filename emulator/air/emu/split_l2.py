@@ -51,8 +51,12 @@ from ..ir import Block
 from . import patterns as P
 from .types import L3, np_dtype
 
-TILES_PER_L2_TILE = 4  # Passes.td, air-split-l2-memref tiles-per-l2-tile (aircc never sets it)
-LAUNCH_CHANNELS_PER_COLUMN = 2  # aircc.cpp: max-launch-channels-{mm2s,s2mm} = columns * 2
+TILES_PER_L2_TILE = (
+    4  # Passes.td, air-split-l2-memref tiles-per-l2-tile (aircc never sets it)
+)
+LAUNCH_CHANNELS_PER_COLUMN = (
+    2  # aircc.cpp: max-launch-channels-{mm2s,s2mm} = columns * 2
+)
 
 
 @dataclass
@@ -67,7 +71,9 @@ class Pattern:
         base = sum(o * s for o, s in zip(self.offsets, self.strides))
         idx = np.zeros(1, dtype=np.int64) + base
         for size, stride in zip(self.sizes, self.strides):
-            idx = (idx[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).ravel()
+            idx = (
+                idx[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride
+            ).ravel()
         return idx
 
     def text(self):
@@ -152,7 +158,14 @@ class SplitModel:
         """The PEs of end's herd: (envs, herd id uids, herd sizes)."""
         sizes = next(s for op, s in self.w.compiler.herd_ops if op is end.herd)
         ids = [a._uid for a in end.herd.ids]
-        return [dict(zip(ids, pe)) for pe in itertools.product(*[range(s) for s in sizes])], ids, sizes
+        return (
+            [
+                dict(zip(ids, pe))
+                for pe in itertools.product(*[range(s) for s in sizes])
+            ],
+            ids,
+            sizes,
+        )
 
     def endpoints(self, ends):
         """The L2-side ops air-dma-to-channel leaves for `ends` (one direction), after the pass's
@@ -161,7 +174,9 @@ class SplitModel:
         for e in ends:
             if e.herd is None:
                 key = e.key(self.w)
-                if key in seen:  # the same channel and indices: one endpoint, time-multiplexed
+                if (
+                    key in seen
+                ):  # the same channel and indices: one endpoint, time-multiplexed
                     seen[key].envs.append({})
                     continue
                 ep = Endpoint(e, [{}], self.pattern(e, {}))
@@ -210,7 +225,9 @@ class SplitModel:
                 d.note = f"not split: air.memtile_col = {col} pins it to memtile {col}"
                 return d
         if not self.qualifies:
-            d.note = f"not split: no segment has more than {TILES_PER_L2_TILE} compute tiles"
+            d.note = (
+                f"not split: no segment has more than {TILES_PER_L2_TILE} compute tiles"
+            )
             return d
         if "air.no_split" in attrs:
             d.note = "not split: air.no_split"
@@ -275,7 +292,9 @@ class SplitModel:
         if end.chan is None:
             return next(e for e in self.w.ends if e.op is end.op and e is not end)
         others = [
-            e for e in self.w.ends if e.chan == end.chan and e.direction != end.direction
+            e
+            for e in self.w.ends
+            if e.chan == end.chan and e.direction != end.direction
         ]
         return others[0] if len(others) == 1 else None
 
@@ -352,7 +371,9 @@ class SplitModel:
                         f"position {pos} and this side of the transfer ({pp.text()}) has no such "
                         f"position after the pass matches its rank (AIRMiscPasses.cpp ~2785-2855)",
                     )
-                pcopies = [_tile(pp, pos, pp.sizes[pos], factor, i) for i in range(factor)]
+                pcopies = [
+                    _tile(pp, pos, pp.sizes[pos], factor, i) for i in range(factor)
+                ]
             single_copies[id(ep.end)] = (ep, partner, pos, copies, pcopies)
             for i, c in enumerate(copies):
                 keys.setdefault(c.offsets[pos], [])
@@ -367,12 +388,17 @@ class SplitModel:
         # piece shape: the first op of the memref's rank in each key (else the whole shape)
         same_rank = [ep.pattern for ep in multi if len(ep.pattern.sizes) == len(shape)]
         same_rank += [
-            c for (_, _, _, cs, _) in single_copies.values() for c in cs if len(c.sizes) == len(shape)
+            c
+            for (_, _, _, cs, _) in single_copies.values()
+            for c in cs
+            if len(c.sizes) == len(shape)
         ]
         if same_rank:
-            pos0 = next(
-                i for i, s in enumerate(same_rank[0].strides) if s == split_stride
-            ) if split_stride in same_rank[0].strides else dim
+            pos0 = (
+                next(i for i, s in enumerate(same_rank[0].strides) if s == split_stride)
+                if split_stride in same_rank[0].strides
+                else dim
+            )
             piece_extent = same_rank[0].sizes[pos0]
         else:
             piece_extent = extent
@@ -402,18 +428,36 @@ class SplitModel:
                 d.piece_of[id(ep.end)][env_key(env)] = order.index(k)
         for ep, partner, pos, copies, pcopies in single_copies.values():
             orig = ep.pattern.addresses()
-            porig = self.pattern(partner, {}).addresses() if partner is not None else None
-            pairs = dict(zip(orig.tolist(), porig.tolist())) if porig is not None else None
+            porig = (
+                self.pattern(partner, {}).addresses() if partner is not None else None
+            )
+            pairs = (
+                dict(zip(orig.tolist(), porig.tolist())) if porig is not None else None
+            )
             for i, c in enumerate(copies):
                 a = c.addresses()
                 if piece_extent < extent:
                     idx = (a // split_stride) % extent
                     k = c.offsets[pos]
-                    if idx.min() < k or idx.max() >= k + piece_extent or not np.isin(a, orig).all():
+                    if (
+                        idx.min() < k
+                        or idx.max() >= k + piece_extent
+                        or not np.isin(a, orig).all()
+                    ):
                         raise Refusal(
                             f"split of {name}: the {ep.end.direction.upper()} side {ep.pattern.text()} "
                             f"is tiled off its pieces",
-                            self._mismatch(name, ep, partner, pos, dim, split_stride, c, None, piece_extent),
+                            self._mismatch(
+                                name,
+                                ep,
+                                partner,
+                                pos,
+                                dim,
+                                split_stride,
+                                c,
+                                None,
+                                piece_extent,
+                            ),
                         )
                 if pcopies is None:
                     continue
@@ -424,7 +468,17 @@ class SplitModel:
                     raise Refusal(
                         f"split of {name}: the two sides of {ep.end.where()} disagree "
                         f"({len(b)} vs {len(a)} elements per piece)",
-                        self._mismatch(name, ep, partner, pos, dim, split_stride, c, pcopies[i], piece_extent),
+                        self._mismatch(
+                            name,
+                            ep,
+                            partner,
+                            pos,
+                            dim,
+                            split_stride,
+                            c,
+                            pcopies[i],
+                            piece_extent,
+                        ),
                     )
             d.tiled[id(ep.end)] = [c for c in copies]
             if partner is not None:
@@ -432,7 +486,11 @@ class SplitModel:
         d.factor, d.dim = factor, dim
         d.note = (
             f"split along dimension {dim} into {factor} pieces of {d.piece_bytes} bytes"
-            + ("" if piece_extent < extent else " (each keeps the whole shape: no op has its rank)")
+            + (
+                ""
+                if piece_extent < extent
+                else " (each keeps the whole shape: no op has its rank)"
+            )
         )
 
     @staticmethod
