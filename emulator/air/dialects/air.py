@@ -420,7 +420,8 @@ dma_memcpy_nd = DmaMemcpyNd
 class ChannelOp(Operation):
     OPERATION_NAME = "air.channel"
 
-    def __init__(self, sym_name, size=None, channel_type=None, *, loc=None, ip=None):
+    # mlir-air's generated builder: sym_name, then keyword-only attributes (AIR.td air_ChannelOp)
+    def __init__(self, sym_name, *, size=None, channel_type=None, loc=None, ip=None):
         self._init_op([], [], loc=loc, ip=ip)
         self.attributes["sym_name"] = StringAttr.get(str(sym_name))
         sizes = [] if size is None else [int(s) for s in size]
@@ -477,9 +478,9 @@ class Channel(ChannelOp):
         ip=None,
         *,
         buffer_resources=None,
-        channel_type=None,
     ):
-        super().__init__(sym_name, size=size, channel_type=channel_type, loc=loc, ip=ip)
+        # mlir-air's Channel (_air_ops_ext.py) takes no channel_type: set the attribute, or use channel()
+        super().__init__(sym_name, size=size, loc=loc, ip=ip)
         if buffer_resources is not None:
             self.attributes["buffer_resources"] = (
                 buffer_resources

@@ -45,7 +45,6 @@ mlir-air runs on hardware, and says so in the comment beside the rule.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 
 from ..ir import Block

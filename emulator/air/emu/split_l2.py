@@ -338,7 +338,6 @@ class SplitModel:
         name = f"L2 buffer {root.type}"
         split_stride = rs[dim]
         extent = shape[dim]
-        piece = -(-extent // factor)
         # the fan-out ops: keyed by their offset at the first position of the split stride
         keys = {}
         for ep in multi:
@@ -375,7 +374,7 @@ class SplitModel:
                     _tile(pp, pos, pp.sizes[pos], factor, i) for i in range(factor)
                 ]
             single_copies[id(ep.end)] = (ep, partner, pos, copies, pcopies)
-            for i, c in enumerate(copies):
+            for c in copies:
                 keys.setdefault(c.offsets[pos], [])
         order = sorted(keys)
         if len(order) != factor:
@@ -394,12 +393,13 @@ class SplitModel:
             if len(c.sizes) == len(shape)
         ]
         if same_rank:
-            pos0 = (
-                next(i for i, s in enumerate(same_rank[0].strides) if s == split_stride)
-                if split_stride in same_rank[0].strides
+            first = same_rank[0]
+            at = (
+                first.strides.index(split_stride)
+                if split_stride in first.strides
                 else dim
             )
-            piece_extent = same_rank[0].sizes[pos0]
+            piece_extent = first.sizes[at]
         else:
             piece_extent = extent
         item = np_dtype(root.type.element_type).itemsize
