@@ -4,30 +4,30 @@
 
 The design
 ----------
-One launch, one segment, all 32 compute tiles: four herds of one row each (8 columns), so the chain of
-PEs down a column can differ in what it does at its two ends. With k_split = ks (2 or 4), the rows of a
-column form 4 / ks chains of ks PEs; PE (x, y) is position q = y % ks of chain c = y // ks and computes
-its N group g = x * (4 / ks) + c (tiles_per_group N tiles, all accumulators resident in L1) over its K
-part q (the K-chunks kc with kc % ks == q).
+Decode is DDR-bound: what matters is that the weights stream through all 8 shim columns into all 32
+compute tiles. The design is the GEMM's (matmul_int4_packed.py), that is mlir-air's hardware-tested
+bf16 x bfp16 GEMM structure, with the herd laid over N only; docs/design.md#provenance names the
+upstream example and NPU2 lit test of each construct, and docs/decode.md has the figures.
 
-* Weights: one stream per column from DDR (its own channel declaration, pinned to the column's shim
-  tile with air.shim_col), into a memtile staging buffer per K step ([chains, tiles, ks, record],
-  ping-ponged), from which each PE gets its records: one per N tile per step. A step's ks consecutive
-  records of one N tile are one contiguous run in the GEMM's L3 order, so a column's whole stream is one
-  3-dimensional shim pattern.
-* A: one stream per column from DDR into a memtile staging buffer per step (a step's ks consecutive
-  K-chunks, part by part, all M rows each), broadcast to the column's first PEs. The first PE keeps
-  part 0 and passes parts 1 .. ks-1 to the PE below it, which keeps the next and passes the rest.
-* Reduction: after its K steps a PE adds the partial sum arriving from the PE above (gemv_int4_add) and
-  passes the sum on; the last PE of a chain drains it to bf16 and writes its columns of C to DDR.
-  So every PE has two input streams (its records, and A then partial sums from one neighbour) and one
-  output stream, and 32 / ks PEs write C (docs/decode.md has the channel count that rules out ks = 1).
+A launch iterates over blocks of 32 N tiles (tile_n columns each). Each launch iteration is one segment:
+
+* A 2D herd [8, 4]; PE (x, y) owns N tile x*4 + y of the block, for all M rows and all of K. Its f32
+  accumulator stays in L1 across K: herd-wide, a slice per PE, touched by three herds of one name
+  (zero, one compute herd per L2 refill of K, drain), which aircc merges into one physical herd.
+* Per L2 refill the segment copies A's M rows for tile_k_l2 of K into L2, once per herd column (a
+  stride-0 outer dimension on the DDR side, as mlir-air's int4 GEMV replays its vector), so each
+  column's memtile holds its own copy after aircc splits the buffer; and the records of the block's
+  32 N tiles for that stretch of K.
+* In the compute herd each PE walks the refill in tile_k_l1 chunks: one DMA reads its A chunk (M rows,
+  row-major, as the GEMV kernel reads them), one its record, one kernel call accumulates.
+* The drain converts the accumulator to bf16 into L1, DMAs it to the L2 C block, and the block goes to
+  DDR in one DMA.
 
 Memory plan per level:
-  L3: A [M, K] bf16, W [N/tile_n, K/tile_k, record] u8 (the GEMM's, int4awq.record), C [M, N] bf16
-  L2: per column and K step, [4/ks, tiles_per_group, ks, record] u8 and A [ks, M, tile_k] bf16
-  L1 per PE: accumulators [tiles_per_group, ceil(M/8)*8*tile_n] f32, the kernel's scratch, and
-      (ping-ponged) the record, A's own part, A's parts to pass on, the partial sum in, C's tile out.
+  L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8 (the GEMM's, int4awq.record), C [M, N] bf16
+  L2: A [8, 1, M, tile_k_l2] bf16, W [8, 4, tile_k_l2/tile_k_l1, record] u8, C [8, 4, M, tile_n] bf16
+  L1 per PE: accumulator f32 (ceil(M/8)*8 x tile_n) and drain bf16 (a slice each of herd-wide buffers),
+      the kernel's scratch (likewise), the A chunk and the record (ping-ponged by aircc), the stack.
 """
 
 from __future__ import annotations
@@ -40,11 +40,9 @@ import sys
 try:
     from air.dialects import arith
     from air.dialects.air import (
-        Channel,
-        ChannelGet,
-        ChannelPut,
         MemorySpace,
         T,
+        dma_memcpy_nd,
         herd,
         launch,
         module_builder,
@@ -82,17 +80,11 @@ from int4awq.gemv import (
     ROWS,
     GemvConfig,
 )  # the example's own host package, beside this file
+from matmul_int4_packed import affine_sum
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
-W_L3 = "w_l3_col"  # weights DDR -> memtile: w_l3_col0 .. w_l3_col7
-A_L3 = "a_l3_col"  # A DDR -> memtile: a_l3_col0 .. a_l3_col7
-W_IN = "w_in"  # records memtile -> PE
-A_IN = "a_in"  # A memtile -> the first PE of each chain (broadcast over the column's chains)
-CHAIN = (
-    "chain"  # PE (x, y) -> PE (x, y + 1): A's remaining parts, then the partial sums
-)
-C_OUT = "c_out"  # the last PE of each chain -> DDR
+HERD = "herd_0"  # zero, compute and drain: phases of one physical herd, as in the GEMM
 
 
 def kernel_func(name, arg_types, obj):
@@ -102,39 +94,33 @@ def kernel_func(name, arg_types, obj):
     return func
 
 
-def loop(trips):
-    """scf.for over `trips` iterations yielding its induction variable, or, for one trip, no loop and the
-    index 0 (a one-trip loop would only stop aircc from ping-ponging the buffers inside it).
-    """
-    if trips > 1:
-        for iv in for_(0, trips):
-            yield iv
-            yield_([])
-    else:
-        yield arith.ConstantOp.create_index(0)
-
-
 @module_builder
-def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2):
-    """The AIR module, for plain integers (M, K, N, group size, the record's tile_n and tile_k_l1, the
-    chain length k_split), or for a validated int4awq.gemv.GemvConfig passed as the only argument.
+def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=None):
+    """The AIR module, for plain integers (M, K, N, group size, the record's tile_n and tile_k_l1, the K
+    per L2 refill), or for a validated int4awq.gemv.GemvConfig passed as the only argument.
     """
     cfg = (
         m
         if isinstance(m, GemvConfig)
         else GemvConfig(
-            m=m, k=k, n=n, gs=gs, tile_n=tile_n, tile_k_l1=tile_k_l1, k_split=k_split
+            m=m,
+            k=k,
+            n=n,
+            gs=gs,
+            tile_n=tile_n,
+            tile_k_l1=tile_k_l1,
+            tile_k_l2=tile_k_l2,
         )
     )
-    m, k, n, tn, tk, ks = cfg.m, cfg.k, cfg.n, cfg.tile_n, cfg.tile_k_l1, cfg.k_split
-    rec, cpc, ntg, steps, acc_n = (
+    m, k, n = cfg.m, cfg.k, cfg.n
+    tn, tk1, tk2 = cfg.tile_n, cfg.tile_k_l1, cfg.tile_k_l2
+    hx, hy = COLUMNS, ROWS
+    rec, acc_n, chunks, cpl2 = (
         cfg.record_bytes,
-        cfg.chains_per_column,
-        cfg.tiles_per_group,
-        cfg.steps,
         cfg.acc_elems,
+        cfg.k_chunks,
+        cfg.chunks_per_l2,
     )
-    chunks = cfg.k_chunks
 
     bf16, f32, u8 = BF16Type.get(), F32Type.get(), IntegerType.get_signless(8)
     l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
@@ -143,185 +129,150 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, k_split=2)
     a_l3 = MemRefType.get([m, k], bf16)
     w_l3 = MemRefType.get([cfg.n_tiles, chunks, rec], u8)
     c_l3 = MemRefType.get([m, n], bf16)
-    stage_l2 = MemRefType.get([cpc, ntg, ks, rec], u8, memory_space=l2)
-    a_stage_l2 = MemRefType.get([ks, m, tk], bf16, memory_space=l2)
-    rec_l1 = MemRefType.get([rec], u8, memory_space=l1)
-    a_own_l1 = MemRefType.get([m, tk], bf16, memory_space=l1)
-    acc_l1 = MemRefType.get([ntg, acc_n], f32, memory_space=l1)
-    # one N tile's accumulator: a subview of acc at the tile's loop index, or all of acc for one tile
-    acc_tile = (
-        acc_l1
-        if ntg == 1
-        else MemRefType.get(
-            [1, acc_n],
-            f32,
-            memory_space=l1,
-            layout=StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [acc_n, 1]),
+    a_l2 = MemRefType.get([hx, 1, m, tk2], bf16, memory_space=l2)
+    w_l2 = MemRefType.get([hx, hy, cpl2, rec], u8, memory_space=l2)
+    c_l2 = MemRefType.get([hx, hy, m, tn], bf16, memory_space=l2)
+    a_l1 = MemRefType.get([m, tk1], bf16, memory_space=l1)
+    w_l1 = MemRefType.get([rec], u8, memory_space=l1)
+
+    def herd_wide(size, elt):
+        """A herd-wide L1 buffer [8, 4, size] and the type of one PE's slice of it (memref.subview's)."""
+        whole = MemRefType.get([hx, hy, size], elt, memory_space=l1)
+        layout = StridedLayoutAttr.get(
+            ShapedType.get_dynamic_size(), [hy * size, size, 1]
         )
-    )
-    part_l1 = MemRefType.get([acc_n], f32, memory_space=l1)
-    out_l1 = MemRefType.get([m, tn], bf16, memory_space=l1)
-    # the kernel's scratch: one herd-wide buffer per row herd, allocated by the segment, a slice per PE (a
-    # buffer a PE allocated itself and first touched by a kernel call would keep aircc from ping-ponging
-    # the records and A in the loops around that call, as in the GEMM)
-    scratch_row = MemRefType.get([COLUMNS, cfg.scratch_bytes], u8, memory_space=l1)
-    scratch_l1 = MemRefType.get(
-        [1, cfg.scratch_bytes],
-        u8,
-        memory_space=l1,
-        layout=StridedLayoutAttr.get(
-            ShapedType.get_dynamic_size(), [cfg.scratch_bytes, 1]
-        ),
-    )
+        return whole, MemRefType.get([1, 1, size], elt, memory_space=l1, layout=layout)
+
+    acc_herd, acc_pe = herd_wide(acc_n, f32)
+    out_herd, out_pe = herd_wide(m * tn, bf16)
+    scratch_herd, scratch_pe = herd_wide(cfg.scratch_bytes, u8)
 
     obj = cfg.kernel_object
     i32 = T.i32()
-    zero = kernel_func("gemv_int4_zero", [acc_tile, i32], obj)
+    zero = kernel_func("gemv_int4_zero", [acc_pe, i32], obj)
     accumulate = kernel_func(
-        "gemv_int4_accumulate", [rec_l1, a_own_l1, acc_tile, scratch_l1, i32], obj
+        "gemv_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe, i32], obj
     )
-    add = kernel_func("gemv_int4_add", [acc_tile, part_l1, i32], obj)
-    drain = kernel_func("gemv_int4_drain", [acc_tile, out_l1, i32], obj)
+    drain = kernel_func("gemv_int4_drain", [acc_pe, out_pe, i32], obj)
 
-    # DDR streams: one channel declaration per column, pinned to that column's shim tile (aircc gives all
-    # the sub-channels of one declaration a single shim DMA channel; air.shim_col places a declaration)
-    for x in range(COLUMNS):
-        for name in (W_L3, A_L3):
-            Channel(f"{name}{x}", size=[1]).attributes["air.shim_col"] = (
-                IntegerAttr.get(T.i64(), x)
-            )
-    Channel(W_IN, size=[COLUMNS, ROWS])
-    Channel(A_IN, size=[COLUMNS, 1], broadcast_shape=[COLUMNS, cpc])
-    Channel(CHAIN, size=[COLUMNS, ROWS - 1])
-    Channel(C_OUT, size=[COLUMNS, cpc])
-
-    def tile(acc, j):
-        return (
-            acc
-            if ntg == 1
-            else subview(acc, offsets=[j, 0], sizes=[1, acc_n], strides=[1, 1])
-        )
-
-    def row_herd(y, scratch_buf):
-        c, q = divmod(y, ks)
-        first, last = q == 0, q == ks - 1
-        a_rest_l1 = (
-            None if last else MemRefType.get([ks - 1 - q, m, tk], bf16, memory_space=l1)
-        )
-
-        @herd(name=f"gemv_row{y}", sizes=[COLUMNS, 1], operands=[scratch_buf])
-        def body(x, _y, _sx, _sy, scratch_h):
-            rows = arith.ConstantOp(i32, m)
-            acc = AllocOp(acc_l1, [], [])
-            scratch = subview(
-                scratch_h, offsets=[x, 0], sizes=[1, cfg.scratch_bytes], strides=[1, 1]
-            )
-            for j in loop(ntg):
-                CallOp(zero, [tile(acc, j), rows])
-            source = (A_IN, [x, c]) if first else (CHAIN, [x, y - 1])
-            for _ in loop(steps):
-                a_own = AllocOp(a_own_l1, [], [])
-                ChannelGet(source[0], a_own, indices=source[1])
-                if not last:
-                    a_rest = AllocOp(a_rest_l1, [], [])
-                    ChannelGet(source[0], a_rest, indices=source[1])
-                for j in loop(ntg):
-                    w_rec = AllocOp(rec_l1, [], [])
-                    ChannelGet(W_IN, w_rec, indices=[x, y])
-                    CallOp(accumulate, [w_rec, a_own, tile(acc, j), scratch, rows])
-                    DeallocOp(w_rec)
-                if not last:
-                    ChannelPut(CHAIN, a_rest, indices=[x, y])
-                    DeallocOp(a_rest)
-                DeallocOp(a_own)
-            for j in loop(ntg):
-                if not first:  # the running sum of the PEs above, plus this PE's part
-                    part = AllocOp(part_l1, [], [])
-                    ChannelGet(CHAIN, part, indices=[x, y - 1])
-                    CallOp(add, [tile(acc, j), part, rows])
-                    DeallocOp(part)
-                if not last:
-                    ChannelPut(
-                        CHAIN,
-                        acc,
-                        indices=[x, y],
-                        offsets=[j, 0],
-                        sizes=[1, acc_n],
-                        strides=[acc_n, 1],
-                    )
-                else:
-                    out = AllocOp(out_l1, [], [])
-                    CallOp(drain, [tile(acc, j), out, rows])
-                    ChannelPut(C_OUT, out, indices=[x, c])
-                    DeallocOp(out)
-            DeallocOp(acc)
-
-        body.attributes["link_with"] = StringAttr.get(obj)
-        body.attributes["x_loc"] = IntegerAttr.get(T.i64(), 0)
-        body.attributes["y_loc"] = IntegerAttr.get(T.i64(), 2 + y)
+    def pe_slice(buf, x, y, size):
+        return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])
 
     @FuncOp.from_py_func(a_l3, w_l3, c_l3)
     def matvec_int4_packed(arg_a, arg_w, arg_c):
-        @launch(operands=[arg_a, arg_w, arg_c], sizes=[1, 1])
-        def launch_body(_lx, _ly, _sx, _sy, l3a, l3w, l3c):
-            for x in range(COLUMNS):
-                # column x's records in step order: step i, chain c, tile j, part q -> record
-                # (nt = (x*cpc + c)*ntg + j, kc = i*ks + q); the ks parts of a tile are one run of records
-                ChannelPut(
-                    f"{W_L3}{x}",
-                    l3w,
-                    offsets=[0, x * cpc * ntg, 0],
-                    sizes=[steps, cpc * ntg, ks * rec],
-                    strides=[ks * rec, chunks * rec, 1],
-                )
-                # all of A, step by step: per step its ks K-chunks, part by part, each all M rows
-                ChannelPut(
-                    f"{A_L3}{x}",
-                    l3a,
-                    sizes=[steps, ks, m, tk],
-                    strides=[ks * tk, tk, k, 1],
+        @launch(operands=[arg_a, arg_w, arg_c], sizes=[1, cfg.launch_n])
+        def launch_body(_bm, bn, _nbm, _nbn, l3a, l3w, l3c):
+            @segment(name="gemv_seg", operands=[bn, l3a, l3w, l3c])
+            def segment_body(bn_s, l3a_s, l3w_s, l3c_s):
+                l2a, l2w, l2c = (AllocOp(t, [], []) for t in (a_l2, w_l2, c_l2))
+                acc, out, scratch = (
+                    AllocOp(t, [], []) for t in (acc_herd, out_herd, scratch_herd)
                 )
 
-            @segment(name="gemv_seg")
-            def segment_body():
-                for x in range(COLUMNS):
-                    for _ in loop(steps):
-                        a_stage = AllocOp(a_stage_l2, [], [])
-                        ChannelGet(f"{A_L3}{x}", a_stage)
-                        ChannelPut(A_IN, a_stage, indices=[x, 0])
-                        DeallocOp(a_stage)
-                        stage = AllocOp(stage_l2, [], [])
-                        ChannelGet(f"{W_L3}{x}", stage)
-                        for c in range(cpc):
-                            for q in range(ks):
-                                ChannelPut(
-                                    W_IN,
-                                    stage,
-                                    indices=[x, c * ks + q],
-                                    offsets=[c, 0, q, 0],
-                                    sizes=[1, ntg, 1, rec],
-                                    strides=[ntg * ks * rec, ks * rec, rec, 1],
-                                )
-                        DeallocOp(stage)
-
-                scratch = [AllocOp(scratch_row, [], []) for _ in range(ROWS)]
-                for y in range(ROWS):
-                    row_herd(y, scratch[y])
-                for buf in scratch:
-                    DeallocOp(buf)
-
-            # C: the last PE of each chain writes its group's tiles_per_group * tile_n columns
-            for x in range(COLUMNS):
-                for c in range(cpc):
-                    g = x * cpc + c
-                    ChannelGet(
-                        C_OUT,
-                        l3c,
-                        indices=[x, c],
-                        offsets=[0, 0, g * ntg * tn],
-                        sizes=[ntg, m, tn],
-                        strides=[tn, n, 1],
+                @herd(name=HERD, sizes=[hx, hy], operands=[acc])
+                def herd_zero(x, y, _sx, _sy, acc_h):
+                    CallOp(
+                        zero, [pe_slice(acc_h, x, y, acc_n), arith.ConstantOp(i32, m)]
                     )
+
+                for kr in for_(0, cfg.k_refills):
+                    # A[:, kr*tk2 : +tk2] into each column's copy: a stride-0 outer dimension on the
+                    # DDR side (mlir-air int4_awq matvec_int4_packed.py replays its vector so), a
+                    # plain fill on the L2 side (bf16_x_bfp16's A fill)
+                    dma_memcpy_nd(
+                        l2a,
+                        l3a_s,
+                        src_offsets=[0, 0, 0, affine_sum((kr, tk2))],
+                        src_sizes=[hx, 1, m, tk2],
+                        src_strides=[0, tk2, k, 1],
+                    )
+                    # records (bn*32 + x*4 + y, kr*cpl2 + c) -> [8, 4, cpl2, rec]
+                    dma_memcpy_nd(
+                        l2w,
+                        l3w_s,
+                        src_offsets=[
+                            affine_sum((bn_s, hx)),
+                            0,
+                            affine_sum((kr, cpl2)),
+                            0,
+                        ],
+                        src_sizes=[hx, hy, cpl2, rec],
+                        src_strides=[hy * chunks * rec, chunks * rec, rec, 1],
+                    )
+
+                    @herd(name=HERD, sizes=[hx, hy], operands=[acc, scratch, l2a, l2w])
+                    def herd_gemv(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
+                        a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
+                        for c in for_(0, cpl2):
+                            # column x's copy of A, chunk c: M rows of tk1 (row-major, as the int4
+                            # GEMM's A read of mlir-air's int4_awq example)
+                            dma_memcpy_nd(
+                                a_chunk,
+                                l2a_h,
+                                src_offsets=[x, 0, 0, affine_sum((c, tk1))],
+                                src_sizes=[1, 1, m, tk1],
+                                src_strides=[m * tk2, m * tk2, tk2, 1],
+                            )
+                            # PE (x, y)'s record for chunk c (bf16_x_bfp16's per-PE byte tile)
+                            dma_memcpy_nd(
+                                w_rec,
+                                l2w_h,
+                                src_offsets=[x, y, c, 0],
+                                src_sizes=[1, 1, 1, rec],
+                                src_strides=[hy * cpl2 * rec, cpl2 * rec, rec, 1],
+                            )
+                            CallOp(
+                                accumulate,
+                                [
+                                    w_rec,
+                                    a_chunk,
+                                    pe_slice(acc_h, x, y, acc_n),
+                                    pe_slice(scratch_h, x, y, cfg.scratch_bytes),
+                                    arith.ConstantOp(i32, m),
+                                ],
+                            )
+                            yield_([])
+                        DeallocOp(a_chunk)
+                        DeallocOp(w_rec)
+
+                    yield_([])
+
+                @herd(name=HERD, sizes=[hx, hy], operands=[acc, out, l2c])
+                def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
+                    CallOp(
+                        drain,
+                        [
+                            pe_slice(acc_h, x, y, acc_n),
+                            pe_slice(out_h, x, y, m * tn),
+                            arith.ConstantOp(i32, m),
+                        ],
+                    )
+                    dma_memcpy_nd(
+                        l2c_h,
+                        out_h,
+                        dst_offsets=[x, y, 0, 0],
+                        dst_sizes=[1, 1, m, tn],
+                        dst_strides=[hy * m * tn, m * tn, tn, 1],
+                        src_offsets=[x, y, 0],
+                        src_sizes=[1, 1, m * tn],
+                        src_strides=[hy * m * tn, m * tn, 1],
+                    )
+
+                # [8, 4, M, tn] -> C[:, bn*32*tn : +32*tn] in one DMA (bf16_x_bfp16's C). The DDR side
+                # is written with the L2 side's rank: air-split-l2-memref brings a lower-rank side up
+                # to it around size-1 dimensions wrongly (M = 1), and tiles both sides by position.
+                dma_memcpy_nd(
+                    l3c_s,
+                    l2c,
+                    dst_offsets=[0, 0, 0, affine_sum((bn_s, hx * hy * tn))],
+                    dst_sizes=[m, hx, hy, tn],
+                    dst_strides=[n, hy * tn, tn, 1],
+                    src_offsets=[0, 0, 0, 0],
+                    src_sizes=[m, hx, hy, tn],
+                    src_strides=[tn, hy * m * tn, m * tn, 1],
+                )
+                for buf in (l2a, l2w, l2c, acc, out, scratch):
+                    DeallocOp(buf)
 
 
 def backend_options(cfg: GemvConfig) -> dict:
@@ -330,6 +281,7 @@ def backend_options(cfg: GemvConfig) -> dict:
         target_device="npu2",
         stack_size=cfg.stack_bytes,
         omit_while_true_loop=False,
+        runtime_loop_tiling_sizes=list(cfg.runtime_loop_tiling),
         instance_name="matvec_int4_packed",
     )
 
@@ -349,7 +301,7 @@ def main(argv=None) -> int:
     for opt, what in (
         ("tile-n", "the record's N tile"),
         ("tile-k-l1", "the record's K-chunk"),
-        ("k-split", "PEs per chain down a column, 2 or 4"),
+        ("tile-k-l2", "K per L2 refill"),
         ("tile-m", "the GEMM tile_m of the shared kernel object"),
         ("stack-size", "the core's stack in L1, bytes"),
     ):

@@ -82,13 +82,6 @@ def parse_args(argv):
         f"matmul_int4_packed.py; auto (default): gemv for M <= {GEMV_AUTO_MAX_M} unless a GEMM-only "
         "option is given",
     )
-    p.add_argument(
-        "--k-split",
-        dest="k_split",
-        type=int,
-        default=None,
-        help="gemv: PEs per chain down a column, 2 or 4 (default: the best modelled)",
-    )
     p.add_argument("--backend", choices=("auto", "npu", "emu"), default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -630,7 +623,7 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
 
 
 # ------------------------------------------------------------------------------------------ runs
-GEMM_ONLY_OPTIONS = ("tile_k_l2", "herd_m", "herd_n")
+GEMM_ONLY_OPTIONS = ("herd_m", "herd_n")
 
 
 def choose_design(args, m: int) -> tuple[str, str]:
@@ -645,23 +638,13 @@ def choose_design(args, m: int) -> tuple[str, str]:
         if gemm_only:
             raise ConfigError(
                 f"--design gemv: {gemm_only[0]} is a GEMM option; the decode design takes --tile-n, "
-                "--tile-k-l1, --k-split, --tile-m (the shared object's GEMM tile) and --stack-size"
+                "--tile-k-l1, --tile-k-l2, --tile-m (the shared object's GEMM tile) and --stack-size"
             )
         return "gemv", "--design gemv"
     if args.design == "gemm":
-        if args.k_split is not None:
-            raise ConfigError(
-                "--k-split is a decode (gemv) option; the GEMM does not split K across PEs"
-            )
         return "gemm", "--design gemm"
-    if args.k_split is not None and not gemm_only:
-        return "gemv", "--k-split given"
     if m <= GEMV_AUTO_MAX_M and not gemm_only:
         return "gemv", f"M = {m} <= {GEMV_AUTO_MAX_M}: decode"
-    if args.k_split is not None:
-        raise ConfigError(
-            f"--k-split is a decode (gemv) option; {gemm_only[0]} is a GEMM option"
-        )
     return "gemm", (
         f"{gemm_only[0]} given"
         if m <= GEMV_AUTO_MAX_M
@@ -786,7 +769,7 @@ def run_decoder_layer(args) -> bool:
         cfg, res, _ = run_gemm(args, a, w, quiet=True)
         ok &= res.passed
         shape = (
-            f"GEMV {cfg.tile_n}x{cfg.tile_k_l1} k_split {cfg.k_split}"
+            f"GEMV {cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2}"
             if isinstance(cfg, GemvConfig)
             else f"tiles {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1} herd {cfg.herd_m}x{cfg.herd_n}"
         )

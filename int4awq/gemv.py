@@ -2,17 +2,11 @@
 """The decode design (matvec_int4_packed.py): one configuration, its rules, budgets, traffic and model.
 
 C[M, N] = A[M, K] x dequant(W)[K, N] for M = 1 .. 32 rows on all 32 compute tiles, reading the same packed
-records as the GEMM (int4awq.record, byte for byte). The array is cut into chains of `k_split` PEs along
-the compute rows of a column:
+records as the GEMM (int4awq.record, byte for byte). It is the GEMM's structure (mlir-air's bf16 x bfp16
+GEMM: plain L2 fills, a segment-wide accumulator in three same-named herds, a drain through L2) with the
+herd laid over N only: every PE takes all M rows and its own N tile, all of K.
 
-    PE (x, y): column x, row y; chain c = y // k_split, position q = y % k_split
-    N group g = x * (4 // k_split) + c      (32 // k_split groups of tiles_per_group N tiles each)
-    K part  q: the K-chunks kc with kc % k_split == q  (interleaved; int4awq.kernel_model.k_part_chunks)
-
-Each PE accumulates its K part of its group's N tiles; the chain adds the parts (PE q receives the
-running sum of 0 .. q-1 from the PE above and passes on its own added), and the last PE of a chain
-drains to bf16 and writes its columns of C to DDR. k_split is 2 or 4, never 1: the reason is in
-`check_k_split` (32 separate outputs do not fit NPU2's stream channels).
+    launch iteration bn: N tiles bn*32 .. bn*32 + 31;  PE (x, y): N tile bn*32 + x*4 + y
 
 Everything the builder, the host program and the bench need to know about a configuration is here, so
 they reject a bad one with the same one-line message.
@@ -35,28 +29,17 @@ from .quant import check_dims, check_group_size
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMULATOR_DIR = os.path.join(REPO, "emulator")
 COLUMNS, ROWS = (
-    8,
-    4,
-)  # the NPU2 compute array: the decode design always uses all 32 tiles
+    design.HERD_COLS,
+    design.HERD_ROWS,
+)  # the decode herd is the whole 8 x 4 array
 PES = COLUMNS * ROWS
-K_SPLITS = (2, 4)
 GEMV_AUTO_MAX_M = 8  # host/run.py picks this design by itself for M <= 8 (decode)
 L1_BYTES = record.L1_BYTES
-MEMTILE_BYTES = 512 * 1024
+MEMTILE_BYTES = design.MEMTILE_BYTES
 
 # What a configuration search tries (default_config): record tiles and K-chunks the kernel supports.
 TILE_NS = (16, 32, 48, 64, 80, 96, 128)
 TILE_KS = (32, 64, 128, 256, 512)
-
-
-def check_k_split(k_split: int) -> None:
-    if k_split not in K_SPLITS:
-        raise ConfigError(
-            f"k_split = {k_split}: must be 2 or 4. With 1, each of the 32 PEs would write its own C stream: NPU2 "
-            "has 16 shim S2MM channels, and the memtiles' 48 S2MM are taken by the weight fills and outputs "
-            "(docs/decode.md#why-k-is-always-split)"
-        )
-
 
 OBJECT_TILE_MS = (64, 48, 32, 16)
 
@@ -87,22 +70,28 @@ class GemvConfig(record.KernelSizes):
     gs: int
     tile_n: int  # the record's N tile (the GEMM's tile_n)
     tile_k_l1: int  # the record's K-chunk (the GEMM's tile_k_l1)
-    k_split: int = 2
+    tile_k_l2: int | None = None  # K per L2 refill; None: K
     tile_m: int | None = (
         None  # the GEMM tile of the shared kernel object; None: object_tile_m()
     )
     stack_size: int | None = None
 
     def __post_init__(self):
+        if self.tile_k_l2 is None:
+            object.__setattr__(self, "tile_k_l2", self.k)
         check_dims(
-            M=self.m, K=self.k, N=self.n, tile_n=self.tile_n, tile_k_l1=self.tile_k_l1
+            M=self.m,
+            K=self.k,
+            N=self.n,
+            tile_n=self.tile_n,
+            tile_k_l1=self.tile_k_l1,
+            tile_k_l2=self.tile_k_l2,
         )
         check_group_size(self.k, self.gs)
         if self.m > GEMV_MAX_M:
             raise ConfigError(
                 f"M = {self.m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
             )
-        check_k_split(self.k_split)
         if self.tile_m is None:
             object.__setattr__(
                 self, "tile_m", object_tile_m(self.tile_n, self.tile_k_l1, self.gs)
@@ -110,68 +99,72 @@ class GemvConfig(record.KernelSizes):
         else:  # the object's GEMM entries must build and run at this tile too
             record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
         record.check_stack_size(self.stack_size)
-        step_n = self.groups * self.tile_n
-        if self.n % step_n:
+        for what, size, step, name in (
+            ("N", self.n, PES * self.tile_n, f"tile_n * {PES} PEs"),
+            ("K", self.k, self.tile_k_l2, "tile_k_l2"),
+            ("tile_k_l2", self.tile_k_l2, self.tile_k_l1, "tile_k_l1"),
+        ):
+            if size % step:
+                raise ConfigError(
+                    f"{what} = {size} is not a multiple of {step} ({name}): the design tiles it exactly"
+                )
+        if self.launch_n > design.MAX_LAUNCH_N:
             raise ConfigError(
-                f"N = {self.n} is not a multiple of {step_n} (tile_n * {self.groups} N groups): "
-                "the design tiles it exactly"
+                f"launch grid [1, {self.launch_n}] (N / (tile_n * {PES})): mlir-air's hardware-tested "
+                f"designs run at most {design.MAX_LAUNCH_N} launch iterations along N; use a larger tile_n"
             )
-        step_k = self.tile_k_l1 * self.k_split
-        if self.k % step_k:
+        for what, trips in (
+            ("tile_k_l2 / tile_k_l1", self.chunks_per_l2),
+            ("K / tile_k_l2", self.k_refills),
+        ):
+            if trips > 1 and trips % 2:
+                raise ConfigError(
+                    f"{what} = {trips}: aircc ping-pongs that loop and an odd trip count leaves a "
+                    "one-trip epilogue outside the ping-pong ring (docs/emulator.md#odd-trip-counts); "
+                    "use an even count"
+                )
+        b = self.l1_budget()
+        if b["total"] > L1_BYTES:
+            parts = ", ".join(f"{k} {v}" for k, v in b.items() if k != "total")
             raise ConfigError(
-                f"K = {self.k} is not a multiple of {step_k} (tile_k_l1 * k_split): every K part "
-                "must hold the same number of K-chunks"
+                f"the decode PE needs {b['total']} bytes of L1 ({parts}), more than the {L1_BYTES} "
+                "a PE has: use a smaller tile_k_l1 or tile_n, or fewer rows"
             )
-        worst = max(
-            (self.l1_budget(q) for q in range(self.k_split)), key=lambda b: b["total"]
-        )
-        if worst["total"] > L1_BYTES:
-            parts = ", ".join(f"{k} {v}" for k, v in worst.items() if k != "total")
+        if self.l2_column_bytes() > MEMTILE_BYTES:
             raise ConfigError(
-                f"the decode PE needs {worst['total']} bytes of L1 ({parts}), more than the "
-                f"{L1_BYTES} a PE has: use a smaller tile_k_l1 or tile_n, k_split 2 (more N groups), or fewer rows"
-            )
-        if self.l2_stage_bytes() * 2 > MEMTILE_BYTES:
-            raise ConfigError(
-                f"a column's weight staging needs 2 x {self.l2_stage_bytes()} bytes of L2, more than "
-                f"a memtile's {MEMTILE_BYTES}: use a smaller tile_n"
+                f"a column's L2 pieces (A, records, C) need {self.l2_column_bytes()} bytes, more than "
+                f"a memtile's {MEMTILE_BYTES}: use a smaller tile_k_l2"
             )
 
     @classmethod
     def padded(cls, m: int, k: int, n: int, gs: int, **tiles) -> "GemvConfig":
-        """N rounded up to whole N groups (the host pads W with zero columns and drops them from C)."""
-        check_dims(N=n)
-        k_split = tiles.get("k_split", 2)
-        check_k_split(k_split)
-        check_dims(tile_n=tiles["tile_n"])
-        step = (PES // k_split) * tiles["tile_n"]
+        """N rounded up to whole launch iterations of 32 N tiles (the host pads W with zero columns and
+        drops them from C)."""
+        check_dims(N=n, tile_n=tiles["tile_n"])
+        step = PES * tiles["tile_n"]
         return cls(m, k, -(-n // step) * step, gs, **tiles)
 
     # Derived sizes ---------------------------------------------------------------------------------
-    @property
-    def chains_per_column(self) -> int:
-        return ROWS // self.k_split
-
-    @property
-    def groups(self) -> int:
-        return PES // self.k_split
-
     @property
     def n_tiles(self) -> int:
         return self.n // self.tile_n
 
     @property
-    def tiles_per_group(self) -> int:
-        return self.n_tiles // self.groups
+    def launch_n(self) -> int:
+        """Launch iterations: blocks of 32 N tiles, one per PE."""
+        return self.n_tiles // PES
 
     @property
     def k_chunks(self) -> int:
         return self.k // self.tile_k_l1
 
     @property
-    def steps(self) -> int:
-        """K steps per PE: each brings k_split consecutive K-chunks of A and one record per N tile."""
-        return self.k_chunks // self.k_split
+    def k_refills(self) -> int:
+        return self.k // self.tile_k_l2
+
+    @property
+    def chunks_per_l2(self) -> int:
+        return self.tile_k_l2 // self.tile_k_l1
 
     @property
     def acc_elems(self) -> int:
@@ -182,75 +175,65 @@ class GemvConfig(record.KernelSizes):
         return PES
 
     @property
+    def runtime_loop_tiling(self) -> tuple[int, int]:
+        return (
+            2,
+            2,
+        )  # 32 cores: mlir-air's GEMMs' [2, 2] (bfp16/run.py's rule gives it too)
+
+    @property
     def name(self) -> str:
         return (
             f"gemv_m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_n}x{self.tile_k_l1}"
-            f"_ks{self.k_split}_o{self.tile_m}"
+            f"x{self.tile_k_l2}_o{self.tile_m}"
         )
 
     def summary(self) -> str:
         return (
             f"GEMV M={self.m} K={self.k} N={self.n} GS={self.gs} tile_n={self.tile_n} "
-            f"tile_k_l1={self.tile_k_l1} k_split={self.k_split}"
+            f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2}"
         )
 
     # Budgets and traffic ---------------------------------------------------------------------------
-    def l1_budget(self, q: int = 0) -> dict[str, int]:
-        """L1 bytes of the PE at chain position q, as the builder allocates them and aircc ping-pongs them
-        (the innermost loop of more than one trip whose buffers are all first written by a DMA: the tile
-        loop's record when a PE has several N tiles, else the step loop's record and A; after the K steps
-        the partial sums in, except on the last PE, where the drain writes C's tile first).
-        """
-        tile_loop = self.tiles_per_group > 1
-        pp_step = 2 if self.steps > 1 and not tile_loop else 1
-        pp_record = 2 if tile_loop else pp_step
-        first, last = q == 0, q == self.k_split - 1
-        a_row = 2 * self.m * self.tile_k_l1
+    def l1_budget(self) -> dict[str, int]:
+        """L1 bytes of a PE as the builder allocates them and aircc ping-pongs them (the A chunk and the
+        record in the chunk loop, when it has more than one trip)."""
+        pp = 2 if self.chunks_per_l2 > 1 else 1
         b = {
-            "record": pp_record * self.record_bytes,
-            "a_own": pp_step * a_row,
-            "a_rest": 0 if last else pp_step * (self.k_split - 1 - q) * a_row,
-            "acc": self.tiles_per_group * 4 * self.acc_elems,
-            "partial_in": (
-                0
-                if first
-                else (2 if tile_loop and not last else 1) * 4 * self.acc_elems
-            ),
-            "c_out": 2 * self.m * self.tile_n if last else 0,
+            "acc": 4 * self.acc_elems,
+            "c_out": 2 * self.m * self.tile_n,
+            "a_chunk": pp * 2 * self.m * self.tile_k_l1,
+            "record": pp * self.record_bytes,
             "w_scratch": record.w_scratch_bytes(self.tile_n, self.tile_k_l1),
             "stack": self.stack_bytes,
         }
         b["total"] = sum(b.values())
         return b
 
-    def l2_stage_bytes(self) -> int:
-        """One column's weight staging for one step: its chains' records, one per N tile and K part."""
-        return (
-            self.chains_per_column
-            * self.tiles_per_group
-            * self.k_split
-            * self.record_bytes
-        )
+    def l2_column_bytes(self) -> int:
+        """One column's L2 pieces: its copy of A and its 4 PEs' records (both ping-ponged when K is
+        refilled), its 4 C tiles."""
+        pp = 2 if self.k_refills > 1 else 1
+        a = 2 * self.m * self.tile_k_l2
+        w = ROWS * self.chunks_per_l2 * self.record_bytes
+        return pp * (a + w) + ROWS * 2 * self.m * self.tile_n
 
     def ddr_bytes(self) -> int:
-        """DDR traffic: every record once, A once per column (its own shim stream), C once."""
+        """DDR traffic: every record once, A once per column and launch iteration (each column's memtile
+        holds its own copy), C once."""
         w = self.n_tiles * self.k_chunks * self.record_bytes
-        return w + COLUMNS * self.m * self.k * 2 + self.m * self.n * 2
+        return w + COLUMNS * self.launch_n * self.m * self.k * 2 + self.m * self.n * 2
 
     def budget_report(self) -> str:
-        lines = []
-        for q in range(self.k_split):
-            b = self.l1_budget(q)
-            lines.append(
-                f"L1 per PE, chain position {q}: {b['total']} / {L1_BYTES} bytes"
-            )
-            lines += [
-                f"  {name:<22}{size:>8}"
-                for name, size in b.items()
-                if name != "total" and size
-            ]
+        b = self.l1_budget()
+        lines = [f"L1 per PE: {b['total']} / {L1_BYTES} bytes"]
+        lines += [
+            f"  {name:<22}{size:>8}"
+            for name, size in b.items()
+            if name != "total" and size
+        ]
         lines.append(
-            f"L2 per column: 2 x {self.l2_stage_bytes()} bytes of weight staging (ping-pong)"
+            f"L2 per column: {self.l2_column_bytes()} / {MEMTILE_BYTES} bytes (A, records, C)"
         )
         return "\n".join(lines)
 
@@ -286,15 +269,15 @@ class GemvEstimate:
 
 
 def tile_end_cycles(cfg: GemvConfig) -> float:
-    """Per N tile outside the K loop: zero, the chain's add and the drain, counted as vector work outside
-    pipelined loops at the cost model's OUTSIDE rate (per 16 floats: a store; two loads, an add and a
-    store; per 8x8 block: a load, a conversion and a store per row). Estimated, not profiled.
+    """Per N tile outside the K loop: zero and drain, counted as vector work outside pipelined loops at
+    the cost model's OUTSIDE rate (per 16 floats: a store; per 8x8 block: a load, a conversion and a
+    store per row). Estimated, not profiled.
     """
     from .kernel_cost import TERMS, calibration
 
     vec = cfg.acc_elems // 16
     blocks = cfg.acc_elems // 64
-    ops = vec + 4 * vec + blocks * (2 + min(cfg.m, 8))
+    ops = vec + blocks * (2 + min(cfg.m, 8))
     return ops * calibration().constants[TERMS.index("OUTSIDE")]
 
 
@@ -310,8 +293,7 @@ def modelled(
     m = cfg.m if m is None else m
     n = cfg.n if n is None else n
     per_call = gemv_cycles(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m)
-    per_pe = cfg.steps * cfg.tiles_per_group * per_call
-    per_pe += cfg.tiles_per_group * tile_end_cycles(cfg)
+    per_pe = cfg.launch_n * (cfg.k_chunks * per_call + tile_end_cycles(cfg))
     compute_s = per_pe / CLOCK_HZ
     ddr = cfg.ddr_bytes()
     ddr_s = ddr / model.DDR_BYTES_PER_S
@@ -334,14 +316,17 @@ def legal_configs(m: int, k: int, n: int, gs: int, problems: list | None = None)
         raise ConfigError(
             f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
         )
-    for tn, tk, ks in itertools.product(TILE_NS, TILE_KS, K_SPLITS):
-        if (tk % gs and gs % tk) or k % (tk * ks):
+    for tn, tk in itertools.product(TILE_NS, TILE_KS):
+        if (tk % gs and gs % tk) or k % tk:
             continue
-        try:
-            yield GemvConfig.padded(m, k, n, gs, tile_n=tn, tile_k_l1=tk, k_split=ks)
-        except ConfigError as e:
-            if problems is not None:
-                problems.append(f"{tn}x{tk} k_split {ks}: {e}")
+        for tk2 in sorted({k} | {tk << j for j in range(8) if k % (tk << j) == 0}):
+            try:
+                yield GemvConfig.padded(
+                    m, k, n, gs, tile_n=tn, tile_k_l1=tk, tile_k_l2=tk2
+                )
+            except ConfigError as e:
+                if problems is not None:
+                    problems.append(f"{tn}x{tk}/{tk2}: {e}")
 
 
 def _emulator_in_process() -> bool:
@@ -362,9 +347,9 @@ def default_config(m: int, k: int, n: int, gs: int) -> GemvConfig:
         key=lambda c: (
             round(modelled(c, m, n).seconds, 9),
             c.ddr_bytes(),
-            c.steps * c.tiles_per_group,
+            c.launch_n * c.k_chunks,
             -c.tile_n * c.tile_k_l1,
-            c.k_split,
+            -c.tile_k_l2,
         ),
     )
     for cfg in ranked:
@@ -457,12 +442,12 @@ if __name__ == "__main__":
 def config_from_args(
     args: argparse.Namespace, m: int, k: int, n: int, gs: int
 ) -> tuple[GemvConfig, str]:
-    """(configuration, where it came from): the options given (--tile-n, --tile-k-l1, --k-split, --tile-m,
+    """(configuration, where it came from): the options given (--tile-n, --tile-k-l1, --tile-k-l2, --tile-m,
     --stack-size) over the default for the shape."""
     check_dims(M=m, K=k, N=n)
     given = {
         key: getattr(args, key, None)
-        for key in ("tile_n", "tile_k_l1", "k_split", "tile_m", "stack_size")
+        for key in ("tile_n", "tile_k_l1", "tile_k_l2", "tile_m", "stack_size")
     }
     given = {key: v for key, v in given.items() if v is not None}
     if m > GEMV_MAX_M:
@@ -473,12 +458,14 @@ def config_from_args(
     if not given:
         return base, "best modelled decode configuration"
     tiles = dict(
-        tile_n=base.tile_n, tile_k_l1=base.tile_k_l1, k_split=base.k_split
+        tile_n=base.tile_n, tile_k_l1=base.tile_k_l1
     )  # tile_m: the record's own
+    if "tile_k_l1" not in given:  # a new K-chunk takes K per refill with it
+        tiles["tile_k_l2"] = base.tile_k_l2
     tiles.update(given)
     source = (
         "command line"
-        if {"tile_n", "tile_k_l1", "k_split"} <= set(given)
+        if {"tile_n", "tile_k_l1", "tile_k_l2"} <= set(given)
         else "command line over the best modelled decode configuration"
     )
     return GemvConfig.padded(m, k, n, gs, **tiles), source

@@ -4,8 +4,9 @@
 * the GEMV entries of the host-built object, bit for bit against int4awq.kernel_model.kernel_gemv_model
   for 1..32 rows and K split in 1, 2 or 4 parts; exact-mode operands bit-identical to the reference;
 * one object, one packed buffer: with K in one part, each GEMV row is the GEMM's row, bit for bit;
-* the design (matvec_int4_packed.py) on the emulator at K = N = 512: the model's bits, the design's DDR
-  traffic, 32 PEs; its resource model for every Llama-3.2-1B projection at M = 1, each DDR-bound;
+* the design (matvec_int4_packed.py) on the emulator at K = N = 512: the model's bits (K in one part per
+  PE), the design's DDR traffic, 32 PEs; its resource model for every Llama-3.2-1B projection at M = 1,
+  each DDR-bound;
 * the configuration rules and the host program's choice of design.
 """
 
@@ -117,22 +118,26 @@ def run_design(cfg, a, w):
     return np.asarray(c).reshape(cfg.m, cfg.n), backend
 
 
-@pytest.mark.parametrize("m, ks, exact", [(1, 2, False), (5, 4, True)])
-def test_design_on_the_emulator_is_the_model(m, ks, exact):
-    cfg = GemvConfig(m, 512, 512, 128, tile_n=16, tile_k_l1=32, k_split=ks, tile_m=16)
+@pytest.mark.parametrize(
+    "m, tk2, n, exact", [(1, 512, 512, False), (5, 128, 1024, True)]
+)
+def test_design_on_the_emulator_is_the_model(m, tk2, n, exact):
+    # one K refill of 16 chunks; four refills of 4 chunks (L2 ping-ponged) over two launch iterations
+    cfg = GemvConfig(m, 512, n, 128, tile_n=16, tile_k_l1=32, tile_k_l2=tk2, tile_m=16)
     a = random_activations(m, 512, seed=11, exact=exact)
-    w = random_weights(512, 512, 128, seed=12, exact=exact)
+    w = random_weights(512, n, 128, seed=12, exact=exact)
     c, backend = run_design(cfg, a, w)
-    np.testing.assert_array_equal(u16(c), u16(kernel_gemv_model(a, w, 32, ks)))
+    np.testing.assert_array_equal(u16(c), u16(kernel_gemv_model(a, w, 32, 1)))
     if exact:
         np.testing.assert_array_equal(u16(c), u16(reference_gemm(a, w)[1]))
     st = backend.emu_stats
-    assert st.bytes[("L3", "L2")] + st.bytes[("L1", "L3")] == cfg.ddr_bytes()
-    assert st.pe_executions == 32 == cfg.pes
+    assert st.bytes[("L3", "L2")] + st.bytes[("L2", "L3")] == cfg.ddr_bytes()
+    # per launch iteration: zero, one compute herd per K refill, drain
+    assert st.pe_executions == (2 + cfg.k_refills) * 32 * cfg.launch_n
     assert st.kernel_calls["gemv_int4_accumulate"] == cfg.n_tiles * cfg.k_chunks
     assert backend.emu_resources.summary() == "resources: within limits"
-    emu_l1 = max(h.used for h in backend.emu_budget.herds)
-    assert emu_l1 == max(cfg.l1_budget(q)["total"] for q in range(ks))
+    [herd] = backend.emu_budget.herds
+    assert herd.used == cfg.l1_budget()["total"]
 
 
 @pytest.mark.parametrize("proj", PROJECTIONS)
@@ -148,26 +153,28 @@ def test_every_llama_projection_at_m1_fits_npu2_and_is_ddr_bound(proj):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(k_split=1), "k_split = 1: must be 2 or 4"),
         (dict(m=33), "M = 33: the GEMV takes 1 to 32 rows"),
-        (dict(n=500), "N = 500 is not a multiple of 256 (tile_n * 16 N groups)"),
+        (dict(n=500), "N = 500 is not a multiple of 512 (tile_n * 32 PEs)"),
         (
-            dict(k=384, tile_k_l1=64, k_split=4, n=256),
-            "K = 384 is not a multiple of 256 (tile_k_l1 * k_split)",
+            dict(k=384, tile_k_l1=64, tile_k_l2=128),
+            "K / tile_k_l2 = 3: aircc ping-pongs that loop and an odd trip count",
         ),
+        (dict(n=65 * 512), "launch grid [1, 65]"),
         (dict(tile_n=24), "tile_n = 24: must be a multiple of 16"),
     ],
 )
 def test_bad_configurations_are_one_line(kwargs, message):
-    args = dict(m=1, k=512, n=512, gs=128, tile_n=16, tile_k_l1=32, k_split=2) | kwargs
+    args = dict(m=1, k=512, n=512, gs=128, tile_n=16, tile_k_l1=32) | kwargs
     with pytest.raises(ConfigError) as e:
         GemvConfig(**args)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_padded_rounds_n_up_to_whole_groups():
-    cfg = GemvConfig.padded(1, 512, 300, 128, tile_n=16, tile_k_l1=32, k_split=4)
-    assert cfg.n == 384 and cfg.groups == 8 and cfg.tiles_per_group == 3
+def test_padded_rounds_n_up_to_whole_launch_iterations():
+    cfg = GemvConfig.padded(1, 512, 300, 128, tile_n=16, tile_k_l1=32)
+    assert cfg.n == 512 and cfg.launch_n == 1 and cfg.tile_k_l2 == 512
+    cfg = GemvConfig.padded(1, 512, 513, 128, tile_n=16, tile_k_l1=32)
+    assert cfg.n == 1024 and cfg.launch_n == 2
 
 
 # ----------------------------------------------------------------------------------------------- host
@@ -192,8 +199,8 @@ def test_host_picks_the_gemv_for_few_rows_and_says_so(capsys):
         "16",
         "--tile-k-l1",
         "32",
-        "--k-split",
-        "2",
+        "--tile-k-l2",
+        "256",
         "--tile-m",
         "16",
         "--backend",
@@ -201,7 +208,8 @@ def test_host_picks_the_gemv_for_few_rows_and_says_so(capsys):
         "--exact",
     )
     assert code == 0, out + err
-    assert "GEMV M=2 K=512 N=512" in out and "gemv: --k-split given" in out
+    assert "GEMV M=2 K=512 N=512" in out and "tile_k_l2=256" in out
+    assert "gemv: M = 2 <= 8: decode" in out
     assert "pes=32" in out and out.rstrip().endswith("PASS!")
     code, out, err = host(
         capsys,
