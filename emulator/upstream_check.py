@@ -7,9 +7,9 @@
 Each case is an example's own builder script, run as its Makefile and lit test run it (same options), with
 its kernel built for the host by g++ against the emulator's aie_api with the same -D flags its Makefile
 gives Peano, in a scratch directory (build/upstream/<case>). A case passes when the script prints PASS!
-(or, compile-only, finishes its compile). The documented failures are configurations mlir-air's kernel
-registry notes (programming_examples/kernel_registry/) record as refused by aircc on NPU2: each must be
-refused here for the documented reason. Nothing of mlir-air or mlir-aie is copied into this repository:
+(or, compile-only, finishes its compile). The documented failures are configurations mlir-air documents
+as failing on NPU2 (its kernel registry, programming_examples/kernel_registry/, and the examples' own
+notes): each must be refused here for the documented reason. Nothing of mlir-air or mlir-aie is copied into this repository:
 the sources are read from the given checkouts.
 
 The last line is `upstream examples: P/T PASS, R/F documented failures rejected`; the exit code is 0 when
@@ -138,6 +138,20 @@ BFP16_LLAMA = (
     "--arch",
     "aie2p",
 )
+
+
+BFP16_SMALL_HERD = (
+    "--herd-m",
+    "2",
+    "--herd-n",
+    "2",
+    "--m",
+    "256",
+    "--n",
+    "256",
+    "--k",
+    "128",
+) + BFP16_TILES
 
 
 def bf16_x_bfp16_kernel(tm, tn, tk):
@@ -452,6 +466,25 @@ CASES = (
                 "run_npu2_llama_4x4_kv_peano.lit",
             ),
         )
+    ),
+    # bfp16 on a small herd with several launch iterations: the script's own choice, [1, 1], runs; its
+    # documented failure, [2, 2] there (only the first launch iteration's C written), is refused.
+    Case(
+        "bfp16 GEMM 256x128x256, herd 2x2, 4 launch iterations",
+        BFP16,
+        BFP16_SMALL_HERD,
+        (bfp16_kernel(64, 64, 64),),
+        note="bfp16/run.py's [1, 1] branch (no lit test runs it)",
+        env={"PEANO_INSTALL_DIR": "/nonexistent/peano-not-needed-by-the-emulator"},
+    ),
+    Case(
+        "bfp16 GEMM 256x128x256, herd 2x2, --runtime-loop-tiling 2",
+        BFP16,
+        BFP16_SMALL_HERD + ("--runtime-loop-tiling", "2"),
+        (bfp16_kernel(64, 64, 64),),
+        refused=r"only the first launch iteration's output is written",
+        note="bfp16/run.py: [2, 2] on herds 2x2 / 2x1 / 1x2 writes only the first launch iteration's output",
+        env={"PEANO_INSTALL_DIR": "/nonexistent/peano-not-needed-by-the-emulator"},
     ),
     # Documented failures (mlir-air programming_examples/kernel_registry/).
     Case(

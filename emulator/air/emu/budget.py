@@ -376,7 +376,7 @@ def analyse(compiler, options):
             if nb > MEMTILE_BYTES:
                 notes.append(
                     f"L2 buffer at {a._loc} ({nb} B) is larger than one memtile; aircc must split "
-                    f"it across memtiles (air-split-l2-memref), which the emulator does not check"
+                    f"it across memtiles (air-split-l2-memref): the resource model checks that it does"
                 )
             entries.append(Entry(a._loc, str(t), nb, f, note))
         segments.append(
