@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 
 from .design import (
+    MAX_LAUNCH_M,
     HERD_COLS,
     HERD_ROWS,
     TILE_OPTIONS,
@@ -92,7 +93,15 @@ def ranked(m: int, k: int, n: int, gs: int) -> list[Ranked]:
         )
     )
     if not out:
-        raise ConfigError(f"no legal configuration for M={m} K={k} N={n} GS={gs}")
+        rows = MAX_LAUNCH_M * HERD_COLS * max(TILES)
+        why = (
+            f": at most {MAX_LAUNCH_M} launch iterations along M (what mlir-air's hardware-tested GEMMs "
+            f"run; docs/design.md#the-limits-of-what-upstream-runs) of at most {HERD_COLS} x "
+            f"{max(TILES)} rows take M <= {rows}; run the rows in blocks"
+            if m > rows
+            else ""
+        )
+        raise ConfigError(f"no legal configuration for M={m} K={k} N={n} GS={gs}{why}")
     return out
 
 

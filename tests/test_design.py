@@ -215,3 +215,12 @@ def test_unknown_shape_gets_a_legal_configuration():
     cfg, source = default_config(77, 256, 200, 64)
     assert source == "best modelled legal configuration"
     assert cfg.m >= 77 and cfg.n >= 200 and cfg.k == 256
+
+
+def test_rows_beyond_what_upstream_launches_are_refused_with_the_reason():
+    # 8 launch iterations along M of at most 8 x 128 rows: M = 8192 has a configuration, 8193 none
+    assert ranked(8192, 512, 256, 128)[0].cfg.launch_grid[0] <= 8
+    with pytest.raises(
+        ConfigError, match=r"M=8193 .*take M <= 8192; run the rows in blocks"
+    ):
+        ranked(8193, 512, 256, 128)
