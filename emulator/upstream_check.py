@@ -606,6 +606,45 @@ def run_case(
     return ("PASS" if ok else "FAIL"), f"{took}: {tail[0][:160]}"
 
 
+# docs/design.md's provenance table names, for every construct of the designs, the mlir-air example that
+# uses it and the NPU2 lit test that runs it: each must exist in the checkout, each lit test must require
+# ryzen_ai_npu2.
+PROVENANCE = os.path.join(REPO, "docs", "design.md")
+_NAMED = re.compile(
+    r"`((?:matrix_multiplication|matrix_vector_multiplication|llms|fused_decode)/[^`\s]+?\.(?:py|lit|cc|md))`"
+)
+
+
+def check_provenance(doc: str, air_src: str) -> tuple[str, bool]:
+    """(the report line, all good): the files the provenance table of `doc` names, in the checkout."""
+    with open(doc) as f:
+        text = f.read()
+    start = text.index("## Provenance")
+    end = text.index("\n#", text.index("\n", start) + 1)
+    named = sorted(set(_NAMED.findall(text[start:end])))
+    missing, untested = [], []
+    for path in named:
+        full = os.path.join(air_src, EX, path)
+        if not os.path.isfile(full):
+            missing.append(path)
+        elif path.endswith(".lit"):
+            with open(full) as f:
+                if "ryzen_ai_npu2" not in f.read():
+                    untested.append(path)
+    lits = sum(p.endswith(".lit") for p in named)
+    name = os.path.relpath(doc, REPO) if doc.startswith(REPO + os.sep) else doc
+    line = (
+        f"provenance: {len(named) - len(missing)}/{len(named)} files named in "
+        f"{name} exist in the checkout, "
+        f"{lits - len(untested) - sum(p.endswith('.lit') for p in missing)}/{lits} lit tests require ryzen_ai_npu2"
+    )
+    for path in missing:
+        line += f"\n  missing: {EX}/{path}"
+    for path in untested:
+        line += f"\n  no REQUIRES: ryzen_ai_npu2: {EX}/{path}"
+    return line, not (missing or untested)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
@@ -639,6 +678,10 @@ def main(argv=None) -> int:
     cases = [c for c in CASES if args.only is None or args.only in c.name]
     passed = total = rejected = failures = 0
     bad = False
+    if PROVENANCE:
+        line, ok = check_provenance(PROVENANCE, args.air_src)
+        print(line, flush=True)
+        bad |= not ok
     for case in cases:
         verdict, detail = run_case(case, args.air_src, args.aie_src, args.timeout)
         print(f"{verdict:<13} {case.name}  [{case.note}]  {detail}", flush=True)

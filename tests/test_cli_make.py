@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from host_args import MAKE_TARGETS, target_config
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -119,3 +121,20 @@ def test_an_explicit_python_is_used_as_given(tmp_path):
         f"{sys.executable} -m pip install -q -r requirements.txt" in out
         and "-m venv" not in out
     )
+
+
+@pytest.mark.parametrize(
+    "target, variables",
+    [(t, ()) for t in MAKE_TARGETS] + [("run1x1", ("M=256", "N=128"))],
+)
+def test_every_make_target_builds_what_upstream_runs(target, variables):
+    # The design of each target passes the emulator's reading of aircc's passes (no re-laying fill on a
+    # split L2 buffer, no refeed past 63 or split refeed carrier, no odd ping-pong trip count) and takes
+    # the runtime loop tiling mlir-air's bfp16 GEMM would: [1, 1] on a small herd with several launches.
+    cfg = target_config(target, *variables)
+    assert cfg.resource_problem() is None
+    lm, ln = cfg.launch_grid
+    small = cfg.herd_m * cfg.herd_n < 8 and lm * ln > 1
+    assert cfg.runtime_loop_tiling == ((1, 1) if small else (2, 2))
+    if variables:  # run1x1 M=256 N=128: a 1x1 herd over a [4, 2] launch grid
+        assert (lm, ln) == (4, 2) and cfg.runtime_loop_tiling == (1, 1)

@@ -22,7 +22,6 @@ what matters, so the printed text is checked in two variants:
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "emulator", "tests", "designs"))
 import emu_testlib  # noqa: E402,F401  (puts the emulated `air` first on sys.path)
+from host_args import MAKE_TARGETS, target_config  # noqa: E402
 
 from air.dialects import arith  # noqa: E402
 from air.dialects import memref as mr  # noqa: E402
@@ -65,15 +65,6 @@ from air.ir import (  # noqa: E402
     StridedLayoutAttr,
     StringAttr,
 )
-
-MAKE_TARGETS = [
-    "run1x1",
-    "run2x4",
-    "run8x4",
-    "run_llama_qproj",
-    "run_llama_qproj_seq32",
-    "run_llama_down",
-]
 
 
 def _find_mlir_opt():
@@ -172,40 +163,6 @@ def assert_verifies(module):
 
 
 # --------------------------------------------------------------------------- the design, per make target
-
-_OPTION_FIELDS = {
-    "--m": "m",
-    "--k": "k",
-    "--n": "n",
-    "--gs": "gs",
-    "--tile-m": "tile_m",
-    "--tile-n": "tile_n",
-    "--tile-k-l1": "tile_k_l1",
-    "--tile-k-l2": "tile_k_l2",
-    "--herd-m": "herd_m",
-    "--herd-n": "herd_n",
-}
-
-
-def target_config(target):
-    """The DesignConfig a make target runs, from the host/run.py line of `make -n` (nothing is run)."""
-    from int4awq.design import DesignConfig
-
-    res = subprocess.run(
-        ["make", "-n", "-C", REPO, target, "BACKEND=emu"],
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    [line] = [ln for ln in res.stdout.splitlines() if "host/run.py" in ln]
-    words = shlex.split(line)
-    fields = {
-        _OPTION_FIELDS[w]: int(v)
-        for w, v in zip(words, words[1:])
-        if w in _OPTION_FIELDS
-    }
-    assert set(fields) == set(_OPTION_FIELDS.values()), line
-    return DesignConfig(**fields)
 
 
 @needs_mlir_opt

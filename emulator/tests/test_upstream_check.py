@@ -14,6 +14,12 @@ sys.path.insert(
 import upstream_check as uc  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def no_provenance(monkeypatch):
+    """The harness tests run stand-in examples: the provenance check has its own test below."""
+    monkeypatch.setattr(uc, "PROVENANCE", None)
+
+
 @pytest.fixture
 def checkout(tmp_path):
     ex = tmp_path / "programming_examples" / "demo"
@@ -84,3 +90,31 @@ def test_a_directory_that_is_not_a_checkout_is_one_line_and_exit_2(tmp_path, cap
     assert uc.main(["--air-src", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no programming_examples/" in err
+
+
+def test_the_provenance_table_is_checked_against_the_checkout(tmp_path, capsys):
+    doc = tmp_path / "design.md"
+    doc.write_text(
+        "# x\n## Provenance\n| a | `matrix_multiplication/demo/ex.py` | "
+        "`matrix_multiplication/demo/run_npu2.lit` |\n| b | `matrix_multiplication/demo/gone.py` | "
+        "`matrix_multiplication/demo/run_cpu.lit` |\n## Next\n`matrix_multiplication/demo/later.py`\n"
+    )
+    demo = tmp_path / "src" / "programming_examples" / "matrix_multiplication" / "demo"
+    demo.mkdir(parents=True)
+    (demo / "ex.py").write_text("")
+    (demo / "run_npu2.lit").write_text("// REQUIRES: ryzen_ai_npu2, peano\n")
+    (demo / "run_cpu.lit").write_text("// REQUIRES: peano\n")
+    line, ok = uc.check_provenance(str(doc), str(tmp_path / "src"))
+    assert not ok and line.splitlines() == [
+        f"provenance: 3/4 files named in {doc} exist in the checkout, 1/2 lit tests require "
+        "ryzen_ai_npu2",
+        "  missing: programming_examples/matrix_multiplication/demo/gone.py",
+        "  no REQUIRES: ryzen_ai_npu2: programming_examples/matrix_multiplication/demo/run_cpu.lit",
+    ]
+    (demo / "gone.py").write_text("")
+    (demo / "run_cpu.lit").write_text("// REQUIRES: ryzen_ai_npu2\n")
+    assert uc.check_provenance(str(doc), str(tmp_path / "src")) == (
+        f"provenance: 4/4 files named in {doc} exist in the checkout, 2/2 lit tests require "
+        "ryzen_ai_npu2",
+        True,
+    )
