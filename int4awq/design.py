@@ -37,8 +37,38 @@ MAX_LAUNCH_M, MAX_LAUNCH_N, MAX_LAUNCHES = 8, 64, 64
 SMALL_HERD_CORES = 8
 
 
+class RefillLoops:
+    """The two loops aircc ping-pongs in both designs (needs k, tile_k_l1, tile_k_l2): the segment's K
+    loop over L2 refills and the compute herd's chunk loop over each refill."""
+
+    @property
+    def k_refills(self) -> int:
+        """Trips of the segment's K loop: L2 refills of A and W."""
+        return self.k // self.tile_k_l2
+
+    @property
+    def chunks_per_l2(self) -> int:
+        """Trips of the compute herd's chunk loop: kernel calls per L2 refill."""
+        return self.tile_k_l2 // self.tile_k_l1
+
+    def check_even_trips(self) -> None:
+        """aircc unrolls a ping-ponged loop by 2; an odd trip count leaves a one-trip epilogue outside
+        the ping-pong ring, which corrupts data on NPU2 (docs/emulator.md#odd-trip-counts).
+        """
+        for what, trips in (
+            ("tile_k_l2 / tile_k_l1", self.chunks_per_l2),
+            ("K / tile_k_l2", self.k_refills),
+        ):
+            if trips > 1 and trips % 2:
+                raise ConfigError(
+                    f"{what} = {trips}: aircc ping-pongs that loop and an odd trip count leaves a "
+                    "one-trip epilogue outside the ping-pong ring (docs/emulator.md#odd-trip-counts); "
+                    "use an even count"
+                )
+
+
 @dataclass(frozen=True)
-class DesignConfig(record.KernelSizes):
+class DesignConfig(record.KernelSizes, RefillLoops):
     m: int
     k: int
     n: int
@@ -110,16 +140,7 @@ class DesignConfig(record.KernelSizes):
                 + f" = {self.a_chain_bds} memtile BDs on each A read stream: mlir-air's hardware-tested "
                 f"GEMMs chain at most {MAX_A_CHAIN}; use a smaller tile_k_l2 or a larger tile_k_l1"
             )
-        for what, trips in (
-            ("tile_k_l2 / tile_k_l1", self.chunks_per_l2),
-            ("K / tile_k_l2", self.k_refills),
-        ):
-            if trips > 1 and trips % 2:
-                raise ConfigError(
-                    f"{what} = {trips}: aircc ping-pongs that loop and an odd trip count leaves a "
-                    "one-trip epilogue outside the ping-pong ring (docs/emulator.md#odd-trip-counts); "
-                    "use an even count"
-                )
+        self.check_even_trips()
 
     @staticmethod
     def _step_name(what):
@@ -161,16 +182,6 @@ class DesignConfig(record.KernelSizes):
             self.m // (self.tile_m * self.herd_m),
             self.n // (self.tile_n * self.herd_n),
         )
-
-    @property
-    def k_refills(self) -> int:
-        """Trips of the segment's K loop: L2 refills of A and W."""
-        return self.k // self.tile_k_l2
-
-    @property
-    def chunks_per_l2(self) -> int:
-        """Trips of the compute herd's chunk loop: kernel calls per L2 refill."""
-        return self.tile_k_l2 // self.tile_k_l1
 
     @property
     def a_chain_bds(self) -> int:

@@ -63,7 +63,7 @@ def object_tile_m(tile_n: int, tile_k: int, gs: int) -> int:
 
 
 @dataclass(frozen=True)
-class GemvConfig(record.KernelSizes):
+class GemvConfig(record.KernelSizes, design.RefillLoops):
     m: int
     k: int
     n: int
@@ -113,16 +113,7 @@ class GemvConfig(record.KernelSizes):
                 f"launch grid [1, {self.launch_n}] (N / (tile_n * {PES})): mlir-air's hardware-tested "
                 f"designs run at most {design.MAX_LAUNCH_N} launch iterations along N; use a larger tile_n"
             )
-        for what, trips in (
-            ("tile_k_l2 / tile_k_l1", self.chunks_per_l2),
-            ("K / tile_k_l2", self.k_refills),
-        ):
-            if trips > 1 and trips % 2:
-                raise ConfigError(
-                    f"{what} = {trips}: aircc ping-pongs that loop and an odd trip count leaves a "
-                    "one-trip epilogue outside the ping-pong ring (docs/emulator.md#odd-trip-counts); "
-                    "use an even count"
-                )
+        self.check_even_trips()
         b = self.l1_budget()
         if b["total"] > L1_BYTES:
             parts = ", ".join(f"{k} {v}" for k, v in b.items() if k != "total")
@@ -157,14 +148,6 @@ class GemvConfig(record.KernelSizes):
     @property
     def k_chunks(self) -> int:
         return self.k // self.tile_k_l1
-
-    @property
-    def k_refills(self) -> int:
-        return self.k // self.tile_k_l2
-
-    @property
-    def chunks_per_l2(self) -> int:
-        return self.tile_k_l2 // self.tile_k_l1
 
     @property
     def acc_elems(self) -> int:

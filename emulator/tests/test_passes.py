@@ -214,21 +214,23 @@ def test_func16_a_single_side_inside_a_herd_is_not_split(tiles_per_l2_tile_1):
     assert not d.split and "single side is inside a herd" in d.note
 
 
+def halves(l2, a):
+    """A 64x64 buffer filled from DDR in two halves of 32 rows: two writers."""
+    for i in range(2):
+        dma_memcpy_nd(
+            l2,
+            a,
+            dst_offsets=[32 * i, 0],
+            dst_sizes=[32, 64],
+            dst_strides=[64, 1],
+            src_offsets=[2048 * i],
+            src_sizes=[2048],
+            src_strides=[1],
+        )
+
+
 def test_test18_equal_writers_and_readers_split_together(tiles_per_l2_tile_1):
     # test18: herd 2x1, a 64x64 buffer written in two halves from L3 and read in the same halves
-    def fill(l2, a):
-        for i in range(2):
-            dma_memcpy_nd(
-                l2,
-                a,
-                dst_offsets=[32 * i, 0],
-                dst_sizes=[32, 64],
-                dst_strides=[64, 1],
-                src_offsets=[2048 * i],
-                src_sizes=[2048],
-                src_strides=[1],
-            )
-
     res = report(
         fan_out(
             [64, 64],
@@ -236,26 +238,13 @@ def test_test18_equal_writers_and_readers_split_together(tiles_per_l2_tile_1):
             lambda x, y: [scaled(x, 32), 0],
             [32, 64],
             [64, 1],
-            fill=fill,
+            fill=halves,
         )
     )
     assert splits(res) == {"memref<64x64xi32, 1 : i32>": (2, 32 * 64 * 4)}
 
 
 def test_unequal_writers_and_readers_are_not_split(tiles_per_l2_tile_1):
-    def fill(l2, a):
-        for i in range(2):
-            dma_memcpy_nd(
-                l2,
-                a,
-                dst_offsets=[32 * i, 0],
-                dst_sizes=[32, 64],
-                dst_strides=[64, 1],
-                src_offsets=[2048 * i],
-                src_sizes=[2048],
-                src_strides=[1],
-            )
-
     res = report(
         fan_out(
             [64, 64],
@@ -263,7 +252,7 @@ def test_unequal_writers_and_readers_are_not_split(tiles_per_l2_tile_1):
             lambda x, y: [scaled(x, 16), 0],
             [16, 64],
             [64, 1],
-            fill=fill,
+            fill=halves,
         )
     )
     [(root, d)] = res.splits

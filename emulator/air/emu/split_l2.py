@@ -49,6 +49,7 @@ import numpy as np
 
 from ..ir import Block
 from . import patterns as P
+from .budget import _walk_all
 from .types import L3, np_dtype
 
 TILES_PER_L2_TILE = (
@@ -304,7 +305,7 @@ class SplitModel:
         w = self.w
         transfer = {id(e.op) for e in ends}
         values = {root._uid}
-        for op in _all_ops(w.compiler.entry.entry_block):
+        for op in _walk_all(w.compiler.entry.entry_block):
             name = op.OPERATION_NAME
             used = [v for v in op.operands if v._uid in values]
             if not used:
@@ -427,60 +428,43 @@ class SplitModel:
             for env in ep.envs:
                 d.piece_of[id(ep.end)][env_key(env)] = order.index(k)
         for ep, partner, pos, copies, pcopies in single_copies.values():
+
+            def refuse(short, copy, pcopy):
+                detail = self._mismatch(
+                    name, ep, partner, pos, dim, split_stride, copy, pcopy, piece_extent
+                )
+                return Refusal(f"split of {name}: {short}", detail)
+
             orig = ep.pattern.addresses()
-            porig = (
-                self.pattern(partner, {}).addresses() if partner is not None else None
-            )
-            pairs = (
-                dict(zip(orig.tolist(), porig.tolist())) if porig is not None else None
-            )
+            if partner is not None:
+                porig = self.pattern(partner, {}).addresses()
+                pairs = dict(zip(orig.tolist(), porig.tolist()))
             for i, c in enumerate(copies):
                 a = c.addresses()
                 if piece_extent < extent:
                     idx = (a // split_stride) % extent
                     k = c.offsets[pos]
-                    if (
-                        idx.min() < k
-                        or idx.max() >= k + piece_extent
-                        or not np.isin(a, orig).all()
-                    ):
-                        raise Refusal(
-                            f"split of {name}: the {ep.end.direction.upper()} side {ep.pattern.text()} "
-                            f"is tiled off its pieces",
-                            self._mismatch(
-                                name,
-                                ep,
-                                partner,
-                                pos,
-                                dim,
-                                split_stride,
-                                c,
-                                None,
-                                piece_extent,
-                            ),
+                    inside = k <= idx.min() and idx.max() < k + piece_extent
+                    if not inside or not np.isin(a, orig).all():
+                        raise refuse(
+                            f"the {ep.end.direction.upper()} side {ep.pattern.text()} is tiled "
+                            "off its pieces",
+                            c,
+                            None,
                         )
-                if pcopies is None:
+                if partner is None:
                     continue
                 b = pcopies[i].addresses()
                 if len(a) != len(b) or any(
                     pairs.get(x) != y for x, y in zip(a.tolist(), b.tolist())
                 ):
-                    raise Refusal(
-                        f"split of {name}: the two sides of {ep.end.where()} disagree "
-                        f"({len(b)} vs {len(a)} elements per piece)",
-                        self._mismatch(
-                            name,
-                            ep,
-                            partner,
-                            pos,
-                            dim,
-                            split_stride,
-                            c,
-                            pcopies[i],
-                            piece_extent,
-                        ),
+                    raise refuse(
+                        f"the two sides of {ep.end.where()} disagree ({len(b)} vs {len(a)} "
+                        "elements per piece)",
+                        c,
+                        pcopies[i],
                     )
-            d.tiled[id(ep.end)] = [c for c in copies]
+            d.tiled[id(ep.end)] = list(copies)
             if partner is not None:
                 d.tiled[id(partner)] = list(pcopies)
         d.factor, d.dim = factor, dim
@@ -549,11 +533,3 @@ def _bump(p, ref_sizes):
         strides.insert(cur, r * strides[cur])
         sizes[cur + 1] = r
     return Pattern(offs, sizes, strides)
-
-
-def _all_ops(block):
-    for op in block.operations:
-        yield op
-        for r in op.regions:
-            for b in r.blocks:
-                yield from _all_ops(b)
