@@ -52,7 +52,7 @@ from . import patterns as P
 from .budget import _PingPong
 from .errors import DesignError, ResourceError
 from .refeed import annotate as annotate_refeed
-from .split_l2 import Decision, Refusal, SplitModel, env_key
+from .split_l2 import Decision, Refusal, SplitModel, env_key, partners
 from .types import L1, L2, L3, LEVEL_NAMES, level_of, np_dtype
 
 # NPU2 (AIE2P) per-tile resources, from mlir-aie's target model (include/aie/Dialect/AIE/IR/
@@ -618,7 +618,7 @@ def _check_runtime_loop_tiling(w, compiler, options):
         for e in w.ends:
             if e.level != L3 or e.direction != "s2mm" or not _inside(e.op, op):
                 continue
-            src = _partners(w, e)
+            src = partners(w, e)
             if not src or src[0].level != L2:
                 continue
             root, _ = w.root(src[0].side.memref)
@@ -797,13 +797,6 @@ def _memtiles(w, pp_loop):
     return _place(w, pieces), tiled
 
 
-def _partners(w, end):
-    """The other ends of `end`'s stream: the other side of its DMA, or the other ops on its channel."""
-    if end.chan is None:
-        return [e for e in w.ends if e.op is end.op and e is not end]
-    return [e for e in w.ends if e.chan == end.chan and e.direction != end.direction]
-
-
 def _place(w, pieces):
     """Place the pieces on the memtiles: most streams first, each on the tile with the most free
     channels that can take its bytes and streams.  aircc's placement order is its own; this one
@@ -870,7 +863,7 @@ def _shims(w, tiled):
             continue
         count = 1
         if e.chan is None:
-            other = _partners(w, e)[0]
+            other = partners(w, e)[0]
             if other.herd is not None:
                 count = len(
                     {w.offset(e, env) for env in _pe_space(w.compiler, other.herd)}

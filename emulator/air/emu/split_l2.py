@@ -120,6 +120,14 @@ class Refusal(Exception):
         self.short, self.detail = short, detail
 
 
+def partners(w, end):
+    """The other ends of `end`'s stream (w: resources._Walk): the other side of its DMA, or the ops of
+    the other direction on its channel."""
+    if end.chan is None:
+        return [e for e in w.ends if e.op is end.op and e is not end]
+    return [e for e in w.ends if e.chan == end.chan and e.direction != end.direction]
+
+
 def _row_major(shape):
     rs = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
@@ -249,20 +257,23 @@ class SplitModel:
         factor = max(n_mm, n_s2)
         multi = (mm2s if n_mm > 1 else []) + (s2mm if n_s2 > 1 else [])
         single = s2mm if n_s2 == 1 else (mm2s if n_mm == 1 else [])
-        if single and single[0].end.herd is not None:
+        if single and any(
+            e.herd is not None
+            for e in [single[0].end] + partners(self.w, single[0].end)
+        ):
             d.note = "not split: its single side is inside a herd"
             return d
-        partners = [self._partner(s.end) for s in single]
-        if any(p is not None and p.level == L3 for p in partners):
-            direction = partners[0].direction
+        links = [self._partner(s.end) for s in single]
+        if any(p is not None and p.level == L3 for p in links):
+            direction = links[0].direction
             total = sum(
                 f
                 for e in self.w.ends
                 if e.level == L3 and e.direction == direction
                 for f in [self.launch[id(e)]]
             )
-            now = sum(self.launch[id(p)] for p in partners)
-            hyp = total - now + factor * len(partners)
+            now = sum(self.launch[id(p)] for p in links)
+            hyp = total - now + factor * len(links)
             if hyp > self.cap:
                 d.note = (
                     f"not split (factor {factor}): it would take the launch's {direction.upper()} "
@@ -283,20 +294,14 @@ class SplitModel:
                 f"{first.strides[pos]} of the offset its endpoints differ in"
             )
             return d
-        self._rewrite(d, root, shape, rs, dim, factor, multi, single, partners)
-        for p in partners:
+        self._rewrite(d, root, shape, rs, dim, factor, multi, single, links)
+        for p in links:
             if p is not None and p.level == L3:
                 self.launch[id(p)] = factor
         return d
 
     def _partner(self, end):
-        if end.chan is None:
-            return next(e for e in self.w.ends if e.op is end.op and e is not end)
-        others = [
-            e
-            for e in self.w.ends
-            if e.chan == end.chan and e.direction != end.direction
-        ]
+        others = partners(self.w, end)
         return others[0] if len(others) == 1 else None
 
     def _non_channel_user(self, root, ends):
@@ -335,7 +340,7 @@ class SplitModel:
         return pos
 
     # ------------------------------------------------------------------------------ the rewrite
-    def _rewrite(self, d, root, shape, rs, dim, factor, multi, single, partners):
+    def _rewrite(self, d, root, shape, rs, dim, factor, multi, single, links):
         name = f"L2 buffer {root.type}"
         split_stride = rs[dim]
         extent = shape[dim]
@@ -356,7 +361,7 @@ class SplitModel:
             keys.setdefault(p.offsets[pos], []).append(ep)
         # the single side: `factor` tiled copies, and the same for its other end
         single_copies = {}
-        for ep, partner in zip(single, partners):
+        for ep, partner in zip(single, links):
             p = ep.pattern
             pos = next((i for i, s in enumerate(p.strides) if s == split_stride), dim)
             copies = [_tile(p, pos, extent, factor, i) for i in range(factor)]
