@@ -144,7 +144,7 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=
         return whole, MemRefType.get([1, 1, size], elt, memory_space=l1, layout=layout)
 
     acc_herd, acc_pe = herd_wide(acc_n, f32)
-    out_herd, out_pe = herd_wide(m * tn, bf16)
+    out_herd, out_pe = herd_wide(cfg.out_elems, bf16)  # each PE's slice 64-byte aligned
     scratch_herd, scratch_pe = herd_wide(cfg.scratch_bytes, u8)
 
     obj = cfg.kernel_object
@@ -243,7 +243,7 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=
                         drain,
                         [
                             pe_slice(acc_h, x, y, acc_n),
-                            pe_slice(out_h, x, y, m * tn),
+                            pe_slice(out_h, x, y, cfg.out_elems),
                             arith.ConstantOp(i32, m),
                         ],
                     )
@@ -255,7 +255,7 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=
                         dst_strides=[hy * m * tn, m * tn, tn, 1],
                         src_offsets=[x, y, 0],
                         src_sizes=[1, 1, m * tn],
-                        src_strides=[hy * m * tn, m * tn, 1],
+                        src_strides=[hy * cfg.out_elems, cfg.out_elems, 1],
                     )
 
                 # [8, 4, M, tn] -> C[:, bn*32*tn : +32*tn] in one DMA (bf16_x_bfp16's C). The DDR side
@@ -302,7 +302,6 @@ def main(argv=None) -> int:
         ("tile-n", "the record's N tile"),
         ("tile-k-l1", "the record's K-chunk"),
         ("tile-k-l2", "K per L2 refill"),
-        ("tile-m", "the GEMM tile_m of the shared kernel object"),
         ("stack-size", "the core's stack in L1, bytes"),
     ):
         parser.add_argument(

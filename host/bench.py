@@ -148,8 +148,6 @@ def measure_gemv(cfg, m, k, n, iters, warmup):
         str(cfg.tile_k_l1),
         "--tile-k-l2",
         str(cfg.tile_k_l2),
-        "--tile-m",
-        str(cfg.tile_m),
         "--compile-mode",
         "compile-only",
     ]

@@ -623,7 +623,7 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
 
 
 # ------------------------------------------------------------------------------------------ runs
-GEMM_ONLY_OPTIONS = ("herd_m", "herd_n")
+GEMM_ONLY_OPTIONS = ("tile_m", "herd_m", "herd_n")
 
 
 def choose_design(args, m: int) -> tuple[str, str]:
@@ -638,7 +638,7 @@ def choose_design(args, m: int) -> tuple[str, str]:
         if gemm_only:
             raise ConfigError(
                 f"--design gemv: {gemm_only[0]} is a GEMM option; the decode design takes --tile-n, "
-                "--tile-k-l1, --tile-k-l2, --tile-m (the shared object's GEMM tile) and --stack-size"
+                "--tile-k-l1, --tile-k-l2 and --stack-size"
             )
         return "gemv", "--design gemv"
     if args.design == "gemm":

@@ -61,15 +61,6 @@ def act(args, cfg, module, backend_options: dict) -> int:
     return compile_and_run(cfg, module, backend_options, args.verbose)
 
 
-def _kernel_dims(cfg) -> list[str]:
-    return [
-        f"DIM_M={cfg.tile_m}",
-        f"DIM_N={cfg.tile_n}",
-        f"DIM_K_CHUNK={cfg.tile_k_l1}",
-        f"DIM_GS={cfg.gs}",
-    ]
-
-
 def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> int:
     """aircc for npu2 in build_dir, where the Peano kernel object is linked (aircc resolves link_with in
     the working directory); the object is built first when it is missing."""
@@ -78,7 +69,7 @@ def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> i
     build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     obj = os.path.join(KERNEL_BUILD, cfg.kernel_object)
     if not os.path.isfile(obj):
-        dims = _kernel_dims(cfg)
+        dims = cfg.kernel.make_args()
         made = (
             subprocess.run(
                 ["make", "-C", os.path.join(REPO, "kernels"), "peano", *dims]

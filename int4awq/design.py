@@ -176,6 +176,13 @@ class DesignConfig(record.KernelSizes, RefillLoops):
 
     # Derived sizes (record, scratch, stack and kernel object: record.KernelSizes) -------------------------
     @property
+    def kernel(self) -> record.KernelObject:
+        """The GEMM's kernel object at this tile."""
+        return record.KernelObject(
+            "gemm", self.tile_n, self.tile_k_l1, self.gs, self.tile_m
+        )
+
+    @property
     def launch_grid(self) -> tuple[int, int]:
         """Launch iterations along M and N: one (M block, N block) each."""
         return (
@@ -321,13 +328,14 @@ def resource_problem(cfg) -> str | None:
     return None if report.summary() == "resources: within limits" else report.summary()
 
 
-def build_host_kernel(cfg: DesignConfig) -> str:
-    """The kernel built for x86-64 for the emulator (kernel_model.build_host_kernel: kernels/Makefile host,
-    the same -D tile macros as for Peano); returns the directory holding the library."""
+def build_host_kernel(cfg) -> str:
+    """The kernel object of a configuration (DesignConfig or GemvConfig) built for x86-64 for the emulator
+    (kernel_model.build_host_kernel: kernels/Makefile host, the same -D macros as for Peano); returns the
+    directory holding the library."""
     from .kernel_model import build_host_kernel as build
 
     try:
-        return str(build(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs).parent)
+        return str(build(cfg.kernel).parent)
     except RuntimeError as e:
         raise ConfigError(str(e)) from None
 

@@ -41,26 +41,6 @@ MEMTILE_BYTES = design.MEMTILE_BYTES
 TILE_NS = (16, 32, 48, 64, 80, 96, 128)
 TILE_KS = (32, 64, 128, 256, 512)
 
-OBJECT_TILE_MS = (64, 48, 32, 16)
-
-
-def object_tile_m(tile_n: int, tile_k: int, gs: int) -> int:
-    """The GEMM tile_m of the kernel object a decode run links when none is given: the largest of
-    OBJECT_TILE_MS with which the GEMM accepts this record tile (its tile rules and L1 budget). The record
-    is the GEMM's, so a record tile no GEMM configuration can use is refused here too.
-    """
-    problem = None
-    for tm in OBJECT_TILE_MS:
-        try:
-            record.check_kernel_tiles(tm, tile_n, tile_k, gs)
-            return tm
-        except ConfigError as e:
-            problem = e  # the last, the smallest tile_m: the most lenient
-    raise ConfigError(
-        f"record tile {tile_n} x {tile_k} (gs {gs}): no GEMM tile_m in {list(OBJECT_TILE_MS)} "
-        f"accepts it, so no object serves both designs ({problem})"
-    )
-
 
 @dataclass(frozen=True)
 class GemvConfig(record.KernelSizes, design.RefillLoops):
@@ -71,9 +51,6 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
     tile_n: int  # the record's N tile (the GEMM's tile_n)
     tile_k_l1: int  # the record's K-chunk (the GEMM's tile_k_l1)
     tile_k_l2: int | None = None  # K per L2 refill; None: K
-    tile_m: int | None = (
-        None  # the GEMM tile of the shared kernel object; None: object_tile_m()
-    )
     stack_size: int | None = None
 
     def __post_init__(self):
@@ -92,12 +69,7 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
             raise ConfigError(
                 f"M = {self.m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
             )
-        if self.tile_m is None:
-            object.__setattr__(
-                self, "tile_m", object_tile_m(self.tile_n, self.tile_k_l1, self.gs)
-            )
-        else:  # the object's GEMM entries must build and run at this tile too
-            record.check_kernel_tiles(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
+        record.check_record_tile(self.tile_n, self.tile_k_l1, self.gs)
         record.check_stack_size(self.stack_size)
         for what, size, step, name in (
             ("N", self.n, PES * self.tile_n, f"tile_n * {PES} PEs"),
@@ -137,6 +109,11 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
 
     # Derived sizes ---------------------------------------------------------------------------------
     @property
+    def kernel(self) -> record.KernelObject:
+        """The GEMV's kernel object for this record tile."""
+        return record.KernelObject("gemv", self.tile_n, self.tile_k_l1, self.gs)
+
+    @property
     def n_tiles(self) -> int:
         return self.n // self.tile_n
 
@@ -148,6 +125,13 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
     @property
     def k_chunks(self) -> int:
         return self.k // self.tile_k_l1
+
+    @property
+    def out_elems(self) -> int:
+        """bf16 elements of a PE's drain buffer: its M x tile_n tile, rounded up to 64 bytes (the kernel
+        takes every buffer 64-byte aligned, and the herd-wide buffer's slices follow one another).
+        """
+        return -(-self.m * self.tile_n // 32) * 32
 
     @property
     def acc_elems(self) -> int:
@@ -168,7 +152,7 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
     def name(self) -> str:
         return (
             f"gemv_m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_n}x{self.tile_k_l1}"
-            f"x{self.tile_k_l2}_o{self.tile_m}"
+            f"x{self.tile_k_l2}"
         )
 
     def summary(self) -> str:
@@ -184,7 +168,7 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
         pp = 2 if self.chunks_per_l2 > 1 else 1
         b = {
             "acc": 4 * self.acc_elems,
-            "c_out": 2 * self.m * self.tile_n,
+            "c_out": 2 * self.out_elems,
             "a_chunk": pp * 2 * self.m * self.tile_k_l1,
             "record": pp * self.record_bytes,
             "w_scratch": record.w_scratch_bytes(self.tile_n, self.tile_k_l1),
@@ -275,7 +259,7 @@ def modelled(
 
     m = cfg.m if m is None else m
     n = cfg.n if n is None else n
-    per_call = gemv_cycles(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m)
+    per_call = gemv_cycles(cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m)
     per_pe = cfg.launch_n * (cfg.k_chunks * per_call + tile_end_cycles(cfg))
     compute_s = per_pe / CLOCK_HZ
     ddr = cfg.ddr_bytes()
@@ -425,12 +409,12 @@ if __name__ == "__main__":
 def config_from_args(
     args: argparse.Namespace, m: int, k: int, n: int, gs: int
 ) -> tuple[GemvConfig, str]:
-    """(configuration, where it came from): the options given (--tile-n, --tile-k-l1, --tile-k-l2, --tile-m,
+    """(configuration, where it came from): the options given (--tile-n, --tile-k-l1, --tile-k-l2,
     --stack-size) over the default for the shape."""
     check_dims(M=m, K=k, N=n)
     given = {
         key: getattr(args, key, None)
-        for key in ("tile_n", "tile_k_l1", "tile_k_l2", "tile_m", "stack_size")
+        for key in ("tile_n", "tile_k_l1", "tile_k_l2", "stack_size")
     }
     given = {key: v for key, v in given.items() if v is not None}
     if m > GEMV_MAX_M:
@@ -440,9 +424,7 @@ def config_from_args(
     base = default_config(m, k, n, gs)
     if not given:
         return base, "best modelled decode configuration"
-    tiles = dict(
-        tile_n=base.tile_n, tile_k_l1=base.tile_k_l1
-    )  # tile_m: the record's own
+    tiles = dict(tile_n=base.tile_n, tile_k_l1=base.tile_k_l1)
     if "tile_k_l1" not in given:  # a new K-chunk takes K per refill with it
         tiles["tile_k_l2"] = base.tile_k_l2
     tiles.update(given)

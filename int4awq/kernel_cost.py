@@ -203,20 +203,19 @@ def kernel_hash() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-def _key(tm: int, tn: int, tk: int, gs: int, m: int | None = None) -> str:
-    gemm = f"{tm}x{tn}x{tk}/gs{gs}"
-    return gemm if m is None else f"gemv/{gemm}/m{m}"
+# A call: (tm, tn, tk, gs) of gemm_int4_accumulate, or (None, tn, tk, gs, m) of gemv_int4_accumulate with m
+# rows (the GEMV object has no tile_m).
+def _key(tm: int | None, tn: int, tk: int, gs: int, m: int | None = None) -> str:
+    if m is None:
+        return f"{tm}x{tn}x{tk}/gs{gs}"
+    return f"gemv/{tn}x{tk}/gs{gs}/m{m}"
 
 
-def measure(tm: int, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
+def measure(tm: int | None, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
     """Profile one call (gemm_int4_accumulate, or gemv_int4_accumulate of m rows) into a table entry."""
     from .kernel_profile import profile_accumulate, profile_gemv
 
-    p = (
-        profile_accumulate(tm, tn, tk, gs)
-        if m is None
-        else profile_gemv(tm, tn, tk, gs, m)
-    )
+    p = profile_accumulate(tm, tn, tk, gs) if m is None else profile_gemv(tn, tk, gs, m)
     prof = {
         "loops": [
             {"ops": lp.ops, "peak_in": lp.peak_in, "peak_out": lp.peak_out}
@@ -248,7 +247,7 @@ def _entries() -> dict:
     return _ENTRIES
 
 
-def entry(tm: int, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
+def entry(tm: int | None, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
     key = _key(tm, tn, tk, gs, m)
     entries = _entries()
     if key not in entries:
@@ -279,9 +278,9 @@ def kernel_cycles(tm: int, tn: int, tk: int, gs: int) -> float:
     return float(np.array(entry(tm, tn, tk, gs)["x"]) @ calibration().constants)
 
 
-def gemv_cycles(tm: int, tn: int, tk: int, gs: int, m: int) -> float:
+def gemv_cycles(tn: int, tk: int, gs: int, m: int) -> float:
     """Modelled cycles of one gemv_int4_accumulate call of m rows (MODELLED)."""
-    return float(np.array(entry(tm, tn, tk, gs, m)["x"]) @ calibration().constants)
+    return float(np.array(entry(None, tn, tk, gs, m)["x"]) @ calibration().constants)
 
 
 def steps(tm: int, tn: int, tk: int) -> int:
@@ -326,16 +325,16 @@ TABLE_GROUP_SIZES = (
 
 def table_calls():
     """Per group size of TABLE_GROUP_SIZES: every GEMM tile the sweep can choose (int4awq.sweep TILES,
-    K_CHUNKS), and every GEMV record tile (int4awq.gemv TILE_NS, TILE_KS) at 1 to GEMV_MAX_M rows on its
-    default object."""
+    K_CHUNKS), and every GEMV record tile (int4awq.gemv TILE_NS, TILE_KS) at 1 to GEMV_MAX_M rows.
+    """
     for gs in TABLE_GROUP_SIZES:
         yield from _table_calls(gs)
 
 
 def _table_calls(gs: int):
     from .errors import ConfigError
-    from .gemv import GEMV_MAX_M, TILE_KS, TILE_NS, object_tile_m
-    from .record import check_kernel_tiles
+    from .gemv import GEMV_MAX_M, TILE_KS, TILE_NS
+    from .record import check_kernel_tiles, check_record_tile
     from .sweep import K_CHUNKS, TILES
 
     for tm, tn, tk in itertools.product(TILES, TILES, K_CHUNKS):
@@ -345,14 +344,12 @@ def _table_calls(gs: int):
             continue
         yield tm, tn, tk, gs
     for tn, tk in itertools.product(TILE_NS, TILE_KS):
-        if tk % gs and gs % tk:
-            continue
         try:
-            tm = object_tile_m(tn, tk, gs)
+            check_record_tile(tn, tk, gs)
         except ConfigError:
             continue
         for m in range(1, GEMV_MAX_M + 1):
-            yield tm, tn, tk, gs, m
+            yield None, tn, tk, gs, m
 
 
 def calibration_table(cal: Calibration) -> str:

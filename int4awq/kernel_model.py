@@ -16,8 +16,9 @@ implements:
     hi = bf16(G), lo = bf16(G - hi), both round-to-nearest-even;
   * C = bf16(c), round-to-nearest-even.
 
-HostKernel builds the kernel's shared library for a tile configuration (make -C kernels host) and runs a
-whole GEMM through its three entry points, tile by tile, the way a PE would.
+HostKernel builds the GEMM object's shared library for a tile configuration (make -C kernels host) and runs a
+whole GEMM through its three entry points, tile by tile, the way a PE would; GemvHostKernel does the same with
+the GEMV object of a record tile.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from ml_dtypes import bfloat16
 from .errors import ConfigError
 from .quant import AwqWeights
 from .record import (
+    KernelObject,
     check_kernel_tiles,
+    check_record_tile,
     check_weight_tiling,
-    kernel_lib_name,
     pack_weights,
     record_bytes,
     w_scratch_bytes,
@@ -115,23 +117,21 @@ def kernel_gemm_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ host build
-def build_host_kernel(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Path:
-    """make -C kernels host ... ; returns the path of the shared library."""
-    check_kernel_tiles(tile_m, tile_n, tile_k, gs)
-    dims = [
-        f"DIM_M={tile_m}",
-        f"DIM_N={tile_n}",
-        f"DIM_K_CHUNK={tile_k}",
-        f"DIM_GS={gs}",
-    ]
+def build_host_kernel(obj: KernelObject, target: str = "host") -> Path:
+    """make -C kernels host (or host-profile) for one kernel object; returns the path of the shared library."""
+    if obj.entries == "gemm":
+        check_kernel_tiles(obj.tile_m, obj.tile_n, obj.tile_k, obj.gs)
+    else:
+        check_record_tile(obj.tile_n, obj.tile_k, obj.gs)
     proc = subprocess.run(
-        ["make", "-s", "-C", str(KERNELS_DIR), "host", *dims],
+        ["make", "-s", "-C", str(KERNELS_DIR), target, *obj.make_args()],
         capture_output=True,
         text=True,
     )
     if proc.returncode:
         raise RuntimeError(f"kernel host build failed:\n{proc.stdout}{proc.stderr}")
-    lib = KERNELS_DIR / "build" / kernel_lib_name(tile_m, tile_n, tile_k, gs, host=True)
+    suffix = "_profile.so" if target == "host-profile" else ".so"
+    lib = KERNELS_DIR / "build" / (obj.stem + suffix)
     if not lib.exists():
         raise RuntimeError(f"kernel host build did not produce {lib}")
     return lib
@@ -152,31 +152,47 @@ def a_tile_blocked(a_tile: np.ndarray) -> np.ndarray:
     return a_tile.reshape(tm // 8, 8, tk // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
 
 
-class HostKernel:
-    """The host-built kernel for one tile configuration, driven through ctypes like a PE would."""
+class _HostObject:
+    """A host-built kernel object loaded through ctypes, with the record and scratch buffers a PE has."""
+
+    def __init__(self, obj: KernelObject, entries, lib: Path | None):
+        self.obj = obj
+        self.path = lib or build_host_kernel(obj)
+        self.lib = ctypes.CDLL(str(self.path))
+        for name, args in entries:
+            fn = getattr(self.lib, name)
+            fn.argtypes, fn.restype = args, None
+        self.misaligned = self.lib.aie_host_misaligned_accesses
+        self.misaligned.argtypes, self.misaligned.restype = [], ctypes.c_ulong
+        self.w_buf = aligned_empty(
+            (record_bytes(obj.tile_n, obj.tile_k, obj.gs),), np.uint8
+        )
+        self.scratch = aligned_empty(
+            (w_scratch_bytes(obj.tile_n, obj.tile_k),), np.uint8
+        )
+
+
+class HostKernel(_HostObject):
+    """The host-built GEMM object for one tile configuration, driven through ctypes like a PE would."""
 
     def __init__(
         self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None
     ):
         self.tile_m, self.tile_n, self.tile_k, self.gs = tile_m, tile_n, tile_k, gs
-        self.path = lib or build_host_kernel(tile_m, tile_n, tile_k, gs)
-        self.lib = ctypes.CDLL(str(self.path))
         vp = ctypes.c_void_p
-        for name, nargs in (
-            ("gemm_int4_zero", 1),
-            ("gemm_int4_accumulate", 4),
-            ("gemm_int4_drain", 2),
-        ):
-            fn = getattr(self.lib, name)
-            fn.argtypes, fn.restype = [vp] * nargs, None
-        self.misaligned = self.lib.aie_host_misaligned_accesses
-        self.misaligned.argtypes, self.misaligned.restype = [], ctypes.c_ulong
+        super().__init__(
+            KernelObject("gemm", tile_n, tile_k, gs, tile_m),
+            (
+                ("gemm_int4_zero", [vp]),
+                ("gemm_int4_accumulate", [vp] * 4),
+                ("gemm_int4_drain", [vp] * 2),
+            ),
+            lib,
+        )
         tm, tn, tk = tile_m, tile_n, tile_k
         self.c_acc = aligned_empty((tm * tn,), np.float32)
         self.c_out = aligned_empty((tm, tn), bfloat16)
         self.a_buf = aligned_empty((tm * tk,), bfloat16)
-        self.w_buf = aligned_empty((record_bytes(tn, tk, gs),), np.uint8)
-        self.scratch = aligned_empty((w_scratch_bytes(tn, tk),), np.uint8)
 
     def zero(self) -> None:
         self.lib.gemm_int4_zero(self.c_acc.ctypes.data)
@@ -225,35 +241,14 @@ class HostKernel:
 GEMV_MAX_M = 32  # rows of A one GEMV call takes (four 8-row bands; kernels/mv_int4_bf16.cc GEMV_MAX_M)
 
 
-def k_part_chunks(k: int, tile_k: int, k_split: int) -> list[list[int]]:
-    """The K-chunks each of k_split parts sums: chunk kc belongs to part kc % k_split (interleaved, so one
-    step of a K-split design reads k_split consecutive records and one contiguous stretch of A).
-    """
-    chunks = k // tile_k
-    if k_split < 1 or chunks % k_split:
-        raise ConfigError(
-            f"K / tile_k = {chunks} K-chunks do not split into {k_split} equal parts"
-        )
-    return [list(range(q, chunks, k_split)) for q in range(k_split)]
-
-
-def kernel_gemv_model(
-    a: np.ndarray, w: AwqWeights, tile_k: int, k_split: int = 1
-) -> np.ndarray:
-    """bf16 [M, N]: what the GEMV entries compute for C = A x dequant(W), M <= GEMV_MAX_M, with K cut into
-    k_split interleaved parts (k_part_chunks): each part's partial sum is the GEMM kernel's arithmetic over
-    its chunks (bit-identical per row to kernel_gemm_model for k_split = 1), then the parts are added in
-    order in f32 (round to nearest even), p0 + p1, then + p2, ..., as the chain of PEs does, and rounded
-    to bf16 once."""
-    m, k = a.shape
+def kernel_gemv_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
+    """bf16 [M, N]: what the GEMV entries compute for C = A x dequant(W), M <= GEMV_MAX_M rows, one K sweep:
+    the GEMM kernel's arithmetic row by row (a row's bfp16 blocks run along K, so they do not depend on the
+    other rows), i.e. kernel_gemm_model's rows."""
+    m, _ = a.shape
     if not 1 <= m <= GEMV_MAX_M:
         raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
-    a_bfp, w_bfp, s = _operands(a, w)
-    total = None
-    for chunks in k_part_chunks(k, tile_k, k_split):
-        part = _partial_sum(a_bfp, w_bfp, s, chunks, tile_k, w.gs)
-        total = part if total is None else (total + part).astype(np.float32)
-    return total.astype(bfloat16)
+    return kernel_gemm_model(a, w, tile_k)
 
 
 def gemv_acc_elems(m: int, tile_n: int) -> int:
@@ -261,27 +256,24 @@ def gemv_acc_elems(m: int, tile_n: int) -> int:
     return -(-m // 8) * 8 * tile_n
 
 
-class GemvHostKernel(HostKernel):
-    """The GEMV entries of the same host-built object (same record, same scratch), driven like a chain of
-    k_split PEs per N-tile: each zeroes, accumulates its K part's records, adds the previous PE's partial
-    sum; the last drains."""
+class GemvHostKernel(_HostObject):
+    """The host-built GEMV object of one record tile (same record, same scratch as the GEMM's): zero,
+    accumulate each K-chunk's record, drain, per N-tile."""
 
-    def __init__(
-        self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None
-    ):
-        super().__init__(tile_m, tile_n, tile_k, gs, lib)
+    def __init__(self, tile_n: int, tile_k: int, gs: int, lib: Path | None = None):
+        self.tile_n, self.tile_k, self.gs = tile_n, tile_k, gs
         vp, i32 = ctypes.c_void_p, ctypes.c_int32
-        for name, args in (
-            ("gemv_int4_zero", [vp, i32]),
-            ("gemv_int4_accumulate", [vp, vp, vp, vp, i32]),
-            ("gemv_int4_add", [vp, vp, i32]),
-            ("gemv_int4_drain", [vp, vp, i32]),
-        ):
-            fn = getattr(self.lib, name)
-            fn.argtypes, fn.restype = args, None
+        super().__init__(
+            KernelObject("gemv", tile_n, tile_k, gs),
+            (
+                ("gemv_int4_zero", [vp, i32]),
+                ("gemv_int4_accumulate", [vp, vp, vp, vp, i32]),
+                ("gemv_int4_drain", [vp, vp, i32]),
+            ),
+            lib,
+        )
         tn, tk = tile_n, tile_k
         self.g_acc = aligned_empty((gemv_acc_elems(GEMV_MAX_M, tn),), np.float32)
-        self.g_part = aligned_empty((gemv_acc_elems(GEMV_MAX_M, tn),), np.float32)
         self.g_a = aligned_empty((GEMV_MAX_M * tk,), bfloat16)
         self.g_out = aligned_empty((GEMV_MAX_M * tn,), bfloat16)
 
@@ -303,13 +295,9 @@ class GemvHostKernel(HostKernel):
         )
 
     def gemv(
-        self,
-        a: np.ndarray,
-        w: AwqWeights,
-        k_split: int = 1,
-        packed: np.ndarray | None = None,
+        self, a: np.ndarray, w: AwqWeights, packed: np.ndarray | None = None
     ) -> np.ndarray:
-        """C = A x dequant(W) in bf16 for M <= GEMV_MAX_M rows, N-tile by N-tile, K in k_split parts."""
+        """C = A x dequant(W) in bf16 for M <= GEMV_MAX_M rows, N-tile by N-tile, all of K."""
         tn, tk = self.tile_n, self.tile_k
         m, k = a.shape
         if not 1 <= m <= GEMV_MAX_M:
@@ -317,24 +305,16 @@ class GemvHostKernel(HostKernel):
         check_weight_tiling(k, w.n, w.gs, tn, tk)
         if packed is None:
             packed = pack_weights(w, tn, tk)
-        parts = k_part_chunks(k, tk, k_split)
-        elems = gemv_acc_elems(m, tn)
-        acc, part = self.g_acc[:elems], self.g_part[:elems]
+        acc = self.g_acc[: gemv_acc_elems(m, tn)]
         c = np.empty((m, w.n), dtype=bfloat16)
         for nt in range(w.n // tn):
-            for q, chunks in enumerate(parts):
-                target = acc if q == 0 else part
-                self.gemv_zero(target, m)
-                for kc in chunks:
-                    self.gemv_accumulate(
-                        packed[nt, kc],
-                        np.ascontiguousarray(a[:, kc * tk : (kc + 1) * tk]),
-                        target,
-                    )
-                if (
-                    q
-                ):  # PE q receives the running sum of PEs 0..q-1 and adds its own: acc = acc + part
-                    self.lib.gemv_int4_add(acc.ctypes.data, part.ctypes.data, m)
+            self.gemv_zero(acc, m)
+            for kc in range(k // tk):
+                self.gemv_accumulate(
+                    packed[nt, kc],
+                    np.ascontiguousarray(a[:, kc * tk : (kc + 1) * tk]),
+                    acc,
+                )
             self.lib.gemv_int4_drain(acc.ctypes.data, self.g_out.ctypes.data, m)
             c[:, nt * tn : (nt + 1) * tn] = self.g_out[: m * tn].reshape(m, tn)
         return c

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,21 +84,11 @@ def read_profile(lib: ctypes.CDLL) -> Profile:
     return Profile(loops, outside, v[i + len(SLOTS)], v[i + len(SLOTS) + 1])
 
 
-def profile_library(tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
-    """The profiling build of the kernel at these tiles (kernels/Makefile host-profile)."""
-    from .record import check_kernel_tiles, kernel_stem
+def profile_library(obj) -> str:
+    """The profiling build of a kernel object (record.KernelObject; kernels/Makefile host-profile)."""
+    from .kernel_model import build_host_kernel
 
-    check_kernel_tiles(tile_m, tile_n, tile_k, gs)
-    cmd = ["make", "-s", "-C", os.path.join(REPO, "kernels"), "host-profile"]
-    cmd += [
-        f"DIM_M={tile_m}",
-        f"DIM_N={tile_n}",
-        f"DIM_K_CHUNK={tile_k}",
-        f"DIM_GS={gs}",
-    ]
-    subprocess.run(cmd, check=True, capture_output=True)
-    stem = kernel_stem(tile_m, tile_n, tile_k, gs)
-    return os.path.join(REPO, "kernels", "build", stem + "_profile.so")
+    return str(build_host_kernel(obj, target="host-profile"))
 
 
 def _reset(lib: ctypes.CDLL) -> None:
@@ -113,9 +102,10 @@ def profile_accumulate(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Profil
     from .quant import random_activations, random_weights
     from .record import pack_weights
 
-    k = HostKernel(
-        tile_m, tile_n, tile_k, gs, lib=profile_library(tile_m, tile_n, tile_k, gs)
-    )
+    from .record import KernelObject
+
+    obj = KernelObject("gemm", tile_n, tile_k, gs, tile_m)
+    k = HostKernel(tile_m, tile_n, tile_k, gs, lib=profile_library(obj))
     k_total = max(tile_k, gs)
     w = random_weights(k_total, tile_n, gs, seed=0)
     a = random_activations(tile_m, k_total, seed=1)
@@ -128,14 +118,14 @@ def profile_accumulate(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Profil
     return read_profile(k.lib)
 
 
-def profile_gemv(tile_m: int, tile_n: int, tile_k: int, gs: int, m: int) -> Profile:
-    """One gemv_int4_accumulate call of m rows (the object built with GEMM tile tile_m)."""
+def profile_gemv(tile_n: int, tile_k: int, gs: int, m: int) -> Profile:
+    """One gemv_int4_accumulate call of m rows (the GEMV object of the record tile)."""
     from .kernel_model import GemvHostKernel, gemv_acc_elems
     from .quant import random_activations, random_weights
-    from .record import pack_weights
+    from .record import KernelObject, pack_weights
 
-    lib = profile_library(tile_m, tile_n, tile_k, gs)
-    k = GemvHostKernel(tile_m, tile_n, tile_k, gs, lib=lib)
+    lib = profile_library(KernelObject("gemv", tile_n, tile_k, gs))
+    k = GemvHostKernel(tile_n, tile_k, gs, lib=lib)
     k_total = max(tile_k, gs)
     w = random_weights(k_total, tile_n, gs, seed=0)
     a = random_activations(m, k_total, seed=1)

@@ -27,7 +27,7 @@ the mantissas), which writes exponent 133 (value = mantissa) and mantissas q - z
 any conversion (see w_scratch_bytes).
 
 The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
-name of the kernel library built for a configuration (kernel_lib_name).
+name of the kernel object built for a configuration (KernelObject).
 """
 
 from __future__ import annotations
@@ -68,24 +68,21 @@ def _pad(x: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------ kernel rules
-def check_kernel_tiles(
-    tile_m: int, tile_n: int, tile_k: int, gs: int, stack: int | None = None
-) -> None:
-    """Raise ConfigError (naming the numbers) unless the kernel supports this tile configuration.
+def check_record_tile(tile_n: int, tile_k: int, gs: int) -> None:
+    """Raise ConfigError (naming the numbers) unless the kernel supports this record tile (both designs'
+    objects read the same record).
 
-    tile_m, tile_n: multiples of 16 (2x2 blocks of 8x8 mmul tiles; zero points read 16 columns at once).
+    tile_n: a multiple of 16 (2x2 blocks of 8x8 mmul tiles; zero points read 16 columns at once).
     tile_k (the K-chunk per call) and gs: multiples of 16 and one divides the other: a chunk holds whole
     groups (tile_k % gs == 0; the scale is folded once per group) or a group spans whole chunks
     (gs % tile_k == 0; folded once per chunk). A chunk holding several groups needs gs % 32 == 0 (each
     group's part of a W pair line is then whole 576-byte periods of the zero-point pattern).
-    The configuration must also fit a PE's 64 KiB L1 (see l1_budget).
     """
-    check_dims(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gs=gs)
-    for name, v in (("tile_m", tile_m), ("tile_n", tile_n)):
-        if v % 16:
-            raise ConfigError(
-                f"{name} = {v}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
-            )
+    check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
+    if tile_n % 16:
+        raise ConfigError(
+            f"tile_n = {tile_n}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
+        )
     if tile_k % GS_MULTIPLE:
         raise ConfigError(
             f"tile_k = {tile_k}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})"
@@ -97,6 +94,25 @@ def check_kernel_tiles(
             f"tile_k = {tile_k}, gs = {gs}: a K-chunk holding several groups needs gs to be a multiple of "
             f"32 (each group's part of the kernel's W lines must be whole 576-byte zero-point periods)"
         )
+    if tile_n * tile_k * 2 > L1_BYTES:
+        raise ConfigError(
+            f"tile_n x tile_k = {tile_n} x {tile_k}: its W tile ({tile_n * tile_k * 2} bytes as bf16) is larger "
+            f"than a PE's {L1_BYTES} bytes of L1 (the kernel's static_assert)"
+        )
+
+
+def check_kernel_tiles(
+    tile_m: int, tile_n: int, tile_k: int, gs: int, stack: int | None = None
+) -> None:
+    """Raise ConfigError (naming the numbers) unless the GEMM kernel supports this tile configuration:
+    the record tile (check_record_tile), tile_m a multiple of 16, and the PE's 64 KiB L1 (l1_budget).
+    """
+    check_dims(tile_m=tile_m)
+    if tile_m % 16:
+        raise ConfigError(
+            f"tile_m = {tile_m}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
+        )
+    check_record_tile(tile_n, tile_k, gs)
     budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False, stack=stack)
     if budget["total"] > L1_BYTES:
         parts = ", ".join(f"{k} {v}" for k, v in budget.items() if k != "total")
@@ -244,21 +260,47 @@ def l1_budget(
     return budget
 
 
-def kernel_stem(tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
-    return f"{KERNEL_NAME}_m{tile_m}_n{tile_n}_k{tile_k}_gs{gs}"
+@dataclass(frozen=True)
+class KernelObject:
+    """One build of kernels/mv_int4_bf16.cc: the GEMM's entries for a tile (tile_m given) or the GEMV's for
+    a record tile (kernels/Makefile ENTRIES=gemm|gemv): each design links only the entries it calls.
+    """
 
+    entries: str  # "gemm" or "gemv"
+    tile_n: int
+    tile_k: int
+    gs: int
+    tile_m: int | None = (
+        None  # the GEMM's tile rows; the GEMV's entries take the rows at run time
+    )
 
-def kernel_lib_name(
-    tile_m: int, tile_n: int, tile_k: int, gs: int, host: bool = False
-) -> str:
-    """File name of the kernel built for this configuration: <stem>.o (Peano) or <stem>.so (host)."""
-    return kernel_stem(tile_m, tile_n, tile_k, gs) + (".so" if host else ".o")
+    @property
+    def stem(self) -> str:
+        if self.entries == "gemm":
+            return f"{KERNEL_NAME}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}_gs{self.gs}"
+        return f"{KERNEL_NAME}_gemv_n{self.tile_n}_k{self.tile_k}_gs{self.gs}"
+
+    def lib_name(self, host: bool = False) -> str:
+        """<stem>.o (Peano) or <stem>.so (host)."""
+        return self.stem + (".so" if host else ".o")
+
+    def make_args(self) -> list[str]:
+        """The variables of `make -C kernels <target>` for this object."""
+        dims = [f"ENTRIES={self.entries}"]
+        if self.entries == "gemm":
+            dims.append(f"DIM_M={self.tile_m}")
+        return dims + [
+            f"DIM_N={self.tile_n}",
+            f"DIM_K_CHUNK={self.tile_k}",
+            f"DIM_GS={self.gs}",
+        ]
 
 
 # ------------------------------------------------------------------------------------------ pack / unpack
 class KernelSizes:
     """What a design configuration (design.DesignConfig, gemv.GemvConfig) derives from its kernel tiles:
-    needs tile_m, tile_n, tile_k_l1, gs and stack_size (None: the derived stack)."""
+    needs tile_n, tile_k_l1, gs, stack_size (None: the derived stack) and `kernel`, its KernelObject.
+    """
 
     @property
     def record_bytes(self) -> int:
@@ -274,7 +316,8 @@ class KernelSizes:
 
     @property
     def kernel_object(self) -> str:
-        return kernel_lib_name(self.tile_m, self.tile_n, self.tile_k_l1, self.gs)
+        """The object the design links (link_with)."""
+        return self.kernel.lib_name()
 
 
 def _chunk_groups(k: int, gs: int, tile_k: int) -> np.ndarray:

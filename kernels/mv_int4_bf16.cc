@@ -57,12 +57,29 @@
 // (AIE2P has two load FIFOs and one store FIFO); each is scoped to the loop
 // that uses it.
 //
-// Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P).
+// Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P); a
+// debug build (no -DNDEBUG) asserts it on every buffer argument.
+//
+// One source, two objects: -DINT4_GEMM builds the GEMM's entries above,
+// -DINT4_GEMV the decode GEMV's (below), so each design links only what it
+// calls (kernels/Makefile ENTRIES=gemm|gemv).
 //
 //===----------------------------------------------------------------------===//
 
 #include <aie_api/aie.hpp>
 #include <stdint.h>
+
+#if !defined(NDEBUG)
+#include <cassert>
+// Debug builds (the host build; Peano builds pass -DNDEBUG) check every buffer
+// argument's alignment: 512-bit vector accesses and block streams need 64
+// bytes.
+#define KERNEL_ALIGNED(p)                                                      \
+  assert((reinterpret_cast<uintptr_t>(p) & 63u) == 0 &&                        \
+         "kernel buffer not 64-byte aligned")
+#else
+#define KERNEL_ALIGNED(p) ((void)0)
+#endif
 
 // Marks a software-pipelined loop: a trip-count hint for Peano (clang loop
 // pragma); on the host, the profiling build's loop scope (AIE_HOST_LOOP_ENTRY,
@@ -75,22 +92,24 @@
 #define KERNEL_MIN_ITERS(n) AIE_HOST_LOOP_ENTRY
 #endif
 
-#if !defined(DIM_M) || !defined(DIM_N) || !defined(DIM_K_CHUNK) ||             \
-    !defined(DIM_GS)
+// One object per design, each with only the entries its design calls
+// (kernels/Makefile ENTRIES=gemm|gemv): program memory is 16 KB per core.
+#if defined(INT4_GEMM) == defined(INT4_GEMV)
 #error                                                                         \
-    "define the tile: -DDIM_M=<tile_m> -DDIM_N=<tile_n> -DDIM_K_CHUNK=<tile_k_l1> -DDIM_GS=<group size>"
+    "build one entry set: -DINT4_GEMM (gemm_int4_*) or -DINT4_GEMV (gemv_int4_*)"
+#endif
+#if !defined(DIM_N) || !defined(DIM_K_CHUNK) || !defined(DIM_GS) ||            \
+    (defined(INT4_GEMM) && !defined(DIM_M))
+#error                                                                         \
+    "define the tile: -DDIM_N=<tile_n> -DDIM_K_CHUNK=<tile_k_l1> -DDIM_GS=<group size>, and -DDIM_M=<tile_m> for the GEMM"
 #endif
 
 namespace {
 
-constexpr unsigned TM = DIM_M;       // rows of A and C per PE
 constexpr unsigned TN = DIM_N;       // columns of W and C per PE
 constexpr unsigned TK = DIM_K_CHUNK; // K per call
 constexpr unsigned GS = DIM_GS;      // quantisation group size along K
 
-static_assert(TM > 0 && TM % 16 == 0,
-              "DIM_M (tile_m) must be a positive multiple of 16: the kernel "
-              "works on 2x2 blocks of 8x8 mmul tiles");
 static_assert(TN > 0 && TN % 16 == 0,
               "DIM_N (tile_n) must be a positive multiple of 16: 2x2 blocks of "
               "8x8 mmul tiles, and zero points are read 16 columns at a time");
@@ -105,8 +124,7 @@ static_assert(TK <= GS || GS % 32 == 0,
               "DIM_GS must be a multiple of 32 when a chunk holds several "
               "groups: each group's part of a W line is then whole 576-byte "
               "periods of the zero-point pattern");
-static_assert(TM * TK * 2 <= 65536 && TN * TK * 2 <= 65536 &&
-                  TM * TN * 4 <= 65536,
+static_assert(TN * TK * 2 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
 
 using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
@@ -115,7 +133,6 @@ using BLOCKS = aie::block_vector<bfp16ebs8, 64>; // one 8x8 mmul operand: 8
 static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64 &&
               BLOCKS::bytes() == 72);
 
-constexpr unsigned MB = TM / 8;              // 8-row blocks of A / C
 constexpr unsigned NB = TN / 8;              // 8-column blocks of W / C
 constexpr unsigned NP = NB / 2;              // column pairs
 constexpr unsigned KB = TK / 8;              // 8-deep K blocks per chunk
@@ -125,6 +142,16 @@ constexpr unsigned NF = TK / SPAN; // folds per call = groups held by the record
 constexpr unsigned BLK = 64;       // elements per 8x8 block
 
 constexpr unsigned round64(unsigned x) { return (x + 63u) / 64u * 64u; }
+
+// Every mmul starts from a zero accumulator, as the Peano-built kernels that
+// run on NPU2 build theirs (mlir-air mm_aie2p.cc, mm_bf16_x_bfp16.cc): a
+// default-constructed mmul carries a run-time "zero" flag into every mac.
+inline MMUL zero_mmul() { return MMUL(aie::zeros<accfloat, 64>()); }
+
+// Block streams with restrict semantics: their loads, pops and pushes do not
+// alias each other or the entry's other buffers, so they may overlap.
+using BlockIn = aie::block_vector_restrict_input_buffer_stream<bfp16ebs8, 64>;
+using BlockOut = aie::block_vector_restrict_output_buffer_stream<bfp16ebs8, 64>;
 
 // A pair line of w_scratch: the block vectors of two 8-row (A) or 8-column (W)
 // blocks, interleaved along K (block 0 kb, block 1 kb, block 0 kb+1, ...), 144
@@ -203,8 +230,7 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     const BLOCKS v0 = zero_point_blocks(zz.first.cast_to<bfloat16>());
     const BLOCKS v1 = zero_point_blocks(zz.second.cast_to<bfloat16>());
     {
-      aie::block_vector_output_buffer_stream<bfp16ebs8, 64> st(
-          blocks_at(scratch, STAGE_OFFSET));
+      BlockOut st(blocks_at(scratch, STAGE_OFFSET));
       st << v0 << v1 << v0;
     }
     const aie::vector<uint8, 64> w0 = aie::sub(aie::load_v<64>(stage), c64);
@@ -234,9 +260,17 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   }
 }
 
-// One A block (8x8 bf16, row-major) -> bfp16ebs8 blocks along K.
+// One A block (8x8 bf16, row-major) -> bfp16ebs8 blocks along K: the vector
+// goes to an accumulator by a move (to_blocks) or, for the second block of a
+// pair, by a multiply by one on the MAC slot (to_blocks_on_mac; exact), so the
+// two conversions of a step do not queue for one slot (mlir-air
+// mm_bf16_x_bfp16.cc converts its second A block the same way).
 inline BLOCKS to_blocks(const bfloat16 *__restrict a) {
   return aie::accum<accfloat, 64>(aie::load_v<64>(a)).to_vector<bfp16ebs8>();
+}
+inline BLOCKS to_blocks_on_mac(const bfloat16 *__restrict a,
+                               const aie::vector<bfloat16, 64> &ones) {
+  return aie::mul(aie::load_v<64>(a), ones).to_vector<bfp16ebs8>();
 }
 
 // c (one 8x8 f32 block of the accumulator) += G * s, with G split into bf16 hi
@@ -266,11 +300,23 @@ inline void fold_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
 
 } // namespace
 
+#if defined(INT4_GEMM)
+namespace {
+constexpr unsigned TM = DIM_M; // rows of A and C per PE
+static_assert(TM > 0 && TM % 16 == 0,
+              "DIM_M (tile_m) must be a positive multiple of 16: the kernel "
+              "works on 2x2 blocks of 8x8 mmul tiles");
+static_assert(TM * TK * 2 <= 65536 && TM * TN * 4 <= 65536,
+              "tile larger than a PE's 64 KiB data memory");
+constexpr unsigned MB = TM / 8; // 8-row blocks of A / C
+} // namespace
+
 extern "C" {
 
 // c_acc: DIM_M * DIM_N floats, blocked: block (mb, nb) of C at (mb * DIM_N/8 +
 // nb) * 64, row-major inside.
-void gemm_int4_zero(float *c_acc) {
+void gemm_int4_zero(float *__restrict c_acc) {
+  KERNEL_ALIGNED(c_acc);
   const aie::vector<float, 16> z = aie::zeros<float, 16>();
   KERNEL_MIN_ITERS(16)
   for (unsigned i = 0; i < TM * TN; i += 16) {
@@ -282,36 +328,42 @@ void gemm_int4_zero(float *c_acc) {
 // in 8x8 blocks, block (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major
 // inside; w_scratch: SCRATCH_BYTES bytes (kernel-private; holds bfp16 block
 // lines, see above).
-void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
-                          uint8_t *w_scratch) {
+void gemm_int4_accumulate(uint8_t *__restrict w_record,
+                          bfloat16 *__restrict a_tile, float *__restrict c_acc,
+                          uint8_t *__restrict w_scratch) {
+  KERNEL_ALIGNED(w_record);
+  KERNEL_ALIGNED(a_tile);
+  KERNEL_ALIGNED(c_acc);
+  KERNEL_ALIGNED(w_scratch);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   uint8_t *__restrict scratch = w_scratch;
   dequantize(w_record, scratch);
 
   const bfloat16 *__restrict scales =
       reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
+  const aie::vector<bfloat16, 64> ones = aie::broadcast<bfloat16, 64>(1.0f);
   for (unsigned mb = 0; mb < MB; mb += 2) {
     // Column pair 0 converts A rows 8mb .. 8mb+15 as it goes: each pair of A
     // blocks is converted once, used by this pair's macs and pushed to the A
     // pair line (interleaved in K order) for the other column pairs. One input
-    // stream (W) and one output stream (A).
+    // stream (W) and one output stream (A); A is read by index (no pointer
+    // walk: mlir-air's mm_bf16_x_bfp16.cc does the same to avoid a Peano
+    // post-increment bug).
     {
       const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
       const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
       float *__restrict c00 = c_acc + mb * NB * BLK;
-      aie::block_vector_output_buffer_stream<bfp16ebs8, 64> ao(
-          blocks_at(scratch, A_LINE_OFFSET));
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb(
-          blocks_at(scratch, 0));
+      BlockOut ao(blocks_at(scratch, A_LINE_OFFSET));
+      BlockIn sb(blocks_at(scratch, 0));
       KERNEL_MIN_ITERS(1)
       for (unsigned f = 0; f < NF; ++f) {
-        MMUL g00, g01, g10, g11; // default-constructed: zero for the first mac
+        MMUL g00 = zero_mmul(), g01 = zero_mmul(), g10 = zero_mmul(),
+             g11 = zero_mmul();
         for (unsigned kb = 0; kb < SB; ++kb) {
-          const BLOCKS a0 = to_blocks(pa0);
-          const BLOCKS a1 = to_blocks(pa1);
+          const unsigned at = (f * SB + kb) * BLK;
+          const BLOCKS a0 = to_blocks(pa0 + at);
+          const BLOCKS a1 = to_blocks_on_mac(pa1 + at, ones);
           ao << a0 << a1;
-          pa0 += BLK;
-          pa1 += BLK;
           const BLOCKS b0 = sb.pop();
           const BLOCKS b1 = sb.pop();
           g00.mac(a0, aie::op_transpose(b0));
@@ -328,12 +380,11 @@ void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
       float *__restrict c00 = c_acc + (mb * NB + 2 * p) * BLK;
       // Two streams, each walking its interleaved line through all NF fold
       // spans in K order.
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(
-          blocks_at(scratch, A_LINE_OFFSET));
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb(
-          blocks_at(scratch, p * PAIR_LINE));
+      BlockIn sa(blocks_at(scratch, A_LINE_OFFSET));
+      BlockIn sb(blocks_at(scratch, p * PAIR_LINE));
       for (unsigned f = 0; f < NF; ++f) {
-        MMUL g00, g01, g10, g11; // default-constructed: zero for the first mac
+        MMUL g00 = zero_mmul(), g01 = zero_mmul(), g10 = zero_mmul(),
+             g11 = zero_mmul();
         for (unsigned kb = 0; kb < SB; ++kb) {
           const BLOCKS a0 = sa.pop();
           const BLOCKS a1 = sa.pop();
@@ -351,7 +402,9 @@ void gemm_int4_accumulate(uint8_t *w_record, bfloat16 *a_tile, float *c_acc,
 }
 
 // c_out: DIM_M x DIM_N bf16, row-major; round to nearest even.
-void gemm_int4_drain(float *c_acc, bfloat16 *c_out) {
+void gemm_int4_drain(float *__restrict c_acc, bfloat16 *__restrict c_out) {
+  KERNEL_ALIGNED(c_acc);
+  KERNEL_ALIGNED(c_out);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   for (unsigned mb = 0; mb < MB; ++mb) {
     for (unsigned nb = 0; nb < NB; ++nb) {
@@ -366,29 +419,29 @@ void gemm_int4_drain(float *c_acc, bfloat16 *c_out) {
 }
 
 } // extern "C"
+#endif // INT4_GEMM
 
+#if defined(INT4_GEMV)
 //===----------------------------------------------------------------------===//
 // GEMV entries: the same packed record, m = 1 .. GEMV_MAX_M rows of A (decode,
 // and small-M prefill).
 //
 //   gemv_int4_zero(acc, m)                                 acc = 0
-//   gemv_int4_accumulate(w_record, a_rows, acc, w_scratch, m)   acc += a_rows x
-//   dequant(w_record) gemv_int4_add(acc, partial, m) acc = partial + acc (f32,
-//   RNE): K-split sums gemv_int4_drain(acc, c_out, m) c_out = bf16(acc), m
-//   rows, RNE
+//   gemv_int4_accumulate(w_record, a_rows, acc, w_scratch, m)
+//                                        acc += a_rows x dequant(w_record)
+//   gemv_int4_drain(acc, c_out, m)       c_out = bf16(acc), m rows, RNE
 //
-// m is a run-time argument, so one object serves every row count and the GEMM
-// entries above. The record is the GEMM's, byte for byte (DIM_N x DIM_K_CHUNK,
-// group DIM_GS); DIM_M is only the GEMM's tile.
+// m is a run-time argument, so one object serves every row count. The record
+// is the GEMM's, byte for byte (DIM_N x DIM_K_CHUNK, group DIM_GS).
 //
 //   a_rows     m x DIM_K_CHUNK bf16, row-major (row r at r * DIM_K_CHUNK): the
-//   rows as they are in DDR acc        bands * 8 * DIM_N f32, bands = ceil(m /
-//   8), blocked like the GEMM's c_acc: block (b, nb)
-//              at (b * DIM_N/8 + nb) * 64, row-major inside; rows m .. 8 *
-//              bands - 1 stay 0
+//              rows as they are in DDR
+//   acc        bands * 8 * DIM_N f32, bands = ceil(m / 8), blocked like the
+//              GEMM's c_acc: block (b, nb) at (b * DIM_N/8 + nb) * 64,
+//              row-major inside; rows m .. 8 * bands - 1 stay 0
 //   c_out      m x DIM_N bf16, row-major
 //   w_scratch  record.w_scratch_bytes(DIM_N, DIM_K_CHUNK) bytes, the GEMM's
-//   scratch (W pair lines, the A line, the staging area)
+//              scratch (W pair lines, the A line, the staging area)
 //
 // A call dequantises the record once into the W pair lines exactly as the GEMM
 // does (dequantize above), then per band of up to 8 rows converts those rows to
@@ -400,9 +453,7 @@ void gemm_int4_drain(float *c_acc, bfloat16 *c_out) {
 // along K (so a row's values do not depend on the other rows), one f32 RNE
 // addition per 8-deep block into the span's G, then c += hi * s, c += lo * s.
 // So for one K sweep (zero, accumulate per chunk, drain) a row of C is
-// bit-identical to the same row of the GEMM; a K-split design adds the parts'
-// partial sums with gemv_int4_add, and int4awq.kernel_model.kernel_gemv_model
-// models that order too.
+// bit-identical to the same row of the GEMM.
 //===----------------------------------------------------------------------===//
 
 namespace {
@@ -422,8 +473,7 @@ inline unsigned gemv_rows(int32_t m) {
 // of the 8-row block are 0.
 void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
                     unsigned rows, uint8_t *__restrict scratch) {
-  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> out(
-      blocks_at(scratch, A_LINE_OFFSET));
+  BlockOut out(blocks_at(scratch, A_LINE_OFFSET));
   const bfloat16 *__restrict pa = a_rows + r0 * TK;
   KERNEL_MIN_ITERS(2)
   for (unsigned kb = 0; kb < KB; ++kb) {
@@ -438,7 +488,8 @@ void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
 
 extern "C" {
 
-void gemv_int4_zero(float *acc, int32_t m) {
+void gemv_int4_zero(float *__restrict acc, int32_t m) {
+  KERNEL_ALIGNED(acc);
   const aie::vector<float, 16> z = aie::zeros<float, 16>();
   const unsigned n = gemv_bands(m) * 8 * TN;
   KERNEL_MIN_ITERS(4)
@@ -446,8 +497,13 @@ void gemv_int4_zero(float *acc, int32_t m) {
     aie::store_v(acc + i, z);
 }
 
-void gemv_int4_accumulate(uint8_t *w_record, bfloat16 *a_rows, float *acc,
-                          uint8_t *w_scratch, int32_t m) {
+void gemv_int4_accumulate(uint8_t *__restrict w_record,
+                          bfloat16 *__restrict a_rows, float *__restrict acc,
+                          uint8_t *__restrict w_scratch, int32_t m) {
+  KERNEL_ALIGNED(w_record);
+  KERNEL_ALIGNED(a_rows);
+  KERNEL_ALIGNED(acc);
+  KERNEL_ALIGNED(w_scratch);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   uint8_t *__restrict scratch = w_scratch;
   dequantize(w_record, scratch);
@@ -462,12 +518,10 @@ void gemv_int4_accumulate(uint8_t *w_record, bfloat16 *a_rows, float *acc,
     for (unsigned p = 0; p < NP; ++p) {
       float *__restrict c0 = acc + (b * NB + 2 * p) * BLK;
       float *__restrict c1 = c0 + BLK;
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sa(
-          blocks_at(scratch, A_LINE_OFFSET));
-      aie::block_vector_input_buffer_stream<bfp16ebs8, 64> sb(
-          blocks_at(scratch, p * PAIR_LINE));
+      BlockIn sa(blocks_at(scratch, A_LINE_OFFSET));
+      BlockIn sb(blocks_at(scratch, p * PAIR_LINE));
       for (unsigned f = 0; f < NF; ++f) {
-        MMUL g0, g1; // default-constructed: zero for the first mac
+        MMUL g0 = zero_mmul(), g1 = zero_mmul();
         for (unsigned kb = 0; kb < SB; ++kb) {
           const BLOCKS a = sa.pop();
           const BLOCKS b0 = sb.pop();
@@ -483,15 +537,10 @@ void gemv_int4_accumulate(uint8_t *w_record, bfloat16 *a_rows, float *acc,
   }
 }
 
-void gemv_int4_add(float *acc, float *partial, int32_t m) {
-  const unsigned n = gemv_bands(m) * 8 * TN;
-  KERNEL_MIN_ITERS(4)
-  for (unsigned i = 0; i < n; i += 16)
-    aie::store_v(acc + i, aie::add(aie::load_v<16>(partial + i),
-                                   aie::load_v<16>(acc + i)));
-}
-
-void gemv_int4_drain(float *acc, bfloat16 *c_out, int32_t m) {
+void gemv_int4_drain(float *__restrict acc, bfloat16 *__restrict c_out,
+                     int32_t m) {
+  KERNEL_ALIGNED(acc);
+  KERNEL_ALIGNED(c_out);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   const unsigned rows = gemv_rows(m);
   for (unsigned b = 0; b < gemv_bands(m); ++b) {
@@ -508,3 +557,4 @@ void gemv_int4_drain(float *acc, bfloat16 *c_out, int32_t m) {
 }
 
 } // extern "C"
+#endif // INT4_GEMV

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 """The decode GEMV: its kernel entries, numpy model, design and host program, on the GEMM's packed record.
 
-* the GEMV entries of the host-built object, bit for bit against int4awq.kernel_model.kernel_gemv_model
-  for 1..32 rows and K split in 1, 2 or 4 parts; exact-mode operands bit-identical to the reference;
-* one object, one packed buffer: with K in one part, each GEMV row is the GEMM's row, bit for bit;
+* the GEMV object's entries, host-built, bit for bit against int4awq.kernel_model.kernel_gemv_model for
+  1..32 rows; exact-mode operands bit-identical to the reference;
+* one packed buffer, two objects: each GEMV row is the GEMM's row, bit for bit;
 * the design (matvec_int4_packed.py) on the emulator at K = N = 512: the model's bits (K in one part per
   PE), the design's DDR traffic, 32 PEs; its resource model for every Llama-3.2-1B projection at M = 1,
   each DDR-bound;
@@ -24,7 +24,7 @@ from int4awq.errors import ConfigError
 from int4awq.gemv import GemvConfig
 from int4awq.kernel_model import (
     GemvHostKernel,
-    k_part_chunks,
+    HostKernel,
     kernel_gemm_model,
     kernel_gemv_model,
 )
@@ -33,8 +33,8 @@ from int4awq.quant import random_activations, random_weights
 from int4awq.reference import reference_gemm
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Objects tests/test_kernel.py builds too: (tile_m, tile_n, tile_k, gs), a chunk inside a group and one
-# holding whole groups.
+# Tiles whose GEMM objects tests/test_kernel.py builds too: (tile_m, tile_n, tile_k, gs), a chunk inside a
+# group and one holding whole groups; the GEMV object is the record tile's (tile_n, tile_k, gs).
 OBJECTS = [(16, 16, 32, 128), (64, 64, 64, 32)]
 
 
@@ -44,7 +44,7 @@ def u16(x):
 
 @pytest.fixture(scope="module")
 def kernels():
-    return {obj: GemvHostKernel(*obj) for obj in OBJECTS}
+    return {obj: GemvHostKernel(*obj[1:]) for obj in OBJECTS}
 
 
 # ----------------------------------------------------------------------------------------------- kernel
@@ -55,10 +55,9 @@ def test_gemv_entries_match_the_model_bit_for_bit(kernels, obj, m):
     k = 512
     a = random_activations(m, k, seed=m)
     w = random_weights(k, 2 * tn, gs, seed=100 + m)
-    for ks in (1, 2, 4):
-        np.testing.assert_array_equal(
-            u16(kernels[obj].gemv(a, w, ks)), u16(kernel_gemv_model(a, w, tk, ks))
-        )
+    np.testing.assert_array_equal(
+        u16(kernels[obj].gemv(a, w)), u16(kernel_gemv_model(a, w, tk))
+    )
     assert kernels[obj].misaligned() == 0
 
 
@@ -67,36 +66,29 @@ def test_exact_mode_is_bit_identical_to_the_reference(kernels, obj):
     _, tn, tk, gs = obj
     a = random_activations(5, 1024, seed=3, exact=True)
     w = random_weights(1024, 2 * tn, gs, seed=4, exact=True)
-    for ks in (1, 2, 4):
-        np.testing.assert_array_equal(
-            u16(kernels[obj].gemv(a, w, ks)), u16(reference_gemm(a, w)[1])
-        )
+    np.testing.assert_array_equal(
+        u16(kernels[obj].gemv(a, w)), u16(reference_gemm(a, w)[1])
+    )
 
 
 @pytest.mark.parametrize("obj", OBJECTS)
-def test_one_object_one_buffer_gemv_rows_are_the_gemm_rows(kernels, obj):
-    """The same packed array through the same .so: GEMM entries for 16 rows, GEMV entries for the first
-    m of them; with K in one part the rows agree bit for bit, and the model says the same.
+def test_one_buffer_two_objects_gemv_rows_are_the_gemm_rows(kernels, obj):
+    """The same packed array through the GEMM object (tile_m rows) and the GEMV object (the first m of
+    them): the rows agree bit for bit, and the model says the same.
     """
     tm, tn, tk, gs = obj
     a = random_activations(tm, 512, seed=7)
     w = random_weights(512, 2 * tn, gs, seed=8)
     packed = record.pack_weights(w, tn, tk)
-    hk = kernels[obj]
-    c_gemm = hk.gemm(a, w, packed=packed)
+    c_gemm = HostKernel(*obj).gemm(a, w, packed=packed)
     for m in (1, 8):
         np.testing.assert_array_equal(
-            u16(hk.gemv(a[:m], w, 1, packed=packed)), u16(c_gemm[:m])
+            u16(kernels[obj].gemv(a[:m], w, packed=packed)), u16(c_gemm[:m])
         )
     np.testing.assert_array_equal(
-        u16(kernel_gemv_model(a[:8], w, tk, 1)), u16(kernel_gemm_model(a, w, tk)[:8])
+        u16(kernel_gemv_model(a[:8], w, tk)), u16(kernel_gemm_model(a, w, tk)[:8])
     )
-
-
-def test_k_parts_are_interleaved_chunks():
-    assert k_part_chunks(512, 64, 2) == [[0, 2, 4, 6], [1, 3, 5, 7]]
-    with pytest.raises(ConfigError, match="8 K-chunks do not split into 3 equal parts"):
-        k_part_chunks(512, 64, 3)
+    assert kernels[obj].path.name == f"mv_int4_bf16_gemv_n{tn}_k{tk}_gs{gs}.so"
 
 
 # ----------------------------------------------------------------------------------------------- design
@@ -123,11 +115,11 @@ def run_design(cfg, a, w):
 )
 def test_design_on_the_emulator_is_the_model(m, tk2, n, exact):
     # one K refill of 16 chunks; four refills of 4 chunks (L2 ping-ponged) over two launch iterations
-    cfg = GemvConfig(m, 512, n, 128, tile_n=16, tile_k_l1=32, tile_k_l2=tk2, tile_m=16)
+    cfg = GemvConfig(m, 512, n, 128, tile_n=16, tile_k_l1=32, tile_k_l2=tk2)
     a = random_activations(m, 512, seed=11, exact=exact)
     w = random_weights(512, n, 128, seed=12, exact=exact)
     c, backend = run_design(cfg, a, w)
-    np.testing.assert_array_equal(u16(c), u16(kernel_gemv_model(a, w, 32, 1)))
+    np.testing.assert_array_equal(u16(c), u16(kernel_gemv_model(a, w, 32)))
     if exact:
         np.testing.assert_array_equal(u16(c), u16(reference_gemm(a, w)[1]))
     st = backend.emu_stats
@@ -201,8 +193,6 @@ def test_host_picks_the_gemv_for_few_rows_and_says_so(capsys):
         "32",
         "--tile-k-l2",
         "256",
-        "--tile-m",
-        "16",
         "--backend",
         "emu",
         "--exact",

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ from int4awq.kernel_model import (
 from int4awq.quant import AwqWeights, random_activations, random_weights
 from int4awq.record import (
     check_kernel_tiles,
-    kernel_lib_name,
+    KernelObject,
     l1_budget,
     pack_weights,
     record_bytes,
@@ -352,44 +353,38 @@ def test_default_stack_is_the_live_set_plus_the_core_frame():
 
 # ----------------------------------------------------------------------------------------------- build
 def test_makefile_naming_matches_record(kernels):
+    gemm = KernelObject("gemm", 64, 64, 128, 64)
     out = subprocess.run(
-        [
-            "make",
-            "-s",
-            "-C",
-            str(KERNELS_DIR),
-            "host-path",
-            "DIM_M=64",
-            "DIM_N=64",
-            "DIM_K_CHUNK=64",
-            "DIM_GS=128",
-        ],
+        ["make", "-s", "-C", str(KERNELS_DIR), "host-path", *gemm.make_args()],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert out.stdout.strip().endswith(
-        "/" + kernel_lib_name(64, 64, 64, 128, host=True)
-    )
+    assert out.stdout.strip().endswith("/mv_int4_bf16_gemm_m64_n64_k64_gs128.so")
+    gemv = KernelObject("gemv", 16, 32, 32)
     out = subprocess.run(
-        [
-            "make",
-            "-s",
-            "-C",
-            str(KERNELS_DIR),
-            "peano-path",
-            "DIM_M=16",
-            "DIM_N=16",
-            "DIM_K_CHUNK=32",
-            "DIM_GS=32",
-        ],
+        ["make", "-s", "-C", str(KERNELS_DIR), "peano-path", *gemv.make_args()],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert out.stdout.strip().endswith("/mv_int4_bf16_m16_n16_k32_gs32.o")
-    assert kernel_lib_name(16, 16, 32, 32) == "mv_int4_bf16_m16_n16_k32_gs32.o"
-    assert kernels[(64, 64, 64, 128)].path.name == "mv_int4_bf16_m64_n64_k64_gs128.so"
+    assert out.stdout.strip().endswith("/mv_int4_bf16_gemv_n16_k32_gs32.o")
+    assert gemv.lib_name() == "mv_int4_bf16_gemv_n16_k32_gs32.o"
+    assert gemv.make_args() == [
+        "ENTRIES=gemv",
+        "DIM_N=16",
+        "DIM_K_CHUNK=32",
+        "DIM_GS=32",
+    ]
+    assert (
+        kernels[(64, 64, 64, 128)].path.name == "mv_int4_bf16_gemm_m64_n64_k64_gs128.so"
+    )
+    bad = subprocess.run(
+        ["make", "-s", "-C", str(KERNELS_DIR), "stem", "ENTRIES=both"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode and "give ENTRIES=gemm or ENTRIES=gemv" in bad.stderr
 
 
 def test_peano_target_without_peano_fails_with_one_line():
@@ -445,3 +440,79 @@ def test_largest_tile_is_the_largest():
                 best = max(best, tm * tn)
     check_kernel_tiles(*LARGEST)
     assert LARGEST[0] * LARGEST[1] == best
+
+
+# ----------------------------------------------------------------------------------------------- toolchain
+def _toolchain(*args):
+    return subprocess.run(
+        [sys.executable, str(KERNELS_DIR / "toolchain.py"), *args],
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "version, code, says",
+    [
+        (
+            "clang version 21.0.0.2026080301+c9c5ecb7 (llvm-aie)",
+            0,
+            "",
+        ),  # the pin: silent
+        ("21.0.0.2026072200", 0, "is not 21.0.0.2026080301"),  # the minimum: a warning
+        (
+            "clang version 22.0.0.2026082101+f3081197",
+            0,
+            "llvm-aie #1262",
+        ),  # newer: a warning
+        (
+            "clang version 21.0.0.2026072101+0",
+            2,
+            "older than 21.0.0.2026072200",
+        ),  # one below
+        ("clang version 21.0.0.2026062301+cb664e8c", 2, "#995, fixed by #1184"),
+        ("clang version 21.0.0", 0, "cannot read the llvm-aie build"),
+    ],
+)
+def test_peano_build_is_checked_against_the_minimum_and_the_pin(version, code, says):
+    out = _toolchain(
+        "version",
+        "--minimum",
+        "21.0.0.2026072200",
+        "--pin",
+        "21.0.0.2026080301",
+        version,
+    )
+    assert out.returncode == code
+    assert says in out.stderr and (says or out.stderr == "")
+    assert len(out.stderr.strip().splitlines()) <= 1
+
+
+def test_program_memory_is_refused_over_16_kb():
+    size = "   text    data     bss     dec     hex filename\n{} 0 0 0 0 k.o\n"
+    at = _toolchain("size", "--limit", "16384", "--object", "k.o", size.format(16384))
+    assert at.returncode == 0 and "16384 of 16384 bytes" in at.stdout
+    over = _toolchain("size", "--limit", "16384", "--object", "k.o", size.format(16385))
+    assert (
+        over.returncode == 2
+        and "holds 16385 bytes of code, more than the 16384" in over.stderr
+    )
+    junk = _toolchain("size", "--limit", "16384", "--object", "k.o", "nothing")
+    assert junk.returncode == 2 and "not llvm-size output" in junk.stderr
+
+
+def test_a_misaligned_buffer_stops_a_debug_build(kernels):
+    # The host build has no -DNDEBUG: every entry asserts its buffers are 64-byte aligned.
+    hk = kernels[(64, 64, 64, 128)]
+    script = (
+        "import ctypes, sys\n"
+        f"lib = ctypes.CDLL({str(hk.path)!r})\n"
+        "buf = ctypes.create_string_buffer(1 << 16)\n"
+        "p = (ctypes.addressof(buf) + 63) // 64 * 64\n"
+        "lib.gemm_int4_zero(ctypes.c_void_p(p))\n"
+        "print('aligned ok', flush=True)\n"
+        "lib.gemm_int4_zero(ctypes.c_void_p(p + 32))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout == "aligned ok\n"
+    assert out.returncode != 0 and "kernel buffer not 64-byte aligned" in out.stderr

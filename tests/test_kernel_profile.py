@@ -99,18 +99,20 @@ def test_the_profile_counts_loops_slots_and_streams(probe):
 def test_the_kernels_hot_loop_is_one_mmul_per_step_and_its_streams_are_counted():
     p = profile_accumulate(64, 64, 64, 128)
     # one 8x8x8 block matmul per step, plus the scale folds: per 8x8 block of C two 64-lane bf16 macs of 2
-    # instructions each; all of it inside marked loops
-    assert sum(lp.ops["MAC"] for lp in p.loops) == 8 * 8 * 8 + 64 * 2 * 2
+    # instructions each, plus column pair 0's conversion of every second A block by a multiply by one (2
+    # instructions, 32 blocks); all of it inside marked loops
+    assert sum(lp.ops["MAC"] for lp in p.loops) == 8 * 8 * 8 + 64 * 2 * 2 + 32 * 2
     assert p.outside["MAC"] == 0
     first, hot = sorted(
         (lp for lp in p.loops if lp.ops["MAC"]), key=lambda lp: lp.ops["MAC"]
     )
     # per pair of 8-row blocks of A: column pair 0 (converting A as it goes), then the other three
     assert first.entries == hot.entries == 64 // 16
-    assert first.ops["MAC"] == 4 * (8 * 2 * 2 + 4 * 2 * 2)
-    assert first.ops["CONVERT"] == 4 * (
-        16 * 3 + 4 * 6
-    )  # 16 A blocks; 4 folds (hi, lo, c)
+    # per row pair: 16 mmuls of 2 instructions, 4 folds of two macs, 8 multiplies by one
+    assert first.ops["MAC"] == 4 * (8 * 2 * 2 + 4 * 2 * 2 + 8 * 2)
+    # per row pair: 8 A blocks moved to an accumulator and converted (2 + 1), 8 multiplied by one and
+    # converted (1), 4 folds (hi, lo, c: 6): the second conversion of a pair is on the MAC slot
+    assert first.ops["CONVERT"] == 4 * (8 * 3 + 8 * 1 + 4 * 6)
     # hot loop pops: 4 a step from two streams that each read 16 block vectors (18 words) per column
     # pair; then per 8x8 block of C a 2048-bit load of c, and per column pair two 128-bit scale loads
     assert hot.ops["LOAD"] == 12 * 2 * 18 + 48 * 4 + 12 * 2
