@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 
 from . import design, model, record
+from .kernel_cost import CLOCK_HZ, TERMS, calibration, gemv_cycles
 from .errors import ConfigError
 from .kernel_model import GEMV_MAX_M, gemv_acc_elems
 from .quant import check_dims, check_group_size
@@ -36,10 +37,6 @@ PES = COLUMNS * ROWS
 GEMV_AUTO_MAX_M = 8  # host/run.py picks this design by itself for M <= 8 (decode)
 L1_BYTES = record.L1_BYTES
 MEMTILE_BYTES = design.MEMTILE_BYTES
-
-# What a configuration search tries (default_config): record tiles and K-chunks the kernel supports.
-TILE_NS = (16, 32, 48, 64, 80, 96, 128)
-TILE_KS = (32, 64, 128, 256, 512)
 
 
 @dataclass(frozen=True)
@@ -240,8 +237,6 @@ def tile_end_cycles(cfg: GemvConfig) -> float:
     the cost model's OUTSIDE rate (per 16 floats: a store; per 8x8 block: a load, a conversion and a
     store per row). Estimated, not profiled.
     """
-    from .kernel_cost import TERMS, calibration
-
     vec = cfg.acc_elems // 16
     blocks = cfg.acc_elems // 64
     ops = vec + blocks * (2 + min(cfg.m, 8))
@@ -255,8 +250,6 @@ def modelled(
     the busiest PE's cycles as the compute side: its gemv_int4_accumulate calls at the kernel cost model's
     cycles per call (int4awq/kernel_cost.py) and its tile ends. FLOPs on the real m x n when given.
     """
-    from .kernel_cost import CLOCK_HZ, gemv_cycles
-
     m = cfg.m if m is None else m
     n = cfg.n if n is None else n
     per_call = gemv_cycles(cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m)
@@ -283,7 +276,7 @@ def legal_configs(m: int, k: int, n: int, gs: int, problems: list | None = None)
         raise ConfigError(
             f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
         )
-    for tn, tk in itertools.product(TILE_NS, TILE_KS):
+    for tn, tk in itertools.product(record.GEMV_TILE_NS, record.GEMV_TILE_KS):
         if (tk % gs and gs % tk) or k % tk:
             continue
         for tk2 in sorted({k} | {tk << j for j in range(8) if k % (tk << j) == 0}):

@@ -283,6 +283,16 @@ def gemv_cycles(tn: int, tk: int, gs: int, m: int) -> float:
     return float(np.array(entry(None, tn, tk, gs, m)["x"]) @ calibration().constants)
 
 
+def int4_kernel_flops(
+    tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32
+) -> float:
+    """Modelled compute rate of the int4 GEMM on `pes` compute tiles: each PE does one kernel call's
+    2 * tile_m * tile_n * tile_k FLOPs in the calibrated model's cycles per call (the zero and drain calls,
+    one per C tile, are not counted)."""
+    per_call = 2 * tile_m * tile_n * tile_k
+    return pes * per_call * CLOCK_HZ / kernel_cycles(tile_m, tile_n, tile_k, gs)
+
+
 def steps(tm: int, tn: int, tk: int) -> int:
     return (tm // 8) * (tn // 8) * (tk // 8)
 
@@ -324,8 +334,8 @@ TABLE_GROUP_SIZES = (
 
 
 def table_calls():
-    """Per group size of TABLE_GROUP_SIZES: every GEMM tile the sweep can choose (int4awq.sweep TILES,
-    K_CHUNKS), and every GEMV record tile (int4awq.gemv TILE_NS, TILE_KS) at 1 to GEMV_MAX_M rows.
+    """Per group size of TABLE_GROUP_SIZES: every GEMM tile the sweep can choose (record GEMM_TILES,
+    GEMM_K_CHUNKS), and every GEMV record tile (record GEMV_TILE_NS, GEMV_TILE_KS) at 1 to GEMV_MAX_M rows.
     """
     for gs in TABLE_GROUP_SIZES:
         yield from _table_calls(gs)
@@ -333,17 +343,23 @@ def table_calls():
 
 def _table_calls(gs: int):
     from .errors import ConfigError
-    from .gemv import GEMV_MAX_M, TILE_KS, TILE_NS
-    from .record import check_kernel_tiles, check_record_tile
-    from .sweep import K_CHUNKS, TILES
+    from .kernel_model import GEMV_MAX_M
+    from .record import (
+        GEMM_K_CHUNKS,
+        GEMM_TILES,
+        GEMV_TILE_KS,
+        GEMV_TILE_NS,
+        check_kernel_tiles,
+        check_record_tile,
+    )
 
-    for tm, tn, tk in itertools.product(TILES, TILES, K_CHUNKS):
+    for tm, tn, tk in itertools.product(GEMM_TILES, GEMM_TILES, GEMM_K_CHUNKS):
         try:
             check_kernel_tiles(tm, tn, tk, gs)
         except ConfigError:
             continue
         yield tm, tn, tk, gs
-    for tn, tk in itertools.product(TILE_NS, TILE_KS):
+    for tn, tk in itertools.product(GEMV_TILE_NS, GEMV_TILE_KS):
         try:
             check_record_tile(tn, tk, gs)
         except ConfigError:

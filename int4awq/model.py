@@ -3,7 +3,8 @@
 
 time = max(DDR bytes / DDR_BYTES_PER_S, 2*M*N*K / compute rate) + FIXED_S
 
-The compute rate of the int4 GEMM comes from the kernel cost model (int4awq/kernel_cost.py).
+The compute rate of the int4 GEMM comes from the kernel cost model (int4awq/kernel_cost.py, which builds on
+this module: the dependency runs one way).
 
 Every constant is here with its source. The figures it produces are MODELLED, never measured.
 """
@@ -20,18 +21,6 @@ DDR_BYTES_PER_S = 42.5e9
 FIXED_S = 0.08e-3
 # Compute ceiling of that dense kernel (aie::mmul<8,8,8> bf16 through bfp16 emulation): same source.
 DENSE_BF16_FLOPS = 10e12
-
-
-def int4_kernel_flops(
-    tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32
-) -> float:
-    """Modelled compute rate of the int4 GEMM on `pes` compute tiles: each PE does one kernel call's
-    2 * tile_m * tile_n * tile_k FLOPs in the calibrated model's cycles per call (int4awq/kernel_cost.py;
-    the zero and drain calls, one per C tile, are not counted)."""
-    from .kernel_cost import CLOCK_HZ, kernel_cycles
-
-    per_call = 2 * tile_m * tile_n * tile_k
-    return pes * per_call * CLOCK_HZ / kernel_cycles(tile_m, tile_n, tile_k, gs)
 
 
 @dataclass(frozen=True)

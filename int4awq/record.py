@@ -61,6 +61,12 @@ KERNEL_LIVE_BYTES = {
 # cores (mlir-air PR #1980, which raised aircc's default stack_size to 2048 for it).
 CORE_FRAME_BYTES = 1216
 KERNEL_NAME = "mv_int4_bf16"
+# The tiles a configuration search tries (int4awq.sweep for the GEMM, int4awq.gemv for the decode GEMV), and
+# so the tiles the kernel cost model's table covers (int4awq.kernel_cost).
+GEMM_TILES = (16, 32, 48, 64, 80, 96, 128)  # tile_m and tile_n
+GEMM_K_CHUNKS = (16, 32, 64, 128, 256)  # tile_k_l1
+GEMV_TILE_NS = (16, 32, 48, 64, 80, 96, 128)
+GEMV_TILE_KS = (32, 64, 128, 256, 512)
 
 
 def _pad(x: int) -> int:

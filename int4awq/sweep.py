@@ -28,12 +28,13 @@ from .design import (
 )
 from .errors import ConfigError
 from .llama import PROJECTIONS
-from .model import Estimate, estimate, int4_kernel_flops
+from .kernel_cost import calibration, int4_kernel_flops
+from .model import Estimate, estimate
+from .record import GEMM_K_CHUNKS as K_CHUNKS
+from .record import GEMM_TILES as TILES
 from .quant import check_dims, check_group_size
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs.json")
-TILES = (16, 32, 48, 64, 80, 96, 128)
-K_CHUNKS = (16, 32, 64, 128, 256)
 
 # Llama-3.2-1B projections (K = in_features, N = out_features) and the prefill lengths of the table.
 LLAMA_PROJECTIONS = PROJECTIONS  # int4awq/llama.py
@@ -214,8 +215,6 @@ def main(argv=None) -> int:
         f"the {len(rows)} fastest configurations for M={args.m} K={args.k} N={args.n} GS={args.gs} that pass "
         f"the NPU2 resource model; MODELLED NPU2 figures (int4awq/model.py)"
     )
-    from .kernel_cost import calibration
-
     print(calibration().summary())
     print(
         f"{'tile_m':>6} {'tile_n':>6} {'tk_l1':>5} {'tk_l2':>5} {'herd':>5} {'DDR MB':>8} {'us':>9} "

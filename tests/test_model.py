@@ -37,3 +37,33 @@ def test_traffic_of_the_reference_point():
     assert est.bound == "DDR" and est.seconds == pytest.approx(
         83_886_080 / 42.5e9 + 0.08e-3
     )
+
+
+def test_the_host_package_imports_in_one_direction():
+    # Performance models build on configurations and on one another one way: no module of int4awq reaches
+    # itself through its imports (module-level or inside functions).
+    import ast
+    import os
+
+    pkg = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "int4awq"
+    )
+    deps = {}
+    for f in os.listdir(pkg):
+        if f.endswith(".py"):
+            tree = ast.parse(open(os.path.join(pkg, f)).read())
+            deps[f[:-3]] = {
+                (n.module or a.name).split(".")[0]
+                for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.level == 1
+                for a in n.names
+            }
+
+    def reaches(src, dst, seen=()):
+        return any(
+            d == dst or (d not in seen and reaches(d, dst, seen + (d,)))
+            for d in deps.get(src, ())
+        )
+
+    assert deps["kernel_cost"] >= {"model"} and "kernel_cost" in deps["sweep"]
+    assert [m for m in deps if reaches(m, m)] == []
