@@ -54,7 +54,7 @@ KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: format format-check upstream-check calibrate run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps clean
+.PHONY: format format-check upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -101,6 +101,11 @@ run_llama_down: N = 2048
 run_llama_down: TILE_M = 32
 run_llama_down: TILE_N = 128
 run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down: run
+
+# The hardware bring-up ladder, one risk per step (docs/bringup.md): BACKEND=npu on NPU2, the emulator elsewhere;
+# RUN_ARGS=--keep-going runs every step after a FAIL, RUN_ARGS='--steps 2,3' only those.
+bringup: deps
+	$(PYTHON) host/bringup.py --backend $(BACKEND) $(RUN_ARGS)
 
 print: deps
 	PYTHONPATH=$(AIR_PATH) $(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) -p

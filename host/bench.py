@@ -51,6 +51,7 @@ COLUMNS = (
     "config",
     "ddr_mb",
     "us",
+    "modelled_us",
     "tops",
     "correlation",
     "source",
@@ -102,6 +103,25 @@ def timed_npu_run(cfg, m, k, n, iters, warmup):
 
     res = checked_run(cfg, m, k, n, on_npu)
     return float(np.mean(times)), res.correlation
+
+
+def measured_source(us: float, modelled_s: float) -> str:
+    """A measured row's source: the measurement, with the model's figure and its error beside it."""
+    model_us = modelled_s * 1e6
+    return f"measured; modelled {model_us:.1f} us, model error {model_us / us - 1:+.0%}"
+
+
+def numerics_line() -> str:
+    """What the bring-up ladder's numerics probe last measured (host/bringup.py step 3), beside the host
+    model's assumption, or how to measure it."""
+    path = os.path.join(REPO, "build", "bringup", "numerics.txt")
+    try:
+        with open(path) as f:
+            return "numerics probe (make bringup): " + " | ".join(
+                f.read().split("\n")
+            ).strip(" |")
+    except OSError:
+        return "numerics probe: not run here (make bringup BACKEND=npu measures the core's bfp16 rounding)"
 
 
 def measure(cfg, m, k, n, iters, warmup):
@@ -230,6 +250,7 @@ def _main(argv) -> int:
         f"model: int4awq/model.py (DDR 42.5 GB/s effective) and int4awq/kernel_cost.py"
     )
     print(calibration().summary())
+    print(numerics_line())
     rows, failures = [], 0
     for entry in load_table():
         m, k, n = entry["m"], entry["k"], entry["n"]
@@ -243,6 +264,7 @@ def _main(argv) -> int:
             config=f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}",
             ddr_mb=round(cfg.ddr_bytes() / 1e6, 2),
             us=round(est.seconds * 1e6, 1),
+            modelled_us=round(est.seconds * 1e6, 1),
             tops=round(est.tops, 3),
             correlation="",
             source="modelled",
@@ -253,7 +275,7 @@ def _main(argv) -> int:
                 us=round(us, 1),
                 tops=round(2 * m * k * n / us / 1e6, 3),
                 correlation=f"{corr:.6f}",
-                source="measured",
+                source=measured_source(us, est.seconds),
             )
         elif args.emulate:
             corr, passed = emulate(cfg, m, k, n)
@@ -303,6 +325,7 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
             config=f"GEMV {cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} pes{cfg.pes}",
             ddr_mb=round(est.ddr_bytes / 1e6, 2),
             us=round(est.seconds * 1e6, 1),
+            modelled_us=round(est.seconds * 1e6, 1),
             tops=round(est.tops, 3),
             correlation="",
             source=f"modelled, {est.bound}-bound",
@@ -318,7 +341,7 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
                 us=round(us, 1),
                 tops=round(2 * k * n / us / 1e6, 3),
                 correlation=f"{corr:.6f}",
-                source="measured",
+                source=measured_source(us, est.seconds),
                 gbps=round(est.ddr_bytes / us / 1e3, 1),
             )
         elif args.emulate:

@@ -176,12 +176,18 @@ class HostKernel(_HostObject):
     """The host-built GEMM object for one tile configuration, driven through ctypes like a PE would."""
 
     def __init__(
-        self, tile_m: int, tile_n: int, tile_k: int, gs: int, lib: Path | None = None
+        self,
+        tile_m: int,
+        tile_n: int,
+        tile_k: int,
+        gs: int,
+        lib: Path | None = None,
+        rounding: str = "conv_even",
     ):
         self.tile_m, self.tile_n, self.tile_k, self.gs = tile_m, tile_n, tile_k, gs
         vp = ctypes.c_void_p
         super().__init__(
-            KernelObject("gemm", tile_n, tile_k, gs, tile_m),
+            KernelObject("gemm", tile_n, tile_k, gs, tile_m, rounding),
             (
                 ("gemm_int4_zero", [vp]),
                 ("gemm_int4_accumulate", [vp] * 4),
@@ -260,11 +266,18 @@ class GemvHostKernel(_HostObject):
     """The host-built GEMV object of one record tile (same record, same scratch as the GEMM's): zero,
     accumulate each K-chunk's record, drain, per N-tile."""
 
-    def __init__(self, tile_n: int, tile_k: int, gs: int, lib: Path | None = None):
+    def __init__(
+        self,
+        tile_n: int,
+        tile_k: int,
+        gs: int,
+        lib: Path | None = None,
+        rounding: str = "conv_even",
+    ):
         self.tile_n, self.tile_k, self.gs = tile_n, tile_k, gs
         vp, i32 = ctypes.c_void_p, ctypes.c_int32
         super().__init__(
-            KernelObject("gemv", tile_n, tile_k, gs),
+            KernelObject("gemv", tile_n, tile_k, gs, rounding=rounding),
             (
                 ("gemv_int4_zero", [vp, i32]),
                 ("gemv_int4_accumulate", [vp, vp, vp, vp, i32]),

@@ -52,6 +52,41 @@ class NpuRun:
     )
 
 
+def _mlir_air():
+    try:
+        from air.backend import abc, xrt
+    except ImportError:
+        raise ConfigError(
+            "mlir-air's Python package is not importable: install it (README, 'Running on "
+            f"an NPU2 machine') or use {emulator_hint()}"
+        ) from None
+    return SimpleNamespace(
+        XRTBackend=xrt.XRTBackend,
+        XRTCompileArtifact=xrt.XRTCompileArtifact,
+        AirBackendError=abc.AirBackendError,
+    )
+
+
+def _artifact_paths(build_dir: str) -> tuple[str, str]:
+    xclbin, insts = os.path.join(build_dir, "air.xclbin"), os.path.join(
+        build_dir, "air.insts.bin"
+    )
+    for path in (xclbin, insts):
+        if not os.path.isfile(path):
+            raise ConfigError(
+                f"{path} is missing: run `make compile` with the same configuration first"
+                f" (or use {emulator_hint()})"
+            )
+    return xclbin, insts
+
+
+def _check_buffers(buffers) -> None:
+    if len(buffers) > 5:
+        raise ConfigError(
+            f"{len(buffers)} data buffers; the NPU kernel takes at most 5"
+        )
+
+
 def run_compiled(
     build_dir: str,
     buffers: list[np.ndarray],
@@ -65,32 +100,9 @@ def run_compiled(
     whose invoker runs `warmup` untimed and `iters` timed iterations and keeps their mean latency.
     air: what the run uses of mlir-air (XRTBackend, XRTCompileArtifact, AirBackendError); by default mlir-air's
     own (a stand-in in tests)."""
-    xclbin, insts = os.path.join(build_dir, "air.xclbin"), os.path.join(
-        build_dir, "air.insts.bin"
-    )
-    for path in (xclbin, insts):
-        if not os.path.isfile(path):
-            raise ConfigError(
-                f"{path} is missing: run `make compile` with the same configuration first"
-                f" (or use {emulator_hint()})"
-            )
-    if len(buffers) > 5:
-        raise ConfigError(
-            f"{len(buffers)} data buffers; the NPU kernel takes at most 5"
-        )
-    if air is None:
-        try:
-            from air.backend import abc, xrt
-        except ImportError:
-            raise ConfigError(
-                "mlir-air's Python package is not importable: install it (README, 'Running on "
-                f"an NPU2 machine') or use {emulator_hint()}"
-            ) from None
-        air = SimpleNamespace(
-            XRTBackend=xrt.XRTBackend,
-            XRTCompileArtifact=xrt.XRTCompileArtifact,
-            AirBackendError=abc.AirBackendError,
-        )
+    xclbin, insts = _artifact_paths(build_dir)
+    _check_buffers(buffers)
+    air = air or _mlir_air()
     backend = air.XRTBackend(
         target_device="npu2", n_warmup_iters=warmup, n_perf_iters=iters
     )
@@ -109,3 +121,24 @@ def run_compiled(
         .reshape(buffers[output].shape),
         float(backend.last_latency_us),
     )
+
+
+def run_compiled_each(
+    build_dir: str, buffer_sets: list[list[np.ndarray]], air=None
+) -> list[tuple[np.ndarray, ...]]:
+    """Load the compiled design once and dispatch it once per buffer set, in order, through the same
+    invoker (mlir-air's XRTBackend.load): every argument as read back after each dispatch. A dispatch
+    that depends on state a previous one left (locks, BDs) shows up as a wrong later result.
+    """
+    xclbin, insts = _artifact_paths(build_dir)
+    for bufs in buffer_sets:
+        _check_buffers(bufs)
+    air = air or _mlir_air()
+    backend = air.XRTBackend(target_device="npu2")
+    try:
+        invoker = backend.load(air.XRTCompileArtifact(xclbin, KERNEL_NAME, insts))
+        return [tuple(invoker(*bufs)) for bufs in buffer_sets]
+    except air.AirBackendError as e:
+        raise ConfigError(f"{e} (or use {emulator_hint()})") from None
+    finally:
+        backend.unload()

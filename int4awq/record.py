@@ -279,12 +279,21 @@ class KernelObject:
     tile_m: int | None = (
         None  # the GEMM's tile rows; the GEMV's entries take the rows at run time
     )
+    rounding: str = (
+        "conv_even"  # the accumulate entries' mode; "floor" only for host/bringup.py's probe
+    )
+
+    def __post_init__(self):
+        if self.rounding not in ("conv_even", "floor"):
+            raise ConfigError(f"kernel rounding {self.rounding!r}: conv_even or floor")
 
     @property
     def stem(self) -> str:
         if self.entries == "gemm":
-            return f"{KERNEL_NAME}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}_gs{self.gs}"
-        return f"{KERNEL_NAME}_gemv_n{self.tile_n}_k{self.tile_k}_gs{self.gs}"
+            stem = f"{KERNEL_NAME}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}_gs{self.gs}"
+        else:
+            stem = f"{KERNEL_NAME}_gemv_n{self.tile_n}_k{self.tile_k}_gs{self.gs}"
+        return stem if self.rounding == "conv_even" else f"{stem}_rfloor"
 
     def lib_name(self, host: bool = False) -> str:
         """<stem>.o (Peano) or <stem>.so (host)."""
@@ -295,11 +304,16 @@ class KernelObject:
         dims = [f"ENTRIES={self.entries}"]
         if self.entries == "gemm":
             dims.append(f"DIM_M={self.tile_m}")
-        return dims + [
+        dims += [
             f"DIM_N={self.tile_n}",
             f"DIM_K_CHUNK={self.tile_k}",
             f"DIM_GS={self.gs}",
         ]
+        return (
+            dims
+            if self.rounding == "conv_even"
+            else dims + [f"ROUNDING={self.rounding}"]
+        )
 
 
 # ------------------------------------------------------------------------------------------ pack / unpack

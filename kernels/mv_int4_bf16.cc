@@ -104,6 +104,15 @@
     "define the tile: -DDIM_N=<tile_n> -DDIM_K_CHUNK=<tile_k_l1> -DDIM_GS=<group size>, and -DDIM_M=<tile_m> for the GEMM"
 #endif
 
+// The rounding mode the accumulate entries set (A to bfp16 blocks, the fold's
+// bf16 splits). conv_even (half to even) is the product's; the bring-up
+// ladder's numerics probe (host/bringup.py) also builds
+// -DINT4_A_ROUNDING=floor, the core's reset mode, to measure whether the bfp16
+// conversion follows aie::set_rounding on NPU2.
+#ifndef INT4_A_ROUNDING
+#define INT4_A_ROUNDING conv_even
+#endif
+
 namespace {
 
 constexpr unsigned TN = DIM_N;       // columns of W and C per PE
@@ -335,7 +344,7 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
   KERNEL_ALIGNED(a_tile);
   KERNEL_ALIGNED(c_acc);
   KERNEL_ALIGNED(w_scratch);
-  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  ::aie::set_rounding(aie::rounding_mode::INT4_A_ROUNDING);
   uint8_t *__restrict scratch = w_scratch;
   dequantize(w_record, scratch);
 
@@ -504,7 +513,7 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
   KERNEL_ALIGNED(a_rows);
   KERNEL_ALIGNED(acc);
   KERNEL_ALIGNED(w_scratch);
-  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  ::aie::set_rounding(aie::rounding_mode::INT4_A_ROUNDING);
   uint8_t *__restrict scratch = w_scratch;
   dequantize(w_record, scratch);
 

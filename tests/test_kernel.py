@@ -379,6 +379,26 @@ def test_makefile_naming_matches_record(kernels):
     assert (
         kernels[(64, 64, 64, 128)].path.name == "mv_int4_bf16_gemm_m64_n64_k64_gs128.so"
     )
+    floor = KernelObject("gemv", 16, 32, 32, rounding="floor")
+    out = subprocess.run(
+        ["make", "-s", "-C", str(KERNELS_DIR), "peano-path", *floor.make_args()],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip().endswith("/mv_int4_bf16_gemv_n16_k32_gs32_rfloor.o")
+    assert floor.lib_name() == "mv_int4_bf16_gemv_n16_k32_gs32_rfloor.o"
+    with pytest.raises(ConfigError, match="conv_even or floor"):
+        KernelObject("gemv", 16, 32, 32, rounding="ceil")
+    bad_mode = subprocess.run(
+        ["make", "-s", "-C", str(KERNELS_DIR), "stem", "ROUNDING=ceil"],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        bad_mode.returncode
+        and "give ROUNDING=conv_even or ROUNDING=floor" in bad_mode.stderr
+    )
     bad = subprocess.run(
         ["make", "-s", "-C", str(KERNELS_DIR), "stem", "ENTRIES=both"],
         capture_output=True,

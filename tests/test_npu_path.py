@@ -113,3 +113,42 @@ def test_missing_artifacts_and_too_many_buffers(build_dir, tmp_path_factory):
         run_compiled(str(empty), buffers(), 2, air=stand_in([]))
     with pytest.raises(ConfigError, match="at most 5"):
         run_compiled(str(build_dir), buffers() * 2, 2, air=stand_in([]))
+
+
+def test_each_buffer_set_is_one_dispatch_of_one_loaded_design(build_dir):
+    """run_compiled_each (the bring-up ladder's repeated dispatch): one backend, one load, then one
+    invocation per buffer set in order, every argument returned, the backend unloaded.
+    """
+    from int4awq.npu import run_compiled_each
+
+    log = []
+    sets = [buffers(), buffers()[:2] + [np.zeros((64, 16), bfloat16) + 1]]
+    outs = run_compiled_each(str(build_dir), sets, air=stand_in(log))
+    assert [e[0] for e in log] == [
+        "backend",
+        "artifact",
+        "load",
+        "invoke",
+        "invoke",
+        "unload",
+    ]
+    assert log[0] == ("backend", {"target_device": "npu2"})
+    assert len(outs) == 2 and all(len(o) == 3 for o in outs)
+    assert outs[1][1].tolist() == list(range(240))
+
+
+def test_each_dispatch_refuses_what_a_single_run_refuses(build_dir, tmp_path):
+    from int4awq.npu import run_compiled_each
+
+    with pytest.raises(ConfigError, match="air.xclbin is missing"):
+        run_compiled_each(str(tmp_path / "none"), [buffers()], air=stand_in([]))
+    with pytest.raises(ConfigError, match="at most 5"):
+        run_compiled_each(str(build_dir), [buffers() * 2], air=stand_in([]))
+    log = []
+    with pytest.raises(ConfigError, match="pyxrt"):
+        run_compiled_each(
+            str(build_dir),
+            [buffers()],
+            air=stand_in(log, fail="pyxrt is not available"),
+        )
+    assert log[-1] == ("unload",)

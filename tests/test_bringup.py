@@ -1,0 +1,185 @@
+# SPDX-License-Identifier: MIT
+"""The bring-up ladder (host/bringup.py, host/kernel_probe.py): its checks catch what they are for.
+
+The whole ladder passing on the emulator is tests/run_emu_bringup.lit; here each check is shown to fail
+when the hardware gets its part wrong (a probe output corrupted, a rounding rule changed, a dispatch that
+returns stale results), with expected values written out by hand."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "host"))
+
+import bringup  # noqa: E402
+import kernel_probe as kp  # noqa: E402
+
+# ------------------------------------------------------------------------------------------ rounding
+# The mantissas of bringup.ROUNDING_BLOCKS, by hand: steps (64,) 0.5 1.5 2.5 -0.5 -1.5 -2.5 0.75 and
+# (64,) 0.25 -0.25 -0.75 3.5 -3.5 1.25 -1.25.
+HALF_EVEN = [[64, 0, 2, 2, 0, -2, -2, 1], [64, 0, 0, -1, 4, -4, 1, -1]]
+FLOOR = [[64, 0, 1, 2, -1, -2, -3, 0], [64, 0, -1, -1, 3, -4, 1, -2]]
+TOWARD_ZERO = [[64, 0, 1, 2, 0, -1, -2, 0], [64, 0, 0, 0, 3, -3, 1, -1]]
+HALF_AWAY = [[64, 1, 2, 3, -1, -2, -3, 1], [64, 0, 0, -1, 4, -4, 1, -1]]
+HALF_ODD = [[64, 1, 1, 3, -1, -1, -3, 1], [64, 0, 0, -1, 3, -3, 1, -1]]
+
+
+@pytest.mark.parametrize(
+    "mantissas, modes",
+    [
+        (HALF_EVEN, ["conv_even"]),
+        (FLOOR, ["floor"]),
+        (TOWARD_ZERO, ["symmetric_floor"]),
+        (HALF_AWAY, ["symmetric_inf"]),
+        (HALF_ODD, ["conv_odd"]),
+        ([[64] * 8, [64] * 8], []),
+    ],
+    ids=["half-even", "floor", "toward-zero", "half-away", "half-odd", "none"],
+)
+def test_rounding_blocks_name_one_mode(mantissas, modes):
+    assert bringup.classify_rounding(np.array(mantissas)) == modes
+
+
+def test_probe_blocks_are_exact_in_bf16_and_where_the_probe_reads_them():
+    a = bringup.numerics_rows()
+    assert a.dtype == bfloat16 and a.shape == (8, 64)
+    assert a[0, :8].astype(np.float64).tolist() == [1.0, 2**-7, 3 * 2**-7, 5 * 2**-7, -(2**-7), -3 * 2**-7, -5 * 2**-7, 3 * 2**-8]
+    assert a[2, 0] == 1.9921875 and not a[2, 1:8].astype(np.float32).any()
+    assert not a[4, :8].astype(np.float32).any()
+    assert a[5, 0].astype(np.float64) == 2.0**-130
+
+
+# ------------------------------------------------------------------------------------------ layouts
+def test_acc_to_rows_reads_8x8_blocks_row_major():
+    # tile_n 16: blocks (mb, nb) at (mb * 2 + nb) * 64; element (r, c) of block (mb, nb) at r * 8 + c.
+    acc = np.arange(2 * 8 * 16, dtype=np.float32)
+    rows = kp.acc_to_rows(acc, 16, 16)
+    assert rows[0, 0] == 0 and rows[0, 7] == 7 and rows[0, 8] == 64 and rows[1, 0] == 8
+    assert rows[8, 0] == 128 and rows[9, 9] == 128 + 64 + 9
+    assert kp.acc_to_rows(acc, 5, 16).shape == (5, 16)
+
+
+def test_decode_blocks_reads_exponent_then_signed_mantissas():
+    raw = np.array([127, 64, 0xFF, 0x80, 1, 2, 3, 4, 5], np.uint8)
+    e, m = kp.decode_blocks(raw)
+    assert e.tolist() == [127] and m.tolist() == [[64, -1, -128, 1, 2, 3, 4, 5]]
+    assert kp.block_values(e, m)[0, :3].tolist() == [1.0, -(2**-6), -2.0]
+
+
+# ------------------------------------------------------------------------------------------ the checks catch faults
+@pytest.fixture(scope="module")
+def ladder():
+    return bringup.Ladder("emu", "/tmp/int4awq_bringup_test", seed=0)
+
+
+def _corrupting(ladder, monkeypatch, stage, output, byte):
+    real = ladder.probes.run
+
+    def run(probe, inputs):
+        outs = real(probe, inputs)
+        if probe.stage == stage and not probe.gemv:
+            outs[output].view(np.uint8).reshape(-1)[byte] ^= 0x01
+        return outs
+
+    monkeypatch.setattr(ladder.probes, "run", run)
+
+
+@pytest.mark.parametrize(
+    "stage, output, byte, check",
+    [
+        ("zero", 0, 2, "gemm_int4: zero"),
+        ("accumulate", 1, 10, "gemm_int4: dequantised W = q - z exactly"),
+        ("accumulate", 1, 4 * 1152 + 10, "gemm_int4: A to bfp16 blocks"),
+        ("accumulate", 0, 100, "gemm_int4: accumulator = host build"),
+        ("drain", 0, 1, "gemm_int4: drain = bf16 round to nearest even"),
+    ],
+    ids=["zero", "w-line", "a-line", "accumulator", "drain"],
+)
+def test_kernel_harness_names_the_corrupted_output(ladder, monkeypatch, stage, output, byte, check):
+    _corrupting(ladder, monkeypatch, stage, output, byte)
+    out = bringup.step_kernel_harness(ladder)
+    assert out.status == "FAIL"
+    assert any(line.startswith(f"FAIL {check} (") for line in out.lines)
+    assert out.figures.endswith(f"first: {check}")
+
+
+def test_kernel_harness_passes_clean_runs(ladder):
+    out = bringup.step_kernel_harness(ladder)
+    assert out.status == "PASS" and len(out.lines) == 14
+
+
+def test_numerics_probe_reports_a_rounding_the_model_does_not_assume(ladder, monkeypatch):
+    """The conv_even object answering like floor: DIFFERS, with both rules named."""
+    real = ladder.probes.run
+
+    def run(probe, inputs):
+        if probe.obj.rounding == "conv_even":
+            probe = kp.Probe(bringup.PROBE_GEMV_FLOOR, probe.rows, probe.stage)
+        return real(probe, inputs)
+
+    monkeypatch.setattr(ladder.probes, "run", run)
+    out = bringup.step_numerics(ladder)
+    assert out.status == "DIFFERS"
+    assert out.figures == "conv_even set (the kernel's): rounds as floor, model assumes conv_even"
+
+
+def test_numerics_probe_passes_on_the_emulator(ladder):
+    out = bringup.step_numerics(ladder)
+    assert out.status == "PASS"
+    assert out.lines[0].startswith("conv_even set (the kernel's): rounding conv_even; 127.5 steps saturates to 127")
+    assert out.lines[1].startswith("floor set (the reset mode): rounding floor;")
+
+
+def test_repeated_dispatch_catches_a_stale_result(ladder, monkeypatch):
+    """An invoker whose later dispatches return the first dispatch's C: every later check fails."""
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    from air.backend import xrt
+
+    real = xrt.XRTBackend.compile_and_load
+
+    def stale(self, module):
+        invoke, first = real(self, module), []
+
+        def run(*bufs):
+            outs = invoke(*bufs)
+            first.append(outs)
+            return first[0]
+
+        return run
+
+    monkeypatch.setattr(xrt.XRTBackend, "compile_and_load", stale)
+    out = bringup.step_repeated_dispatch(ladder)
+    assert out.status == "FAIL" and out.figures == "dispatch 2, dispatch 3 wrong"
+
+
+# ------------------------------------------------------------------------------------------ command line
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "2,x"], "--steps '2,x': give step numbers like 2,3"),
+        (["--steps", "10"], "--steps: steps are 1 to 9"),
+        (["--backend", "gpu"], "argument --backend: invalid choice"),
+    ],
+)
+def test_bad_arguments_are_one_line_exit_2(capsys, argv, message):
+    assert bringup.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_a_failing_step_stops_the_ladder_and_is_named(capsys, monkeypatch):
+    fail = bringup.Outcome("FAIL", "made to fail")
+    steps = tuple(
+        s if s.number != 2 else bringup.Step(2, s.name, s.isolates, s.on_fail, lambda _: fail)
+        for s in bringup.STEPS
+    )
+    monkeypatch.setattr(bringup, "STEPS", steps)
+    assert bringup.main(["--backend", "emu", "--steps", "1,2,3"]) == 1
+    out = capsys.readouterr().out
+    assert "step 2 kernel harness     FAIL" in out and "step 3" not in out
+    assert "    next: a Peano codegen problem in the named entry" in out
+    assert out.strip().endswith("bring-up: first problem at step 2 (kernel harness) FAIL")
