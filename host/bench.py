@@ -33,7 +33,7 @@ from int4awq.errors import (
 try:
     import numpy as np
 
-    from int4awq.npu import npu2_present
+    from int4awq.npu import npu2_present, numerics_line
     from int4awq.quant import random_activations, random_weights
     from int4awq import model
     from int4awq.sweep import LLAMA_PROJECTIONS, default_config, load_table, modelled
@@ -109,19 +109,6 @@ def measured_source(us: float, modelled_s: float) -> str:
     """A measured row's source: the measurement, with the model's figure and its error beside it."""
     model_us = modelled_s * 1e6
     return f"measured; modelled {model_us:.1f} us, model error {model_us / us - 1:+.0%}"
-
-
-def numerics_line() -> str:
-    """What the bring-up ladder's numerics probe last measured (host/bringup.py step 3), beside the host
-    model's assumption, or how to measure it."""
-    path = os.path.join(REPO, "build", "bringup", "numerics.txt")
-    try:
-        with open(path) as f:
-            return "numerics probe (make bringup): " + " | ".join(
-                f.read().split("\n")
-            ).strip(" |")
-    except OSError:
-        return "numerics probe: not run here (make bringup BACKEND=npu measures the core's bfp16 rounding)"
 
 
 def measure(cfg, m, k, n, iters, warmup):

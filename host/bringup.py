@@ -56,7 +56,9 @@ GEMV_PROBE_ROWS = 5  # a partial 8-row band
 NUMERICS_ROWS = 8  # one full band: the A line then holds all 8 rows' blocks
 REPEATS = 3  # dispatches of one loaded design in step 9
 
-MAKE_TILES = " --tile-m 64 --tile-n 64 --tile-k-l1 64 --tile-k-l2 512"  # the Makefile's defaults
+MAKE_TILES = (
+    " --tile-m 64 --tile-n 64 --tile-k-l1 64 --tile-k-l2 512"  # the Makefile's defaults
+)
 # (step, host/run.py arguments): the GEMM and GEMV designs of steps 4 to 9, the shapes of the make targets
 # named beside them.
 DESIGN_RUNS = {
@@ -259,7 +261,9 @@ def step_kernel_harness(ladder: Ladder) -> Outcome:
                 failed.append(name)
     if failed:
         return Outcome(
-            "FAIL", f"{len(failed)} of {len(lines)} checks failed, first: {failed[0]}", lines
+            "FAIL",
+            f"{len(failed)} of {len(lines)} checks failed, first: {failed[0]}",
+            lines,
         )
     return Outcome("PASS", f"{len(lines)} checks, all bit-exact", lines)
 
@@ -349,7 +353,10 @@ def measure_numerics(ladder: Ladder, obj: record.KernelObject) -> Numerics:
     exps, mants = kp.a_line(scratch, obj.tile_n, obj.tile_k, obj.tile_k // 8)
     # A line order for the GEMV: K block kb, then row r: block (kb=0, r) is at index r.
     modes = classify_rounding(mants[0:2])  # blocks 0 and 1: rows 0 and 1, K block 0
-    e, m = exps[2], mants[2, 0]  # largest magnitude in [1, 2): exponent byte 127 (step 2^-6)
+    e, m = (
+        exps[2],
+        mants[2, 0],
+    )  # largest magnitude in [1, 2): exponent byte 127 (step 2^-6)
     if e == 127 and m == 127:
         sat = "saturates to 127"
     elif e == 128 and m == 64:
@@ -400,16 +407,20 @@ def step_numerics(ladder: Ladder) -> Outcome:
         if not got.other_blocks_match:
             differs.append(f"{label}: the seeded blocks differ from the host model")
     verdict = "differs from the host model" if differs else "as the host model assumes"
-    save_numerics(ladder, [f"{ladder.backend}: {verdict}"] + lines)
+    save_numerics([f"{ladder.backend}: {verdict}"] + lines)
     if differs:
-        return Outcome("DIFFERS", differs[0], lines + [f"differs: {d}" for d in differs])
+        return Outcome(
+            "DIFFERS", differs[0], lines + [f"differs: {d}" for d in differs]
+        )
     return Outcome("PASS", verdict, lines)
 
 
-def save_numerics(ladder: Ladder, lines: list[str]) -> None:
-    """build/bringup/numerics.txt, which `make bench` prints beside its figures."""
-    os.makedirs(ladder.build_root, exist_ok=True)
-    with open(os.path.join(ladder.build_root, "numerics.txt"), "w") as f:
+def save_numerics(lines: list[str]) -> None:
+    """build/bringup/numerics.txt, which `make bench` and `host/run.py --report` print."""
+    from int4awq.npu import NUMERICS_FILE
+
+    os.makedirs(os.path.dirname(NUMERICS_FILE), exist_ok=True)
+    with open(NUMERICS_FILE, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 

@@ -330,7 +330,10 @@ def backend_options(probe: Probe) -> dict:
         target_device="npu2",
         stack_size=record.kernel_stack_bytes(),
         omit_while_true_loop=False,
-        runtime_loop_tiling_sizes=[1, 1],  # one launch iteration, a 1x1 herd (as bfp16/run.py's small herds)
+        runtime_loop_tiling_sizes=[
+            1,
+            1,
+        ],  # one launch iteration, a 1x1 herd (as bfp16/run.py's small herds)
         instance_name="kernel_probe",
     )
 

@@ -607,6 +607,10 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
         sections.append(("", resources.table().splitlines()))
     if emu.get("stats") is not None:
         sections.append(("", emu["stats"].table().splitlines()))
+    if backend == "npu":
+        from int4awq.npu import numerics_line
+
+        sections.append(("", [numerics_line()]))
     if isinstance(cfg, DesignConfig):
         from int4awq.kernel_cost import kernel_line
 

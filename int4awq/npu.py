@@ -25,6 +25,25 @@ def emulator_hint() -> str:
     return f"`make {target} BACKEND=emu`" if target else "--backend emu"
 
 
+# The bring-up ladder's numerics probe result (host/bringup.py step 3), shown beside measured figures.
+NUMERICS_FILE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "build",
+    "bringup",
+    "numerics.txt",
+)
+
+
+def numerics_line() -> str:
+    """What the bring-up ladder's numerics probe last measured, or how to measure it."""
+    try:
+        with open(NUMERICS_FILE) as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return "numerics probe: not run here (make bringup BACKEND=npu measures the core's bfp16 rounding)"
+    return "numerics probe (make bringup): " + " | ".join(lines)
+
+
 def npu2_present() -> tuple[bool, str]:
     """(found, why): whether `xrt-smi examine` names an XDNA2 part."""
     xrt_smi = shutil.which("xrt-smi") or shutil.which(

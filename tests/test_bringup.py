@@ -47,7 +47,16 @@ def test_rounding_blocks_name_one_mode(mantissas, modes):
 def test_probe_blocks_are_exact_in_bf16_and_where_the_probe_reads_them():
     a = bringup.numerics_rows()
     assert a.dtype == bfloat16 and a.shape == (8, 64)
-    assert a[0, :8].astype(np.float64).tolist() == [1.0, 2**-7, 3 * 2**-7, 5 * 2**-7, -(2**-7), -3 * 2**-7, -5 * 2**-7, 3 * 2**-8]
+    assert a[0, :8].astype(np.float64).tolist() == [
+        1.0,
+        2**-7,
+        3 * 2**-7,
+        5 * 2**-7,
+        -(2**-7),
+        -3 * 2**-7,
+        -5 * 2**-7,
+        3 * 2**-8,
+    ]
     assert a[2, 0] == 1.9921875 and not a[2, 1:8].astype(np.float32).any()
     assert not a[4, :8].astype(np.float32).any()
     assert a[5, 0].astype(np.float64) == 2.0**-130
@@ -71,6 +80,14 @@ def test_decode_blocks_reads_exponent_then_signed_mantissas():
 
 
 # ------------------------------------------------------------------------------------------ the checks catch faults
+@pytest.fixture(autouse=True)
+def numerics_file(tmp_path, monkeypatch):
+    """The numerics probe's result goes to a temporary file, not the checkout's build/bringup."""
+    from int4awq import npu
+
+    monkeypatch.setattr(npu, "NUMERICS_FILE", str(tmp_path / "numerics.txt"))
+
+
 @pytest.fixture(scope="module")
 def ladder():
     return bringup.Ladder("emu", "/tmp/int4awq_bringup_test", seed=0)
@@ -99,7 +116,9 @@ def _corrupting(ladder, monkeypatch, stage, output, byte):
     ],
     ids=["zero", "w-line", "a-line", "accumulator", "drain"],
 )
-def test_kernel_harness_names_the_corrupted_output(ladder, monkeypatch, stage, output, byte, check):
+def test_kernel_harness_names_the_corrupted_output(
+    ladder, monkeypatch, stage, output, byte, check
+):
     _corrupting(ladder, monkeypatch, stage, output, byte)
     out = bringup.step_kernel_harness(ladder)
     assert out.status == "FAIL"
@@ -112,7 +131,9 @@ def test_kernel_harness_passes_clean_runs(ladder):
     assert out.status == "PASS" and len(out.lines) == 14
 
 
-def test_numerics_probe_reports_a_rounding_the_model_does_not_assume(ladder, monkeypatch):
+def test_numerics_probe_reports_a_rounding_the_model_does_not_assume(
+    ladder, monkeypatch
+):
     """The conv_even object answering like floor: DIFFERS, with both rules named."""
     real = ladder.probes.run
 
@@ -124,13 +145,22 @@ def test_numerics_probe_reports_a_rounding_the_model_does_not_assume(ladder, mon
     monkeypatch.setattr(ladder.probes, "run", run)
     out = bringup.step_numerics(ladder)
     assert out.status == "DIFFERS"
-    assert out.figures == "conv_even set (the kernel's): rounds as floor, model assumes conv_even"
+    assert (
+        out.figures
+        == "conv_even set (the kernel's): rounds as floor, model assumes conv_even"
+    )
 
 
 def test_numerics_probe_passes_on_the_emulator(ladder):
+    from int4awq import npu
+
     out = bringup.step_numerics(ladder)
     assert out.status == "PASS"
-    assert out.lines[0].startswith("conv_even set (the kernel's): rounding conv_even; 127.5 steps saturates to 127")
+    with open(npu.NUMERICS_FILE) as f:
+        assert f.readline() == "emu: as the host model assumes\n"
+    assert out.lines[0].startswith(
+        "conv_even set (the kernel's): rounding conv_even; 127.5 steps saturates to 127"
+    )
     assert out.lines[1].startswith("floor set (the reset mode): rounding floor;")
 
 
@@ -174,7 +204,11 @@ def test_bad_arguments_are_one_line_exit_2(capsys, argv, message):
 def test_a_failing_step_stops_the_ladder_and_is_named(capsys, monkeypatch):
     fail = bringup.Outcome("FAIL", "made to fail")
     steps = tuple(
-        s if s.number != 2 else bringup.Step(2, s.name, s.isolates, s.on_fail, lambda _: fail)
+        (
+            s
+            if s.number != 2
+            else bringup.Step(2, s.name, s.isolates, s.on_fail, lambda _: fail)
+        )
         for s in bringup.STEPS
     )
     monkeypatch.setattr(bringup, "STEPS", steps)
@@ -182,4 +216,6 @@ def test_a_failing_step_stops_the_ladder_and_is_named(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "step 2 kernel harness     FAIL" in out and "step 3" not in out
     assert "    next: a Peano codegen problem in the named entry" in out
-    assert out.strip().endswith("bring-up: first problem at step 2 (kernel harness) FAIL")
+    assert out.strip().endswith(
+        "bring-up: first problem at step 2 (kernel harness) FAIL"
+    )

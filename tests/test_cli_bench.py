@@ -51,3 +51,15 @@ def test_interrupt_exits_130(capsys, monkeypatch):
 
     monkeypatch.setattr(bench, "load_table", interrupted)
     assert run(capsys, "--modelled")[0] == 130
+
+
+def test_a_measured_row_carries_the_modelled_time_and_the_models_error():
+    assert (
+        bench.measured_source(100.0, 80e-6)
+        == "measured; modelled 80.0 us, model error -20%"
+    )
+    assert (
+        bench.measured_source(50.0, 60e-6)
+        == "measured; modelled 60.0 us, model error +20%"
+    )
+    assert "modelled_us" in bench.COLUMNS

@@ -352,23 +352,21 @@ def test_default_stack_is_the_live_set_plus_the_core_frame():
 
 
 # ----------------------------------------------------------------------------------------------- build
+def _make_path(target: str, obj: KernelObject) -> str:
+    """What `make -s -C kernels <target>-path` prints for this object."""
+    return subprocess.run(
+        ["make", "-s", "-C", str(KERNELS_DIR), f"{target}-path", *obj.make_args()],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def test_makefile_naming_matches_record(kernels):
     gemm = KernelObject("gemm", 64, 64, 128, 64)
-    out = subprocess.run(
-        ["make", "-s", "-C", str(KERNELS_DIR), "host-path", *gemm.make_args()],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.strip().endswith("/mv_int4_bf16_gemm_m64_n64_k64_gs128.so")
+    assert _make_path("host", gemm).endswith("/mv_int4_bf16_gemm_m64_n64_k64_gs128.so")
     gemv = KernelObject("gemv", 16, 32, 32)
-    out = subprocess.run(
-        ["make", "-s", "-C", str(KERNELS_DIR), "peano-path", *gemv.make_args()],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.strip().endswith("/mv_int4_bf16_gemv_n16_k32_gs32.o")
+    assert _make_path("peano", gemv).endswith("/mv_int4_bf16_gemv_n16_k32_gs32.o")
     assert gemv.lib_name() == "mv_int4_bf16_gemv_n16_k32_gs32.o"
     assert gemv.make_args() == [
         "ENTRIES=gemv",
@@ -380,14 +378,11 @@ def test_makefile_naming_matches_record(kernels):
         kernels[(64, 64, 64, 128)].path.name == "mv_int4_bf16_gemm_m64_n64_k64_gs128.so"
     )
     floor = KernelObject("gemv", 16, 32, 32, rounding="floor")
-    out = subprocess.run(
-        ["make", "-s", "-C", str(KERNELS_DIR), "peano-path", *floor.make_args()],
-        capture_output=True,
-        text=True,
-        check=True,
+    assert _make_path("peano", floor).endswith(
+        "/mv_int4_bf16_gemv_n16_k32_gs32_rfloor.o"
     )
-    assert out.stdout.strip().endswith("/mv_int4_bf16_gemv_n16_k32_gs32_rfloor.o")
     assert floor.lib_name() == "mv_int4_bf16_gemv_n16_k32_gs32_rfloor.o"
+    assert floor.make_args()[-1] == "ROUNDING=floor"
     with pytest.raises(ConfigError, match="conv_even or floor"):
         KernelObject("gemv", 16, 32, 32, rounding="ceil")
     bad_mode = subprocess.run(

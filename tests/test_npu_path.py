@@ -152,3 +152,20 @@ def test_each_dispatch_refuses_what_a_single_run_refuses(build_dir, tmp_path):
             air=stand_in(log, fail="pyxrt is not available"),
         )
     assert log[-1] == ("unload",)
+
+
+def test_numerics_line_shows_the_ladders_last_probe_or_how_to_run_it(
+    tmp_path, monkeypatch
+):
+    from int4awq import npu
+
+    monkeypatch.setattr(npu, "NUMERICS_FILE", str(tmp_path / "numerics.txt"))
+    assert npu.numerics_line().startswith(
+        "numerics probe: not run here (make bringup BACKEND=npu"
+    )
+    (tmp_path / "numerics.txt").write_text(
+        "npu: as the host model assumes\nconv_even set: rounding conv_even\n"
+    )
+    assert npu.numerics_line() == (
+        "numerics probe (make bringup): npu: as the host model assumes | conv_even set: rounding conv_even"
+    )
