@@ -256,8 +256,11 @@ def profile(k: Measured, root: str, work: str) -> dict:
     return {
         "loops": [asdict(lp) for lp in p.loops],
         "outside": p.outside,
+        "outside_fills": [p.outside_fills_static, p.outside_fills_dynamic],
+        "outside_acc_spill_bits": p.outside_acc_spill_bits,
         "peak_in": p.peak_in,
         "peak_out": p.peak_out,
+        "peak_acc_bits": p.peak_acc_bits,
     }
 
 

@@ -31,8 +31,10 @@ SLOTS = (
 )  # the order of host_profile.hpp's enum
 # Instructions per cycle: two vector load units (lda, ldb), one of everything else (llvm-aie AIE2PSlots.td).
 WIDTH = {"LOAD": 2}
-# Block-stream registers: two load FIFOs, one store FIFO (llvm-aie AIE2PRegisterInfo.td).
+# Block-stream registers: two load FIFOs, one store FIFO; five 2048-bit accumulator registers
+# (llvm-aie AIE2PRegisterInfo.td).
 LOAD_FIFOS, STORE_FIFOS = 2, 1
+ACC_REGISTERS, ACC_REGISTER_BITS = 5, 2048
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -43,10 +45,20 @@ class Loop:
     ops: dict
     peak_in: int = 0  # block streams live while the loop runs
     peak_out: int = 0
+    fills_static: int = 0  # load-FIFO fills placed by the compiler (in LOAD)
+    fills_dynamic: int = 0  # fills issued with every pop (in LOAD)
+    peak_acc_bits: int = 0  # accumulator bits alive at once (an estimate: C++ values)
+    acc_spill_bits: int = (
+        0  # accumulator bits that came alive beyond the registers (estimate)
+    )
 
     @property
     def cycles(self) -> float:
         return max(n / WIDTH.get(s, 1) for s, n in self.ops.items())
+
+    @property
+    def acc_registers(self) -> float:
+        return self.peak_acc_bits / ACC_REGISTER_BITS
 
 
 @dataclass
@@ -55,6 +67,26 @@ class Profile:
     outside: dict
     peak_in: int
     peak_out: int
+    outside_fills_static: int = 0
+    outside_fills_dynamic: int = 0
+    outside_acc_spill_bits: int = 0
+    peak_acc_bits: int = 0
+
+    @property
+    def fills(self) -> tuple[int, int]:
+        """(static, dynamic) load-FIFO fills of the call."""
+        return (
+            self.outside_fills_static + sum(lp.fills_static for lp in self.loops),
+            self.outside_fills_dynamic + sum(lp.fills_dynamic for lp in self.loops),
+        )
+
+    @property
+    def acc_registers(self) -> float:
+        return self.peak_acc_bits / ACC_REGISTER_BITS
+
+    @property
+    def acc_spill_bits_total(self) -> int:
+        return self.outside_acc_spill_bits + sum(lp.acc_spill_bits for lp in self.loops)
 
     def total(self, slot: str) -> int:
         return self.outside[slot] + sum(lp.ops[slot] for lp in self.loops)
@@ -78,10 +110,12 @@ def read_profile(lib: ctypes.CDLL) -> Profile:
     for _ in range(v[0]):
         ops = dict(zip(SLOTS, v[i + 2 : i + 2 + len(SLOTS)]))
         j = i + 2 + len(SLOTS)
-        loops.append(Loop(v[i], v[i + 1], ops, v[j], v[j + 1]))
-        i = j + 2
+        loops.append(Loop(v[i], v[i + 1], ops, *v[j : j + 6]))
+        i = j + 6
     outside = dict(zip(SLOTS, v[i : i + len(SLOTS)]))
-    return Profile(loops, outside, v[i + len(SLOTS)], v[i + len(SLOTS) + 1])
+    j = i + len(SLOTS)
+    fs, fd, spill, p_in, p_out, acc = v[j : j + 6]
+    return Profile(loops, outside, p_in, p_out, fs, fd, spill, acc)
 
 
 def profile_library(obj) -> str:
@@ -169,6 +203,15 @@ def report(p: Profile, tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
     lines.append(
         f"live block streams in/out: {p.peak_in}/{p.peak_out} (the core has {LOAD_FIFOS} load and "
         f"{STORE_FIFOS} store FIFO{'s' if STORE_FIFOS > 1 else ''})"
+    )
+    fs, fd = p.fills
+    lines.append(
+        f"load-FIFO fills: {fs} static, {fd} dynamic (one per pop: a pop in a rolled loop its stream "
+        f"was opened outside of)"
+    )
+    lines.append(
+        f"live accumulators: {p.acc_registers:g} x 2048 bits at the peak, {p.acc_spill_bits_total // 512} "
+        f"x 512 bits beyond the core's {ACC_REGISTERS} registers (estimates: C++ values)"
     )
     lines.append(
         f"cycles per call >= {p.cycles_lower_bound:.0f}, per 8x8x8 mmul step >= "

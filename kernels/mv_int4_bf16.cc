@@ -54,8 +54,8 @@
 // bit-identical to that formulation.
 //
 // Block streams: at most two input and one output stream are live at any time
-// (AIE2P has two load FIFOs and one store FIFO); each is scoped to the loop
-// that uses it.
+// (AIE2P has two load FIFOs and one store FIFO); each is opened per fold span,
+// so the pops of a span are counted from its start (see KERNEL_KB_LOOP).
 //
 // Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P); a
 // debug build (no -DNDEBUG) asserts it on every buffer argument.
@@ -90,6 +90,27 @@
   _Pragma(KERNEL_STR_(clang loop min_iteration_count(n)))
 #else
 #define KERNEL_MIN_ITERS(n) AIE_HOST_LOOP_ENTRY
+#endif
+
+// The K-block loop of a fold span (SB steps) is fully unrolled up to
+// KB_UNROLL_MAX steps: aie_api places a block stream's FIFO fills at compile
+// time only where it can count the pops since the stream was opened (otherwise
+// every pop issues a fill), and the streams are opened per span for that (the
+// Peano-built ATB bfp16 kernel unrolls its K steps the same way). Longer spans
+// stay a rolled, pipelined loop. On the host an unmarked loop counts as
+// unrolled (the profiling build, host_profile.hpp).
+#define KB_UNROLL_MAX 16
+#define KERNEL_SPAN_BLOCKS                                                     \
+  (((DIM_K_CHUNK) < (DIM_GS) ? (DIM_K_CHUNK) : (DIM_GS)) / 8)
+#if defined(__AIECC__)
+#define KERNEL_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define KERNEL_UNROLL
+#endif
+#if KERNEL_SPAN_BLOCKS <= KB_UNROLL_MAX
+#define KERNEL_KB_LOOP KERNEL_UNROLL
+#else
+#define KERNEL_KB_LOOP KERNEL_MIN_ITERS(2)
 #endif
 
 // One object per design, each with only the entries its design calls
@@ -362,12 +383,14 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
       const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
       const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
       float *__restrict c00 = c_acc + mb * NB * BLK;
-      BlockOut ao(blocks_at(scratch, A_LINE_OFFSET));
-      BlockIn sb(blocks_at(scratch, 0));
       KERNEL_MIN_ITERS(1)
       for (unsigned f = 0; f < NF; ++f) {
+        // Streams per span: pops counted from here (static fills).
+        BlockOut ao(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_BYTES));
+        BlockIn sb(blocks_at(scratch, f * SPAN_BYTES));
         MMUL g00 = zero_mmul(), g01 = zero_mmul(), g10 = zero_mmul(),
              g11 = zero_mmul();
+        KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           const unsigned at = (f * SB + kb) * BLK;
           const BLOCKS a0 = to_blocks(pa0 + at);
@@ -387,13 +410,13 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
     KERNEL_MIN_ITERS(1)
     for (unsigned p = 1; p < NP; ++p) {
       float *__restrict c00 = c_acc + (mb * NB + 2 * p) * BLK;
-      // Two streams, each walking its interleaved line through all NF fold
-      // spans in K order.
-      BlockIn sa(blocks_at(scratch, A_LINE_OFFSET));
-      BlockIn sb(blocks_at(scratch, p * PAIR_LINE));
       for (unsigned f = 0; f < NF; ++f) {
+        // Two streams per span, each walking its interleaved line in K order.
+        BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_BYTES));
+        BlockIn sb(blocks_at(scratch, p * PAIR_LINE + f * SPAN_BYTES));
         MMUL g00 = zero_mmul(), g01 = zero_mmul(), g10 = zero_mmul(),
              g11 = zero_mmul();
+        KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           const BLOCKS a0 = sa.pop();
           const BLOCKS a1 = sa.pop();
@@ -477,19 +500,26 @@ inline unsigned gemv_rows(int32_t m) {
   return m < 1 ? 1u : (m > int32_t(GEMV_MAX_M) ? GEMV_MAX_M : unsigned(m));
 }
 
+// The GEMV's A line: fold span f's SB block vectors at f * A_SPAN_BYTES, each
+// span starting on 64 bytes so that a stream can open there.
+constexpr unsigned A_SPAN_BYTES = round64(SB * BLOCKS::bytes());
+static_assert(NF * A_SPAN_BYTES <= PAIR_LINE);
+
 // Rows r0 .. r0 + rows - 1 of a_rows (row-major, DIM_K_CHUNK long) -> the A
 // line of w_scratch, one block vector per 8-deep K block; the rows past `rows`
 // of the 8-row block are 0.
 void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
                     unsigned rows, uint8_t *__restrict scratch) {
-  BlockOut out(blocks_at(scratch, A_LINE_OFFSET));
   const bfloat16 *__restrict pa = a_rows + r0 * TK;
-  KERNEL_MIN_ITERS(2)
-  for (unsigned kb = 0; kb < KB; ++kb) {
-    aie::vector<bfloat16, 64> blk = aie::zeros<bfloat16, 64>();
-    for (unsigned r = 0; r < rows; ++r)
-      blk.insert(r, aie::load_v<8>(pa + r * TK + kb * 8));
-    out << aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
+  for (unsigned f = 0; f < NF; ++f) {
+    BlockOut out(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
+    KERNEL_MIN_ITERS(2)
+    for (unsigned kb = f * SB; kb < (f + 1) * SB; ++kb) {
+      aie::vector<bfloat16, 64> blk = aie::zeros<bfloat16, 64>();
+      for (unsigned r = 0; r < rows; ++r)
+        blk.insert(r, aie::load_v<8>(pa + r * TK + kb * 8));
+      out << aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
+    }
   }
 }
 
@@ -527,10 +557,11 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
     for (unsigned p = 0; p < NP; ++p) {
       float *__restrict c0 = acc + (b * NB + 2 * p) * BLK;
       float *__restrict c1 = c0 + BLK;
-      BlockIn sa(blocks_at(scratch, A_LINE_OFFSET));
-      BlockIn sb(blocks_at(scratch, p * PAIR_LINE));
       for (unsigned f = 0; f < NF; ++f) {
+        BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
+        BlockIn sb(blocks_at(scratch, p * PAIR_LINE + f * SPAN_BYTES));
         MMUL g0 = zero_mmul(), g1 = zero_mmul();
+        KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           const BLOCKS a = sa.pop();
           const BLOCKS b0 = sb.pop();

@@ -187,9 +187,13 @@ def test_the_command_prints_a_calls_loops_streams_and_modelled_cycles():
         check=True,
     ).stdout
     assert "live block streams in/out: 2/1" in out
+    # 32 x 32 x 64, GS 128: per row pair (2), column pair 0 pops 16 W blocks (2 fills), pair 1 16 A and
+    # 16 W blocks (4 fills), all in unrolled spans
+    assert "load-FIFO fills: 12 static, 0 dynamic" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("kernel: "))
     assert re.fullmatch(
-        r"kernel: \d+ cycles per call, \d+\.\d\d per 8x8x8 mmul step \(MODELLED\), live streams in/out: 2/1",
+        r"kernel: \d+ cycles per call, \d+\.\d\d per 8x8x8 mmul step \(MODELLED\), live streams in/out: 2/1, "
+        r"FIFO fills static/dynamic: 12/0, accumulators: 5 of 5 \(estimate\)",
         line,
     )
     assert kc.calibration().summary() in out

@@ -121,3 +121,98 @@ def test_the_kernels_hot_loop_is_one_mmul_per_step_and_its_streams_are_counted()
     # per loop: column pair 0 reads W and writes the A line; the hot loop reads the A line and W
     assert (first.peak_in, first.peak_out) == (1, 1)
     assert (hot.peak_in, hot.peak_out) == (2, 0)
+
+
+# Block-stream fills and accumulator registers, by hand: a stream opened outside a rolled (marked) loop
+# fills its FIFO with every pop (aie_api cannot count the pops); one opened inside, popped in unrolled
+# (unmarked) code, fills once per 512-bit word its pops enter. Six 2048-bit accumulators alive at once
+# are one more than the core's five; an mmul's to_accum and a mac's result reuse a register.
+REGISTERS_SOURCE = r"""
+#include <aie_api/aie.hpp>
+using BlockIn = aie::block_vector_input_buffer_stream<bfp16ebs8, 64>;
+extern "C" void fills(uint8_t *blocks) {
+    BlockIn s(reinterpret_cast<bfp16ebs8 *>(blocks));
+    AIE_HOST_LOOP_ENTRY
+    for (int i = 0; i < 8; ++i) (void)s.pop();
+    AIE_HOST_LOOP_ENTRY
+    for (int i = 0; i < 2; ++i) {
+        BlockIn t(reinterpret_cast<bfp16ebs8 *>(blocks));
+        for (int j = 0; j < 8; ++j) (void)t.pop();
+    }
+}
+extern "C" void accumulators(float *c) {
+    using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
+    const aie::vector<bfloat16, 64> v = aie::broadcast<bfloat16, 64>(1.0f);
+    AIE_HOST_LOOP_ENTRY
+    for (int i = 0; i < 1; ++i) {
+        MMUL m(aie::zeros<accfloat, 64>());
+        aie::accum<accfloat, 64> a0(aie::load_v<64>(c)), a1(a0), a2(a0), a3(a0);
+        a0 = aie::mac(a0, v, v);                       // in place: still 5 registers
+        const aie::accum<accfloat, 64> g = m.to_accum(); // m's register: still 5
+        aie::accum<accfloat, 64> a4(g);                // a sixth: 2048 bits spill
+        aie::store_v(c, a4.to_vector<float>().extract<16>(0));
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def registers(tmp_path_factory):
+    d = tmp_path_factory.mktemp("registers")
+    (d / "r.cc").write_text(REGISTERS_SOURCE)
+    subprocess.run(
+        ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-DAIE_HOST_PROFILE"]
+        + ["-I", os.path.join(REPO, "emulator", "include"), str(d / "r.cc")]
+        + ["-o", str(d / "r.so")],
+        check=True,
+    )
+    return ctypes.CDLL(str(d / "r.so"))
+
+
+def _aligned(n, dtype):
+    import numpy as np
+
+    buf = np.zeros(n + 64, dtype)
+    return buf, ctypes.c_void_p(buf.ctypes.data + (-buf.ctypes.data) % 64)
+
+
+def test_fills_are_static_only_where_the_pops_can_be_counted(registers):
+    _keep, blocks = _aligned(1024, "uint8")
+    registers.aie_host_profile_reset()
+    registers.fills(blocks)
+    rolled, per_span = sorted(read_profile(registers).loops, key=lambda lp: lp.line)
+    # 8 pops, each with its fill: 16 loads, 8 dynamic fills
+    assert (rolled.ops["LOAD"], rolled.fills_static, rolled.fills_dynamic) == (16, 0, 8)
+    # twice 8 pops of 72 bytes from an aligned start: 9 words, one fill, each time
+    assert (per_span.ops["LOAD"], per_span.fills_static, per_span.fills_dynamic) == (
+        18,
+        2,
+        0,
+    )
+
+
+def test_live_accumulators_count_registers_not_views(registers):
+    _keep, c = _aligned(64, "float32")
+    registers.aie_host_profile_reset()
+    registers.accumulators(c)
+    p = read_profile(registers)
+    (loop,) = p.loops
+    assert loop.peak_acc_bits == 6 * 2048 and loop.acc_registers == 6
+    assert loop.acc_spill_bits == 2048 and p.acc_spill_bits_total == 2048
+
+
+@pytest.mark.parametrize(
+    "tile, fills",
+    [
+        # spans of 8 K blocks, unrolled: per row pair, column pair 0 pops 16 W blocks (18 words: 2 fills)
+        # and each other pair 16 A and 16 W blocks (4 fills): 4 row pairs x 14
+        ((64, 64, 64, 128), (56, 0)),
+        # GS 256 > 16 K blocks per span: the rolled K loop pops with a fill each (32 steps x 2 pops)
+        ((16, 16, 256, 256), (0, 64)),
+    ],
+    ids=["unrolled-span", "rolled-span"],
+)
+def test_our_kernel_fills_statically_where_its_spans_unroll(tile, fills):
+    p = profile_accumulate(*tile)
+    assert p.fills == fills
+    assert p.acc_registers <= 5 and p.acc_spill_bits_total == 0

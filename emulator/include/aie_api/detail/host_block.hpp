@@ -204,16 +204,19 @@ public:
     ::host::profile::stream_opened(true);
   }
   block_vector_input_buffer_stream(const block_vector_input_buffer_stream &o)
-      : p_(o.p_), pos_(o.pos_) {
+      : p_(o.p_), pos_(o.pos_), known_at_(o.known_at_) {
     ::host::profile::stream_opened(true);
   }
   ~block_vector_input_buffer_stream() { ::host::profile::stream_closed(true); }
 
   // A pop takes the block from the load FIFO, which refills 512 bits at a
-  // time (aie_api detail/aie2p/array_helpers.hpp, fifo_buffer_stream): one
-  // load per 512-bit word the pop enters. For 72-byte vectors from a 64-byte
-  // aligned start: 2 loads for the first pop, then 1 each, a second load every
-  // 8 pops (9 words per 8 pops).
+  // time (aie_api detail/aie2p/array_helpers.hpp, fifo_buffer_stream). Where
+  // the compiler knows the stream's fill counter (no rolled loop between the
+  // pop and the stream's opening or last seek) the fills are placed statically:
+  // one load per 512-bit word the pop enters, i.e. for 72-byte vectors from a
+  // 64-byte aligned start 2 loads for the first pop, then 1 each, a second
+  // every 8 pops (9 words per 8 pops). Elsewhere every pop issues its fill:
+  // 2 loads per pop.
   vector_type pop() {
     vector_type v;
     std::memcpy(v.d_, p_, vector_type::bytes());
@@ -222,7 +225,13 @@ public:
     const unsigned last = (end - 1) / 64;
     const unsigned entered = pos_ % 64 == 0 ? last - first + 1 : last - first;
     pos_ = end;
-    ::host::profile::count(::host::profile::LOAD, entered);
+    if (::host::profile::rolled_depth() == known_at_) {
+      ::host::profile::count(::host::profile::LOAD, entered);
+      ::host::profile::fill(false, entered - 1);
+    } else {
+      ::host::profile::count(::host::profile::LOAD, 2);
+      ::host::profile::fill(true);
+    }
     return v;
   }
   block_vector_input_buffer_stream &operator>>(vector_type &v) {
@@ -232,10 +241,12 @@ public:
   void seek(int inc) {
     p_ = start(p_ + inc * int(vector_type::bytes()));
     pos_ = 0;
+    known_at_ = ::host::profile::rolled_depth();
   }
   void seek_byte(int inc) {
     p_ = start(p_ + inc);
     pos_ = 0;
+    known_at_ = ::host::profile::rolled_depth();
   }
 
 private:
@@ -244,6 +255,8 @@ private:
   }
   const uint8_t *p_;
   unsigned pos_ = 0; // bytes popped since the start or the last seek
+  // Rolled loops running when the fill counter was last known (opening, seek).
+  int known_at_ = ::host::profile::rolled_depth();
 };
 
 template <typename T, unsigned Elems>

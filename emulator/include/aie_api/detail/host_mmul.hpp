@@ -169,6 +169,7 @@ struct mmul_acc {
 
   float c_[SizeC];
   bool zero_; // a default-constructed mmul counts as zero for its first mul/mac
+  [[no_unique_address]] ::host::profile::live_acc<32 * SizeC> live_;
 
   mmul_acc() : zero_(true) { std::memset(c_, kPoisonByte, sizeof(c_)); }
   mmul_acc(const accum_type &acc) : zero_(false) {
@@ -181,7 +182,7 @@ struct mmul_acc {
   // Like the hardware, reading a default-constructed mmul before any mul/mac
   // returns garbage (NaN here).
   accum_type to_accum() const {
-    accum_type a;
+    accum_type a(::host::profile::view); // the mmul's own register
     std::memcpy(a.d_, c_, sizeof(c_));
     return a;
   }

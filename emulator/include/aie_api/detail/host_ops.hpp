@@ -388,7 +388,10 @@ inline accum<accfloat, N> mul_acc(const accum<Tag, N> *acc, bool subtract,
   check_mul_types<A, B>();
   ::host::profile::count(::host::profile::MAC,
                          (N + 31) / 32); // 32 bf16 lanes per element-wise MAC
-  accum<accfloat, N> r;
+  // A mac / msc writes the accumulator register it reads (`acc = mac(acc,
+  // ...)`): no new register.
+  accum<accfloat, N> r =
+      acc ? accum<accfloat, N>(::host::profile::view) : accum<accfloat, N>();
   for (unsigned i = 0; i < N; ++i) {
     float p = float(a.d_[i]) * float(b.d_[i]);
     if (Negate)

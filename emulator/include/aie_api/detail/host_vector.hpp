@@ -220,8 +220,13 @@ public:
   static constexpr unsigned bits() { return 32 * N; }
 
   float d_[N];
+  [[no_unique_address]] ::host::profile::live_acc<32 * N> live_;
 
   accum() { std::memset(d_, host::kPoisonByte, sizeof(d_)); }
+  // Another value's register (the profiling build does not count it).
+  explicit accum(::host::profile::view_t v) : live_(v) {
+    std::memset(d_, host::kPoisonByte, sizeof(d_));
+  }
   accum(const accum &) = default;
   accum &operator=(const accum &) = default;
   template <typename Tag2>
