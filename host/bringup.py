@@ -52,6 +52,7 @@ BUILD_ROOT = os.path.join(REPO, "build", "bringup")
 PROBE_GEMM = record.KernelObject("gemm", 64, 64, 128, 64)
 PROBE_GEMV = record.KernelObject("gemv", 64, 64, 128)
 PROBE_GEMV_FLOOR = record.KernelObject("gemv", 64, 64, 128, rounding="floor")
+PROBE_OBJECTS = (PROBE_GEMM, PROBE_GEMV, PROBE_GEMV_FLOOR)
 GEMV_PROBE_ROWS = 5  # a partial 8-row band
 NUMERICS_ROWS = 8  # one full band: the A line then holds all 8 rows' blocks
 REPEATS = 3  # dispatches of one loaded design in step 9
@@ -127,12 +128,11 @@ def step_environment(ladder: Ladder) -> Outcome:
         f"python {platform.python_version()}, numpy {np.__version__}, ml_dtypes {_version('ml_dtypes')}"
     ]
     if not ladder.npu:
-        cxx = shutil.which(os.environ.get("HOST_CXX", "g++"))
-        if cxx is None:
+        if shutil.which(os.environ.get("HOST_CXX", "g++")) is None:
             return Outcome(
                 "FAIL", "no host C++ compiler (g++) for the kernel's host build", lines
             )
-        for obj in (PROBE_GEMM, PROBE_GEMV, PROBE_GEMV_FLOOR):
+        for obj in PROBE_OBJECTS:
             code, out = _make_kernels("host", obj)
             if code:
                 return Outcome(
@@ -155,32 +155,20 @@ def step_environment(ladder: Ladder) -> Outcome:
         import air.backend.xrt  # noqa: F401
     except ImportError as e:
         return Outcome("FAIL", f"cannot import {e.name}", lines)
-    code, out = (
-        subprocess.run(
-            ["make", "-s", "-C", os.path.join(REPO, "kernels"), "peano-version"],
-            capture_output=True,
-            text=True,
-        ).returncode,
-        "",
-    )
+    code, out = _make_kernels("peano-version", PROBE_GEMM)
+    lines.extend(out.splitlines())  # the minimum / pin check's own lines
     if code:
-        return Outcome(
-            "FAIL",
-            "Peano (llvm-aie) missing or below the minimum: make -C kernels peano-version",
-            lines,
-        )
-    sizes = []
-    for obj in (PROBE_GEMM, PROBE_GEMV, PROBE_GEMV_FLOOR):
+        return Outcome("FAIL", "Peano (llvm-aie) missing or below the minimum", lines)
+    for obj in PROBE_OBJECTS:
         code, out = _make_kernels("size", obj)
         lines.extend(out.splitlines()[-1:])
         if code:
             return Outcome(
-                "FAIL", f"{obj.stem}: program memory over 16 KB or build failed", lines
+                "FAIL", f"{obj.stem}: over 16 KB of program memory, or not built", lines
             )
-        sizes.append(obj.stem)
     return Outcome(
         "PASS",
-        f"NPU2, pyxrt, mlir-air, Peano; {len(sizes)} kernel objects within 16 KB",
+        f"NPU2, pyxrt, mlir-air, Peano; {len(PROBE_OBJECTS)} kernel objects within 16 KB",
         lines,
     )
 

@@ -53,6 +53,17 @@ class Probe:
     rows: int
     stage: str
 
+    def __post_init__(self):
+        from int4awq.errors import ConfigError
+
+        if self.stage not in STAGES:
+            raise ConfigError(f"probe stage {self.stage!r}: one of {', '.join(STAGES)}")
+        if self.gemv and self.obj.tile_k > self.obj.gs:
+            # a_line reads the GEMV's A line as one span (several spans are each padded to 64 bytes)
+            raise ConfigError(
+                "a GEMV probe takes a record tile of one fold span (tile_k <= gs)"
+            )
+
     @property
     def gemv(self) -> bool:
         return self.obj.entries == "gemv"

@@ -219,3 +219,26 @@ def test_a_failing_step_stops_the_ladder_and_is_named(capsys, monkeypatch):
     assert out.strip().endswith(
         "bring-up: first problem at step 2 (kernel harness) FAIL"
     )
+
+
+def test_environment_on_npu_without_a_device_fails_naming_why(monkeypatch):
+    from int4awq import npu
+
+    monkeypatch.setattr(
+        npu,
+        "npu2_present",
+        lambda: (False, "xrt-smi not found (XRT not installed or not sourced)"),
+    )
+    out = bringup.step_environment(
+        bringup.Ladder("npu", "/tmp/int4awq_bringup_test", seed=0)
+    )
+    assert out.status == "FAIL" and out.figures == "no NPU2"
+    assert out.lines[-1] == "xrt-smi not found (XRT not installed or not sourced)"
+
+
+def test_a_gemv_probe_of_several_fold_spans_is_refused():
+    from int4awq.errors import ConfigError
+    from int4awq.record import KernelObject
+
+    with pytest.raises(ConfigError, match="one fold span"):
+        kp.Probe(KernelObject("gemv", 64, 256, 128), 5, "accumulate")
