@@ -52,6 +52,7 @@ class Measured:
     ddr_note: str
     figure: str  # where the measurement is published
     compiler: str  # the compiler of the measured build
+    scalars: tuple = ()  # uint32 arguments the entry takes before its pointers
 
 
 def _int4(name, commit, blob, entry, c_bytes, measured_s, figure, extra=()):
@@ -199,6 +200,32 @@ KERNELS = (
         "at 7680x4096x8192, m x k x n = 96x128x64, 8 columns",
         "chess",
     ),
+    Measured(
+        "mlir-air bf16 GEMV matvec_vectorized (vector MAC, reduce per row)",
+        "mlir-air",
+        "0181826388bd553755248a2acd082dcbb16a21c0",
+        (
+            (
+                f"{EX}/matrix_vector_multiplication/bf16/mv.cc",
+                "f0ea54cd6a65b936f3e69c9309c5f80c5332be36",
+            ),
+            (f"{EX}/matrix_vector_multiplication/bf16/zero.cc", None),
+        ),
+        (),
+        "matvec_vectorized_bf16_bf16",
+        (8 * 2048 * 2, 2048 * 2, 8 * 2),
+        "8x1x2048",
+        (2048, 2048, 1),
+        8,
+        2048 // (8 * 8),
+        330e-6,
+        2048 * 2048 * 2 + (2048 // 64) * 8 * 2048 * 2 + 2048 * 2,
+        "A once, B once per PE per launch iteration (32 x 8, L3 -> L1), C once",
+        "mlir-air 018182638 programming_examples/kernel_registry/details/GEMV_bf16.md: 330 us at "
+        "2048x2048, herd_m 8, tile_m 8, m_input 8 (memory-bound by its own account)",
+        "Peano",
+        (8, 2048, 0),
+    ),
 )
 
 
@@ -251,7 +278,7 @@ def profile(k: Measured, root: str, work: str) -> dict:
     bufs = [np.full(n + 64, 0x3C, np.uint8) for n in k.args]
     ptrs = [ctypes.c_void_p(b.ctypes.data + (-b.ctypes.data) % 64) for b in bufs]
     dll.aie_host_profile_reset()
-    getattr(dll, k.entry)(*ptrs)
+    getattr(dll, k.entry)(*[ctypes.c_uint32(v) for v in k.scalars], *ptrs)
     p = read_profile(dll)
     return {
         "loops": [asdict(lp) for lp in p.loops],
@@ -280,7 +307,7 @@ def main(argv=None) -> int:
                 print(f"calibrate: {k.name}: {e}", file=sys.stderr)
                 return 2
             row = asdict(k)
-            row.pop("files"), row.pop("flags"), row.pop("args")
+            row.pop("files"), row.pop("flags"), row.pop("args"), row.pop("scalars")
             row["sources"] = [
                 f"Xilinx/{k.repo} {p} @ {k.commit[:10]}" for p, _ in k.files
             ]
