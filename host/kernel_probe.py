@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: MIT
 """The single-tile kernel harness of the bring-up ladder (host/bringup.py): one PE, plain DMAs.
 
-The simplest structure mlir-air runs on NPU2: a 1x1 herd whose L1 buffers are filled from and drained to
-DDR by air.dma_memcpy_nd, one buffer per direction (matvec_cascade.py moves its vector L3 -> L1 this way;
-vector_matrix_multiplication/bf16/single_core runs one PE that zero-fills its accumulator, calls its
-kernel and sends the result out). Each probe calls kernel entries on fixed inputs and returns their raw
-outputs, so a wrong number on NPU2 points at the kernel's code generation, not at data movement:
+The simplest structure mlir-air runs on hardware: one launch, one segment, a 1x1 herd whose L1 buffers are
+filled from and drained to DDR by air.dma_memcpy_nd (mlir-air data_transfer_transpose/dma/transpose.py,
+run_makefile_peano.lit: REQUIRES ryzen_ai, peano), calling a linked kernel on them
+(vector_matrix_multiplication/bf16/single_core, run_npu2_makefile_peano.lit: one PE zero-fills its
+accumulator, calls its kernel and sends the result out). Each probe calls kernel entries on fixed inputs and
+returns their raw outputs, so a wrong number on NPU2 points at the kernel's code generation, not at data
+movement:
 
     zero        ->  zero(acc)                              ->  acc
     accumulate  rec, A  ->  zero(acc); accumulate(rec, A, acc, scratch)  ->  acc, scratch
