@@ -164,9 +164,7 @@ class _HostObject:
             fn.argtypes, fn.restype = args, None
         self.misaligned = self.lib.aie_host_misaligned_accesses
         self.misaligned.argtypes, self.misaligned.restype = [], ctypes.c_ulong
-        self.w_buf = aligned_empty(
-            (record_bytes(obj.tile_n, obj.tile_k, obj.gs),), np.uint8
-        )
+        self.w_buf = aligned_empty((obj.record_bytes,), np.uint8)
         self.scratch = aligned_empty(
             (w_scratch_bytes(obj.tile_n, obj.tile_k),), np.uint8
         )
@@ -183,11 +181,12 @@ class HostKernel(_HostObject):
         gs: int,
         lib: Path | None = None,
         rounding: str = "conv_even",
+        format: str = "awq",
     ):
         self.tile_m, self.tile_n, self.tile_k, self.gs = tile_m, tile_n, tile_k, gs
         vp = ctypes.c_void_p
         super().__init__(
-            KernelObject("gemm", tile_n, tile_k, gs, tile_m, rounding),
+            KernelObject("gemm", tile_n, tile_k, gs, tile_m, rounding, format),
             (
                 ("gemm_int4_zero", [vp]),
                 ("gemm_int4_accumulate", [vp] * 4),
@@ -273,11 +272,12 @@ class GemvHostKernel(_HostObject):
         gs: int,
         lib: Path | None = None,
         rounding: str = "conv_even",
+        format: str = "awq",
     ):
         self.tile_n, self.tile_k, self.gs = tile_n, tile_k, gs
         vp, i32 = ctypes.c_void_p, ctypes.c_int32
         super().__init__(
-            KernelObject("gemv", tile_n, tile_k, gs, rounding=rounding),
+            KernelObject("gemv", tile_n, tile_k, gs, rounding=rounding, format=format),
             (
                 ("gemv_int4_zero", [vp, i32]),
                 ("gemv_int4_accumulate", [vp, vp, vp, vp, i32]),

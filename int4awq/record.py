@@ -207,6 +207,13 @@ def record_bytes(tile_n: int, tile_k: int, gs: int) -> int:
     return record_layout(tile_n, tile_k, gs).total
 
 
+def mxfp4_record_bytes(tile_n: int, tile_k: int) -> int:
+    """Bytes of one packed MXFP4 record (int4awq/mxfp4.py): the codes in the W pair lines' image order, then
+    a bf16 exponent carrier per 32-value group and column; a multiple of 64."""
+    q_bytes = tile_n // 16 * w_pair_line_bytes(tile_k) // 2
+    return _pad(q_bytes) + _pad(2 * (tile_k // 32) * tile_n)
+
+
 BFP16_BLOCK_VECTOR_BYTES = (
     72  # aie::block_vector<bfp16ebs8, 64>: 8 blocks of (exponent byte, 8 mantissas)
 )
@@ -266,6 +273,9 @@ def l1_budget(
     return budget
 
 
+FORMATS = ("awq", "mxfp4")  # the weight formats the kernel has entries for
+
+
 @dataclass(frozen=True)
 class KernelObject:
     """One build of kernels/mv_int4_bf16.cc: the GEMM's entries for a tile (tile_m given) or the GEMV's for
@@ -282,18 +292,37 @@ class KernelObject:
     rounding: str = (
         "conv_even"  # the accumulate entries' mode; "floor" only for host/bringup.py's probe
     )
+    format: str = (
+        "awq"  # "awq" (q, z, s) or "mxfp4" (E2M1 codes, E8M0 per 32 along K: gs is 32)
+    )
 
     def __post_init__(self):
         if self.rounding not in ("conv_even", "floor"):
             raise ConfigError(f"kernel rounding {self.rounding!r}: conv_even or floor")
+        if self.format not in FORMATS:
+            raise ConfigError(
+                f"weight format {self.format!r}: one of {', '.join(FORMATS)}"
+            )
+        if self.format == "mxfp4" and self.gs != 32:
+            raise ConfigError(f"MXFP4 groups are 32 values along K, not {self.gs}")
 
     @property
     def stem(self) -> str:
+        prefix, gs = KERNEL_NAME, f"_gs{self.gs}"
+        if self.format == "mxfp4":
+            prefix, gs = f"{KERNEL_NAME}_mxfp4", ""
         if self.entries == "gemm":
-            stem = f"{KERNEL_NAME}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}_gs{self.gs}"
+            stem = f"{prefix}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}{gs}"
         else:
-            stem = f"{KERNEL_NAME}_gemv_n{self.tile_n}_k{self.tile_k}_gs{self.gs}"
+            stem = f"{prefix}_gemv_n{self.tile_n}_k{self.tile_k}{gs}"
         return stem if self.rounding == "conv_even" else f"{stem}_rfloor"
+
+    @property
+    def record_bytes(self) -> int:
+        """Bytes of the record the accumulate entry reads."""
+        if self.format == "mxfp4":
+            return mxfp4_record_bytes(self.tile_n, self.tile_k)
+        return record_bytes(self.tile_n, self.tile_k, self.gs)
 
     def lib_name(self, host: bool = False) -> str:
         """<stem>.o (Peano) or <stem>.so (host)."""
@@ -309,11 +338,11 @@ class KernelObject:
             f"DIM_K_CHUNK={self.tile_k}",
             f"DIM_GS={self.gs}",
         ]
-        return (
-            dims
-            if self.rounding == "conv_even"
-            else dims + [f"ROUNDING={self.rounding}"]
-        )
+        if self.format != "awq":
+            dims.append(f"FORMAT={self.format}")
+        if self.rounding != "conv_even":
+            dims.append(f"ROUNDING={self.rounding}")
+        return dims
 
 
 # ------------------------------------------------------------------------------------------ pack / unpack

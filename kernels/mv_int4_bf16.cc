@@ -100,8 +100,12 @@
 // stay a rolled, pipelined loop. On the host an unmarked loop counts as
 // unrolled (the profiling build, host_profile.hpp).
 #define KB_UNROLL_MAX 16
+#if defined(INT4_MXFP4)
+#define KERNEL_SPAN_BLOCKS ((DIM_K_CHUNK) / 8)
+#else
 #define KERNEL_SPAN_BLOCKS                                                     \
   (((DIM_K_CHUNK) < (DIM_GS) ? (DIM_K_CHUNK) : (DIM_GS)) / 8)
+#endif
 #if defined(__AIECC__)
 #define KERNEL_UNROLL _Pragma("clang loop unroll(full)")
 #else
@@ -156,6 +160,18 @@ static_assert(TK <= GS || GS % 32 == 0,
               "periods of the zero-point pattern");
 static_assert(TN * TK * 2 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
+#if defined(INT4_MXFP4)
+// MXFP4 (-DINT4_MXFP4): E2M1 codes with one E8M0 scale per 32 values along K,
+// exact in the block mmul (mantissa 2 * value, block exponent x + 5): no zero
+// point, no scale fold, the accumulator runs over all of K (int4awq/mxfp4.py).
+constexpr bool MXFP4 = true;
+constexpr unsigned MX_GROUP = 32;
+static_assert(GS == MX_GROUP && TK % MX_GROUP == 0,
+              "MXFP4: DIM_GS must be 32 (the MX group) and DIM_K_CHUNK a "
+              "multiple of it");
+#else
+constexpr bool MXFP4 = false;
+#endif
 
 using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
 using BLOCKS = aie::block_vector<bfp16ebs8, 64>; // one 8x8 mmul operand: 8
@@ -163,11 +179,12 @@ using BLOCKS = aie::block_vector<bfp16ebs8, 64>; // one 8x8 mmul operand: 8
 static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64 &&
               BLOCKS::bytes() == 72);
 
-constexpr unsigned NB = TN / 8;              // 8-column blocks of W / C
-constexpr unsigned NP = NB / 2;              // column pairs
-constexpr unsigned KB = TK / 8;              // 8-deep K blocks per chunk
-constexpr unsigned SPAN = TK < GS ? TK : GS; // K covered by one scale fold
-constexpr unsigned SB = SPAN / 8;            // K blocks per fold
+constexpr unsigned NB = TN / 8; // 8-column blocks of W / C
+constexpr unsigned NP = NB / 2; // column pairs
+constexpr unsigned KB = TK / 8; // 8-deep K blocks per chunk
+// K covered by one scale fold (MXFP4: no fold, one span per call).
+constexpr unsigned SPAN = MXFP4 ? TK : (TK < GS ? TK : GS);
+constexpr unsigned SB = SPAN / 8;  // K blocks per fold
 constexpr unsigned NF = TK / SPAN; // folds per call = groups held by the record
 constexpr unsigned BLK = 64;       // elements per 8x8 block
 
@@ -198,7 +215,10 @@ static_assert(NF == 1 || SPAN_BYTES % 576 == 0);
 
 // Packed record (see int4awq/record.py, which must agree): Q nibbles in the
 // image order of the W pair lines (PAIR_LINE nibbles per pair), then S (bf16),
-// then Z (uint8), each section starting on a 64-byte boundary.
+// then Z (uint8), each section starting on a 64-byte boundary. MXFP4
+// (int4awq/mxfp4.py): the E2M1 codes in the same order, then X, per 32-value
+// group and column the bf16 2^(E - 64 - 127) whose block conversion carries
+// the group's exponent byte E = x + 5 (see dequantize).
 constexpr unsigned Q_PAIR_BYTES = PAIR_LINE / 2;
 constexpr unsigned Q_BYTES = NP * Q_PAIR_BYTES;
 constexpr unsigned S_OFFSET = round64(Q_BYTES);
@@ -206,6 +226,12 @@ constexpr unsigned S_BYTES = round64(NF * TN * 2);
 constexpr unsigned Z_OFFSET = S_OFFSET + S_BYTES;
 constexpr unsigned Z_BYTES = round64(NF * TN);
 constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
+#if defined(INT4_MXFP4)
+constexpr unsigned MX_GROUPS = TK / MX_GROUP; // per record
+constexpr unsigned X_OFFSET = round64(Q_BYTES);
+constexpr unsigned GROUP_WORDS = 2 * (MX_GROUP / 8) * 72 / 64; // 576 bytes
+static_assert(PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
+#endif
 
 // w_scratch (see int4awq/record.py, w_scratch_bytes): NP W pair lines, one A
 // pair line, then 256 bytes where the zero-point pattern is staged.
@@ -244,6 +270,7 @@ inline BLOCKS zero_point_blocks(const aie::vector<bfloat16, 8> &zbits) {
 // words and six shuffle_down_fill's. Each image word is then 32 record bytes
 // unpacked to uint8 minus its zero-point word: exponent lanes 0 - 123 = 133,
 // mantissa lanes q - z.
+#if !defined(INT4_MXFP4)
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const uint8_t *__restrict zp = record + Z_OFFSET;
   uint8_t *__restrict stage = scratch + STAGE_OFFSET;
@@ -289,6 +316,77 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     }
   }
 }
+#else
+// E2M1 codes (uint8 lanes, 0 .. 15) -> their int8 mantissas 2 * value, with
+// adds, subtractions, min and max only: s = [c >= 8], c' = c - 8s,
+// |m| = c' + max(c' - 4, 0) + 2 max(c' - 6, 0), m = |m| - 2 min(|m|, -s).
+inline aie::vector<uint8, 64> e2m1_mantissas(const aie::vector<uint8, 64> &c) {
+  const aie::vector<uint8, 64> k0 = aie::zeros<uint8, 64>();
+  const aie::vector<uint8, 64> k1 = aie::broadcast<uint8, 64>(1);
+  const aie::vector<uint8, 64> k4 = aie::broadcast<uint8, 64>(4);
+  const aie::vector<uint8, 64> k6 = aie::broadcast<uint8, 64>(6);
+  const aie::vector<uint8, 64> k7 = aie::broadcast<uint8, 64>(7);
+  const aie::vector<uint8, 64> s = aie::min(aie::sub(aie::max(c, k7), k7), k1);
+  const aie::vector<uint8, 64> s2 = aie::add(s, s);
+  const aie::vector<uint8, 64> s4 = aie::add(s2, s2);
+  const aie::vector<uint8, 64> c7 = aie::sub(c, aie::add(s4, s4));
+  const aie::vector<uint8, 64> t6 = aie::sub(aie::max(c7, k6), k6);
+  const aie::vector<uint8, 64> mag =
+      aie::add(aie::add(c7, aie::sub(aie::max(c7, k4), k4)), aie::add(t6, t6));
+  const aie::vector<uint8, 64> neg = aie::min(mag, aie::sub(k0, s));
+  return aie::sub(mag, aie::add(neg, neg));
+}
+
+// Record codes -> the W pair lines of w_scratch. For column pair p and MX
+// group g (576 bytes of the line, 9 words), the exponent pattern is [V0 V1]
+// repeated, V0, V1 the two column blocks' block vectors with exponent byte
+// E + 64 and mantissas 64 (the block conversion of X, 2^(E + 64 - 133) * 64),
+// staged as V0 V1 V0 minus 64 per byte as the AWQ zero points are: exponent
+// lanes E, mantissa lanes 0. Each image word is 32 record bytes unpacked to
+// codes, mapped to mantissas (a code 0 sits where an exponent byte goes) plus
+// its pattern word.
+void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
+  const bfloat16 *__restrict xp =
+      reinterpret_cast<const bfloat16 *>(record + X_OFFSET);
+  uint8_t *__restrict stage = scratch + STAGE_OFFSET;
+  const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
+  KERNEL_MIN_ITERS(1)
+  for (unsigned it = 0; it < NP * MX_GROUPS; ++it) {
+    const unsigned p = it / MX_GROUPS, g = it % MX_GROUPS;
+    const bfloat16 *__restrict x = xp + g * TN + p * 16;
+    const BLOCKS v0 = zero_point_blocks(aie::load_v<8>(x));
+    const BLOCKS v1 = zero_point_blocks(aie::load_v<8>(x + 8));
+    {
+      BlockOut st(blocks_at(scratch, STAGE_OFFSET));
+      st << v0 << v1 << v0;
+    }
+    const aie::vector<uint8, 64> w0 = aie::sub(aie::load_v<64>(stage), c64);
+    const aie::vector<uint8, 64> w1 =
+        aie::sub(aie::load_v<64>(stage + 64), c64);
+    const aie::vector<uint8, 64> w2 =
+        aie::sub(aie::load_v<64>(stage + 128), c64);
+    const aie::vector<uint8, 64> pe[9] = {
+        w0,
+        w1,
+        w2,
+        aie::shuffle_down_fill(w0, w1, 48),
+        aie::shuffle_down_fill(w1, w2, 48),
+        aie::shuffle_down_fill(w0, w1, 32),
+        aie::shuffle_down_fill(w1, w2, 32),
+        aie::shuffle_down_fill(w0, w1, 16),
+        aie::shuffle_down_fill(w1, w2, 16),
+    };
+    const uint8_t *__restrict q =
+        record + p * Q_PAIR_BYTES + g * (GROUP_WORDS * 32);
+    uint8_t *__restrict dst = scratch + p * PAIR_LINE + g * GROUP_WORDS * 64;
+    for (unsigned w = 0; w < GROUP_WORDS; ++w) {
+      const aie::vector<uint8, 64> u =
+          aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
+      aie::store_v(dst + 64 * w, aie::add(e2m1_mantissas(u), pe[w]));
+    }
+  }
+}
+#endif
 
 // One A block (8x8 bf16, row-major) -> bfp16ebs8 blocks along K: the vector
 // goes to an accumulator by a move (to_blocks) or, for the second block of a
@@ -326,6 +424,33 @@ inline void fold_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
   fold(g01, s1, c00 + BLK);
   fold(g10, s0, c00 + NB * BLK);
   fold(g11, s1, c00 + NB * BLK + BLK);
+}
+
+// A span's accumulators: AWQ starts each from zero and folds it into c at the
+// end (G * s); MXFP4 starts from c itself and stores it back (no fold: the
+// scales are in the block exponents), one span per call.
+inline MMUL span_start(const float *__restrict c) {
+  if constexpr (MXFP4)
+    return MMUL(aie::accum<accfloat, 64>(aie::load_v<64>(c)));
+  else
+    return zero_mmul();
+}
+inline void span_end(const MMUL &g, const bfloat16 *sp, float *__restrict c) {
+  if constexpr (MXFP4)
+    aie::store_v(c, g.to_accum().to_vector<float>());
+  else
+    fold(g, replicate_row(aie::load_v<8>(sp)), c);
+}
+inline void span_end_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
+                         const MMUL &g11, const bfloat16 *sp, float *c00) {
+  if constexpr (MXFP4) {
+    span_end(g00, sp, c00);
+    span_end(g01, sp, c00 + BLK);
+    span_end(g10, sp, c00 + NB * BLK);
+    span_end(g11, sp, c00 + NB * BLK + BLK);
+  } else {
+    fold_2x2(g00, g01, g10, g11, sp, c00);
+  }
 }
 
 } // namespace
@@ -388,8 +513,9 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
         // Streams per span: pops counted from here (static fills).
         BlockOut ao(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_BYTES));
         BlockIn sb(blocks_at(scratch, f * SPAN_BYTES));
-        MMUL g00 = zero_mmul(), g01 = zero_mmul(), g10 = zero_mmul(),
-             g11 = zero_mmul();
+        MMUL g00 = span_start(c00), g01 = span_start(c00 + BLK),
+             g10 = span_start(c00 + NB * BLK),
+             g11 = span_start(c00 + NB * BLK + BLK);
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           const unsigned at = (f * SB + kb) * BLK;
@@ -403,7 +529,7 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
           g10.mac(a1, aie::op_transpose(b0));
           g11.mac(a1, aie::op_transpose(b1));
         }
-        fold_2x2(g00, g01, g10, g11, scales + f * TN, c00);
+        span_end_2x2(g00, g01, g10, g11, scales + f * TN, c00);
       }
     }
     // The other column pairs read the A pair line: two input streams.
@@ -414,8 +540,9 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
         // Two streams per span, each walking its interleaved line in K order.
         BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_BYTES));
         BlockIn sb(blocks_at(scratch, p * PAIR_LINE + f * SPAN_BYTES));
-        MMUL g00 = zero_mmul(), g01 = zero_mmul(), g10 = zero_mmul(),
-             g11 = zero_mmul();
+        MMUL g00 = span_start(c00), g01 = span_start(c00 + BLK),
+             g10 = span_start(c00 + NB * BLK),
+             g11 = span_start(c00 + NB * BLK + BLK);
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           const BLOCKS a0 = sa.pop();
@@ -427,7 +554,7 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
           g10.mac(a1, aie::op_transpose(b0));
           g11.mac(a1, aie::op_transpose(b1));
         }
-        fold_2x2(g00, g01, g10, g11, scales + f * TN + p * 16, c00);
+        span_end_2x2(g00, g01, g10, g11, scales + f * TN + p * 16, c00);
       }
     }
   }
@@ -560,7 +687,7 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
       for (unsigned f = 0; f < NF; ++f) {
         BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
         BlockIn sb(blocks_at(scratch, p * PAIR_LINE + f * SPAN_BYTES));
-        MMUL g0 = zero_mmul(), g1 = zero_mmul();
+        MMUL g0 = span_start(c0), g1 = span_start(c1);
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           const BLOCKS a = sa.pop();
@@ -570,8 +697,8 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
           g1.mac(a, aie::op_transpose(b1));
         }
         const bfloat16 *sp = scales + f * TN + p * 16;
-        fold(g0, replicate_row(aie::load_v<8>(sp)), c0);
-        fold(g1, replicate_row(aie::load_v<8>(sp + 8)), c1);
+        span_end(g0, sp, c0);
+        span_end(g1, sp + 8, c1);
       }
     }
   }
