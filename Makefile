@@ -22,7 +22,9 @@ BACKEND ?= auto
 M ?= 512
 K ?= 1024
 N ?= 256
-GS ?= 128
+# The weights' format: awq (int4 q, z, s: AWQ, GPTQ, compressed-tensors int4) or mxfp4 (OCP MX, GS 32).
+FORMAT ?= awq
+GS ?= $(if $(filter mxfp4,$(FORMAT)),32,128)
 TILE_M ?= 64
 TILE_N ?= 64
 TILE_K_L1 ?= 64
@@ -40,7 +42,7 @@ AWQ ?=
 AWQ_LAYER ?= model.layers.0.self_attn.q_proj
 LAYER ?= 0
 
-DESIGN_ARGS = --m $(M) --k $(K) --n $(N) --gs $(GS) --tile-m $(TILE_M) --tile-n $(TILE_N) \
+DESIGN_ARGS = --format $(FORMAT) --m $(M) --k $(K) --n $(N) --gs $(GS) --tile-m $(TILE_M) --tile-n $(TILE_N) \
               --tile-k-l1 $(TILE_K_L1) --tile-k-l2 $(TILE_K_L2) --herd-m $(HERD_M) --herd-n $(HERD_N) \
               $(if $(STACK_SIZE),--stack-size $(STACK_SIZE))
 # With AWQ, K, N and GS are the checkpoint's and the tiles its shape's default configuration: only M and
@@ -49,7 +51,7 @@ given = $(if $(filter command line,$(origin $(1))),--$(subst _,-,$(shell echo $(
 AWQ_DESIGN_ARGS = --m $(M) $(foreach v,K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2 HERD_M HERD_N STACK_SIZE,$(call given,$(v)))
 # host/run.py names `make <goal> BACKEND=emu` (not its own --backend emu) when a target runs it.
 HOST = INT4AWQ_MAKE_TARGET='$(or $(filter-out compile deps,$(MAKECMDGOALS)),run)' $(PYTHON) host/run.py
-KERNEL_ARGS = DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
+KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
 # The real mlir-air Python package when it is installed, the emulator's otherwise.
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
@@ -72,7 +74,7 @@ run_llama_decode: M = 1
 run_llama_decode: K = 2048
 run_llama_decode: N = 2048
 run_llama_decode: deps
-	$(HOST) --design gemv --m $(M) $(if $(AWQ),--awq $(AWQ) --layer $(AWQ_LAYER),--k $(K) --n $(N) --gs $(GS)) \
+	$(HOST) --design gemv --format $(FORMAT) --m $(M) $(if $(AWQ),--awq $(AWQ) --layer $(AWQ_LAYER),--k $(K) --n $(N) --gs $(GS)) \
 	  --backend $(BACKEND) $(RUN_ARGS)
 
 run1x1: M = 64

@@ -334,7 +334,7 @@ def backend_options(cfg: DesignConfig) -> dict:
 
 def main(argv=None) -> int:
     from int4awq.air_run import act, add_action_arguments
-    from int4awq.design import add_design_arguments
+    from int4awq.design import add_design_arguments, default_gs
     from int4awq.sweep import config_from_args
     from int4awq.errors import ConfigError
 
@@ -343,9 +343,7 @@ def main(argv=None) -> int:
     add_action_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        cfg, _ = config_from_args(
-            args, args.m, args.k, args.n, 128 if args.gs is None else args.gs
-        )
+        cfg, _ = config_from_args(args, args.m, args.k, args.n, default_gs(args))
         module = build_module(cfg)
         return act(args, cfg, module, backend_options(cfg))
     except ConfigError as e:

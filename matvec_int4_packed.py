@@ -289,6 +289,7 @@ def backend_options(cfg: GemvConfig) -> dict:
 def main(argv=None) -> int:
     from int4awq.air_run import act, add_action_arguments
     from int4awq.errors import ConfigError
+    from int4awq.design import default_gs
     from int4awq.gemv import config_from_args
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -297,7 +298,18 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--k", type=int, required=True, help="reduction dimension")
     parser.add_argument("--n", type=int, required=True, help="columns of C")
-    parser.add_argument("--gs", type=int, default=128, help="AWQ group size along K")
+    parser.add_argument(
+        "--gs",
+        type=int,
+        default=None,
+        help="AWQ group size along K (default 128; MXFP4: 32)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("awq", "mxfp4"),
+        default="awq",
+        help="the weights' 4-bit format",
+    )
     for opt, what in (
         ("tile-n", "the record's N tile"),
         ("tile-k-l1", "the record's K-chunk"),
@@ -314,7 +326,7 @@ def main(argv=None) -> int:
     add_action_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        cfg, _ = config_from_args(args, args.m, args.k, args.n, args.gs)
+        cfg, _ = config_from_args(args, args.m, args.k, args.n, default_gs(args))
         module = build_module(cfg)
         return act(args, cfg, module, backend_options(cfg))
     except ConfigError as e:

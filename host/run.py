@@ -147,6 +147,16 @@ def check_options(args) -> None:
         )
     if (args.list_layers or args.decoder_layer is not None) and args.awq is None:
         raise ConfigError("--list-layers and --decoder-layer need --awq PATH")
+    if args.format == "mxfp4":
+        if args.awq is not None:
+            raise ConfigError(
+                "--format mxfp4 runs random MXFP4 weights; MXFP4 checkpoints are not read yet (--awq reads "
+                "AWQ, GPTQ and compressed-tensors int4)"
+            )
+        if args.gs not in (None, 32):
+            raise ConfigError(
+                f"--format mxfp4: its scales cover 32 values along K, not --gs {args.gs}"
+            )
     if args.list_layers:
         given = [
             opt
@@ -352,13 +362,18 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
         if args.k is None or args.n is None:
             raise ConfigError("give --k and --n (or --awq PATH --layer NAME)")
         check_host_memory(args.m or 1, args.k, args.n)
-        w = random_weights(
-            args.k,
-            args.n,
-            128 if args.gs is None else args.gs,
-            args.seed,
-            exact=args.exact,
-        )
+        if args.format == "mxfp4":
+            from int4awq.mxfp4 import random_mxfp4
+
+            w = random_mxfp4(args.k, args.n, args.seed, exact=args.exact)
+        else:
+            w = random_weights(
+                args.k,
+                args.n,
+                128 if args.gs is None else args.gs,
+                args.seed,
+                exact=args.exact,
+            )
     if args.activations is not None:
         if args.exact:
             raise ConfigError(
@@ -611,7 +626,7 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
         from int4awq.npu import numerics_line
 
         sections.append(("", [numerics_line()]))
-    if isinstance(cfg, DesignConfig):
+    if isinstance(cfg, DesignConfig) and cfg.format == "awq":
         from int4awq.kernel_cost import kernel_line
 
         tiles = (cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs)
@@ -675,6 +690,8 @@ _SHOWN = {"calibration": False}  # what main() prints once per run
 
 
 def modelled_line(cfg, m: int, n: int) -> str:
+    if cfg.format != "awq":
+        return f"modelled NPU2: none for {cfg.format.upper()} yet (the kernel cost model has no profile of its entries)"
     if isinstance(cfg, GemvConfig):
         est = gemv.modelled(cfg, m, n)
         head = (
@@ -727,7 +744,10 @@ def run_gemm(
     ref = reference_gemm(a, w)[
         0
     ]  # before the run: an overflowing product is bad input, found at once
-    check_accumulator_range(a, w, min(cfg.gs, cfg.tile_k_l1))
+    if (
+        cfg.format == "awq"
+    ):  # MXFP4 has no group sum: f32 over all of K, bounded by the check above
+        check_accumulator_range(a, w, min(cfg.gs, cfg.tile_k_l1))
     build_dir = args.build_dir or os.path.join(REPO, "build", "npu", cfg.name)
     backend = choose_backend(args.backend, build_dir, quiet)
     if emu is not None:

@@ -103,7 +103,13 @@ def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
     from .record import pack_weights
     from .reference import reference_gemm
 
-    w = random_weights(cfg.k, cfg.n, cfg.gs, seed=0)
+    if cfg.format == "mxfp4":
+        from .mxfp4 import pack_mxfp4 as pack, random_mxfp4
+
+        w = random_mxfp4(cfg.k, cfg.n, seed=0)
+    else:
+        w = random_weights(cfg.k, cfg.n, cfg.gs, seed=0)
+        pack = pack_weights
     a = random_activations(cfg.m, cfg.k, seed=1)
     expected = reference_gemm(a, w)[1]
     if getattr(sys.modules["air"], "EMULATED", False):
@@ -114,7 +120,7 @@ def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
     runner = XRTRunner(verbose=verbose, **backend_options)
     code = runner.run_test(
         module,
-        inputs=[a, pack_weights(w, cfg.tile_n, cfg.tile_k_l1)],
+        inputs=[a, pack(w, cfg.tile_n, cfg.tile_k_l1)],
         expected_outputs=[expected],
         rtol=0.05,
         atol=0.05 * rms,

@@ -67,6 +67,43 @@ class RefillLoops:
                 )
 
 
+def borrowed_gs(k: int) -> int:
+    """The AWQ group size whose default tiles another format borrows for K (the cost model has no profile
+    of the other formats' entries yet): 128, or 32 when K is not a multiple of 128."""
+    return 128 if k % 128 == 0 else 32
+
+
+def default_gs(args) -> int:
+    """--gs, else the format's group: 128 for AWQ, 32 (the MX group) for MXFP4."""
+    if args.gs is not None:
+        return args.gs
+    return 32 if getattr(args, "format", "awq") == "mxfp4" else 128
+
+
+def check_mxfp4_tiles(cfg) -> None:
+    """A format the kernel has, and for MXFP4 its group (32) and K-chunks of whole groups."""
+    if cfg.format not in record.FORMATS:
+        raise ConfigError(f"--format {cfg.format}: one of {', '.join(record.FORMATS)}")
+    if cfg.format == "mxfp4":
+        if cfg.gs != 32:
+            raise ConfigError(
+                f"MXFP4 scales cover 32 values along K; GS {cfg.gs} is not MXFP4"
+            )
+        if cfg.tile_k_l1 % 32:
+            raise ConfigError(
+                f"MXFP4: tile_k_l1 = {cfg.tile_k_l1} must be a multiple of 32 (whole MX groups per record)"
+            )
+
+
+def format_prefix(fmt: str) -> str:
+    """The build-directory name prefix of a format ("" for AWQ, whose names predate the others)."""
+    return "" if fmt == "awq" else f"{fmt}_"
+
+
+def format_label(fmt: str) -> str:
+    return "" if fmt == "awq" else f"{fmt.upper()} "
+
+
 @dataclass(frozen=True)
 class DesignConfig(record.KernelSizes, RefillLoops):
     m: int
@@ -81,8 +118,12 @@ class DesignConfig(record.KernelSizes, RefillLoops):
     herd_n: int
     # The core's stack in L1 (XRTBackend stack_size); None: record.kernel_stack_bytes(), derived.
     stack_size: int | None = None
+    format: str = (
+        "awq"  # the weights' format: "awq" (q, z, s) or "mxfp4" (record.FORMATS)
+    )
 
     def __post_init__(self):
+        check_mxfp4_tiles(self)
         check_dims(
             M=self.m,
             K=self.k,
@@ -159,6 +200,7 @@ class DesignConfig(record.KernelSizes, RefillLoops):
         n: int,
         gs: int,
         stack_size: int | None = None,
+        format: str = "awq",
         **tiles: int,
     ) -> "DesignConfig":
         """The configuration for an m x k x n GEMM with M and N rounded up to whole herd blocks (the host
@@ -172,6 +214,7 @@ class DesignConfig(record.KernelSizes, RefillLoops):
             gs,
             **tiles,
             stack_size=stack_size,
+            format=format,
         )
 
     # Derived sizes (record, scratch, stack and kernel object: record.KernelSizes) -------------------------
@@ -179,7 +222,12 @@ class DesignConfig(record.KernelSizes, RefillLoops):
     def kernel(self) -> record.KernelObject:
         """The GEMM's kernel object at this tile."""
         return record.KernelObject(
-            "gemm", self.tile_n, self.tile_k_l1, self.gs, self.tile_m
+            "gemm",
+            self.tile_n,
+            self.tile_k_l1,
+            self.gs,
+            self.tile_m,
+            format=self.format,
         )
 
     @property
@@ -219,13 +267,13 @@ class DesignConfig(record.KernelSizes, RefillLoops):
 
     @property
     def name(self) -> str:
-        return (
+        return format_prefix(self.format) + (
             f"m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_m}x{self.tile_n}"
             f"_k{self.tile_k_l1}x{self.tile_k_l2}_h{self.herd_m}x{self.herd_n}"
         )
 
     def summary(self) -> str:
-        return (
+        return format_label(self.format) + (
             f"M={self.m} K={self.k} N={self.n} GS={self.gs} tile_m={self.tile_m} tile_n={self.tile_n} "
             f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2} herd={self.herd_m}x{self.herd_n}"
         )
@@ -361,7 +409,14 @@ def add_design_arguments(
         "--gs",
         type=int,
         default=None,
-        help="AWQ group size along K (default 128, or the checkpoint's)",
+        help="AWQ group size along K (default 128, or the checkpoint's; MXFP4: 32)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=record.FORMATS,
+        default="awq",
+        help="the weights' 4-bit format: awq (q, z, s per group; also GPTQ and compressed-tensors int4) or "
+        "mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K; random weights only so far)",
     )
     for opt in TILE_OPTIONS:
         parser.add_argument(

@@ -15,6 +15,7 @@ they reject a bad one with the same one-line message.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import itertools
 import os
@@ -49,8 +50,10 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
     tile_k_l1: int  # the record's K-chunk (the GEMM's tile_k_l1)
     tile_k_l2: int | None = None  # K per L2 refill; None: K
     stack_size: int | None = None
+    format: str = "awq"  # the weights' format (record.FORMATS)
 
     def __post_init__(self):
+        design.check_mxfp4_tiles(self)
         if self.tile_k_l2 is None:
             object.__setattr__(self, "tile_k_l2", self.k)
         check_dims(
@@ -108,7 +111,9 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
     @property
     def kernel(self) -> record.KernelObject:
         """The GEMV's kernel object for this record tile."""
-        return record.KernelObject("gemv", self.tile_n, self.tile_k_l1, self.gs)
+        return record.KernelObject(
+            "gemv", self.tile_n, self.tile_k_l1, self.gs, format=self.format
+        )
 
     @property
     def n_tiles(self) -> int:
@@ -147,13 +152,13 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
 
     @property
     def name(self) -> str:
-        return (
+        return design.format_prefix(self.format) + (
             f"gemv_m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_n}x{self.tile_k_l1}"
             f"x{self.tile_k_l2}"
         )
 
     def summary(self) -> str:
-        return (
+        return design.format_label(self.format) + (
             f"GEMV M={self.m} K={self.k} N={self.n} GS={self.gs} tile_n={self.tile_n} "
             f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2}"
         )
@@ -414,9 +419,15 @@ def config_from_args(
         raise ConfigError(
             f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
         )
-    base = default_config(m, k, n, gs)
+    fmt = getattr(args, "format", "awq")
+    if fmt == "awq":
+        base, label = default_config(m, k, n, gs), "best modelled decode configuration"
+    else:  # no cost-model profile of the format's entries yet: AWQ's best at GS 128
+        base = default_config(m, k, n, design.borrowed_gs(k))
+        base = dataclasses.replace(base, gs=gs, format=fmt)
+        label = "best modelled decode configuration, AWQ's tiles"
     if not given:
-        return base, "best modelled decode configuration"
+        return base, label
     tiles = dict(tile_n=base.tile_n, tile_k_l1=base.tile_k_l1)
     if "tile_k_l1" not in given:  # a new K-chunk takes K per refill with it
         tiles["tile_k_l2"] = base.tile_k_l2
@@ -424,6 +435,6 @@ def config_from_args(
     source = (
         "command line"
         if {"tile_n", "tile_k_l1", "tile_k_l2"} <= set(given)
-        else "command line over the best modelled decode configuration"
+        else f"command line over the {label}"
     )
-    return GemvConfig.padded(m, k, n, gs, **tiles), source
+    return GemvConfig.padded(m, k, n, gs, **tiles, format=fmt), source

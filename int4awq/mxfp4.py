@@ -52,6 +52,13 @@ class Mxfp4Weights:
     def n(self) -> int:
         return self.codes.shape[1]
 
+    @property
+    def gs(self) -> int:
+        """Values per scale along K (the MX group)."""
+        return MX_BLOCK
+
+    format = "mxfp4"
+
     def validate(self) -> None:
         c, s = self.codes, self.scales
         if not (isinstance(c, np.ndarray) and c.dtype == np.uint8 and c.ndim == 2):
@@ -71,6 +78,12 @@ class Mxfp4Weights:
         if (c > 15).any():
             raise ConfigError(f"MXFP4 codes: {int(c.max())} is not a 4-bit E2M1 code")
         check_scales(s)
+
+    def padded(self, n: int) -> "Mxfp4Weights":
+        return pad_columns(self, n)
+
+    def pack(self, tile_n: int, tile_k: int) -> np.ndarray:
+        return pack_mxfp4(self, tile_n, tile_k)
 
     def dequantize(self) -> np.ndarray:
         """float32 [K, N]: code value times its group's scale (ml_dtypes' decoding)."""
@@ -123,6 +136,16 @@ def random_mxfp4(k: int, n: int, seed: int, exact: bool = False) -> Mxfp4Weights
         scales = np.full((k // MX_BLOCK, n), 127, np.uint8)
     else:
         scales = rng.integers(118, 123, (k // MX_BLOCK, n), dtype=np.uint8)
+    return Mxfp4Weights(codes, scales)
+
+
+def pad_columns(w: Mxfp4Weights, n: int) -> Mxfp4Weights:
+    """W with zero columns (code 0, scale 1) up to n columns."""
+    if n == w.n:
+        return w
+    codes = np.zeros((w.k, n), np.uint8)
+    scales = np.full((w.k // MX_BLOCK, n), 127, np.uint8)
+    codes[:, : w.n], scales[:, : w.n] = w.codes, w.scales
     return Mxfp4Weights(codes, scales)
 
 

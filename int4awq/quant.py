@@ -105,8 +105,11 @@ class AwqWeights:
         return self
 
 
-def dequantize(w: AwqWeights) -> np.ndarray:
-    """(q - z) * s as float32 [K, N]; exact, since |q - z| <= 15 needs 4 bits and s has 8."""
+def dequantize(w) -> np.ndarray:
+    """(q - z) * s as float32 [K, N]; exact, since |q - z| <= 15 needs 4 bits and s has 8. Other formats'
+    weights (int4awq.mxfp4.Mxfp4Weights) dequantise themselves."""
+    if not isinstance(w, AwqWeights):
+        return w.dequantize()
     q = w.q.reshape(w.groups, w.gs, w.n).astype(np.float32)
     deq = (q - w.z[:, None, :].astype(np.float32)) * w.s[:, None, :].astype(np.float32)
     return deq.reshape(w.k, w.n)

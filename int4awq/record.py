@@ -353,7 +353,7 @@ class KernelSizes:
 
     @property
     def record_bytes(self) -> int:
-        return record_bytes(self.tile_n, self.tile_k_l1, self.gs)
+        return self.kernel.record_bytes
 
     @property
     def scratch_bytes(self) -> int:
@@ -493,6 +493,10 @@ def padded_operands(cfg, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.n
     configuration's padded shape (cfg.m, cfg.k, cfg.n, cfg.tile_n, cfg.tile_k_l1)."""
     a_padded = np.zeros((cfg.m, cfg.k), bfloat16)
     a_padded[: a.shape[0]] = a
+    if not isinstance(
+        w, AwqWeights
+    ):  # another format's weights pad and pack themselves (int4awq.mxfp4)
+        return a_padded, w.padded(cfg.n).pack(cfg.tile_n, cfg.tile_k_l1)
     return a_padded, pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
 
 

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 
 from .design import (
+    borrowed_gs,
     MAX_LAUNCH_M,
     HERD_COLS,
     HERD_ROWS,
@@ -178,17 +179,31 @@ def config_from_args(
         if getattr(args, opt, None) is not None
     }
     stack = getattr(args, "stack_size", None)
+    fmt = getattr(args, "format", "awq")
     if all(opt in given for opt in TILE_OPTIONS):
         tiles, source = given, "command line"
     else:
-        base, source = default_config(m, k, n, gs)
+        base, source = default_for_format(m, k, n, gs, fmt)
         if not given:
             return (
                 base if stack is None else dataclasses.replace(base, stack_size=stack)
             ), source
         tiles = {opt: given.get(opt, getattr(base, opt)) for opt in TILE_OPTIONS}
         source = f"command line over {source}"
-    return DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack), source
+    return (
+        DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack, format=fmt),
+        source,
+    )
+
+
+def default_for_format(m: int, k: int, n: int, gs: int, fmt: str):
+    """(configuration, source): AWQ's default for the shape; another format borrows AWQ's tiles at GS 128
+    (or 32 when K is not a multiple of 128): the cost model has no profile of its entries yet.
+    """
+    if fmt == "awq":
+        return default_config(m, k, n, gs)
+    base, source = default_config(m, k, n, borrowed_gs(k))
+    return dataclasses.replace(base, gs=gs, format=fmt), f"{source}, AWQ's tiles"
 
 
 def main(argv=None) -> int:

@@ -138,3 +138,15 @@ def test_every_make_target_builds_what_upstream_runs(target, variables):
     assert cfg.runtime_loop_tiling == ((1, 1) if small else (2, 2))
     if variables:  # run1x1 M=256 N=128: a 1x1 herd over a [4, 2] launch grid
         assert (lm, ln) == (4, 2) and cfg.runtime_loop_tiling == (1, 1)
+
+
+def test_format_mxfp4_reaches_the_host_program_and_the_kernel_build():
+    line = host_line(dry("run8x4", "FORMAT=mxfp4"))
+    assert "--format mxfp4 --m 512 --k 1024 --n 256 --gs 32" in line
+    out = dry("compile", "FORMAT=mxfp4")
+    assert "peano FORMAT=mxfp4 DIM_M=64 DIM_N=64 DIM_K_CHUNK=64 DIM_GS=32" in out
+    assert "--format awq" in host_line(dry("run8x4")) and "--gs 128" in host_line(
+        dry("run8x4")
+    )
+    decode = host_line(dry("run_llama_decode", "FORMAT=mxfp4"))
+    assert "--design gemv --format mxfp4" in decode and "--gs 32" in decode

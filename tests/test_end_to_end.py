@@ -275,3 +275,77 @@ def test_default_configurations_pass_on_the_emulator(row):
     cfg, _ = default_config(row["m"], row["k"], row["n"], row["gs"])
     corr, passed = emulate(cfg, row["m"], row["k"], row["n"])
     assert passed and corr > 0.9999
+
+
+def test_mxfp4_weights_run_exact_through_both_designs():
+    """Random MXFP4 weights on the emulator: the GEMM (herd 2x4) and the decode GEMV, exact mode (only C's
+    bf16 rounding is left, at most 2^-8 relative)."""
+    shape = [
+        "--k",
+        "256",
+        "--n",
+        "256",
+        "--backend",
+        "emu",
+        "--format",
+        "mxfp4",
+        "--exact",
+    ]
+    gemm = [
+        "--m",
+        "64",
+        "--tile-m",
+        "32",
+        "--tile-n",
+        "32",
+        "--tile-k-l1",
+        "64",
+        "--tile-k-l2",
+        "128",
+    ]
+    code, out, err = run(*gemm, "--herd-m", "2", "--herd-n", "4", *shape)
+    assert code == 0, out + err
+    assert out.splitlines()[0].startswith(
+        "MXFP4 M=64 K=256 N=256 GS=32 "
+    ) and out.rstrip().endswith("PASS!")
+    code, out, err = run("--m", "3", "--design", "gemv", *shape)
+    assert code == 0, out + err
+    assert out.splitlines()[0].startswith("MXFP4 GEMV M=3") and out.rstrip().endswith(
+        "PASS!"
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["--awq", "/nowhere", "--layer", "x"],
+            "--format mxfp4 runs random MXFP4 weights",
+        ),
+        (
+            ["--gs", "128"],
+            "--format mxfp4: its scales cover 32 values along K, not --gs 128",
+        ),
+        (
+            ["--tile-k-l1", "48", "--tile-k-l2", "96"],
+            "MXFP4: tile_k_l1 = 48 must be a multiple of 32",
+        ),
+    ],
+)
+def test_mxfp4_refusals_are_one_line_exit_2(extra, message):
+    code, out, err = run(
+        "--m",
+        "64",
+        "--k",
+        "192",
+        "--n",
+        "64",
+        "--format",
+        "mxfp4",
+        "--backend",
+        "emu",
+        *extra,
+    )
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (
+        out + err
+    )
