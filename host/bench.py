@@ -36,6 +36,7 @@ try:
     from int4awq.npu import npu2_present, numerics_line
     from int4awq.quant import random_activations, random_weights
     from int4awq import model
+    from int4awq.record import FORMATS
     from int4awq.sweep import LLAMA_PROJECTIONS, default_config, load_table, modelled
 except ModuleNotFoundError as _missing:
     print(missing_module_line(_missing), file=sys.stderr)
@@ -45,6 +46,7 @@ except KeyboardInterrupt:
 
 COLUMNS = (
     "projection",
+    "format",
     "m",
     "k",
     "n",
@@ -77,7 +79,12 @@ def checked_run(cfg, m, k, n, run):
     from int4awq.record import padded_operands
     from int4awq.reference import check, reference_gemm
 
-    w = random_weights(k, n, cfg.gs, seed=0)
+    if cfg.format == "mxfp4":
+        from int4awq.mxfp4 import random_mxfp4
+
+        w = random_mxfp4(k, n, seed=0)
+    else:
+        w = random_weights(k, n, cfg.gs, seed=0)
     a = random_activations(m, k, seed=1)
     c = run(*padded_operands(cfg, a, w))
     return check(c[:m, :n], reference_gemm(a, w)[0])
@@ -119,6 +126,7 @@ def measure(cfg, m, k, n, iters, warmup):
         "-C",
         REPO,
         "compile",
+        f"FORMAT={cfg.format}",
         f"M={cfg.m}",
         f"K={cfg.k}",
         f"N={cfg.n}",
@@ -149,6 +157,8 @@ def measure_gemv(cfg, m, k, n, iters, warmup):
         str(cfg.n),
         "--gs",
         str(cfg.gs),
+        "--format",
+        cfg.format,
         "--tile-n",
         str(cfg.tile_n),
         "--tile-k-l1",
@@ -239,12 +249,32 @@ def _main(argv) -> int:
     print(calibration().summary())
     print(numerics_line())
     rows, failures = [], 0
-    for entry in load_table():
-        m, k, n = entry["m"], entry["k"], entry["n"]
-        cfg, _ = default_config(m, k, n, entry["gs"])
+    for entry in load_table():  # a row per (shape, format): MXFP4 beside AWQ
+        m, k, n, fmt = entry["m"], entry["k"], entry["n"], entry.get("format", "awq")
+        try:
+            cfg, _ = default_config(m, k, n, entry["gs"], fmt)
+        except (
+            ConfigError
+        ) as e:  # e.g. no MXFP4 record fits the shape's launch and L1 limits
+            rows.append(
+                dict(
+                    projection=entry["projection"],
+                    format=fmt,
+                    m=m,
+                    k=k,
+                    n=n,
+                    source=str(e),
+                )
+            )
+            print(
+                f"{entry['projection']:<10} {fmt:<5} M={m:<5} K={k:<5} N={n:<5} {e}",
+                flush=True,
+            )
+            continue
         est = modelled(cfg, m, n)
         row = dict(
             projection=entry["projection"],
+            format=fmt,
             m=m,
             k=k,
             n=n,
@@ -273,7 +303,7 @@ def _main(argv) -> int:
             )
         rows.append(row)
         print(
-            f"{row['projection']:<10} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
+            f"{row['projection']:<10} {fmt:<5} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
             f"{row['us']:>9.1f} us {row['tops']:>6.3f} TOPS {row['correlation']:<9} {row['source']}",
             flush=True,
         )
@@ -289,23 +319,17 @@ def _main(argv) -> int:
     return 1 if failures else 0
 
 
-def decode_rows(rows: list, on_npu: bool, args) -> int:
-    """The M = 1 rows (one per Llama-3.2-1B projection, the GEMV design) and one token's projections
-    over 16 layers; returns the number of emulator failures."""
+def _decode_format(fmt: str, rows: list, on_npu: bool, args) -> int:
+    """decode_rows for one weight format: a row per projection and the token line."""
     from int4awq import gemv
 
-    print()
-    print(
-        f"decode, M = 1: the GEMV design on all 32 PEs (matvec_int4_packed.py); "
-        f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / 42.5 GB/s, compute) + "
-        f"{model.FIXED_S * 1e6:.0f} us per launch"
-    )
     failures, token_s, token_ddr, token_fixed = 0, 0.0, 0, 0.0
     for name, (k, n) in LLAMA_PROJECTIONS.items():
-        cfg = gemv.default_config(1, k, n, 128)
+        cfg = gemv.default_config(1, k, n, 128 if fmt == "awq" else 32, fmt)
         est = gemv.modelled(cfg, 1, n)
         row = dict(
             projection=name,
+            format=fmt,
             m=1,
             k=k,
             n=n,
@@ -343,7 +367,7 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
         token_fixed += model.FIXED_S
         rows.append(row)
         print(
-            f"{name:<10} M=1     K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
+            f"{name:<10} {fmt:<5} M=1     K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
             f"{row['us']:>9.1f} us {row['gbps']:>5.1f} GB/s  (DDR {row['ddr_us']:>6.1f} us, compute "
             f"{row['compute_us']:>6.1f} us) {row['source']}",
             flush=True,
@@ -351,7 +375,7 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
     what = "MEASURED" if on_npu else "MODELLED"
     per_token = LAYERS * token_s
     print(
-        f"one token, 7 projections x {LAYERS} layers ({what}, projections only: no attention, norms, LM head): "
+        f"{fmt}: one token, 7 projections x {LAYERS} layers ({what}, projections only: no attention, norms, LM head): "
         f"{per_token * 1e3:.2f} ms = {1 / per_token:.1f} tok/s; DDR {LAYERS * token_ddr / 1e6:.0f} MB = "
         f"{LAYERS * token_ddr / model.DDR_BYTES_PER_S * 1e3:.2f} ms at 42.5 GB/s; the fixed cost of "
         f"{7 * LAYERS} launches is {LAYERS * token_fixed * 1e3:.2f} ms of it ({100 * token_fixed / token_s:.0f} %)"
@@ -362,6 +386,23 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
             f"{(per_token - LAYERS * token_fixed) * 1e3:.2f} ms = {1 / (per_token - LAYERS * token_fixed):.1f} tok/s "
             "(MODELLED)"
         )
+    return failures
+
+
+def decode_rows(rows: list, on_npu: bool, args) -> int:
+    """The M = 1 rows (one per Llama-3.2-1B projection, the GEMV design) and one token's projections
+    over 16 layers; returns the number of emulator failures."""
+    from int4awq import gemv
+
+    print()
+    print(
+        f"decode, M = 1: the GEMV design on all 32 PEs (matvec_int4_packed.py); "
+        f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / 42.5 GB/s, compute) + "
+        f"{model.FIXED_S * 1e6:.0f} us per launch"
+    )
+    failures = 0
+    for fmt in FORMATS:
+        failures += _decode_format(fmt, rows, on_npu, args)
     for who, tok_s in PUBLISHED_DECODE:
         print(
             f"  published, whole model: {who}: {tok_s} tok/s = {1e3 / tok_s:.1f} ms/token"

@@ -67,12 +67,6 @@ class RefillLoops:
                 )
 
 
-def borrowed_gs(k: int) -> int:
-    """The AWQ group size whose default tiles another format borrows for K (the cost model has no profile
-    of the other formats' entries yet): 128, or 32 when K is not a multiple of 128."""
-    return 128 if k % 128 == 0 else 32
-
-
 def default_gs(args) -> int:
     """--gs, else the format's group: 128 for AWQ, 32 (the MX group) for MXFP4."""
     if args.gs is not None:
@@ -143,7 +137,12 @@ class DesignConfig(record.KernelSizes, RefillLoops):
             )
         record.check_stack_size(self.stack_size)
         record.check_kernel_tiles(
-            self.tile_m, self.tile_n, self.tile_k_l1, self.gs, self.stack_size
+            self.tile_m,
+            self.tile_n,
+            self.tile_k_l1,
+            self.gs,
+            self.stack_size,
+            self.format,
         )  # incl. L1
         for what, size, step in (
             ("M", self.m, self.tile_m * self.herd_m),
@@ -288,6 +287,7 @@ class DesignConfig(record.KernelSizes, RefillLoops):
             self.gs,
             check=False,
             stack=self.stack_bytes,
+            fmt=self.format,
         )
         return [(name, size) for name, size in budget.items() if name != "total"]
 

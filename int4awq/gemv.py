@@ -257,7 +257,7 @@ def modelled(
     """
     m = cfg.m if m is None else m
     n = cfg.n if n is None else n
-    per_call = gemv_cycles(cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m)
+    per_call = gemv_cycles(cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m, cfg.format)
     per_pe = cfg.launch_n * (cfg.k_chunks * per_call + tile_end_cycles(cfg))
     compute_s = per_pe / CLOCK_HZ
     ddr = cfg.ddr_bytes()
@@ -273,7 +273,9 @@ def modelled(
 
 
 # ------------------------------------------------------------------------------------------ choosing
-def legal_configs(m: int, k: int, n: int, gs: int, problems: list | None = None):
+def legal_configs(
+    m: int, k: int, n: int, gs: int, problems: list | None = None, fmt: str = "awq"
+):
     """Every configuration of the search space the rules accept; `problems` collects why the others fail."""
     check_dims(M=m, K=k, N=n)
     check_group_size(k, gs)
@@ -287,7 +289,7 @@ def legal_configs(m: int, k: int, n: int, gs: int, problems: list | None = None)
         for tk2 in sorted({k} | {tk << j for j in range(8) if k % (tk << j) == 0}):
             try:
                 yield GemvConfig.padded(
-                    m, k, n, gs, tile_n=tn, tile_k_l1=tk, tile_k_l2=tk2
+                    m, k, n, gs, tile_n=tn, tile_k_l1=tk, tile_k_l2=tk2, format=fmt
                 )
             except ConfigError as e:
                 if problems is not None:
@@ -300,15 +302,15 @@ def _emulator_in_process() -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def default_config(m: int, k: int, n: int, gs: int) -> GemvConfig:
+def default_config(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> GemvConfig:
     """The fastest modelled configuration the resource model accepts (ties: less DDR traffic, fewer kernel
     calls, then larger tiles). With mlir-air's own `air` imported (an NPU compile), the resource model
     runs in a child process on the emulator's package."""
     if not _emulator_in_process():
-        return _default_in_child(m, k, n, gs)
+        return _default_in_child(m, k, n, gs, fmt)
     problems = []
     ranked = sorted(
-        legal_configs(m, k, n, gs, problems),
+        legal_configs(m, k, n, gs, problems, fmt),
         key=lambda c: (
             round(modelled(c, m, n).seconds, 9),
             c.ddr_bytes(),
@@ -322,16 +324,16 @@ def default_config(m: int, k: int, n: int, gs: int) -> GemvConfig:
             return cfg
     if not ranked:
         raise ConfigError(
-            f"no decode configuration for M={m} K={k} N={n} GS={gs} fits"
+            f"no {fmt} decode configuration for M={m} K={k} N={n} GS={gs} fits"
             + (f" (e.g. {problems[0]})" if problems else "")
         )
     raise ConfigError(
-        f"no decode configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model "
+        f"no {fmt} decode configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model "
         f"(the fastest: {ranked[0].resource_problem()})"
     )
 
 
-def _default_in_child(m: int, k: int, n: int, gs: int) -> GemvConfig:
+def _default_in_child(m: int, k: int, n: int, gs: int, fmt: str) -> GemvConfig:
     import json
     import subprocess
 
@@ -349,6 +351,8 @@ def _default_in_child(m: int, k: int, n: int, gs: int) -> GemvConfig:
             str(n),
             "--gs",
             str(gs),
+            "--format",
+            fmt,
             "--json",
         ],
         capture_output=True,
@@ -373,6 +377,7 @@ def main(argv=None) -> int:
     for dim in ("m", "k", "n"):
         p.add_argument(f"--{dim}", type=int, required=True)
     p.add_argument("--gs", type=int, default=128)
+    p.add_argument("--format", choices=record.FORMATS, default="awq")
     p.add_argument(
         "--json",
         action="store_true",
@@ -384,7 +389,7 @@ def main(argv=None) -> int:
     )  # run as __main__: use the package's module, the one the builder imports
 
     try:
-        cfg = gemv.default_config(args.m, args.k, args.n, args.gs)
+        cfg = gemv.default_config(args.m, args.k, args.n, args.gs, args.format)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -420,12 +425,7 @@ def config_from_args(
             f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
         )
     fmt = getattr(args, "format", "awq")
-    if fmt == "awq":
-        base, label = default_config(m, k, n, gs), "best modelled decode configuration"
-    else:  # no cost-model profile of the format's entries yet: AWQ's best at GS 128
-        base = default_config(m, k, n, design.borrowed_gs(k))
-        base = dataclasses.replace(base, gs=gs, format=fmt)
-        label = "best modelled decode configuration, AWQ's tiles"
+    base, label = default_config(m, k, n, gs, fmt), "best modelled decode configuration"
     if not given:
         return base, label
     tiles = dict(tile_n=base.tile_n, tile_k_l1=base.tile_k_l1)

@@ -223,17 +223,28 @@ def kernel_hash() -> str:
 
 # A call: (tm, tn, tk, gs) of gemm_int4_accumulate, or (None, tn, tk, gs, m) of gemv_int4_accumulate with m
 # rows (the GEMV object has no tile_m).
-def _key(tm: int | None, tn: int, tk: int, gs: int, m: int | None = None) -> str:
+def _key(
+    tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
+) -> str:
+    if fmt != "awq":  # MXFP4: the group is 32 by definition
+        return f"{fmt}/{tm}x{tn}x{tk}" if m is None else f"{fmt}/gemv/{tn}x{tk}/m{m}"
     if m is None:
         return f"{tm}x{tn}x{tk}/gs{gs}"
     return f"gemv/{tn}x{tk}/gs{gs}/m{m}"
 
 
-def measure(tm: int | None, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
-    """Profile one call (gemm_int4_accumulate, or gemv_int4_accumulate of m rows) into a table entry."""
+def measure(
+    tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
+) -> dict:
+    """Profile one call (gemm_int4_accumulate, or gemv_int4_accumulate of m rows) of a format's kernel object
+    into a table entry."""
     from .kernel_profile import profile_accumulate, profile_gemv
 
-    p = profile_accumulate(tm, tn, tk, gs) if m is None else profile_gemv(tn, tk, gs, m)
+    p = (
+        profile_accumulate(tm, tn, tk, gs, fmt)
+        if m is None
+        else profile_gemv(tn, tk, gs, m, fmt)
+    )
     prof = {
         "loops": [
             {
@@ -273,8 +284,10 @@ def _entries() -> dict:
     return _ENTRIES
 
 
-def entry(tm: int | None, tn: int, tk: int, gs: int, m: int | None = None) -> dict:
-    key = _key(tm, tn, tk, gs, m)
+def entry(
+    tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
+) -> dict:
+    key = _key(tm, tn, tk, gs, m, fmt)
     entries = _entries()
     if key not in entries:
         global _TOLD
@@ -285,7 +298,7 @@ def entry(tm: int | None, tn: int, tk: int, gs: int, m: int | None = None) -> di
                 f"per new tile; cached in {os.path.relpath(CACHE)})",
                 file=sys.stderr,
             )
-        entries[key] = measure(tm, tn, tk, gs, m)
+        entries[key] = measure(tm, tn, tk, gs, m, fmt)
         cache = {"kernel": kernel_hash(), "calls": {}}
         if os.path.isfile(CACHE):
             with open(CACHE) as f:
@@ -299,34 +312,38 @@ def entry(tm: int | None, tn: int, tk: int, gs: int, m: int | None = None) -> di
     return entries[key]
 
 
-def kernel_cycles(tm: int, tn: int, tk: int, gs: int) -> float:
+def kernel_cycles(tm: int, tn: int, tk: int, gs: int, fmt: str = "awq") -> float:
     """Modelled cycles of one gemm_int4_accumulate call at these tiles (MODELLED)."""
-    return float(np.array(entry(tm, tn, tk, gs)["x"]) @ calibration().constants)
+    return float(
+        np.array(entry(tm, tn, tk, gs, None, fmt)["x"]) @ calibration().constants
+    )
 
 
-def gemv_cycles(tn: int, tk: int, gs: int, m: int) -> float:
+def gemv_cycles(tn: int, tk: int, gs: int, m: int, fmt: str = "awq") -> float:
     """Modelled cycles of one gemv_int4_accumulate call of m rows (MODELLED)."""
-    return float(np.array(entry(None, tn, tk, gs, m)["x"]) @ calibration().constants)
+    return float(
+        np.array(entry(None, tn, tk, gs, m, fmt)["x"]) @ calibration().constants
+    )
 
 
 def int4_kernel_flops(
-    tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32
+    tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32, fmt: str = "awq"
 ) -> float:
     """Modelled compute rate of the int4 GEMM on `pes` compute tiles: each PE does one kernel call's
     2 * tile_m * tile_n * tile_k FLOPs in the calibrated model's cycles per call (the zero and drain calls,
     one per C tile, are not counted)."""
     per_call = 2 * tile_m * tile_n * tile_k
-    return pes * per_call * CLOCK_HZ / kernel_cycles(tile_m, tile_n, tile_k, gs)
+    return pes * per_call * CLOCK_HZ / kernel_cycles(tile_m, tile_n, tile_k, gs, fmt)
 
 
 def steps(tm: int, tn: int, tk: int) -> int:
     return (tm // 8) * (tn // 8) * (tk // 8)
 
 
-def kernel_line(tm: int, tn: int, tk: int, gs: int) -> str:
+def kernel_line(tm: int, tn: int, tk: int, gs: int, fmt: str = "awq") -> str:
     """The `kernel:` line of host/run.py --report."""
-    cyc = kernel_cycles(tm, tn, tk, gs)
-    e = entry(tm, tn, tk, gs)
+    cyc = kernel_cycles(tm, tn, tk, gs, fmt)
+    e = entry(tm, tn, tk, gs, None, fmt)
     live_in, live_out = e["streams"]
     fs, fd = e["fills"]
     return (
@@ -368,6 +385,31 @@ def table_calls():
     """
     for gs in TABLE_GROUP_SIZES:
         yield from _table_calls(gs)
+    yield from _mxfp4_calls()
+
+
+def _mxfp4_calls():
+    """The MXFP4 objects (GS 32): every GEMM tile of the sweep whose K-chunk holds whole MX groups, and every
+    GEMV record tile at M = 1 (decode); other row counts are profiled on demand."""
+    from .errors import ConfigError
+    from .record import GEMM_K_CHUNKS, GEMM_TILES, GEMV_TILE_KS, GEMV_TILE_NS
+    from .record import check_kernel_tiles, check_record_tile
+
+    for tm, tn, tk in itertools.product(GEMM_TILES, GEMM_TILES, GEMM_K_CHUNKS):
+        try:
+            if tk % 32:
+                continue
+            check_kernel_tiles(tm, tn, tk, 32, fmt="mxfp4")
+        except ConfigError:
+            continue
+        yield tm, tn, tk, 32, None, "mxfp4"
+    for tn, tk in itertools.product(GEMV_TILE_NS, GEMV_TILE_KS):
+        try:
+            check_record_tile(tn, tk, 32)
+        except ConfigError:
+            continue
+        if tk % 32 == 0:
+            yield None, tn, tk, 32, 1, "mxfp4"
 
 
 def _table_calls(gs: int):

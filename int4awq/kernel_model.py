@@ -120,7 +120,7 @@ def kernel_gemm_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
 def build_host_kernel(obj: KernelObject, target: str = "host") -> Path:
     """make -C kernels host (or host-profile) for one kernel object; returns the path of the shared library."""
     if obj.entries == "gemm":
-        check_kernel_tiles(obj.tile_m, obj.tile_n, obj.tile_k, obj.gs)
+        check_kernel_tiles(obj.tile_m, obj.tile_n, obj.tile_k, obj.gs, fmt=obj.format)
     else:
         check_record_tile(obj.tile_n, obj.tile_k, obj.gs)
     proc = subprocess.run(

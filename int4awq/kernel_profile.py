@@ -130,45 +130,51 @@ def _reset(lib: ctypes.CDLL) -> None:
     lib.aie_host_profile_reset()
 
 
-def profile_accumulate(tile_m: int, tile_n: int, tile_k: int, gs: int) -> Profile:
-    """One gemm_int4_accumulate call of the profiling build on seeded operands."""
-    from .kernel_model import HostKernel, a_tile_blocked
-    from .quant import random_activations, random_weights
+def _first_record(tile_n: int, tile_k: int, gs: int, fmt: str) -> np.ndarray:
+    """The first packed record of seeded weights of the format (K = one chunk, or one AWQ group)."""
+    if fmt == "mxfp4":
+        from .mxfp4 import pack_mxfp4, random_mxfp4
+
+        return pack_mxfp4(random_mxfp4(tile_k, tile_n, seed=0), tile_n, tile_k)[0, 0]
+    from .quant import random_weights
     from .record import pack_weights
 
+    w = random_weights(max(tile_k, gs), tile_n, gs, seed=0)
+    return pack_weights(w, tile_n, tile_k)[0, 0]
+
+
+def profile_accumulate(
+    tile_m: int, tile_n: int, tile_k: int, gs: int, fmt: str = "awq"
+) -> Profile:
+    """One gemm_int4_accumulate call of the profiling build on seeded operands."""
+    from .kernel_model import HostKernel, a_tile_blocked
+    from .quant import random_activations
     from .record import KernelObject
 
-    obj = KernelObject("gemm", tile_n, tile_k, gs, tile_m)
-    k = HostKernel(tile_m, tile_n, tile_k, gs, lib=profile_library(obj))
-    k_total = max(tile_k, gs)
-    w = random_weights(k_total, tile_n, gs, seed=0)
-    a = random_activations(tile_m, k_total, seed=1)
+    obj = KernelObject("gemm", tile_n, tile_k, gs, tile_m, format=fmt)
+    k = HostKernel(tile_m, tile_n, tile_k, gs, lib=profile_library(obj), format=fmt)
+    a = random_activations(tile_m, tile_k, seed=1)
     k.zero()
     _reset(k.lib)
-    k.accumulate(
-        pack_weights(w, tile_n, tile_k)[0, 0],
-        a_tile_blocked(np.ascontiguousarray(a[:, :tile_k])),
-    )
+    k.accumulate(_first_record(tile_n, tile_k, gs, fmt), a_tile_blocked(a))
     return read_profile(k.lib)
 
 
-def profile_gemv(tile_n: int, tile_k: int, gs: int, m: int) -> Profile:
+def profile_gemv(
+    tile_n: int, tile_k: int, gs: int, m: int, fmt: str = "awq"
+) -> Profile:
     """One gemv_int4_accumulate call of m rows (the GEMV object of the record tile)."""
     from .kernel_model import GemvHostKernel, gemv_acc_elems
-    from .quant import random_activations, random_weights
-    from .record import KernelObject, pack_weights
+    from .quant import random_activations
+    from .record import KernelObject
 
-    lib = profile_library(KernelObject("gemv", tile_n, tile_k, gs))
-    k = GemvHostKernel(tile_n, tile_k, gs, lib=lib)
-    k_total = max(tile_k, gs)
-    w = random_weights(k_total, tile_n, gs, seed=0)
-    a = random_activations(m, k_total, seed=1)
+    lib = profile_library(KernelObject("gemv", tile_n, tile_k, gs, format=fmt))
+    k = GemvHostKernel(tile_n, tile_k, gs, lib=lib, format=fmt)
+    a = random_activations(m, tile_k, seed=1)
     acc = k.g_acc[: gemv_acc_elems(m, tile_n)]
     k.gemv_zero(acc, m)
     _reset(k.lib)
-    k.gemv_accumulate(
-        pack_weights(w, tile_n, tile_k)[0, 0], np.ascontiguousarray(a[:, :tile_k]), acc
-    )
+    k.gemv_accumulate(_first_record(tile_n, tile_k, gs, fmt), a, acc)
     return read_profile(k.lib)
 
 

@@ -8,8 +8,9 @@ mantissas 2 * value and exponent byte E = x + 5 (value = m * 2^(E - 133)): the w
 exactly, with no zero point and no scale fold, and the accumulator runs over all of K.
 
 The packed record of one (N-tile, K-chunk), as the MXFP4 kernel entries read it (kernels/mv_int4_bf16.cc,
--DINT4_MXFP4): the E2M1 codes as nibbles in the image order of the W pair lines (record.q_nibble_index; a
-nibble where an exponent byte lives is code 0), then X, per 32-value group and column ([K-chunk / 32,
+-DINT4_MXFP4): the E2M1 codes as signed nibbles (signed_nibbles: the magnitude index with the code's sign) in
+the image order of the W pair lines (record.q_nibble_index; a nibble where an exponent byte lives is 0), then
+X, per 32-value group and column ([K-chunk / 32,
 tile_n]) the bf16 power of two 2^(x - 58) (bits ((x + 69) mod 256) << 7): its block conversion has exponent
 byte x + 69, which the kernel turns into E = x + 5 the way it turns AWQ zero points into exponent bytes.
 Each section starts on 64 bytes.
@@ -117,6 +118,15 @@ def check_scales(scales: np.ndarray) -> None:
         )
 
 
+def signed_nibbles(codes: np.ndarray) -> np.ndarray:
+    """uint8 nibbles the record stores for E2M1 codes: the magnitude index k = c & 7 with the code's sign, as
+    a 4-bit two's complement t = +-k (-0 is 0), which the kernel maps to 2 * value with four min / max and
+    four adds (kernels/mv_int4_bf16.cc e2m1_mantissas)."""
+    k = (codes & 7).astype(np.int16)
+    t = np.where(codes >= 8, -k, k)
+    return (t & 15).astype(np.uint8)
+
+
 def mantissas(codes: np.ndarray) -> np.ndarray:
     """int8: twice each E2M1 code's value, the bfp16 mantissa it becomes."""
     return (codes.view(float4_e2m1fn).astype(np.float32) * 2).astype(np.int8)
@@ -177,8 +187,8 @@ def pack_mxfp4(w: Mxfp4Weights, tile_n: int, tile_k: int) -> np.ndarray:
     q_bytes = tile_n // 16 * w_pair_line_bytes(tile_k) // 2
     x_off, groups = _pad(q_bytes), tile_k // MX_BLOCK
     out = np.zeros((nt, kc, record_bytes(tile_n, tile_k)), dtype=np.uint8)
-    codes = _q_order(w.codes, tile_n, tile_k, 2 * q_bytes)
-    out[:, :, :q_bytes] = codes[:, :, 0::2] | (codes[:, :, 1::2] << 4)
+    nib = _q_order(signed_nibbles(w.codes), tile_n, tile_k, 2 * q_bytes)
+    out[:, :, :q_bytes] = nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)
     x = (
         exponent_carriers(w.scales)
         .reshape(kc, groups, nt, tile_n)

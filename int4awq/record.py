@@ -108,7 +108,12 @@ def check_record_tile(tile_n: int, tile_k: int, gs: int) -> None:
 
 
 def check_kernel_tiles(
-    tile_m: int, tile_n: int, tile_k: int, gs: int, stack: int | None = None
+    tile_m: int,
+    tile_n: int,
+    tile_k: int,
+    gs: int,
+    stack: int | None = None,
+    fmt: str = "awq",
 ) -> None:
     """Raise ConfigError (naming the numbers) unless the GEMM kernel supports this tile configuration:
     the record tile (check_record_tile), tile_m a multiple of 16, and the PE's 64 KiB L1 (l1_budget).
@@ -119,7 +124,7 @@ def check_kernel_tiles(
             f"tile_m = {tile_m}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
         )
     check_record_tile(tile_n, tile_k, gs)
-    budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False, stack=stack)
+    budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False, stack=stack, fmt=fmt)
     if budget["total"] > L1_BYTES:
         parts = ", ".join(f"{k} {v}" for k, v in budget.items() if k != "total")
         raise ConfigError(
@@ -256,16 +261,22 @@ def l1_budget(
     gs: int,
     check: bool = True,
     stack: int | None = None,
+    fmt: str = "awq",
 ) -> dict[str, int]:
     """Bytes of L1 one PE needs: the design's buffers (ping-pong ones twice) plus the stack (stack_size,
-    by default kernel_stack_bytes())."""
+    by default kernel_stack_bytes()); the record is the format's."""
     if check:
-        check_kernel_tiles(tile_m, tile_n, tile_k, gs, stack)
+        check_kernel_tiles(tile_m, tile_n, tile_k, gs, stack, fmt)
+    rec = (
+        mxfp4_record_bytes(tile_n, tile_k)
+        if fmt == "mxfp4"
+        else record_bytes(tile_n, tile_k, gs)
+    )
     budget = {
         "c_acc": 4 * tile_m * tile_n,
         "c_out": 2 * tile_m * tile_n,
         "a_tile_x2": 2 * 2 * tile_m * tile_k,
-        "w_record_x2": 2 * record_bytes(tile_n, tile_k, gs),
+        "w_record_x2": 2 * rec,
         "w_scratch": w_scratch_bytes(tile_n, tile_k),
         "stack": kernel_stack_bytes() if stack is None else stack,
     }

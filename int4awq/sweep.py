@@ -20,7 +20,6 @@ import sys
 from dataclasses import dataclass
 
 from .design import (
-    borrowed_gs,
     MAX_LAUNCH_M,
     HERD_COLS,
     HERD_ROWS,
@@ -51,12 +50,14 @@ class Ranked:
 def modelled(cfg: DesignConfig, m: int, n: int) -> Estimate:
     """Modelled NPU2 time of cfg; TOPS counted on the useful m x n, not on the padding."""
     pes = cfg.herd_m * cfg.herd_n
-    ceiling = int4_kernel_flops(cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, pes)
+    ceiling = int4_kernel_flops(
+        cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, pes, cfg.format
+    )
     padded = estimate(cfg.ddr_bytes(), cfg.m, cfg.k, cfg.n, ceiling)
     return Estimate(padded.ddr_bytes, 2 * m * cfg.k * n, padded.seconds, padded.bound)
 
 
-def legal_configs(m: int, k: int, n: int, gs: int):
+def legal_configs(m: int, k: int, n: int, gs: int, fmt: str = "awq"):
     """Every configuration the design, the kernel and the memory budgets accept for this shape."""
     check_dims(M=m, K=k, N=n)
     check_group_size(k, gs)
@@ -78,14 +79,15 @@ def legal_configs(m: int, k: int, n: int, gs: int):
                     tile_k_l2=tk2,
                     herd_m=hm,
                     herd_n=hn,
+                    format=fmt,
                 )
             except ConfigError:
                 continue
 
 
-def ranked(m: int, k: int, n: int, gs: int) -> list[Ranked]:
+def ranked(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> list[Ranked]:
     """Legal configurations, fastest modelled first (ties: less DDR traffic, then larger tiles)."""
-    out = [Ranked(cfg, modelled(cfg, m, n)) for cfg in legal_configs(m, k, n, gs)]
+    out = [Ranked(cfg, modelled(cfg, m, n)) for cfg in legal_configs(m, k, n, gs, fmt)]
     out.sort(
         key=lambda r: (
             r.est.seconds,
@@ -103,16 +105,20 @@ def ranked(m: int, k: int, n: int, gs: int) -> list[Ranked]:
             if m > rows
             else ""
         )
-        raise ConfigError(f"no legal configuration for M={m} K={k} N={n} GS={gs}{why}")
+        raise ConfigError(
+            f"no legal {fmt} configuration for M={m} K={k} N={n} GS={gs}{why}"
+        )
     return out
 
 
-def accepted(m: int, k: int, n: int, gs: int, top: int = 1) -> list[Ranked]:
+def accepted(
+    m: int, k: int, n: int, gs: int, top: int = 1, fmt: str = "awq"
+) -> list[Ranked]:
     """The `top` fastest modelled configurations that the emulator's resource model also accepts
     (DMA channels, BD chains, locks, memtile placement: air.emu.resources), fastest first.
     """
     out = []
-    for r in ranked(m, k, n, gs):
+    for r in ranked(m, k, n, gs, fmt):
         if r.cfg.resource_problem() is not None:
             continue
         out.append(r)
@@ -120,7 +126,7 @@ def accepted(m: int, k: int, n: int, gs: int, top: int = 1) -> list[Ranked]:
             break
     if not out:
         raise ConfigError(
-            f"no configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model"
+            f"no {fmt} configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model"
         )
     return out
 
@@ -130,20 +136,45 @@ def load_table() -> list[dict]:
         return json.load(f)["configs"]
 
 
-def default_config(m: int, k: int, n: int, gs: int) -> tuple[DesignConfig, str]:
+def default_config(
+    m: int, k: int, n: int, gs: int, fmt: str = "awq"
+) -> tuple[DesignConfig, str]:
     """The configuration to use when the user gives no tiles: the table's entry, else the model's best."""
     for row in load_table():
-        if (row["m"], row["k"], row["n"], row["gs"]) == (m, k, n, gs):
+        if (row["m"], row["k"], row["n"], row["gs"], row.get("format", "awq")) == (
+            m,
+            k,
+            n,
+            gs,
+            fmt,
+        ):
+            if row.get("none"):
+                raise ConfigError(row["none"])
             tiles = {key: row[key] for key in TILE_OPTIONS}
-            return DesignConfig.padded(m, k, n, gs, **tiles), "configs.json"
-    return accepted(m, k, n, gs)[0].cfg, "best modelled legal configuration"
+            return DesignConfig.padded(m, k, n, gs, **tiles, format=fmt), "configs.json"
+    return (
+        accepted(m, k, n, gs, fmt=fmt)[0].cfg,
+        "best modelled legal configuration",
+    )
+
+
+# The formats' group sizes in the table: AWQ checkpoints' usual 128; MXFP4's 32 by definition.
+TABLE_FORMATS = (("awq", 128), ("mxfp4", 32))
 
 
 def write_table(path: str = TABLE) -> None:
     rows = []
-    for m, (name, (k, n)) in itertools.product(TABLE_M, LLAMA_PROJECTIONS.items()):
-        best = accepted(m, k, n, 128)[0]
-        row = {"projection": name, "m": m, "k": k, "n": n, "gs": 128}
+    for m, (name, (k, n)), (fmt, gs) in itertools.product(
+        TABLE_M, LLAMA_PROJECTIONS.items(), TABLE_FORMATS
+    ):
+        row = {"projection": name, "format": fmt, "m": m, "k": k, "n": n, "gs": gs}
+        try:
+            best = accepted(m, k, n, gs, fmt=fmt)[0]
+        except (
+            ConfigError
+        ) as e:  # recorded: the refusal is the table's answer for the shape
+            rows.append(dict(row, none=str(e)))
+            continue
         row.update({key: getattr(best.cfg, key) for key in TILE_OPTIONS})
         row.update(
             modelled_us=round(best.est.seconds * 1e6, 1),
@@ -183,7 +214,7 @@ def config_from_args(
     if all(opt in given for opt in TILE_OPTIONS):
         tiles, source = given, "command line"
     else:
-        base, source = default_for_format(m, k, n, gs, fmt)
+        base, source = default_config(m, k, n, gs, fmt)
         if not given:
             return (
                 base if stack is None else dataclasses.replace(base, stack_size=stack)
@@ -194,16 +225,6 @@ def config_from_args(
         DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack, format=fmt),
         source,
     )
-
-
-def default_for_format(m: int, k: int, n: int, gs: int, fmt: str):
-    """(configuration, source): AWQ's default for the shape; another format borrows AWQ's tiles at GS 128
-    (or 32 when K is not a multiple of 128): the cost model has no profile of its entries yet.
-    """
-    if fmt == "awq":
-        return default_config(m, k, n, gs)
-    base, source = default_config(m, k, n, borrowed_gs(k))
-    return dataclasses.replace(base, gs=gs, format=fmt), f"{source}, AWQ's tiles"
 
 
 def main(argv=None) -> int:

@@ -317,24 +317,18 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   }
 }
 #else
-// E2M1 codes (uint8 lanes, 0 .. 15) -> their int8 mantissas 2 * value, with
-// adds, subtractions, min and max only: s = [c >= 8], c' = c - 8s,
-// |m| = c' + max(c' - 4, 0) + 2 max(c' - 6, 0), m = |m| - 2 min(|m|, -s).
-inline aie::vector<uint8, 64> e2m1_mantissas(const aie::vector<uint8, 64> &c) {
-  const aie::vector<uint8, 64> k0 = aie::zeros<uint8, 64>();
-  const aie::vector<uint8, 64> k1 = aie::broadcast<uint8, 64>(1);
-  const aie::vector<uint8, 64> k4 = aie::broadcast<uint8, 64>(4);
-  const aie::vector<uint8, 64> k6 = aie::broadcast<uint8, 64>(6);
-  const aie::vector<uint8, 64> k7 = aie::broadcast<uint8, 64>(7);
-  const aie::vector<uint8, 64> s = aie::min(aie::sub(aie::max(c, k7), k7), k1);
-  const aie::vector<uint8, 64> s2 = aie::add(s, s);
-  const aie::vector<uint8, 64> s4 = aie::add(s2, s2);
-  const aie::vector<uint8, 64> c7 = aie::sub(c, aie::add(s4, s4));
-  const aie::vector<uint8, 64> t6 = aie::sub(aie::max(c7, k6), k6);
-  const aie::vector<uint8, 64> mag =
-      aie::add(aie::add(c7, aie::sub(aie::max(c7, k4), k4)), aie::add(t6, t6));
-  const aie::vector<uint8, 64> neg = aie::min(mag, aie::sub(k0, s));
-  return aie::sub(mag, aie::add(neg, neg));
+// The record's signed nibbles t (int8 lanes, -7 .. 7: the E2M1 code's magnitude
+// index with its sign, int4awq/mxfp4.py) -> their mantissas 2 * value, an odd
+// piecewise-linear map: m = t + max(t, 4) + min(t, -4) + 2 (max(t, 6) +
+// min(t, -6)) (0, 1, 2, 3, 4, 6, 8, 12 for t = 0 .. 7).
+inline aie::vector<int8, 64> e2m1_mantissas(const aie::vector<int8, 64> &t) {
+  const aie::vector<int8, 64> a =
+      aie::add(aie::max(t, aie::broadcast<int8, 64>(4)),
+               aie::min(t, aie::broadcast<int8, 64>(-4)));
+  const aie::vector<int8, 64> b =
+      aie::add(aie::max(t, aie::broadcast<int8, 64>(6)),
+               aie::min(t, aie::broadcast<int8, 64>(-6)));
+  return aie::add(aie::add(t, a), aie::add(b, b));
 }
 
 // Record codes -> the W pair lines of w_scratch. For column pair p and MX
@@ -343,8 +337,8 @@ inline aie::vector<uint8, 64> e2m1_mantissas(const aie::vector<uint8, 64> &c) {
 // E + 64 and mantissas 64 (the block conversion of X, 2^(E + 64 - 133) * 64),
 // staged as V0 V1 V0 minus 64 per byte as the AWQ zero points are: exponent
 // lanes E, mantissa lanes 0. Each image word is 32 record bytes unpacked to
-// codes, mapped to mantissas (a code 0 sits where an exponent byte goes) plus
-// its pattern word.
+// signed nibbles, mapped to mantissas (a 0 sits where an exponent byte goes)
+// plus its pattern word.
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const bfloat16 *__restrict xp =
       reinterpret_cast<const bfloat16 *>(record + X_OFFSET);
@@ -380,9 +374,10 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
         record + p * Q_PAIR_BYTES + g * (GROUP_WORDS * 32);
     uint8_t *__restrict dst = scratch + p * PAIR_LINE + g * GROUP_WORDS * 64;
     for (unsigned w = 0; w < GROUP_WORDS; ++w) {
-      const aie::vector<uint8, 64> u =
-          aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
-      aie::store_v(dst + 64 * w, aie::add(e2m1_mantissas(u), pe[w]));
+      const aie::vector<int8, 64> t =
+          aie::load_v<32>(q + 32 * w).cast_to<int4>().unpack();
+      aie::store_v(dst + 64 * w,
+                   aie::add(e2m1_mantissas(t).cast_to<uint8>(), pe[w]));
     }
   }
 }

@@ -42,7 +42,17 @@ def test_bad_input_is_one_line_before_any_row(
 def test_modelled_table_is_written(capsys, tmp_path):
     code, out, err = run(capsys, "--modelled", "--csv", str(tmp_path / "b.csv"))
     assert code == 0, out + err
-    assert (tmp_path / "b.csv").read_text().startswith("projection,m,k,n,config")
+    import csv
+
+    text = (tmp_path / "b.csv").read_text()
+    assert text.startswith("projection,format,m,k,n,config")
+    rows = list(csv.DictReader(text.splitlines()))
+    # every prefill row and every decode row twice: AWQ, then MXFP4 beside it
+    assert [r["format"] for r in rows[:4]] == ["awq", "mxfp4", "awq", "mxfp4"]
+    assert {(r["projection"], r["m"]) for r in rows if r["format"] == "awq"} == {
+        (r["projection"], r["m"]) for r in rows if r["format"] == "mxfp4"
+    }
+    assert "mxfp4: one token" in out and "awq: one token" in out
 
 
 def test_interrupt_exits_130(capsys, monkeypatch):

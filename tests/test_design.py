@@ -163,11 +163,20 @@ def test_config_from_args_pads_and_overrides():
 
 def test_every_table_row_is_legal_and_covers_llama():
     rows = load_table()
-    assert {(r["projection"], r["m"]) for r in rows} == {
-        (p, m) for p in LLAMA_PROJECTIONS for m in TABLE_M
-    }
+    for fmt in ("awq", "mxfp4"):
+        assert {(r["projection"], r["m"]) for r in rows if r["format"] == fmt} == {
+            (p, m) for p in LLAMA_PROJECTIONS for m in TABLE_M
+        }
+    # MXFP4's smallest K-chunk, 32, leaves no tile of gate / up at M = 2048 within L1 and the launch limits
+    refused = {(r["projection"], r["m"], r["format"]) for r in rows if "none" in r}
+    assert refused == {("gate_proj", 2048, "mxfp4"), ("up_proj", 2048, "mxfp4")}
     for r in rows:
-        cfg, source = default_config(r["m"], r["k"], r["n"], r["gs"])
+        if "none" in r:
+            with pytest.raises(ConfigError, match="no legal mxfp4 configuration"):
+                default_config(r["m"], r["k"], r["n"], r["gs"], r["format"])
+            continue
+        cfg, source = default_config(r["m"], r["k"], r["n"], r["gs"], r["format"])
+        assert cfg.format == r["format"]
         assert source == "configs.json"
         assert cfg.herd_m * cfg.herd_n >= 8
         est = modelled(cfg, r["m"], r["n"])
@@ -176,7 +185,11 @@ def test_every_table_row_is_legal_and_covers_llama():
             r["projection"],
             r["m"],
         )  # nothing refused by default
-    big = [r for r in rows if (r["m"], r["k"], r["n"]) == (2048, 2048, 2048)][0]
+    big = [
+        r
+        for r in rows
+        if (r["m"], r["k"], r["n"], r["format"]) == (2048, 2048, 2048, "awq")
+    ][0]
     assert big["herd_m"] * big["herd_n"] == 32
 
 

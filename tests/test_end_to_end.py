@@ -263,16 +263,31 @@ def test_decoder_layer_runs_seven_projections_a_line_each(tmp_path):
     )
 
 
+# AWQ's default configurations up to M = 128, and MXFP4's at M = 32, one per distinct (K, N)
+DEFAULT_ROWS = [
+    r for r in load_table() if r.get("format", "awq") == "awq" and r["m"] <= 128
+] + list(
+    {
+        (r["k"], r["n"]): r
+        for r in load_table()
+        if r.get("format") == "mxfp4" and r["m"] == 32
+    }.values()
+)
+
+
 @pytest.mark.parametrize(
     "row",
-    [r for r in load_table() if r["m"] <= 128],
-    ids=lambda r: f"{r['projection']}-m{r['m']}",
+    DEFAULT_ROWS,
+    ids=lambda r: f"{r['projection']}-m{r['m']}-{r.get('format', 'awq')}",
 )
 def test_default_configurations_pass_on_the_emulator(row):
     from host.bench import emulate
     from int4awq.sweep import default_config
 
-    cfg, _ = default_config(row["m"], row["k"], row["n"], row["gs"])
+    cfg, _ = default_config(
+        row["m"], row["k"], row["n"], row["gs"], row.get("format", "awq")
+    )
+    assert cfg.format == row.get("format", "awq")
     corr, passed = emulate(cfg, row["m"], row["k"], row["n"])
     assert passed and corr > 0.9999
 
