@@ -134,8 +134,8 @@ def _host_gemm(a, w, tm, tn, tk):
 
 @pytest.mark.parametrize(
     "tm, tn, tk, k",
-    [(64, 64, 64, 128), (16, 32, 128, 256), (16, 32, 256, 256)],
-    ids=["unrolled-2-chunks", "unrolled-16-blocks", "rolled-32-blocks"],
+    [(64, 64, 64, 128), (16, 32, 256, 256)],
+    ids=["unrolled-2-chunks", "rolled-32-blocks"],
 )
 def test_gemm_and_gemv_entries_are_the_numpy_model_bit_for_bit(tm, tn, tk, k):
     w = random_mxfp4(k, 2 * tn, seed=3)
@@ -163,9 +163,9 @@ def test_gemm_and_gemv_entries_are_the_numpy_model_bit_for_bit(tm, tn, tk, k):
 def test_exact_operands_leave_only_the_bf16_rounding_of_c():
     """Integer A in -4..4 and scale 1: every product and sum is exact in f32, so C differs from the exact
     product by its bf16 rounding alone (relative error at most 2^-8)."""
-    w = random_mxfp4(96, 32, seed=6, exact=True)
-    a = random_activations(32, 96, seed=7, exact=True)
-    c, _ = _host_gemm(a, w, 32, 16, 32)
+    w = random_mxfp4(128, 64, seed=6, exact=True)
+    a = random_activations(64, 128, seed=7, exact=True)
+    c, _ = _host_gemm(a, w, 64, 64, 64)
     exact = a.astype(np.float64) @ w.dequantize().astype(np.float64)
     assert np.array_equal(
         c.astype(np.float64),
