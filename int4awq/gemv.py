@@ -425,16 +425,17 @@ def config_from_args(
             f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
         )
     fmt = getattr(args, "format", "awq")
-    base, label = default_config(m, k, n, gs, fmt), "best modelled decode configuration"
+    label = "best modelled decode configuration"
+    if {"tile_n", "tile_k_l1", "tile_k_l2"} <= set(given):  # no search needed
+        return GemvConfig.padded(m, k, n, gs, **given, format=fmt), "command line"
+    base = default_config(m, k, n, gs, fmt)
     if not given:
         return base, label
     tiles = dict(tile_n=base.tile_n, tile_k_l1=base.tile_k_l1)
     if "tile_k_l1" not in given:  # a new K-chunk takes K per refill with it
         tiles["tile_k_l2"] = base.tile_k_l2
     tiles.update(given)
-    source = (
-        "command line"
-        if {"tile_n", "tile_k_l1", "tile_k_l2"} <= set(given)
-        else f"command line over the {label}"
+    return (
+        GemvConfig.padded(m, k, n, gs, **tiles, format=fmt),
+        f"command line over the {label}",
     )
-    return GemvConfig.padded(m, k, n, gs, **tiles, format=fmt), source
