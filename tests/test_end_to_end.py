@@ -263,14 +263,14 @@ def test_decoder_layer_runs_seven_projections_a_line_each(tmp_path):
     )
 
 
-# AWQ's default configurations up to M = 128, and MXFP4's at M = 32, one per distinct (K, N)
-DEFAULT_ROWS = [
-    r for r in load_table() if r.get("format", "awq") == "awq" and r["m"] <= 128
-] + list(
+# AWQ's default configurations up to M = 128, and MXFP4's at M = 32: one row per distinct configuration
+# (q / o, k / v and gate / up share theirs)
+DEFAULT_ROWS = list(
     {
-        (r["k"], r["n"]): r
+        (r["format"], r["m"], r["k"], r["n"]): r
         for r in load_table()
-        if r.get("format") == "mxfp4" and r["m"] == 32
+        if (r["format"] == "awq" and r["m"] <= 128)
+        or (r["format"] == "mxfp4" and r["m"] == 32)
     }.values()
 )
 
