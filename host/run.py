@@ -37,6 +37,7 @@ try:
     from int4awq import record
     from int4awq import gemv
     from int4awq.design import DesignConfig, add_design_arguments, build_host_kernel
+    from int4awq.gguf_file import is_gguf
     from int4awq.sweep import config_from_args
     from int4awq.gemv import GEMV_AUTO_MAX_M, GemvConfig
     from int4awq.kernel_model import GEMV_MAX_M
@@ -90,9 +91,12 @@ def parse_args(argv):
         help="exact-mode operands: the only error left is C's bf16 rounding, checked tightly",
     )
     p.add_argument(
+        "--weights",
         "--awq",
+        dest="awq",
         metavar="PATH",
-        help="int4 checkpoint (AutoAWQ, GPTQ, compressed-tensors)",
+        help="a weights file: an int4 checkpoint (AutoAWQ, GPTQ, compressed-tensors) or a .gguf file "
+        "(its MXFP4 tensors)",
     )
     p.add_argument("--layer", help="with --awq: the linear layer to run")
     p.add_argument(
@@ -147,11 +151,16 @@ def check_options(args) -> None:
         )
     if (args.list_layers or args.decoder_layer is not None) and args.awq is None:
         raise ConfigError("--list-layers and --decoder-layer need --awq PATH")
+    gguf = args.awq is not None and is_gguf(args.awq)
+    if gguf and args.decoder_layer is not None:
+        raise ConfigError(
+            "--decoder-layer reads Hugging Face checkpoints; for a GGUF file give --layer NAME"
+        )
     if args.format == "mxfp4":
-        if args.awq is not None:
+        if args.awq is not None and not gguf:
             raise ConfigError(
-                "--format mxfp4 runs random MXFP4 weights; MXFP4 checkpoints are not read yet (--awq reads "
-                "AWQ, GPTQ and compressed-tensors int4)"
+                "--format mxfp4 runs random MXFP4 weights or a .gguf file's MXFP4 tensors; MXFP4 "
+                "safetensors checkpoints are not read yet (--awq reads AWQ, GPTQ and compressed-tensors int4)"
             )
         if args.gs not in (None, 32):
             raise ConfigError(
@@ -345,8 +354,18 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
             raise ConfigError(
                 "--exact makes its own weights; it cannot be combined with --awq"
             )
-        w, report = load_layer(args.awq, args.layer)
-        print(report.summary())
+        if is_gguf(args.awq):
+            from int4awq.gguf_file import load_gguf_layer
+
+            w = load_gguf_layer(args.awq, args.layer)
+            args.format = w.format  # the file's format decides
+            print(
+                f"{args.layer}: GGUF MXFP4 K={w.k} N={w.n}: E2M1 codes and E8M0 scales as the file "
+                "holds them (exact)"
+            )
+        else:
+            w, report = load_layer(args.awq, args.layer)
+            print(report.summary())
         if args.gs not in (None, w.gs):
             raise ConfigError(
                 f"--gs {args.gs} differs from the checkpoint's group size {w.gs}"
@@ -810,6 +829,13 @@ def _main(argv) -> int:
     _SHOWN["calibration"] = False
     args = parse_args(argv)
     check_options(args)
+    if args.list_layers and is_gguf(args.awq):
+        from int4awq.gguf_file import list_gguf_layers
+
+        for t in list_gguf_layers(args.awq):
+            what = "runs" if t.readable else "not read (MXFP4 only so far)"
+            print(f"{t.name}  GGUF {t.type_name}  K={t.k} N={t.n}  {what}")
+        return 0
     if args.list_layers:
         from int4awq.checkpoints import list_layers
 

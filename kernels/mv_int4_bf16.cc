@@ -262,18 +262,46 @@ inline BLOCKS zero_point_blocks(const aie::vector<bfloat16, 8> &zbits) {
       .to_vector<bfp16ebs8>();
 }
 
+// The 576-byte pattern [V0 V1] repeated over one span of a pair line (9 words):
+// V0 V1 V0 go through the staging area, minus 64 per byte; its words at byte
+// offsets (64w) mod 144 = 0, 64, 128, 48, 112, 32, 96, 16, 80 (w = 0 .. 8) are
+// three aligned loads and six shuffle_down_fill's.
+struct Pattern {
+  aie::vector<uint8, 64> w[9];
+};
+inline Pattern stage_pattern(const BLOCKS &v0, const BLOCKS &v1,
+                             const aie::vector<uint8, 64> &c64,
+                             uint8_t *__restrict scratch) {
+  {
+    BlockOut st(blocks_at(scratch, STAGE_OFFSET));
+    st << v0 << v1 << v0;
+  }
+  const uint8_t *__restrict stage = scratch + STAGE_OFFSET;
+  const aie::vector<uint8, 64> w0 = aie::sub(aie::load_v<64>(stage), c64);
+  const aie::vector<uint8, 64> w1 = aie::sub(aie::load_v<64>(stage + 64), c64);
+  const aie::vector<uint8, 64> w2 = aie::sub(aie::load_v<64>(stage + 128), c64);
+  return Pattern{{
+      w0,
+      w1,
+      w2,
+      aie::shuffle_down_fill(w0, w1, 48),
+      aie::shuffle_down_fill(w1, w2, 48),
+      aie::shuffle_down_fill(w0, w1, 32),
+      aie::shuffle_down_fill(w1, w2, 32),
+      aie::shuffle_down_fill(w0, w1, 16),
+      aie::shuffle_down_fill(w1, w2, 16),
+  }};
+}
+
 // Record Q -> the W pair lines of w_scratch. For column pair p and fold span f,
 // the zero-point pattern of the span's image is Z2 = [V0 V1] repeated (V0, V1:
-// the two column blocks' block vectors with exponent byte 123 and mantissas z):
-// staged as V0 V1 V0 minus 64 per byte, its 64-byte words at byte offsets (64w)
-// mod 144 = 0, 64, 128, 48, 112, 32, 96, 16, 80 (w = 0 .. 8) are three aligned
-// words and six shuffle_down_fill's. Each image word is then 32 record bytes
+// the two column blocks' block vectors with exponent byte 123 and mantissas z,
+// staged by stage_pattern). Each image word is then 32 record bytes
 // unpacked to uint8 minus its zero-point word: exponent lanes 0 - 123 = 133,
 // mantissa lanes q - z.
 #if !defined(INT4_MXFP4)
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const uint8_t *__restrict zp = record + Z_OFFSET;
-  uint8_t *__restrict stage = scratch + STAGE_OFFSET;
   const aie::vector<uint8, 16> c80 = aie::broadcast<uint8, 16>(0x80);
   const aie::vector<uint8, 16> c5d = aie::broadcast<uint8, 16>(0x5D);
   const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
@@ -286,33 +314,14 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
         aie::interleave_zip(aie::add(aie::add(z16, z16), c80), c5d, 1);
     const BLOCKS v0 = zero_point_blocks(zz.first.cast_to<bfloat16>());
     const BLOCKS v1 = zero_point_blocks(zz.second.cast_to<bfloat16>());
-    {
-      BlockOut st(blocks_at(scratch, STAGE_OFFSET));
-      st << v0 << v1 << v0;
-    }
-    const aie::vector<uint8, 64> w0 = aie::sub(aie::load_v<64>(stage), c64);
-    const aie::vector<uint8, 64> w1 =
-        aie::sub(aie::load_v<64>(stage + 64), c64);
-    const aie::vector<uint8, 64> w2 =
-        aie::sub(aie::load_v<64>(stage + 128), c64);
-    const aie::vector<uint8, 64> pz[9] = {
-        w0,
-        w1,
-        w2,
-        aie::shuffle_down_fill(w0, w1, 48),
-        aie::shuffle_down_fill(w1, w2, 48),
-        aie::shuffle_down_fill(w0, w1, 32),
-        aie::shuffle_down_fill(w1, w2, 32),
-        aie::shuffle_down_fill(w0, w1, 16),
-        aie::shuffle_down_fill(w1, w2, 16),
-    };
+    const Pattern pz = stage_pattern(v0, v1, c64, scratch);
     const uint8_t *__restrict q =
         record + p * Q_PAIR_BYTES + f * (SPAN_BYTES / 2);
     uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_BYTES;
     for (unsigned w = 0; w < SPAN_WORDS; ++w) {
       const aie::vector<uint8, 64> u =
           aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
-      aie::store_v(dst + 64 * w, aie::sub(u, pz[w % 9]));
+      aie::store_v(dst + 64 * w, aie::sub(u, pz.w[w % 9]));
     }
   }
 }
@@ -342,7 +351,6 @@ inline aie::vector<int8, 64> e2m1_mantissas(const aie::vector<int8, 64> &t) {
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const bfloat16 *__restrict xp =
       reinterpret_cast<const bfloat16 *>(record + X_OFFSET);
-  uint8_t *__restrict stage = scratch + STAGE_OFFSET;
   const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
   KERNEL_MIN_ITERS(1)
   for (unsigned it = 0; it < NP * MX_GROUPS; ++it) {
@@ -350,26 +358,7 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     const bfloat16 *__restrict x = xp + g * TN + p * 16;
     const BLOCKS v0 = zero_point_blocks(aie::load_v<8>(x));
     const BLOCKS v1 = zero_point_blocks(aie::load_v<8>(x + 8));
-    {
-      BlockOut st(blocks_at(scratch, STAGE_OFFSET));
-      st << v0 << v1 << v0;
-    }
-    const aie::vector<uint8, 64> w0 = aie::sub(aie::load_v<64>(stage), c64);
-    const aie::vector<uint8, 64> w1 =
-        aie::sub(aie::load_v<64>(stage + 64), c64);
-    const aie::vector<uint8, 64> w2 =
-        aie::sub(aie::load_v<64>(stage + 128), c64);
-    const aie::vector<uint8, 64> pe[9] = {
-        w0,
-        w1,
-        w2,
-        aie::shuffle_down_fill(w0, w1, 48),
-        aie::shuffle_down_fill(w1, w2, 48),
-        aie::shuffle_down_fill(w0, w1, 32),
-        aie::shuffle_down_fill(w1, w2, 32),
-        aie::shuffle_down_fill(w0, w1, 16),
-        aie::shuffle_down_fill(w1, w2, 16),
-    };
+    const Pattern pe = stage_pattern(v0, v1, c64, scratch);
     const uint8_t *__restrict q =
         record + p * Q_PAIR_BYTES + g * (GROUP_WORDS * 32);
     uint8_t *__restrict dst = scratch + p * PAIR_LINE + g * GROUP_WORDS * 64;
@@ -377,7 +366,7 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
       const aie::vector<int8, 64> t =
           aie::load_v<32>(q + 32 * w).cast_to<int4>().unpack();
       aie::store_v(dst + 64 * w,
-                   aie::add(e2m1_mantissas(t).cast_to<uint8>(), pe[w]));
+                   aie::add(e2m1_mantissas(t).cast_to<uint8>(), pe.w[w]));
     }
   }
 }
