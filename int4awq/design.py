@@ -74,21 +74,6 @@ def default_gs(args) -> int:
     return 32 if getattr(args, "format", "awq") == "mxfp4" else 128
 
 
-def check_mxfp4_tiles(cfg) -> None:
-    """A format the kernel has, and for MXFP4 its group (32) and K-chunks of whole groups."""
-    if cfg.format not in record.FORMATS:
-        raise ConfigError(f"--format {cfg.format}: one of {', '.join(record.FORMATS)}")
-    if cfg.format == "mxfp4":
-        if cfg.gs != 32:
-            raise ConfigError(
-                f"MXFP4 scales cover 32 values along K; GS {cfg.gs} is not MXFP4"
-            )
-        if cfg.tile_k_l1 % 32:
-            raise ConfigError(
-                f"MXFP4: tile_k_l1 = {cfg.tile_k_l1} must be a multiple of 32 (whole MX groups per record)"
-            )
-
-
 def format_prefix(fmt: str) -> str:
     """The build-directory name prefix of a format ("" for AWQ, whose names predate the others)."""
     return "" if fmt == "awq" else f"{fmt}_"
@@ -117,7 +102,6 @@ class DesignConfig(record.KernelSizes, RefillLoops):
     )
 
     def __post_init__(self):
-        check_mxfp4_tiles(self)
         check_dims(
             M=self.m,
             K=self.k,
@@ -129,6 +113,7 @@ class DesignConfig(record.KernelSizes, RefillLoops):
             herd_m=self.herd_m,
             herd_n=self.herd_n,
         )
+        self.kernel  # the weight format's rules on the tile (record.KernelObject)
         check_group_size(self.k, self.gs)
         if self.herd_m > HERD_COLS or self.herd_n > HERD_ROWS:
             raise ConfigError(

@@ -53,7 +53,6 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
     format: str = "awq"  # the weights' format (record.FORMATS)
 
     def __post_init__(self):
-        design.check_mxfp4_tiles(self)
         if self.tile_k_l2 is None:
             object.__setattr__(self, "tile_k_l2", self.k)
         check_dims(
@@ -64,6 +63,7 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
             tile_k_l1=self.tile_k_l1,
             tile_k_l2=self.tile_k_l2,
         )
+        self.kernel  # the weight format's rules on the tile (record.KernelObject)
         check_group_size(self.k, self.gs)
         if self.m > GEMV_MAX_M:
             raise ConfigError(

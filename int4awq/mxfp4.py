@@ -30,7 +30,7 @@ from ml_dtypes import bfloat16, float4_e2m1fn, float8_e8m0fnu
 from .errors import ConfigError
 from .kernel_model import bfp16_blocks
 from .quant import check_dims
-from .record import _pad, _q_order, mxfp4_record_bytes, w_pair_line_bytes
+from .record import _pad, _q_order, mxfp4_record_bytes, q_section_bytes
 
 MX_BLOCK = 32  # values along K that share one E8M0 scale
 E8M0_NAN = 0xFF
@@ -184,7 +184,7 @@ def pack_mxfp4(w: Mxfp4Weights, tile_n: int, tile_k: int) -> np.ndarray:
             f"K = {w.k}, N = {w.n}: not multiples of tile_k = {tile_k}, tile_n = {tile_n}"
         )
     nt, kc = w.n // tile_n, w.k // tile_k
-    q_bytes = tile_n // 16 * w_pair_line_bytes(tile_k) // 2
+    q_bytes = q_section_bytes(tile_n, tile_k)
     x_off, groups = _pad(q_bytes), tile_k // MX_BLOCK
     out = np.zeros((nt, kc, record_bytes(tile_n, tile_k)), dtype=np.uint8)
     nib = _q_order(signed_nibbles(w.codes), tile_n, tile_k, 2 * q_bytes)

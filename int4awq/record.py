@@ -187,7 +187,7 @@ def record_layout(tile_n: int, tile_k: int, gs: int) -> RecordLayout:
     if tile_k % gs and gs % tile_k:
         raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
     groups = tile_k // gs if tile_k >= gs else 1
-    q_bytes = tile_n // 16 * w_pair_line_bytes(tile_k) // 2
+    q_bytes = q_section_bytes(tile_n, tile_k)
     s_off = _pad(q_bytes)
     s_bytes = 2 * groups * tile_n
     z_off = s_off + _pad(s_bytes)
@@ -212,11 +212,22 @@ def record_bytes(tile_n: int, tile_k: int, gs: int) -> int:
     return record_layout(tile_n, tile_k, gs).total
 
 
+def q_section_bytes(tile_n: int, tile_k: int) -> int:
+    """Bytes of a record's nibbles: one per byte of the W pair lines' image (tile_n / 16 lines)."""
+    return tile_n // 16 * w_pair_line_bytes(tile_k) // 2
+
+
 def mxfp4_record_bytes(tile_n: int, tile_k: int) -> int:
     """Bytes of one packed MXFP4 record (int4awq/mxfp4.py): the codes in the W pair lines' image order, then
     a bf16 exponent carrier per 32-value group and column; a multiple of 64."""
-    q_bytes = tile_n // 16 * w_pair_line_bytes(tile_k) // 2
-    return _pad(q_bytes) + _pad(2 * (tile_k // 32) * tile_n)
+    return _pad(q_section_bytes(tile_n, tile_k)) + _pad(2 * (tile_k // 32) * tile_n)
+
+
+def format_record_bytes(fmt: str, tile_n: int, tile_k: int, gs: int) -> int:
+    """Bytes of the record a format's accumulate entry reads."""
+    if fmt == "mxfp4":
+        return mxfp4_record_bytes(tile_n, tile_k)
+    return record_bytes(tile_n, tile_k, gs)
 
 
 BFP16_BLOCK_VECTOR_BYTES = (
@@ -267,16 +278,11 @@ def l1_budget(
     by default kernel_stack_bytes()); the record is the format's."""
     if check:
         check_kernel_tiles(tile_m, tile_n, tile_k, gs, stack, fmt)
-    rec = (
-        mxfp4_record_bytes(tile_n, tile_k)
-        if fmt == "mxfp4"
-        else record_bytes(tile_n, tile_k, gs)
-    )
     budget = {
         "c_acc": 4 * tile_m * tile_n,
         "c_out": 2 * tile_m * tile_n,
         "a_tile_x2": 2 * 2 * tile_m * tile_k,
-        "w_record_x2": 2 * rec,
+        "w_record_x2": 2 * format_record_bytes(fmt, tile_n, tile_k, gs),
         "w_scratch": w_scratch_bytes(tile_n, tile_k),
         "stack": kernel_stack_bytes() if stack is None else stack,
     }
@@ -316,6 +322,10 @@ class KernelObject:
             )
         if self.format == "mxfp4" and self.gs != 32:
             raise ConfigError(f"MXFP4 groups are 32 values along K, not {self.gs}")
+        if self.format == "mxfp4" and self.tile_k % 32:
+            raise ConfigError(
+                f"MXFP4: tile_k_l1 = {self.tile_k} must be a multiple of 32 (whole MX groups per record)"
+            )
 
     @property
     def stem(self) -> str:
@@ -331,9 +341,7 @@ class KernelObject:
     @property
     def record_bytes(self) -> int:
         """Bytes of the record the accumulate entry reads."""
-        if self.format == "mxfp4":
-            return mxfp4_record_bytes(self.tile_n, self.tile_k)
-        return record_bytes(self.tile_n, self.tile_k, self.gs)
+        return format_record_bytes(self.format, self.tile_n, self.tile_k, self.gs)
 
     def lib_name(self, host: bool = False) -> str:
         """<stem>.o (Peano) or <stem>.so (host)."""
