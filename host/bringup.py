@@ -425,32 +425,17 @@ def _design_args(ladder: Ladder, number: int, build_dir: str):
     return host_run.parse_args(argv)
 
 
-def _builder(cfg):
-    """The builder module of a configuration (imports air: the emulator's or mlir-air's)."""
-    from int4awq.gemv import GemvConfig
-
-    if isinstance(cfg, GemvConfig):
-        import matvec_int4_packed as builder
-    else:
-        import matmul_int4_packed as builder
-    return builder
-
-
 def _compile(cfg, build_dir: str) -> None:
     """aircc for npu2 into build_dir (Peano object included), unless already there."""
-    if os.path.isfile(os.path.join(build_dir, "air.xclbin")):
-        return
-    from int4awq.air_run import compile_only
+    from int4awq.air_run import compile_once
 
-    builder = _builder(cfg)
-    cwd = os.getcwd()
-    try:
-        if compile_only(
-            cfg, builder.build_module(cfg), builder.backend_options(cfg), build_dir
-        ):
-            raise ConfigError(f"compiling {cfg.name} failed (its output is above)")
-    finally:
-        os.chdir(cwd)
+    builder = host_run.builder_of(cfg)
+    compile_once(
+        cfg,
+        lambda: builder.build_module(cfg),
+        builder.backend_options(cfg),
+        build_dir,
+    )
 
 
 def _configured(ladder: Ladder, number: int):
@@ -501,12 +486,8 @@ def step_repeated_dispatch(ladder: Ladder) -> Outcome:
         _compile(cfg, build_dir)
         outs = run_compiled_each(build_dir, buffer_sets)
     else:
-        from air.backend.xrt import XRTBackend
-
-        builder = _builder(cfg)
-        os.environ["AIR_EMU_LIB_PATH"] = host_run.build_host_kernel(cfg)
-        invoke = XRTBackend(**builder.backend_options(cfg)).compile_and_load(
-            builder.build_module(cfg)
+        invoke = host_run.emulator_backend(cfg).compile_and_load(
+            host_run.builder_of(cfg).build_module(cfg)
         )
         outs = [invoke(*bufs) for bufs in buffer_sets]
     lines, failed = [], []

@@ -386,19 +386,14 @@ class ProbeRunner:
 
     def compile(self, probe: Probe) -> None:
         """aircc for npu2 (with the Peano object), unless already compiled."""
-        from int4awq.air_run import compile_only
+        from int4awq.air_run import compile_once
 
-        bdir = self.build_dir(probe)
-        if os.path.isfile(os.path.join(bdir, "air.xclbin")):
-            return
-        cwd = os.getcwd()
-        try:
-            if compile_only(probe, build_module(probe), backend_options(probe), bdir):
-                raise RuntimeError(
-                    f"compiling {probe.name} failed (its output is above)"
-                )
-        finally:
-            os.chdir(cwd)
+        compile_once(
+            probe,
+            lambda: build_module(probe),
+            backend_options(probe),
+            self.build_dir(probe),
+        )
 
     def _npu(self, probe, bufs):
         from int4awq.npu import run_compiled_each

@@ -467,25 +467,34 @@ class _Heartbeat:
             self.thread.join()
 
 
+def builder_of(cfg):
+    """The builder module of a configuration: matvec_int4_packed (GEMV) or matmul_int4_packed (GEMM)."""
+    if isinstance(cfg, GemvConfig):
+        import matvec_int4_packed as builder
+    else:
+        import matmul_int4_packed as builder
+    return builder
+
+
+def emulator_backend(cfg):
+    """An XRTBackend of the emulator for cfg's design, its kernel built for the host and findable."""
+    sys.path.insert(0, EMULATOR_DIR)  # `import air` now resolves to the emulator
+    from air.backend.xrt import XRTBackend
+
+    os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)  # int4awq.design
+    return XRTBackend(**builder_of(cfg).backend_options(cfg))
+
+
 def run_emulator(
     cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report, quiet: bool
 ) -> np.ndarray:
     """C from the emulator. report: a dict to receive the emulator's "budget", "resources" and "stats"
     (or falsy)."""
-    sys.path.insert(0, EMULATOR_DIR)  # `import air` now resolves to the emulator
-    from air.backend.xrt import XRTBackend
+    backend = emulator_backend(cfg)
     from air.emu import EmulatorError
 
-    if isinstance(cfg, GemvConfig):
-        from matvec_int4_packed import backend_options, build_module
-    else:
-        from matmul_int4_packed import backend_options, build_module
-
-    build_host_kernel(cfg)  # int4awq.design
-    os.environ["AIR_EMU_LIB_PATH"] = KERNEL_BUILD
-    backend = XRTBackend(**backend_options(cfg))
     try:
-        invoke = backend.compile_and_load(build_module(cfg))
+        invoke = backend.compile_and_load(builder_of(cfg).build_module(cfg))
         if isinstance(report, dict):
             report["budget"] = backend.emu_budget
             report["resources"] = backend.emu_resources

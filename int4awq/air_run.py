@@ -63,7 +63,8 @@ def act(args, cfg, module, backend_options: dict) -> int:
 
 def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> int:
     """aircc for npu2 in build_dir, where the Peano kernel object is linked (aircc resolves link_with in
-    the working directory); the object is built first when it is missing."""
+    the working directory, entered for the compile and left after); the object is built first when it is
+    missing."""
     from air.backend.xrt import XRTBackend
 
     build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
@@ -87,10 +88,25 @@ def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> i
     link = os.path.join(build_dir, cfg.kernel_object)
     if not os.path.exists(link):
         os.symlink(obj, link)
+    cwd = os.getcwd()
     os.chdir(build_dir)
-    XRTBackend(**backend_options).compile(module)
+    try:
+        XRTBackend(**backend_options).compile(module)
+    finally:
+        os.chdir(cwd)
     print(f"compiled: {os.path.join(build_dir, 'air.xclbin')} and air.insts.bin")
     return 0
+
+
+def compile_once(cfg, build_module, backend_options: dict, build_dir: str) -> None:
+    """compile_only into build_dir unless it already holds air.xclbin (build_module() makes the module only
+    then); a failed compile is a ConfigError."""
+    from .errors import ConfigError
+
+    if os.path.isfile(os.path.join(build_dir, "air.xclbin")):
+        return
+    if compile_only(cfg, build_module(), backend_options, build_dir):
+        raise ConfigError(f"compiling {cfg.name} failed (its output is above)")
 
 
 def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
