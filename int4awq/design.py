@@ -401,7 +401,7 @@ def add_design_arguments(
         choices=record.FORMATS,
         default="awq",
         help="the weights' 4-bit format: awq (q, z, s per group; also GPTQ and compressed-tensors int4) or "
-        "mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K; random weights only so far)",
+        "mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K; its kernel entries are unproven on NPU2)",
     )
     for opt in TILE_OPTIONS:
         parser.add_argument(
