@@ -22,9 +22,10 @@ BACKEND ?= auto
 M ?= 512
 K ?= 1024
 N ?= 256
-# The weights' format: awq (int4 q, z, s: AWQ, GPTQ, compressed-tensors int4) or mxfp4 (OCP MX, GS 32).
+# The weights' format: awq (int4 q, z, bf16 s: AWQ, GPTQ, compressed-tensors int4), awq_f16 (the same with
+# fp16 scales held exactly as bf16 pairs: GGUF Q4_0; GS 32 by default) or mxfp4 (OCP MX, GS 32).
 FORMAT ?= awq
-GS ?= $(if $(filter mxfp4,$(FORMAT)),32,128)
+GS ?= $(if $(filter awq,$(FORMAT)),128,32)
 TILE_M ?= 64
 TILE_N ?= 64
 TILE_K_L1 ?= 64
@@ -56,7 +57,7 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: format format-check upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps clean
+.PHONY: format format-check upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -144,6 +145,12 @@ $(DEPS_STAMP): requirements.txt $(USES_VENV)
 	$(PYTHON) -m pip install -q -r requirements.txt
 	@mkdir -p build && touch $@
 deps: $(DEPS_STAMP)
+# The formats' own libraries for the loader tests (requirements-formats.txt), installed by `make test` only.
+FORMAT_DEPS_STAMP := build/.format-deps-$(shell cat requirements-formats.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
+$(FORMAT_DEPS_STAMP): requirements-formats.txt $(DEPS_STAMP)
+	$(PYTHON) -m pip install -q -r requirements-formats.txt
+	@mkdir -p build && touch $@
+format-deps: $(FORMAT_DEPS_STAMP)
 
 # Formatting as mlir-air's CI checks it: black (its defaults) for Python, clang-format (LLVM style,
 # .clang-format) for C++.
@@ -156,7 +163,7 @@ format: deps
 	$(PYTHON) -m black -q $(shell git ls-files '*.py')
 	$(CLANG_FORMAT) -i $(CXX_SOURCES)
 
-test: deps format-check
+test: deps format-deps format-check
 	$(PYTHON) -m pytest -q tests emulator/tests
 	$(PYTHON) -c 'from lit.main import main; main()' -sv tests
 

@@ -291,6 +291,7 @@ def main(argv=None) -> int:
     from int4awq.errors import ConfigError
     from int4awq.design import default_gs
     from int4awq.gemv import config_from_args
+    from int4awq.record import FORMAT_GS, FORMATS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -302,13 +303,15 @@ def main(argv=None) -> int:
         "--gs",
         type=int,
         default=None,
-        help="AWQ group size along K (default 128; MXFP4: 32)",
+        help="group size along K (default: the format's, "
+        + ", ".join(f"{f} {gs}" for f, gs in FORMAT_GS.items())
+        + ")",
     )
     parser.add_argument(
         "--format",
-        choices=("awq", "mxfp4"),
+        choices=FORMATS,
         default="awq",
-        help="the weights' 4-bit format",
+        help="the weights' 4-bit format (see matmul_int4_packed.py --help)",
     )
     for opt, what in (
         ("tile-n", "the record's N tile"),

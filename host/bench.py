@@ -34,10 +34,16 @@ try:
     import numpy as np
 
     from int4awq.npu import npu2_present, numerics_line
-    from int4awq.quant import random_activations, random_weights
+    from int4awq.quant import random_activations
     from int4awq import model
-    from int4awq.record import FORMATS
-    from int4awq.sweep import LLAMA_PROJECTIONS, default_config, load_table, modelled
+    from int4awq.weights_file import random_format_weights
+    from int4awq.sweep import (
+        LLAMA_PROJECTIONS,
+        TABLE_FORMATS,
+        default_config,
+        load_table,
+        modelled,
+    )
 except ModuleNotFoundError as _missing:
     print(missing_module_line(_missing), file=sys.stderr)
     sys.exit(2)
@@ -79,12 +85,7 @@ def checked_run(cfg, m, k, n, run):
     from int4awq.record import padded_operands
     from int4awq.reference import check, reference_gemm
 
-    if cfg.format == "mxfp4":
-        from int4awq.mxfp4 import random_mxfp4
-
-        w = random_mxfp4(k, n, seed=0)
-    else:
-        w = random_weights(k, n, cfg.gs, seed=0)
+    w = random_format_weights(cfg.format, k, n, cfg.gs, seed=0)
     a = random_activations(m, k, seed=1)
     c = run(*padded_operands(cfg, a, w))
     return check(c[:m, :n], reference_gemm(a, w)[0])
@@ -267,7 +268,7 @@ def _main(argv) -> int:
                 )
             )
             print(
-                f"{entry['projection']:<10} {fmt:<5} M={m:<5} K={k:<5} N={n:<5} {e}",
+                f"{entry['projection']:<10} {fmt:<7} M={m:<5} K={k:<5} N={n:<5} {e}",
                 flush=True,
             )
             continue
@@ -303,7 +304,7 @@ def _main(argv) -> int:
             )
         rows.append(row)
         print(
-            f"{row['projection']:<10} {fmt:<5} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
+            f"{row['projection']:<10} {fmt:<7} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
             f"{row['us']:>9.1f} us {row['tops']:>6.3f} TOPS {row['correlation']:<9} {row['source']}",
             flush=True,
         )
@@ -319,13 +320,13 @@ def _main(argv) -> int:
     return 1 if failures else 0
 
 
-def _decode_format(fmt: str, rows: list, on_npu: bool, args) -> int:
+def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
     """decode_rows for one weight format: a row per projection and the token line."""
     from int4awq import gemv
 
     failures, token_s, token_ddr, token_fixed = 0, 0.0, 0, 0.0
     for name, (k, n) in LLAMA_PROJECTIONS.items():
-        cfg = gemv.default_config(1, k, n, 128 if fmt == "awq" else 32, fmt)
+        cfg = gemv.default_config(1, k, n, gs, fmt)
         est = gemv.modelled(cfg, 1, n)
         row = dict(
             projection=name,
@@ -367,7 +368,7 @@ def _decode_format(fmt: str, rows: list, on_npu: bool, args) -> int:
         token_fixed += model.FIXED_S
         rows.append(row)
         print(
-            f"{name:<10} {fmt:<5} M=1     K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
+            f"{name:<10} {fmt:<7} M=1     K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
             f"{row['us']:>9.1f} us {row['gbps']:>5.1f} GB/s  (DDR {row['ddr_us']:>6.1f} us, compute "
             f"{row['compute_us']:>6.1f} us) {row['source']}",
             flush=True,
@@ -401,8 +402,8 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
         f"{model.FIXED_S * 1e6:.0f} us per launch"
     )
     failures = 0
-    for fmt in FORMATS:
-        failures += _decode_format(fmt, rows, on_npu, args)
+    for fmt, gs in TABLE_FORMATS:
+        failures += _decode_format(fmt, gs, rows, on_npu, args)
     for who, tok_s in PUBLISHED_DECODE:
         print(
             f"  published, whole model: {who}: {tok_s} tok/s = {1e3 / tok_s:.1f} ms/token"

@@ -36,12 +36,18 @@ try:
 
     from int4awq import record
     from int4awq import gemv
-    from int4awq.design import DesignConfig, add_design_arguments, build_host_kernel
+    from int4awq.design import (
+        DesignConfig,
+        add_design_arguments,
+        build_host_kernel,
+        default_gs,
+    )
     from int4awq.gguf_file import is_gguf
+    from int4awq.weights_file import random_format_weights
     from int4awq.sweep import config_from_args
     from int4awq.gemv import GEMV_AUTO_MAX_M, GemvConfig
     from int4awq.kernel_model import GEMV_MAX_M
-    from int4awq.quant import AwqWeights, dequantize, random_activations, random_weights
+    from int4awq.quant import AwqWeights, dequantize, random_activations
     from int4awq.reference import (
         BF16_MAX,
         check,
@@ -95,14 +101,22 @@ def parse_args(argv):
         "--awq",
         dest="awq",
         metavar="PATH",
-        help="a weights file: an int4 checkpoint (AutoAWQ, GPTQ, compressed-tensors) or a .gguf file "
-        "(its MXFP4 tensors)",
+        help="a weights file: an int4 checkpoint (AutoAWQ, GPTQ, compressed-tensors pack-quantized), an "
+        "MXFP4 checkpoint (compressed-tensors mxfp4-pack-quantized, gpt-oss) or a .gguf file (its MXFP4 "
+        "and Q4_0 tensors); the file decides the format, except that --format awq_f16 keeps an int4 "
+        "checkpoint's fp16 scales exactly",
     )
-    p.add_argument("--layer", help="with --awq: the linear layer to run")
+    p.add_argument("--layer", help="with --weights: the linear layer to run")
+    p.add_argument(
+        "--expert",
+        type=int,
+        metavar="E",
+        help="with a gpt-oss expert tensor as --layer: the expert whose projection to run",
+    )
     p.add_argument(
         "--list-layers",
         action="store_true",
-        help="with --awq: list its int4 layers and exit",
+        help="with --weights: list its layers and exit",
     )
     p.add_argument(
         "--decoder-layer",
@@ -156,12 +170,11 @@ def check_options(args) -> None:
         raise ConfigError(
             "--decoder-layer reads Hugging Face checkpoints; for a GGUF file give --layer NAME"
         )
+    if args.expert is not None and (args.awq is None or args.layer is None):
+        raise ConfigError(
+            "--expert needs --weights PATH --layer NAME (a gpt-oss expert tensor)"
+        )
     if args.format == "mxfp4":
-        if args.awq is not None and not gguf:
-            raise ConfigError(
-                "--format mxfp4 runs random MXFP4 weights or a .gguf file's MXFP4 tensors; MXFP4 "
-                "safetensors checkpoints are not read yet (--awq reads AWQ, GPTQ and compressed-tensors int4)"
-            )
         if args.gs not in (None, 32):
             raise ConfigError(
                 f"--format mxfp4: its scales cover 32 values along K, not --gs {args.gs}"
@@ -346,26 +359,22 @@ def load_activations(path: str) -> np.ndarray:
 def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
     """(A [M, K] bf16, weights) from the options: a checkpoint layer or seeded random weights."""
     if args.awq is not None:
-        from int4awq.checkpoints import load_layer
+        from int4awq.weights_file import load
 
         if not args.layer:
-            raise ConfigError("--awq needs --layer NAME (see --list-layers)")
+            raise ConfigError("--weights needs --layer NAME (see --list-layers)")
         if args.exact:
             raise ConfigError(
-                "--exact makes its own weights; it cannot be combined with --awq"
+                "--exact makes its own weights; it cannot be combined with --weights"
             )
-        if is_gguf(args.awq):
-            from int4awq.gguf_file import load_gguf_layer
-
-            w = load_gguf_layer(args.awq, args.layer)
-            args.format = w.format  # the file's format decides
-            print(
-                f"{args.layer}: GGUF MXFP4 K={w.k} N={w.n}: E2M1 codes and E8M0 scales as the file "
-                "holds them (exact)"
-            )
-        else:
-            w, report = load_layer(args.awq, args.layer)
-            print(report.summary())
+        w, summary = load(
+            args.awq,
+            args.layer,
+            scale_pair=args.format == "awq_f16",
+            expert=args.expert,
+        )
+        args.format = w.format  # the file's format decides
+        print(summary)
         if args.gs not in (None, w.gs):
             raise ConfigError(
                 f"--gs {args.gs} differs from the checkpoint's group size {w.gs}"
@@ -381,18 +390,9 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
         if args.k is None or args.n is None:
             raise ConfigError("give --k and --n (or --awq PATH --layer NAME)")
         check_host_memory(args.m or 1, args.k, args.n)
-        if args.format == "mxfp4":
-            from int4awq.mxfp4 import random_mxfp4
-
-            w = random_mxfp4(args.k, args.n, args.seed, exact=args.exact)
-        else:
-            w = random_weights(
-                args.k,
-                args.n,
-                128 if args.gs is None else args.gs,
-                args.seed,
-                exact=args.exact,
-            )
+        w = random_format_weights(
+            args.format, args.k, args.n, default_gs(args), args.seed, args.exact
+        )
     if args.activations is not None:
         if args.exact:
             raise ConfigError(
@@ -654,11 +654,11 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
         from int4awq.npu import numerics_line
 
         sections.append(("", [numerics_line()]))
-    if isinstance(cfg, DesignConfig) and cfg.format == "awq":
+    if isinstance(cfg, DesignConfig):
         from int4awq.kernel_cost import kernel_line
 
         tiles = (cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs)
-        sections.append(("", [kernel_line(*tiles)]))
+        sections.append(("", [kernel_line(*tiles, cfg.format)]))
     out = []
     for title, lines in sections:
         out.append("")
@@ -718,8 +718,6 @@ _SHOWN = {"calibration": False}  # what main() prints once per run
 
 
 def modelled_line(cfg, m: int, n: int) -> str:
-    if cfg.format != "awq":
-        return f"modelled NPU2: none for {cfg.format.upper()} yet (the kernel cost model has no profile of its entries)"
     if isinstance(cfg, GemvConfig):
         est = gemv.modelled(cfg, m, n)
         head = (
@@ -773,7 +771,7 @@ def run_gemm(
         0
     ]  # before the run: an overflowing product is bad input, found at once
     if (
-        cfg.format == "awq"
+        cfg.format != "mxfp4"
     ):  # MXFP4 has no group sum: f32 over all of K, bounded by the check above
         check_accumulator_range(a, w, min(cfg.gs, cfg.tile_k_l1))
     build_dir = args.build_dir or os.path.join(REPO, "build", "npu", cfg.name)
@@ -838,20 +836,10 @@ def _main(argv) -> int:
     _SHOWN["calibration"] = False
     args = parse_args(argv)
     check_options(args)
-    if args.list_layers and is_gguf(args.awq):
-        from int4awq.gguf_file import list_gguf_layers
-
-        for t in list_gguf_layers(args.awq):
-            what = "runs" if t.readable else "not read (MXFP4 only so far)"
-            print(f"{t.name}  GGUF {t.type_name}  K={t.k} N={t.n}  {what}")
-        return 0
     if args.list_layers:
-        from int4awq.checkpoints import list_layers
+        from int4awq.weights_file import list_layers
 
-        for info in list_layers(args.awq):
-            print(
-                f"{info.name}  {info.format}  K={info.in_features} N={info.out_features} GS={info.group_size}"
-            )
+        print("\n".join(list_layers(args.awq)))
         return 0
     if args.decoder_layer is not None:
         return 0 if run_decoder_layer(args) else 1

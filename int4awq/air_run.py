@@ -115,17 +115,12 @@ def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
     from air.backend.xrt_runner import XRTRunner
 
     from .design import build_host_kernel
-    from .quant import random_activations, random_weights
-    from .record import pack_weights
+    from .quant import random_activations
+    from .record import padded_operands
+    from .weights_file import random_format_weights
     from .reference import reference_gemm
 
-    if cfg.format == "mxfp4":
-        from .mxfp4 import pack_mxfp4 as pack, random_mxfp4
-
-        w = random_mxfp4(cfg.k, cfg.n, seed=0)
-    else:
-        w = random_weights(cfg.k, cfg.n, cfg.gs, seed=0)
-        pack = pack_weights
+    w = random_format_weights(cfg.format, cfg.k, cfg.n, cfg.gs, seed=0)
     a = random_activations(cfg.m, cfg.k, seed=1)
     expected = reference_gemm(a, w)[1]
     if getattr(sys.modules["air"], "EMULATED", False):
@@ -136,7 +131,7 @@ def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
     runner = XRTRunner(verbose=verbose, **backend_options)
     code = runner.run_test(
         module,
-        inputs=[a, pack(w, cfg.tile_n, cfg.tile_k_l1)],
+        inputs=list(padded_operands(cfg, a, w)),
         expected_outputs=[expected],
         rtol=0.05,
         atol=0.05 * rms,

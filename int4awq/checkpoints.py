@@ -32,7 +32,7 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from .errors import ConfigError
-from .quant import AwqWeights
+from .quant import AwqWeights, scale_pair_of
 
 FORMATS = ("awq-gemm", "compressed-tensors", "gptq", "gptq_v2")
 
@@ -98,12 +98,13 @@ class ImportReport:
     has_bias: bool = (
         False  # the checkpoint has <layer>.bias; the GEMM does not apply it
     )
+    kept_as: str = "bfloat16"  # or "bfloat16 pair" (format awq_f16: s + s_lo)
 
     def summary(self) -> str:
         pct = 100.0 * self.scales_changed / self.total_scales
         line = (
             f"{self.name}: {self.format} K={self.k} N={self.n} GS={self.group_size}; scales {self.scale_dtype}"
-            f" -> bfloat16: {self.scales_changed} of {self.total_scales} changed ({pct:.2f}%),"
+            f" -> {self.kept_as}: {self.scales_changed} of {self.total_scales} changed ({pct:.2f}%),"
             f" max relative change {self.max_rel_scale_change:.3g}"
         )
         if self.zero_wraps:
@@ -793,8 +794,12 @@ def list_layers(path: str | Path) -> list[LayerInfo]:
     return layers
 
 
-def load_layer(path: str | Path, name: str) -> tuple[AwqWeights, ImportReport]:
-    """Layer `name` (its module prefix) as host AwqWeights plus the report of the scale conversion."""
+def load_layer(
+    path: str | Path, name: str, scale_pair: bool = False
+) -> tuple[AwqWeights, ImportReport]:
+    """Layer `name` (its module prefix) as host AwqWeights plus the report of the scale conversion: to bf16,
+    or with scale_pair to exact bf16 pairs (record format awq_f16; fp16 and bf16 scales always fit).
+    """
     ck = _Checkpoint(path)
     method = _method(ck)
     if (
@@ -822,8 +827,8 @@ def load_layer(path: str | Path, name: str) -> tuple[AwqWeights, ImportReport]:
         q, z, wraps = _decode_qweight(plan, data)
         s_src, s_name = data["scales"], plan.tensors["scales"][0]
     _check_g_idx(plan, data)
-    s, report = _convert_scales(s_src, s_name, plan, wraps)
-    w = AwqWeights(q, z, s, info.group_size)
+    s, s_lo, report = _convert_scales(s_src, s_name, plan, wraps, scale_pair)
+    w = AwqWeights(q, z, s, info.group_size, s_lo)
     try:
         w.validate()
     except ConfigError as e:
@@ -917,8 +922,8 @@ def _check_g_idx(plan: _Plan, data: dict) -> None:
 
 
 def _convert_scales(
-    src: np.ndarray, name: str, plan: _Plan, wraps: int
-) -> tuple[np.ndarray, ImportReport]:
+    src: np.ndarray, name: str, plan: _Plan, wraps: int, scale_pair: bool
+) -> tuple[np.ndarray, np.ndarray | None, ImportReport]:
     s64 = src.astype(np.float64)
     bad = np.argwhere(~(np.isfinite(s64) & (s64 > 0)))
     if bad.size:
@@ -928,8 +933,16 @@ def _convert_scales(
         raise ConfigError(
             f"tensor {name}{list(idx)} = {float(s64[tuple(bad[0])])}: scales must be finite and > 0"
         )
-    s = np.ascontiguousarray(src.astype(bfloat16))
-    back = s.astype(np.float64)
+    s_lo = None
+    if scale_pair:
+        try:
+            s, s_lo = scale_pair_of(src)
+        except ConfigError as e:
+            raise ConfigError(f"tensor {name}: {e}") from None
+        back = s.astype(np.float64) + s_lo.astype(np.float64)
+    else:
+        s = np.ascontiguousarray(src.astype(bfloat16))
+        back = s.astype(np.float64)
     rel = np.abs(back - s64) / s64
     info = plan.info
     report = ImportReport(
@@ -944,5 +957,6 @@ def _convert_scales(
         group_size=info.group_size,
         zero_wraps=wraps,
         has_bias="bias" in plan.tensors,
+        kept_as="bfloat16 pair" if scale_pair else "bfloat16",
     )
-    return s, report
+    return s, s_lo, report

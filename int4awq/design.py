@@ -68,10 +68,10 @@ class RefillLoops:
 
 
 def default_gs(args) -> int:
-    """--gs, else the format's group: 128 for AWQ, 32 (the MX group) for MXFP4."""
+    """--gs, else the format's usual group (record.FORMAT_GS)."""
     if args.gs is not None:
         return args.gs
-    return 32 if getattr(args, "format", "awq") == "mxfp4" else 128
+    return record.FORMAT_GS[getattr(args, "format", "awq")]
 
 
 def format_prefix(fmt: str) -> str:
@@ -400,8 +400,9 @@ def add_design_arguments(
         "--format",
         choices=record.FORMATS,
         default="awq",
-        help="the weights' 4-bit format: awq (q, z, s per group; also GPTQ and compressed-tensors int4) or "
-        "mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K; its kernel entries are unproven on NPU2)",
+        help="the weights' 4-bit format: awq (q, z, bf16 s per group; also GPTQ and compressed-tensors int4), "
+        "awq_f16 (the same with each scale an exact bf16 pair: fp16 scales kept exactly, GGUF Q4_0) or mxfp4 "
+        "(OCP MX: E2M1 codes, an E8M0 scale per 32 along K; its kernel entries are unproven on NPU2)",
     )
     for opt in TILE_OPTIONS:
         parser.add_argument(

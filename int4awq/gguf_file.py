@@ -9,9 +9,15 @@ gives its raw blocks as uint8 (N, K / 32 * block bytes). Read so far:
   order). kvalues_mxfp4 is twice the E2M1 table, so the nibble is the E2M1 code and e is the OCP E8M0 byte:
   the layer is exactly int4awq.mxfp4.Mxfp4Weights(codes, scales = e), no conversion.
 
-Refused with one line: Q4_0 (its fp16 scale d is not a bf16: exact only as a pair d_hi + d_lo folded after
-the mmul, which the kernel does not do yet), the other k-quants and legacy types, and any tensor that is not
-a 2-D 4-bit weight.
+* Q4_0 (ggml type 2): `block_q4_0 { f16 d; u8 qs[16]; }`, 18 bytes per 32 values, split-half order; value
+  d * (q - 8). That is an AWQ record with group 32, zero point 8 and scale d, except that d is fp16 (11
+  significant bits, bf16 has 8): it is held exactly as a bf16 pair d_hi + d_lo (record format awq_f16, whose
+  fold multiplies by both halves). A negative d is folded into the codes, d (q - 8) = |d| ((15 - q) - 7),
+  and a block with d = 0 (all values 0) becomes codes 8, zero point 8, scale 1: the values are unchanged.
+
+Refused with one line, naming the type: the types with a min or sub-scales (Q4_1, Q5_*, Q4_K, Q5_K, Q6_K:
+docs/checkpoints.md has their algebra, the next step), the other types, and any tensor that is not a 2-D
+weight.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import numpy as np
 
 from .errors import ConfigError
 from .mxfp4 import MX_BLOCK, Mxfp4Weights
+from .quant import AwqWeights, scale_pair_of
 
-MXFP4_BLOCK_BYTES = 17
+# Bytes per 32-value block of the types read (ggml-common.h block_mxfp4, block_q4_0).
+BLOCK_BYTES = {"MXFP4": 17, "Q4_0": 18}
 
 
 def is_gguf(path: str | Path) -> bool:
@@ -67,7 +75,7 @@ class GgufLayer:
 
     @property
     def readable(self) -> bool:
-        return self.type_name == "MXFP4"
+        return self.type_name in BLOCK_BYTES
 
 
 def list_gguf_layers(path: str | Path) -> list[GgufLayer]:
@@ -82,8 +90,9 @@ def list_gguf_layers(path: str | Path) -> list[GgufLayer]:
     return layers
 
 
-def load_gguf_layer(path: str | Path, name: str) -> Mxfp4Weights:
-    """Tensor `name` as MXFP4 weights [K, N], exactly as the file holds them."""
+def load_gguf_layer(path: str | Path, name: str) -> Mxfp4Weights | AwqWeights:
+    """Tensor `name` [K, N], exactly as the file holds it: MXFP4 as Mxfp4Weights, Q4_0 as AwqWeights with
+    scale pairs (format awq_f16)."""
     tensors = {t.name: t for t in _reader(path).tensors}
     t = tensors.get(name)
     if t is None:
@@ -95,36 +104,56 @@ def load_gguf_layer(path: str | Path, name: str) -> Mxfp4Weights:
             f"tensor {name!r} not found in {path} (2-D tensors: {hint or 'none'})"
         )
     kind = _type_name(t)
-    if kind == "Q4_0":
+    if kind not in BLOCK_BYTES or len(t.shape) != 2:
         raise ConfigError(
-            f"{name}: GGUF Q4_0 is not read yet: its fp16 scales are not bf16, exact only as a pair "
-            "d_hi + d_lo folded after the mmul, which the kernel does not do yet"
-        )
-    if kind != "MXFP4" or len(t.shape) != 2:
-        raise ConfigError(
-            f"{name}: GGUF {kind} {[int(d) for d in t.shape]} is not read: MXFP4 2-D weights only so far"
+            f"{name}: GGUF {kind} {[int(d) for d in t.shape]} is not read: 2-D MXFP4 and Q4_0 weights only so "
+            "far"
         )
     k, n = int(t.shape[0]), int(t.shape[1])
     if k % MX_BLOCK:
         raise ConfigError(
-            f"{name}: K = {k} is not a whole number of 32-value MXFP4 blocks"
+            f"{name}: K = {k} is not a whole number of 32-value {kind} blocks"
         )
+    size = BLOCK_BYTES[kind]
     raw = np.asarray(t.data, dtype=np.uint8)
-    if raw.size != n * (k // MX_BLOCK) * MXFP4_BLOCK_BYTES:
+    if raw.size != n * (k // MX_BLOCK) * size:
         raise ConfigError(
-            f"{name}: {raw.size} bytes of data, expected {n * (k // MX_BLOCK) * MXFP4_BLOCK_BYTES} for "
-            f"MXFP4 [{k}, {n}] (a truncated file?)"
+            f"{name}: {raw.size} bytes of data, expected {n * (k // MX_BLOCK) * size} for {kind} [{k}, {n}] "
+            "(a truncated file?)"
         )
-    blocks = raw.reshape(n, k // MX_BLOCK, MXFP4_BLOCK_BYTES)
-    qs = blocks[:, :, 1:]
-    codes = np.concatenate([qs & 15, qs >> 4], axis=2).reshape(
-        n, k
-    )  # split half: j, then j + 16
-    w = Mxfp4Weights(
-        np.ascontiguousarray(codes.T), np.ascontiguousarray(blocks[:, :, 0].T)
-    )
+    blocks = raw.reshape(n, k // MX_BLOCK, size)
+    qs = blocks[:, :, size - 16 :]
+    codes = np.concatenate([qs & 15, qs >> 4], axis=2)  # split half: j, then j + 16
     try:
+        if kind == "MXFP4":
+            w = Mxfp4Weights(
+                np.ascontiguousarray(codes.reshape(n, k).T),
+                np.ascontiguousarray(blocks[:, :, 0].T),
+            )
+        else:
+            d = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16)[:, :, 0]
+            w = _q4_0_weights(codes, d)
         w.validate()
     except ConfigError as e:
         raise ConfigError(f"{name}: {e}") from None
     return w
+
+
+def _q4_0_weights(codes: np.ndarray, d: np.ndarray) -> AwqWeights:
+    """codes uint8 [N, K/32, 32] and d fp16 [N, K/32] -> AwqWeights (q - z) * (s + s_lo) == d (q - 8)."""
+    if not np.isfinite(d).all():
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(d))[0])
+        raise ConfigError(f"block {list(bad[::-1])} has scale d = {d[bad]}: not finite")
+    neg, zero = d < 0, d == 0
+    codes = np.where(neg[:, :, None], 15 - codes, codes)
+    codes = np.where(zero[:, :, None], 8, codes).astype(np.uint8)
+    z = np.where(neg, 7, 8).astype(np.uint8)
+    s_hi, s_lo = scale_pair_of(np.where(zero, np.float16(1), np.abs(d)))
+    n, groups = d.shape
+    return AwqWeights(
+        np.ascontiguousarray(codes.reshape(n, groups * MX_BLOCK).T),
+        np.ascontiguousarray(z.T),
+        np.ascontiguousarray(s_hi.T),
+        MX_BLOCK,
+        np.ascontiguousarray(s_lo.T),
+    )

@@ -226,11 +226,8 @@ def kernel_hash() -> str:
 def _key(
     tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
 ) -> str:
-    if fmt != "awq":  # MXFP4: the group is 32 by definition
-        return f"{fmt}/{tm}x{tn}x{tk}" if m is None else f"{fmt}/gemv/{tn}x{tk}/m{m}"
-    if m is None:
-        return f"{tm}x{tn}x{tk}/gs{gs}"
-    return f"gemv/{tn}x{tk}/gs{gs}/m{m}"
+    key = f"{tm}x{tn}x{tk}/gs{gs}" if m is None else f"gemv/{tn}x{tk}/gs{gs}/m{m}"
+    return key if fmt == "awq" else f"{fmt}/{key}"
 
 
 def measure(
@@ -385,31 +382,32 @@ def table_calls():
     """
     for gs in TABLE_GROUP_SIZES:
         yield from _table_calls(gs)
-    yield from _mxfp4_calls()
+    for fmt in ("awq_f16", "mxfp4"):
+        yield from _format_calls(fmt)
 
 
-def _mxfp4_calls():
-    """The MXFP4 objects (GS 32): every GEMM tile of the sweep whose K-chunk holds whole MX groups, and every
-    GEMV record tile at M = 1 (decode); other row counts are profiled on demand."""
+def _format_calls(fmt: str, gs: int = 32):
+    """A format's objects beside AWQ's, at GS 32 (MXFP4's group; GGUF Q4_0's, for awq_f16): every GEMM tile
+    of the sweep its kernel takes, and every GEMV record tile at M = 1 (decode); other row counts and group
+    sizes are profiled on demand."""
     from .errors import ConfigError
     from .record import GEMM_K_CHUNKS, GEMM_TILES, GEMV_TILE_KS, GEMV_TILE_NS
-    from .record import check_kernel_tiles, check_record_tile
+    from .record import KernelObject, check_kernel_tiles, check_record_tile
 
     for tm, tn, tk in itertools.product(GEMM_TILES, GEMM_TILES, GEMM_K_CHUNKS):
         try:
-            if tk % 32:
-                continue
-            check_kernel_tiles(tm, tn, tk, 32, fmt="mxfp4")
+            KernelObject("gemm", tn, tk, gs, tm, format=fmt)
+            check_kernel_tiles(tm, tn, tk, gs, fmt=fmt)
         except ConfigError:
             continue
-        yield tm, tn, tk, 32, None, "mxfp4"
+        yield tm, tn, tk, gs, None, fmt
     for tn, tk in itertools.product(GEMV_TILE_NS, GEMV_TILE_KS):
         try:
-            check_record_tile(tn, tk, 32)
+            KernelObject("gemv", tn, tk, gs, format=fmt)
+            check_record_tile(tn, tk, gs)
         except ConfigError:
             continue
-        if tk % 32 == 0:
-            yield None, tn, tk, 32, 1, "mxfp4"
+        yield None, tn, tk, gs, 1, fmt
 
 
 def _table_calls(gs: int):

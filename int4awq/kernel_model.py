@@ -13,7 +13,8 @@ implements:
   * per 8-deep K block the dot product is exact; it is added to the f32 group accumulator G (one
     round-to-nearest-even addition per block, K blocks in order);
   * per fold span (a group, or a K-chunk when a group spans chunks) c += hi * s, then c += lo * s in f32,
-    hi = bf16(G), lo = bf16(G - hi), both round-to-nearest-even;
+    hi = bf16(G), lo = bf16(G - hi), both round-to-nearest-even; with a scale pair s + s_lo (format
+    awq_f16) then also c += hi * s_lo and c += lo * s_lo;
   * C = bf16(c), round-to-nearest-even.
 
 HostKernel builds the GEMM object's shared library for a tile configuration (make -C kernels host) and runs a
@@ -31,7 +32,7 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from .errors import ConfigError
-from .quant import AwqWeights
+from .quant import AwqWeights, bf16_rne
 from .record import (
     KernelObject,
     check_kernel_tiles,
@@ -63,14 +64,10 @@ def bfp16_blocks(x: np.ndarray) -> np.ndarray:
     return np.where(mx > 0, m * step, 0.0)
 
 
-def bf16_rne(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 (round to nearest even) -> float32."""
-    return np.asarray(x, dtype=np.float32).astype(bfloat16).astype(np.float32)
-
-
 def _operands(a: np.ndarray, w: AwqWeights):
     """The kernel's operands: A as bfp16 blocks along K [M, KB, 8], (q - z) as bfp16 blocks along K
-    [KB, N, 8] (exact), and the scales as f32 [groups, N]."""
+    [KB, N, 8] (exact), and the scales as f32 [groups, N] (the pair's halves [2, groups, N] for awq_f16).
+    """
     m, k = a.shape
     n, gs = w.n, w.gs
     a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))
@@ -78,7 +75,10 @@ def _operands(a: np.ndarray, w: AwqWeights):
         np.float32
     )
     w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
-    return a_bfp, w_bfp, w.s.astype(np.float32)
+    s = w.s.astype(np.float32)
+    if w.s_lo is not None:
+        s = np.stack([s, w.s_lo.astype(np.float32)])
+    return a_bfp, w_bfp, s
 
 
 def _partial_sum(
@@ -101,11 +101,12 @@ def _partial_sum(
             for kb in range(f * span // 8, (f + 1) * span // 8):
                 d = (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)  # exact
                 g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
-            sc = s[(f * span) // gs][None, :]
             hi = bf16_rne(g_acc)
             lo = bf16_rne(g_acc - hi)
-            c = (c + hi * sc).astype(np.float32)
-            c = (c + lo * sc).astype(np.float32)
+            for half in s if s.ndim == 3 else s[None]:  # s, then s_lo for a pair
+                sc = half[(f * span) // gs][None, :]
+                c = (c + hi * sc).astype(np.float32)
+                c = (c + lo * sc).astype(np.float32)
     return c
 
 
@@ -226,7 +227,7 @@ class HostKernel(_HostObject):
         if m % tm:
             raise ConfigError(f"M = {m} is not a multiple of tile_m = {tm}")
         if packed is None:
-            packed = pack_weights(w, tn, tk)
+            packed = pack_weights(w, tn, tk, self.obj.format)
         # A in kernel order, per (M-tile, K-chunk)
         a_blk = a.reshape(m // tm, tm // 8, 8, k // tk, tk // 8, 8).transpose(
             0, 3, 1, 4, 2, 5
@@ -317,7 +318,7 @@ class GemvHostKernel(_HostObject):
             raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
         check_weight_tiling(k, w.n, w.gs, tn, tk)
         if packed is None:
-            packed = pack_weights(w, tn, tk)
+            packed = pack_weights(w, tn, tk, self.obj.format)
         acc = self.g_acc[: gemv_acc_elems(m, tn)]
         c = np.empty((m, w.n), dtype=bfloat16)
         for nt in range(w.n // tn):

@@ -139,8 +139,8 @@ def _first_record(tile_n: int, tile_k: int, gs: int, fmt: str) -> np.ndarray:
     from .quant import random_weights
     from .record import pack_weights
 
-    w = random_weights(max(tile_k, gs), tile_n, gs, seed=0)
-    return pack_weights(w, tile_n, tile_k)[0, 0]
+    w = random_weights(max(tile_k, gs), tile_n, gs, seed=0, scale_pair=fmt == "awq_f16")
+    return pack_weights(w, tile_n, tile_k, fmt)[0, 0]
 
 
 def profile_accumulate(

@@ -57,6 +57,8 @@ KERNEL_LIVE_BYTES = {
     "two 64-lane bf16 scale vectors": 2 * 128,
     "fold temporaries: accumulator, hi, lo, c": 256 + 128 + 128 + 256,
 }
+# Scale pairs (format awq_f16) keep the two vectors' low halves live beside them.
+SCALE_PAIR_LIVE_BYTES = 2 * 128
 # The AIR-generated core function's own frame: 960 B under LLVM 21 and 1216 B under LLVM 22 for mlir-air's
 # cores (mlir-air PR #1980, which raised aircc's default stack_size to 2048 for it).
 CORE_FRAME_BYTES = 1216
@@ -178,7 +180,11 @@ class RecordLayout:
     total: int
 
 
-def record_layout(tile_n: int, tile_k: int, gs: int) -> RecordLayout:
+def record_layout(
+    tile_n: int, tile_k: int, gs: int, scale_pair: bool = False
+) -> RecordLayout:
+    """The AWQ record's sections; with scale_pair (format awq_f16) S holds the groups' high halves, then
+    their low halves."""
     check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
     if tile_n % 16 or tile_k % 16:
         raise ConfigError(
@@ -189,7 +195,7 @@ def record_layout(tile_n: int, tile_k: int, gs: int) -> RecordLayout:
     groups = tile_k // gs if tile_k >= gs else 1
     q_bytes = q_section_bytes(tile_n, tile_k)
     s_off = _pad(q_bytes)
-    s_bytes = 2 * groups * tile_n
+    s_bytes = 2 * groups * tile_n * (2 if scale_pair else 1)
     z_off = s_off + _pad(s_bytes)
     z_bytes = groups * tile_n
     return RecordLayout(
@@ -227,7 +233,7 @@ def format_record_bytes(fmt: str, tile_n: int, tile_k: int, gs: int) -> int:
     """Bytes of the record a format's accumulate entry reads."""
     if fmt == "mxfp4":
         return mxfp4_record_bytes(tile_n, tile_k)
-    return record_bytes(tile_n, tile_k, gs)
+    return record_layout(tile_n, tile_k, gs, fmt == "awq_f16").total
 
 
 BFP16_BLOCK_VECTOR_BYTES = (
@@ -257,11 +263,13 @@ def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
     return (tile_n // 16 + 1) * w_pair_line_bytes(tile_k) + W_SCRATCH_STAGE_BYTES
 
 
-def kernel_stack_bytes() -> int:
+def kernel_stack_bytes(fmt: str = "awq") -> int:
     """The design's default stack_size (bytes): the kernel's live set spilled whole plus the core's frame
     (KERNEL_LIVE_BYTES, CORE_FRAME_BYTES), rounded up to 1 KiB. An upper bound derived from the source,
-    NOT measured with Peano here; the same for every tile."""
+    NOT measured with Peano here; the same for every tile of a format."""
     need = sum(KERNEL_LIVE_BYTES.values()) + CORE_FRAME_BYTES
+    if fmt == "awq_f16":
+        need += SCALE_PAIR_LIVE_BYTES
     return -(-need // 1024) * 1024
 
 
@@ -284,13 +292,18 @@ def l1_budget(
         "a_tile_x2": 2 * 2 * tile_m * tile_k,
         "w_record_x2": 2 * format_record_bytes(fmt, tile_n, tile_k, gs),
         "w_scratch": w_scratch_bytes(tile_n, tile_k),
-        "stack": kernel_stack_bytes() if stack is None else stack,
+        "stack": kernel_stack_bytes(fmt) if stack is None else stack,
     }
     budget["total"] = sum(budget.values())
     return budget
 
 
-FORMATS = ("awq", "mxfp4")  # the weight formats the kernel has entries for
+# The record formats the kernel has entries for: "awq" (q, z, bf16 s), "awq_f16" (q, z, s as an exact bf16
+# pair: fp16 scales, GGUF Q4_0) and "mxfp4" (E2M1 codes, E8M0 per 32 along K).
+FORMATS = ("awq", "awq_f16", "mxfp4")
+# Each format's usual group size: the default for seeded weights, and the group of its rows in the default
+# configuration table (int4awq.sweep): AWQ checkpoints' 128; GGUF Q4_0's 32; the MX group, 32.
+FORMAT_GS = {"awq": 128, "awq_f16": 32, "mxfp4": 32}
 
 
 @dataclass(frozen=True)
@@ -309,9 +322,7 @@ class KernelObject:
     rounding: str = (
         "conv_even"  # the accumulate entries' mode; "floor" only for host/bringup.py's probe
     )
-    format: str = (
-        "awq"  # "awq" (q, z, s) or "mxfp4" (E2M1 codes, E8M0 per 32 along K: gs is 32)
-    )
+    format: str = "awq"  # one of FORMATS (mxfp4: gs is 32)
 
     def __post_init__(self):
         if self.rounding not in ("conv_even", "floor"):
@@ -332,6 +343,8 @@ class KernelObject:
         prefix, gs = KERNEL_NAME, f"_gs{self.gs}"
         if self.format == "mxfp4":
             prefix, gs = f"{KERNEL_NAME}_mxfp4", ""
+        elif self.format == "awq_f16":
+            prefix = f"{KERNEL_NAME}_f16s"
         if self.entries == "gemm":
             stem = f"{prefix}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}{gs}"
         else:
@@ -380,7 +393,11 @@ class KernelSizes:
 
     @property
     def stack_bytes(self) -> int:
-        return kernel_stack_bytes() if self.stack_size is None else self.stack_size
+        return (
+            kernel_stack_bytes(self.kernel.format)
+            if self.stack_size is None
+            else self.stack_size
+        )
 
     @property
     def kernel_object(self) -> str:
@@ -421,11 +438,23 @@ def _q_order(q: np.ndarray, tile_n: int, tile_k: int, q_nibbles: int) -> np.ndar
     return out
 
 
-def pack_weights(w: AwqWeights, tile_n: int, tile_k: int) -> np.ndarray:
-    """uint8 [N // tile_n, K // tile_k, record_bytes]: one record per (N-tile, K-chunk), in L3 order."""
+def pack_weights(
+    w: AwqWeights, tile_n: int, tile_k: int, fmt: str | None = None
+) -> np.ndarray:
+    """uint8 [N // tile_n, K // tile_k, record_bytes]: one record per (N-tile, K-chunk), in L3 order, in
+    record format fmt ("awq" or "awq_f16"; None: the weights' own). bf16 scales go into an awq_f16 record
+    as pairs with zero low halves; scale pairs do not fit an awq record (refused)."""
     w.validate()
+    fmt = w.format if fmt is None else fmt
+    if fmt not in ("awq", "awq_f16"):
+        raise ConfigError(f"record format {fmt!r}: AWQ weights pack as awq or awq_f16")
+    if fmt == "awq" and w.s_lo is not None:
+        raise ConfigError(
+            "these weights hold their scales as exact bf16 pairs (fp16 scales): they need the awq_f16 "
+            "record (--format awq_f16)"
+        )
     check_weight_tiling(w.k, w.n, w.gs, tile_n, tile_k)
-    lay = record_layout(tile_n, tile_k, w.gs)
+    lay = record_layout(tile_n, tile_k, w.gs, fmt == "awq_f16")
     nt, kc = w.n // tile_n, w.k // tile_k
     out = np.zeros((nt, kc, lay.total), dtype=np.uint8)
 
@@ -442,18 +471,31 @@ def pack_weights(w: AwqWeights, tile_n: int, tile_k: int) -> np.ndarray:
             .reshape(nt, kc, lay.groups * tile_n)
         )
 
-    s_bytes = np.ascontiguousarray(per_record(w.s)).view(np.uint8)  # bf16 little-endian
-    out[:, :, lay.s_offset : lay.s_offset + lay.s_bytes] = s_bytes
+    halves = [w.s]
+    if fmt == "awq_f16":
+        halves.append(np.zeros_like(w.s) if w.s_lo is None else w.s_lo)
+    s_bytes = np.concatenate([per_record(h) for h in halves], axis=2)
+    out[:, :, lay.s_offset : lay.s_offset + lay.s_bytes] = np.ascontiguousarray(
+        s_bytes
+    ).view(
+        np.uint8
+    )  # bf16 little-endian
     out[:, :, lay.z_offset : lay.z_offset + lay.z_bytes] = per_record(w.z)
     return out
 
 
 def unpack_weights(
-    packed: np.ndarray, k: int, n: int, gs: int, tile_n: int, tile_k: int
+    packed: np.ndarray,
+    k: int,
+    n: int,
+    gs: int,
+    tile_n: int,
+    tile_k: int,
+    fmt: str = "awq",
 ) -> AwqWeights:
-    """Exact inverse of pack_weights."""
+    """Exact inverse of pack_weights (an awq_f16 record gives weights with s_lo)."""
     check_weight_tiling(k, n, gs, tile_n, tile_k)
-    lay = record_layout(tile_n, tile_k, gs)
+    lay = record_layout(tile_n, tile_k, gs, fmt == "awq_f16")
     nt, kc = n // tile_n, k // tile_k
     if (
         not isinstance(packed, np.ndarray)
@@ -486,10 +528,16 @@ def unpack_weights(
     s_raw = np.ascontiguousarray(
         packed[:, :, lay.s_offset : lay.s_offset + lay.s_bytes]
     ).view(bfloat16)
-    s = groups_of(s_raw)
+    halves = [
+        groups_of(h) for h in np.split(s_raw, 2 if fmt == "awq_f16" else 1, axis=2)
+    ]
     z = groups_of(packed[:, :, lay.z_offset : lay.z_offset + lay.z_bytes])
     return AwqWeights(
-        np.ascontiguousarray(q), np.ascontiguousarray(z), np.ascontiguousarray(s), gs
+        np.ascontiguousarray(q),
+        np.ascontiguousarray(z),
+        np.ascontiguousarray(halves[0]),
+        gs,
+        np.ascontiguousarray(halves[1]) if len(halves) == 2 else None,
     )
 
 
@@ -504,6 +552,7 @@ def pad_weights(w: AwqWeights, n: int) -> AwqWeights:
         np.pad(w.z, ((0, 0), (0, extra))),
         np.pad(w.s, ((0, 0), (0, extra)), constant_values=bfloat16(1)),
         w.gs,
+        None if w.s_lo is None else np.pad(w.s_lo, ((0, 0), (0, extra))),
     )
 
 
@@ -516,7 +565,9 @@ def padded_operands(cfg, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.n
         w, AwqWeights
     ):  # another format's weights pad and pack themselves (int4awq.mxfp4)
         return a_padded, w.padded(cfg.n).pack(cfg.tile_n, cfg.tile_k_l1)
-    return a_padded, pack_weights(pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1)
+    return a_padded, pack_weights(
+        pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1, cfg.format
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

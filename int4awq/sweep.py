@@ -30,6 +30,7 @@ from .errors import ConfigError
 from .llama import PROJECTIONS
 from .kernel_cost import calibration, int4_kernel_flops
 from .model import Estimate, estimate
+from .record import FORMAT_GS
 from .record import GEMM_K_CHUNKS as K_CHUNKS
 from .record import GEMM_TILES as TILES
 from .quant import check_dims, check_group_size
@@ -158,8 +159,8 @@ def default_config(
     )
 
 
-# The formats' group sizes in the table: AWQ checkpoints' usual 128; MXFP4's 32 by definition.
-TABLE_FORMATS = (("awq", 128), ("mxfp4", 32))
+# The table's rows per shape: each record format at its usual group size.
+TABLE_FORMATS = tuple(FORMAT_GS.items())
 
 
 def write_table(path: str = TABLE) -> None:

@@ -172,6 +172,16 @@ static_assert(GS == MX_GROUP && TK % MX_GROUP == 0,
 #else
 constexpr bool MXFP4 = false;
 #endif
+#if defined(INT4_SCALE_PAIR)
+// Scale pairs (-DINT4_SCALE_PAIR, FORMAT=awq_f16): each scale is held as two
+// bf16 halves s = hi + lo, which holds an fp16 scale (11 significant bits)
+// exactly (GGUF Q4_0's d, AWQ / GPTQ fp16 scales); the fold multiplies G's
+// halves by both (four products, each exact in f32, instead of two).
+constexpr bool SCALE_PAIR = true;
+static_assert(!MXFP4, "MXFP4 has no scale fold: no scale pairs");
+#else
+constexpr bool SCALE_PAIR = false;
+#endif
 
 using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
 using BLOCKS = aie::block_vector<bfp16ebs8, 64>; // one 8x8 mmul operand: 8
@@ -214,15 +224,17 @@ constexpr unsigned SPAN_WORDS = NF == 1 ? PAIR_WORDS : SPAN_BYTES / 64;
 static_assert(NF == 1 || SPAN_BYTES % 576 == 0);
 
 // Packed record (see int4awq/record.py, which must agree): Q nibbles in the
-// image order of the W pair lines (PAIR_LINE nibbles per pair), then S (bf16),
-// then Z (uint8), each section starting on a 64-byte boundary. MXFP4
+// image order of the W pair lines (PAIR_LINE nibbles per pair), then S (bf16;
+// with scale pairs the NF * TN high halves, then the NF * TN low halves), then
+// Z (uint8), each section starting on a 64-byte boundary. MXFP4
 // (int4awq/mxfp4.py): the E2M1 codes in the same order, then X, per 32-value
 // group and column the bf16 2^(E - 64 - 127) whose block conversion carries
 // the group's exponent byte E = x + 5 (see dequantize).
 constexpr unsigned Q_PAIR_BYTES = PAIR_LINE / 2;
 constexpr unsigned Q_BYTES = NP * Q_PAIR_BYTES;
 constexpr unsigned S_OFFSET = round64(Q_BYTES);
-constexpr unsigned S_BYTES = round64(NF * TN * 2);
+constexpr unsigned S_LO = SCALE_PAIR ? NF * TN : 0; // low halves, from hi
+constexpr unsigned S_BYTES = round64(NF * TN * 2 * (SCALE_PAIR ? 2 : 1));
 constexpr unsigned Z_OFFSET = S_OFFSET + S_BYTES;
 constexpr unsigned Z_BYTES = round64(NF * TN);
 constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
@@ -385,16 +397,33 @@ inline BLOCKS to_blocks_on_mac(const bfloat16 *__restrict a,
   return aie::mul(aie::load_v<64>(a), ones).to_vector<bfp16ebs8>();
 }
 
+// The scales of 8 columns at sp, each replicated down the 8 rows of a block;
+// with scale pairs also their low halves (at sp + S_LO).
+struct Scales8 {
+  aie::vector<bfloat16, 64> hi, lo;
+};
+inline Scales8 load_scales(const bfloat16 *sp) {
+  Scales8 s;
+  s.hi = replicate_row(aie::load_v<8>(sp));
+  if constexpr (SCALE_PAIR)
+    s.lo = replicate_row(aie::load_v<8>(sp + S_LO));
+  return s;
+}
+
 // c (one 8x8 f32 block of the accumulator) += G * s, with G split into bf16 hi
-// + lo.
-inline void fold(const MMUL &g, const aie::vector<bfloat16, 64> &s,
-                 float *__restrict c) {
+// + lo (and s too, with scale pairs: hi * s.hi, lo * s.hi, hi * s.lo, lo *
+// s.lo, in that order).
+inline void fold(const MMUL &g, const Scales8 &s, float *__restrict c) {
   const aie::accum<accfloat, 64> gacc = g.to_accum();
   const aie::vector<bfloat16, 64> hi = gacc.to_vector<bfloat16>();
   const aie::vector<bfloat16, 64> lo = aie::sub(gacc, hi).to_vector<bfloat16>();
   aie::accum<accfloat, 64> acc(aie::load_v<64>(c));
-  acc = aie::mac(acc, hi, s);
-  acc = aie::mac(acc, lo, s);
+  acc = aie::mac(acc, hi, s.hi);
+  acc = aie::mac(acc, lo, s.hi);
+  if constexpr (SCALE_PAIR) {
+    acc = aie::mac(acc, hi, s.lo);
+    acc = aie::mac(acc, lo, s.lo);
+  }
   aie::store_v(c, acc.to_vector<float>());
 }
 
@@ -402,8 +431,8 @@ inline void fold(const MMUL &g, const aie::vector<bfloat16, 64> &s,
 // nb+1)) += its four accumulators * the scales of columns 8nb .. 8nb+15 at sp.
 inline void fold_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
                      const MMUL &g11, const bfloat16 *sp, float *c00) {
-  const aie::vector<bfloat16, 64> s0 = replicate_row(aie::load_v<8>(sp));
-  const aie::vector<bfloat16, 64> s1 = replicate_row(aie::load_v<8>(sp + 8));
+  const Scales8 s0 = load_scales(sp);
+  const Scales8 s1 = load_scales(sp + 8);
   fold(g00, s0, c00);
   fold(g01, s1, c00 + BLK);
   fold(g10, s0, c00 + NB * BLK);
@@ -423,7 +452,7 @@ inline void span_end(const MMUL &g, const bfloat16 *sp, float *__restrict c) {
   if constexpr (MXFP4)
     aie::store_v(c, g.to_accum().to_vector<float>());
   else
-    fold(g, replicate_row(aie::load_v<8>(sp)), c);
+    fold(g, load_scales(sp), c);
 }
 inline void span_end_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
                          const MMUL &g11, const bfloat16 *sp, float *c00) {

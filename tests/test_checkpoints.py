@@ -693,6 +693,26 @@ def test_scale_rounding_report(tmp_path):
     assert rep.has_bias and "bias" in line
 
 
+@pytest.mark.parametrize("fmt", ["awq-gemm", "compressed-tensors"])
+def test_fp16_scales_kept_exactly_as_pairs(tmp_path, fmt):
+    """load_layer(scale_pair=True) (host/run.py --format awq_f16): the format's own formula with its fp16
+    scales, (q - z) * s, exactly; nothing changed in the report."""
+    k, n, gs = 64, 16, 32
+    q, z, s = logical(k, n, gs, seed=15)
+    if fmt == "awq-gemm":
+        write_dir(tmp_path, awq_tensors(q, z, s), {**AWQ_CFG, "group_size": gs})
+    else:
+        write_dir(tmp_path, ct_tensors(q, z, s), ct_cfg(gs=gs))
+    w, rep = load_layer(tmp_path, LAYER, scale_pair=True)
+    rows = np.arange(k) // gs
+    exact = (q - z[rows]).astype(np.float64) * s.astype(np.float64)[rows]
+    np.testing.assert_array_equal(dequantize(w), exact.astype(np.float32))
+    assert w.format == "awq_f16" and rep.scales_changed == 0
+    assert rep.max_rel_scale_change == 0.0 and "-> bfloat16 pair: 0 of" in rep.summary()
+    plain, _ = load_layer(tmp_path, LAYER)
+    assert not np.array_equal(dequantize(plain), dequantize(w))
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

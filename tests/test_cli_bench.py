@@ -47,12 +47,14 @@ def test_modelled_table_is_written(capsys, tmp_path):
     text = (tmp_path / "b.csv").read_text()
     assert text.startswith("projection,format,m,k,n,config")
     rows = list(csv.DictReader(text.splitlines()))
-    # every prefill row and every decode row twice: AWQ, then MXFP4 beside it
-    assert [r["format"] for r in rows[:4]] == ["awq", "mxfp4", "awq", "mxfp4"]
-    assert {(r["projection"], r["m"]) for r in rows if r["format"] == "awq"} == {
-        (r["projection"], r["m"]) for r in rows if r["format"] == "mxfp4"
-    }
-    assert "mxfp4: one token" in out and "awq: one token" in out
+    # every prefill row and every decode row once per format: AWQ, then AWQ_F16 and MXFP4 beside it
+    fmts = ["awq", "awq_f16", "mxfp4"]
+    assert [r["format"] for r in rows[:6]] == fmts * 2
+    shapes = [
+        {(r["projection"], r["m"]) for r in rows if r["format"] == f} for f in fmts
+    ]
+    assert shapes[0] == shapes[1] == shapes[2]
+    assert all(f"{f}: one token" in out for f in fmts)
 
 
 def test_interrupt_exits_130(capsys, monkeypatch):

@@ -336,10 +336,6 @@ def test_mxfp4_weights_run_exact_through_both_designs():
     "extra, message",
     [
         (
-            ["--awq", "/nowhere", "--layer", "x"],
-            "--format mxfp4 runs random MXFP4 weights",
-        ),
-        (
             ["--gs", "128"],
             "--format mxfp4: its scales cover 32 values along K, not --gs 128",
         ),

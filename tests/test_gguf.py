@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""GGUF files read through the gguf package (int4awq/gguf_file.py), on files written by gguf itself: an MXFP4
-tensor loads as exactly the weights gguf.quants dequantises, runs through the host program and saves them;
+"""GGUF files read through the gguf package (int4awq/gguf_file.py), on files written by gguf itself: MXFP4 and
+Q4_0 tensors load as exactly the weights gguf.quants dequantises, run through the host program and save them;
 every other type, a missing tensor and a damaged file are one line and exit 2."""
 
 import os
@@ -15,6 +15,7 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 
 from int4awq.errors import ConfigError  # noqa: E402
 from int4awq.gguf_file import list_gguf_layers, load_gguf_layer  # noqa: E402
+from int4awq.quant import AwqWeights, dequantize  # noqa: E402
 
 from host_args import REPO, RUN  # noqa: E402
 
@@ -23,24 +24,33 @@ K, N = 256, 128
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    """A GGUF file written by gguf: an MXFP4 and a Q4_0 projection and an f32 norm."""
+    """A GGUF file written by gguf: MXFP4, Q4_0 and Q4_1 projections and an f32 norm. The Q4_0 weights have
+    an all-zero block (d = 0) and, as gguf's quantiser makes them, about half of their scales negative.
+    """
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((N, K)) / 16).astype(
         np.float32
     )  # ggml rows: one per output n
     mx = gguf.quants.quantize(w, Q.MXFP4)
+    w0 = w.copy()
+    w0[5, 32:64] = 0
+    q40 = gguf.quants.quantize(w0, Q.Q4_0)
     path = tmp_path_factory.mktemp("gguf") / "model.gguf"
     out = gguf.GGUFWriter(str(path), "llama")
     out.add_tensor("blk.0.attn_q.weight", mx, raw_dtype=Q.MXFP4)
+    out.add_tensor("blk.0.attn_k.weight", q40, raw_dtype=Q.Q4_0)
     out.add_tensor(
-        "blk.0.attn_k.weight", gguf.quants.quantize(w, Q.Q4_0), raw_dtype=Q.Q4_0
+        "blk.0.attn_v.weight", gguf.quants.quantize(w, Q.Q4_1), raw_dtype=Q.Q4_1
     )
     out.add_tensor("blk.0.attn_norm.weight", np.ones(K, np.float32))
     out.write_header_to_file()
     out.write_kv_data_to_file()
     out.write_tensors_to_file()
     out.close()
-    return path, gguf.quants.dequantize(mx, Q.MXFP4)  # gguf's own [N, K] f32
+    return path, {  # gguf's own dequantisation, [N, K] f32
+        "blk.0.attn_q.weight": gguf.quants.dequantize(mx, Q.MXFP4),
+        "blk.0.attn_k.weight": gguf.quants.dequantize(q40, Q.Q4_0),
+    }
 
 
 def run(*args):
@@ -53,7 +63,23 @@ def run(*args):
 def test_mxfp4_tensor_is_exactly_what_gguf_dequantises(model):
     path, ref = model
     w = load_gguf_layer(path, "blk.0.attn_q.weight")
-    assert (w.k, w.n) == (K, N) and np.array_equal(w.dequantize().T, ref)
+    assert w.format == "mxfp4" and (w.k, w.n) == (K, N)
+    assert np.array_equal(w.dequantize().T, ref["blk.0.attn_q.weight"])
+
+
+def test_q4_0_tensor_is_exactly_what_gguf_dequantises(model):
+    path, ref = model
+    w = load_gguf_layer(path, "blk.0.attn_k.weight")
+    assert w.format == "awq_f16" and (w.k, w.n, w.gs) == (K, N, 32)
+    assert np.array_equal(dequantize(w).T, ref["blk.0.attn_k.weight"])
+    # the file's scales really need the pair: their bf16 roundings alone give other weights
+    assert np.count_nonzero(w.s_lo.astype(np.float32)) > w.s_lo.size // 2
+    assert not np.array_equal(
+        dequantize(AwqWeights(w.q, w.z, w.s, w.gs)), dequantize(w)
+    )
+    # negative scales went into the codes (zero point 7), the zero block is codes 8 with zero point 8
+    assert 0 < np.count_nonzero(w.z == 7) < w.z.size and set(np.unique(w.z)) == {7, 8}
+    assert np.all(w.q[32:64, 5] == 8) and w.z[1, 5] == 8
 
 
 def test_list_names_every_2d_tensor_with_its_type(model):
@@ -63,17 +89,27 @@ def test_list_names_every_2d_tensor_with_its_type(model):
     }
     assert layers == {
         "blk.0.attn_q.weight": ("MXFP4", K, N, True),
-        "blk.0.attn_k.weight": ("Q4_0", K, N, False),
+        "blk.0.attn_k.weight": ("Q4_0", K, N, True),
+        "blk.0.attn_v.weight": ("Q4_1", K, N, False),
     }
 
 
-def test_host_program_runs_the_layer_and_saves_ggufs_weights(model, tmp_path):
+@pytest.mark.parametrize(
+    "layer, kind, fmt",
+    [
+        ("blk.0.attn_q.weight", "MXFP4", "MXFP4"),
+        ("blk.0.attn_k.weight", "Q4_0", "AWQ_F16"),
+    ],
+)
+def test_host_program_runs_the_layer_and_saves_ggufs_weights(
+    model, tmp_path, layer, kind, fmt
+):
     path, ref = model
     code, out, err = run(
         "--weights",
         str(path),
         "--layer",
-        "blk.0.attn_q.weight",
+        layer,
         "--m",
         "40",
         "--backend",
@@ -83,28 +119,28 @@ def test_host_program_runs_the_layer_and_saves_ggufs_weights(model, tmp_path):
     )
     assert code == 0, out + err
     assert (
-        "GGUF MXFP4 K=256 N=128" in out
-        and out.splitlines()[1].startswith("MXFP4 M=")
+        f"GGUF {kind} K=256 N=128" in out
+        and out.splitlines()[1].startswith(f"{fmt} M=")
         and "PASS!" in out
     )
-    assert np.array_equal(np.load(tmp_path / "out" / "w_dequant.npy"), ref.T)
+    assert np.array_equal(np.load(tmp_path / "out" / "w_dequant.npy"), ref[layer].T)
 
 
 @pytest.mark.parametrize(
     "layer, message",
     [
         (
-            "blk.0.attn_k.weight",
-            "GGUF Q4_0 is not read yet: its fp16 scales are not bf16",
+            "blk.0.attn_v.weight",
+            "GGUF Q4_1 [256, 128] is not read: 2-D MXFP4 and Q4_0 weights only so far",
         ),
         (
             "blk.0.attn_norm.weight",
-            "GGUF F32 [256] is not read: MXFP4 2-D weights only so far",
+            "GGUF F32 [256] is not read: 2-D MXFP4 and Q4_0 weights only so far",
         ),
         ("blk.9.ffn_up.weight", "tensor 'blk.9.ffn_up.weight' not found"),
     ],
 )
-def test_what_is_not_an_mxfp4_weight_is_one_line_exit_2(model, layer, message):
+def test_what_is_not_a_weight_read_is_one_line_exit_2(model, layer, message):
     path, _ = model
     code, out, err = run(
         "--weights", str(path), "--layer", layer, "--m", "8", "--backend", "emu"

@@ -194,4 +194,7 @@ def test_the_mxfp4_object_has_its_own_name_and_refuses_other_groups():
         capture_output=True,
         text=True,
     )
-    assert bad.returncode and "give FORMAT=awq or FORMAT=mxfp4" in bad.stderr
+    assert (
+        bad.returncode
+        and "give FORMAT=awq, FORMAT=awq_f16 or FORMAT=mxfp4" in bad.stderr
+    )

@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: MIT
+"""One interface to the weight files the host program reads: a path and a layer name in; the layer's weights,
+in the record format they need, and one line saying what was read, out. Each file format has its module:
+
+    int4awq/gguf_file.py       GGUF (llama.cpp): MXFP4, Q4_0
+    int4awq/mx_safetensors.py  MXFP4 safetensors: compressed-tensors mxfp4-pack-quantized, AMD Quark,
+                               gpt-oss experts
+    int4awq/checkpoints.py     int4 safetensors: AutoAWQ, GPTQ, compressed-tensors pack-quantized
+
+so a new format is one new module and a line in each function below. random_format_weights gives seeded
+weights of a record format instead of a file's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import ConfigError
+from .gguf_file import is_gguf
+from .mxfp4 import random_mxfp4
+from .quant import random_weights
+
+
+def list_layers(path: str | Path) -> list[str]:
+    """A line per layer of the file: its name, its type, K and N, and whether it runs."""
+    if is_gguf(path):
+        from .gguf_file import list_gguf_layers
+
+        return [
+            f"{t.name}  GGUF {t.type_name}  K={t.k} N={t.n}  "
+            + ("runs" if t.readable else "not read (MXFP4 and Q4_0 so far)")
+            for t in list_gguf_layers(path)
+        ]
+    from .mx_safetensors import list_mx_layers, open_mx
+
+    mx = open_mx(path)
+    if mx is not None:
+        return [
+            f"{t.name}  {t.layout} MXFP4  K={t.k} N={t.n}"
+            + ("" if t.experts is None else f"  experts={t.experts} (--expert E)")
+            for t in list_mx_layers(*mx)
+        ]
+    from .checkpoints import list_layers as list_int4_layers
+
+    return [
+        f"{i.name}  {i.format}  K={i.in_features} N={i.out_features} GS={i.group_size}"
+        for i in list_int4_layers(path)
+    ]
+
+
+def load(
+    path: str | Path, name: str, *, scale_pair: bool = False, expert: int | None = None
+):
+    """(weights, summary line) of layer `name`. scale_pair keeps an int4 checkpoint's scales exactly as bf16
+    pairs (format awq_f16); expert picks one expert of a gpt-oss expert tensor."""
+    if is_gguf(path):
+        from .gguf_file import load_gguf_layer
+
+        if expert is not None:
+            raise ConfigError(
+                "--expert: GGUF tensors are read one 2-D weight at a time"
+            )
+        w = load_gguf_layer(path, name)
+        kind, held = (
+            ("MXFP4", "E2M1 codes and E8M0 scales as the file holds them")
+            if w.format == "mxfp4"
+            else ("Q4_0", "codes and fp16 scales d as bf16 pairs (format awq_f16)")
+        )
+        return w, f"{name}: GGUF {kind} K={w.k} N={w.n}: {held} (exact)"
+    from .mx_safetensors import load_mx_layer, open_mx
+
+    mx = open_mx(path)
+    if mx is not None:
+        ck, kind = mx
+        w = load_mx_layer(ck, kind, name, expert)
+        which = "" if expert is None else f" expert {expert}"
+        return w, (
+            f"{name}{which}: {kind} MXFP4 K={w.k} N={w.n}: E2M1 codes and E8M0 scales as the file holds "
+            "them (exact)"
+        )
+    if expert is not None:
+        raise ConfigError(
+            "--expert applies to gpt-oss expert tensors; this is an int4 checkpoint"
+        )
+    from .checkpoints import load_layer
+
+    w, report = load_layer(path, name, scale_pair=scale_pair)
+    return w, report.summary()
+
+
+def random_format_weights(
+    fmt: str, k: int, n: int, gs: int, seed: int, exact: bool = False
+):
+    """Seeded weights of a record format: quant.random_weights (awq; awq_f16 with fp16 scales as exact
+    pairs) or mxfp4.random_mxfp4 (gs is 32)."""
+    if fmt == "mxfp4":
+        return random_mxfp4(k, n, seed, exact=exact)
+    return random_weights(k, n, gs, seed, exact=exact, scale_pair=fmt == "awq_f16")

@@ -1,0 +1,241 @@
+# SPDX-License-Identifier: MIT
+"""MXFP4 safetensors checkpoints (int4awq/mx_safetensors.py) through the one weights-file interface
+(int4awq/weights_file.py), on files made by the formats' own libraries:
+
+* compressed-tensors mxfp4-pack-quantized: tensors from the package's MXFP4PackedCompressor.compress, the
+  config from its QuantizationConfig; the loaded weights equal MXFP4PackedCompressor.decompress exactly;
+* gpt-oss experts: blocks and scales in the checkpoint's layout; one expert's weights equal transformers'
+  convert_moe_packed_tensors (the dequantiser transformers loads gpt-oss with) exactly;
+* both run through host/run.py on the emulator (PASS) and --save writes those weights;
+* AMD Quark: an OCP_MXFP4Spec export made by Quark, equal to Quark's own unpacking (where amd-quark is
+  installed);
+* bad input (a missing or wrong expert, a Quark export of another type, a NaN scale) is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("compressed_tensors")
+from compressed_tensors.compressors.mxfp4 import MXFP4PackedCompressor  # noqa: E402
+from compressed_tensors.quantization import (  # noqa: E402
+    QuantizationConfig,
+    preset_name_to_scheme,
+)
+from safetensors.numpy import save_file  # noqa: E402
+from transformers.integrations.mxfp4 import convert_moe_packed_tensors  # noqa: E402
+
+from int4awq.errors import ConfigError  # noqa: E402
+from int4awq.weights_file import list_layers, load  # noqa: E402
+
+from host_args import REPO, RUN  # noqa: E402
+
+CT_LAYERS = {"model.layers.0.self_attn.q_proj": (128, 256), "lm_head": (64, 128)}
+E, K_OSS, N_OSS = (
+    3,
+    128,
+    64,
+)  # gpt-oss: experts, hidden (K of down_proj's GEMM here), outputs
+
+
+@pytest.fixture(scope="module")
+def ct_checkpoint(tmp_path_factory):
+    """A compressed-tensors MXFP4 checkpoint: {layer: the package's own dequantisation [N, K]}."""
+    d = tmp_path_factory.mktemp("ct_mxfp4")
+    scheme = preset_name_to_scheme("MXFP4A16", ["Linear"])
+    gen = torch.Generator().manual_seed(0)
+    tensors, refs = {}, {}
+    for name, (n, k) in CT_LAYERS.items():
+        w = (torch.randn(n, k, generator=gen) / 16).to(torch.bfloat16)
+        amax = w.float().view(n, k // 32, 32).abs().amax(-1)
+        scale = torch.exp2(torch.ceil(torch.log2(amax / 6))).to(torch.bfloat16)
+        sd = MXFP4PackedCompressor.compress(
+            {"weight": w, "weight_scale": scale}, scheme
+        )
+        tensors[f"{name}.weight_packed"] = sd["weight_packed"].numpy()
+        tensors[f"{name}.weight_scale"] = sd["weight_scale"].numpy()
+        dec = MXFP4PackedCompressor.decompress(dict(sd), scheme)["weight"]
+        refs[name] = dec.float().numpy()
+    save_file(tensors, str(d / "model.safetensors"))
+    cfg = QuantizationConfig(
+        config_groups={"group_0": scheme}, format="mxfp4-pack-quantized"
+    )
+    (d / "config.json").write_text(
+        json.dumps({"quantization_config": cfg.model_dump(mode="json")})
+    )
+    return d, refs
+
+
+@pytest.fixture(scope="module")
+def oss_checkpoint(tmp_path_factory):
+    """A gpt-oss-layout checkpoint with one MXFP4 expert tensor: transformers' dequantisation [E, K, N]."""
+    d = tmp_path_factory.mktemp("gpt_oss")
+    rng = np.random.default_rng(1)
+    name = "model.layers.0.mlp.experts.down_proj"
+    blocks = rng.integers(0, 256, (E, N_OSS, K_OSS // 32, 16), dtype=np.uint8)
+    scales = rng.integers(118, 126, (E, N_OSS, K_OSS // 32), dtype=np.uint8)
+    save_file(
+        {
+            f"{name}_blocks": blocks,
+            f"{name}_scales": scales,
+            "model.layers.0.mlp.router.weight": np.ones((E, K_OSS), np.float32),
+        },
+        str(d / "model.safetensors"),
+    )
+    (d / "config.json").write_text(
+        json.dumps({"quantization_config": {"quant_method": "mxfp4"}})
+    )
+    ref = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales))
+    return d, name, ref.float().numpy()
+
+
+def run(*args):
+    res = subprocess.run(
+        [sys.executable, RUN, *args], capture_output=True, text=True, cwd=REPO
+    )
+    return res.returncode, res.stdout, res.stderr
+
+
+@pytest.mark.parametrize("name", list(CT_LAYERS))
+def test_compressed_tensors_layer_is_exactly_the_packages_decompression(
+    ct_checkpoint, name
+):
+    d, refs = ct_checkpoint
+    w, line = load(d, name)
+    assert w.format == "mxfp4" and (w.n, w.k) == CT_LAYERS[name]
+    assert np.array_equal(w.dequantize().T, refs[name])
+    assert line.startswith(f"{name}: compressed-tensors MXFP4 K=")
+
+
+def test_gpt_oss_expert_is_exactly_what_transformers_dequantises(oss_checkpoint):
+    d, name, ref = oss_checkpoint
+    for e in range(E):
+        w, line = load(d, name, expert=e)
+        assert (w.k, w.n) == (K_OSS, N_OSS) and f"expert {e}" in line
+        assert np.array_equal(w.dequantize(), ref[e])
+
+
+def test_list_layers_names_the_layouts(ct_checkpoint, oss_checkpoint):
+    assert list_layers(ct_checkpoint[0]) == [  # in natural order
+        "lm_head  compressed-tensors MXFP4  K=128 N=64",
+        "model.layers.0.self_attn.q_proj  compressed-tensors MXFP4  K=256 N=128",
+    ]
+    d, name, _ = oss_checkpoint
+    assert list_layers(d) == [
+        f"{name}  gpt-oss MXFP4  K={K_OSS} N={N_OSS}  experts={E} (--expert E)"
+    ]
+
+
+@pytest.mark.parametrize("which", ["ct", "oss"])
+def test_host_program_runs_the_layer_and_saves_its_weights(
+    ct_checkpoint, oss_checkpoint, tmp_path, which
+):
+    if which == "ct":
+        d, refs = ct_checkpoint
+        name = "model.layers.0.self_attn.q_proj"
+        extra, ref = [], refs[name].T
+    else:
+        d, name, ref3 = oss_checkpoint
+        extra, ref = ["--expert", "2"], ref3[2]
+    code, out, err = run(
+        "--weights", str(d), "--layer", name, *extra, "--m", "24",
+        "--backend", "emu", "--save", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert out.splitlines()[1].startswith("MXFP4 M=") and "PASS!" in out
+    assert np.array_equal(np.load(tmp_path / "out" / "w_dequant.npy"), ref)
+
+
+def test_bad_input_is_one_line_exit_2(ct_checkpoint, oss_checkpoint, tmp_path):
+    ct, _ = ct_checkpoint
+    oss, name, _ = oss_checkpoint
+    quark = tmp_path / "quark"  # a Quark int4 export: only its MXFP4 exports are read
+    quark.mkdir()
+    save_file(
+        {"l.weight": np.zeros((4, 16), np.uint8)}, str(quark / "model.safetensors")
+    )
+    spec = {"dtype": "int4", "qscheme": "per_group", "group_size": 32}
+    (quark / "config.json").write_text(
+        json.dumps(
+            {
+                "quantization_config": {
+                    "quant_method": "quark",
+                    "global_quant_config": {"weight": spec},
+                }
+            }
+        )
+    )
+    for args, says in [
+        (["--weights", str(oss), "--layer", name], "holds 3 experts: give --expert E"),
+        (["--weights", str(oss), "--layer", name, "--expert", "3"], "has experts 0 to 2"),
+        (["--weights", str(ct), "--layer", "lm_head", "--expert", "0"], "not a tensor of experts"),
+        (["--weights", str(ct), "--layer", "nope"], "layer 'nope' not found"),
+        (["--weights", str(quark), "--layer", "l"], "weight.dtype = 'int4': Quark exports are read when"),
+        (["--m", "4", "--k", "64", "--n", "64", "--expert", "1"], "--expert needs --weights"),
+    ]:  # fmt: skip
+        code, out, err = run(*args, "--m", "8", "--backend", "emu")
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (
+            args,
+            out + err,
+        )
+
+
+def test_a_nan_scale_is_refused_at_load(tmp_path):
+    d = tmp_path / "nan"
+    d.mkdir()
+    scales = np.full((16, 2), 127, np.uint8)
+    scales[3, 1] = 255
+    save_file(
+        {"l.weight_packed": np.zeros((16, 32), np.uint8), "l.weight_scale": scales},
+        str(d / "model.safetensors"),
+    )  # no config: the U8 tensors say MXFP4
+    with pytest.raises(ConfigError, match=r"layer l: MXFP4 scale byte 255 .*NaN"):
+        load(d, "l")
+
+
+def test_quark_export_is_exactly_what_quark_unpacks(tmp_path):
+    """An AMD Quark OCP_MXFP4Spec export of a small random Llama, made by Quark itself, against Quark's own
+    Pack_fp4.unpack times its E8M0 scales. Runs where amd-quark is installed (not in requirements-formats.txt:
+    it needs onnx, pandas and a C++ JIT build, about 40 s here); skipped elsewhere."""
+    pytest.importorskip("quark.torch")
+    from quark.torch import ModelQuantizer, export_safetensors
+    from quark.torch.quantization.config.config import (
+        Config,
+        OCP_MXFP4Spec,
+        QLayerConfig,
+    )
+    from quark.torch.utils.pack import Pack_fp4
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=64,
+    )
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    spec = OCP_MXFP4Spec(ch_axis=-1, is_dynamic=False).to_quantization_spec()
+    quantizer = ModelQuantizer(
+        Config(global_quant_config=QLayerConfig(weight=spec), exclude=["lm_head"])
+    )
+    model = quantizer.freeze(quantizer.quantize_model(model, None))
+    export_safetensors(model, str(tmp_path))
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    lines = list_layers(tmp_path)
+    assert len(lines) == 7 and all(" quark MXFP4 " in line for line in lines)
+    for name in ("model.layers.0.mlp.down_proj", "model.layers.0.self_attn.q_proj"):
+        values = Pack_fp4("per_group", "fp4").unpack(tensors[f"{name}.weight"], False)
+        scale = 2.0 ** (tensors[f"{name}.weight_scale"].to(torch.int16) - 127).float()
+        ref = (values * scale.repeat_interleave(32, dim=1)).numpy()
+        w, _ = load(tmp_path, name)
+        assert np.array_equal(w.dequantize(), ref.T)
