@@ -164,7 +164,7 @@ format: deps
 	$(CLANG_FORMAT) -i $(CXX_SOURCES)
 
 test: deps format-deps format-check
-	$(PYTHON) -m pytest -q tests emulator/tests
+	$(PYTHON) -m pytest -q -n auto --dist loadfile tests emulator/tests
 	$(PYTHON) -c 'from lit.main import main; main()' -sv tests
 
 clean:

@@ -304,8 +304,10 @@ def entry(
                 cache = old
         cache["calls"][key] = entries[key]
         os.makedirs(os.path.dirname(CACHE), exist_ok=True)
-        with open(CACHE, "w") as f:
+        tmp = f"{CACHE}.{os.getpid()}"  # whole or not at all: parallel test workers share the cache
+        with open(tmp, "w") as f:
             json.dump(cache, f)
+        os.replace(tmp, CACHE)
     return entries[key]
 
 
