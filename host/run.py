@@ -122,7 +122,8 @@ def parse_args(argv):
         "--decoder-layer",
         type=int,
         metavar="L",
-        help="with --awq: run all seven projections of decoder layer L, a line each",
+        help="with --weights (a safetensors checkpoint of any format read): run all seven projections of "
+        "decoder layer L, a line each",
     )
     p.add_argument(
         "--activations",
@@ -805,14 +806,15 @@ DECODER_PROJECTIONS = (
 
 def run_decoder_layer(args) -> bool:
     """All seven projections of one decoder layer of a checkpoint, a line each; True if all pass."""
-    from int4awq.checkpoints import load_layer
+    from int4awq.weights_file import load
 
     if args.m is None:
         raise ConfigError("--decoder-layer needs --m (rows of A)")
-    ok = True
+    ok, pair = True, args.format == "awq_f16"
     for proj in DECODER_PROJECTIONS:
         name = f"model.layers.{args.decoder_layer}.{proj}"
-        w, _ = load_layer(args.awq, name)
+        w, _ = load(args.awq, name, scale_pair=pair)
+        args.format = w.format  # the file's format decides
         check_host_memory(args.m, w.k, w.n)
         a = random_activations(args.m, w.k, args.seed + 1)
         t0 = time.perf_counter()

@@ -44,14 +44,13 @@ E, K_OSS, N_OSS = (
 )  # gpt-oss: experts, hidden (K of down_proj's GEMM here), outputs
 
 
-@pytest.fixture(scope="module")
-def ct_checkpoint(tmp_path_factory):
-    """A compressed-tensors MXFP4 checkpoint: {layer: the package's own dequantisation [N, K]}."""
-    d = tmp_path_factory.mktemp("ct_mxfp4")
+def write_ct(d, layers):
+    """A compressed-tensors MXFP4 checkpoint of these layers {name: (N, K)} in d: {layer: the package's own
+    dequantisation [N, K]}."""
     scheme = preset_name_to_scheme("MXFP4A16", ["Linear"])
     gen = torch.Generator().manual_seed(0)
     tensors, refs = {}, {}
-    for name, (n, k) in CT_LAYERS.items():
+    for name, (n, k) in layers.items():
         w = (torch.randn(n, k, generator=gen) / 16).to(torch.bfloat16)
         amax = w.float().view(n, k // 32, 32).abs().amax(-1)
         scale = torch.exp2(torch.ceil(torch.log2(amax / 6))).to(torch.bfloat16)
@@ -69,7 +68,13 @@ def ct_checkpoint(tmp_path_factory):
     (d / "config.json").write_text(
         json.dumps({"quantization_config": cfg.model_dump(mode="json")})
     )
-    return d, refs
+    return refs
+
+
+@pytest.fixture(scope="module")
+def ct_checkpoint(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ct_mxfp4")
+    return d, write_ct(d, CT_LAYERS)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +155,23 @@ def test_host_program_runs_the_layer_and_saves_its_weights(
     assert code == 0, out + err
     assert out.splitlines()[1].startswith("MXFP4 M=") and "PASS!" in out
     assert np.array_equal(np.load(tmp_path / "out" / "w_dequant.npy"), ref)
+
+
+def test_a_decoder_layer_of_an_mxfp4_checkpoint_runs_a_line_per_projection(tmp_path):
+    h, f = 64, 128
+    shapes = {"q": (h, h), "k": (h, h), "v": (h, h), "o": (h, h)}
+    layers = {f"model.layers.1.self_attn.{p}_proj": s for p, s in shapes.items()}
+    layers.update(
+        {f"model.layers.1.mlp.{p}_proj": (f, h) for p in ("gate", "up")},
+        **{"model.layers.1.mlp.down_proj": (h, f)},
+    )
+    write_ct(tmp_path, layers)
+    code, out, err = run(
+        "--weights", str(tmp_path), "--decoder-layer", "1", "--m", "16", "--backend", "emu"
+    )  # fmt: skip
+    assert code == 0, out + err
+    lines = [line for line in out.splitlines() if line.startswith("model.layers.1.")]
+    assert len(lines) == 7 and all(line.endswith("PASS") for line in lines)
 
 
 def test_bad_input_is_one_line_exit_2(ct_checkpoint, oss_checkpoint, tmp_path):
