@@ -42,7 +42,6 @@ try:
         build_host_kernel,
         default_gs,
     )
-    from int4awq.gguf_file import is_gguf
     from int4awq.weights_file import random_format_weights
     from int4awq.sweep import config_from_args
     from int4awq.gemv import GEMV_AUTO_MAX_M, GemvConfig
@@ -122,7 +121,7 @@ def parse_args(argv):
         "--decoder-layer",
         type=int,
         metavar="L",
-        help="with --weights (a safetensors checkpoint of any format read): run all seven projections of "
+        help="with --weights: run all seven projections of "
         "decoder layer L, a line each",
     )
     p.add_argument(
@@ -166,11 +165,6 @@ def check_options(args) -> None:
         )
     if (args.list_layers or args.decoder_layer is not None) and args.awq is None:
         raise ConfigError("--list-layers and --decoder-layer need --awq PATH")
-    gguf = args.awq is not None and is_gguf(args.awq)
-    if gguf and args.decoder_layer is not None:
-        raise ConfigError(
-            "--decoder-layer reads Hugging Face checkpoints; for a GGUF file give --layer NAME"
-        )
     if args.expert is not None and (args.awq is None or args.layer is None):
         raise ConfigError(
             "--expert needs --weights PATH --layer NAME (a gpt-oss expert tensor)"
@@ -793,26 +787,14 @@ def run_gemm(
     return cfg, res, c
 
 
-DECODER_PROJECTIONS = (
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-)
-
-
 def run_decoder_layer(args) -> bool:
     """All seven projections of one decoder layer of a checkpoint, a line each; True if all pass."""
-    from int4awq.weights_file import load
+    from int4awq.weights_file import decoder_layer_names, load
 
     if args.m is None:
         raise ConfigError("--decoder-layer needs --m (rows of A)")
     ok, pair = True, args.format == "awq_f16"
-    for proj in DECODER_PROJECTIONS:
-        name = f"model.layers.{args.decoder_layer}.{proj}"
+    for name in decoder_layer_names(args.awq, args.decoder_layer):
         w, _ = load(args.awq, name, scale_pair=pair)
         args.format = w.format  # the file's format decides
         check_host_memory(args.m, w.k, w.n)

@@ -48,6 +48,35 @@ def list_layers(path: str | Path) -> list[str]:
     ]
 
 
+# A Llama decoder layer's seven projections, by the names each kind of file gives them: Hugging Face
+# checkpoints' module names, and llama.cpp's GGUF tensor names (gguf-py's tensor_mapping: attn_q .. ffn_down).
+HF_PROJECTIONS = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
+GGUF_PROJECTIONS = (
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+)
+
+
+def decoder_layer_names(path: str | Path, layer: int) -> list[str]:
+    """The seven projection layers of decoder layer `layer`, as the file names them."""
+    if is_gguf(path):
+        return [f"blk.{layer}.{p}.weight" for p in GGUF_PROJECTIONS]
+    return [f"model.layers.{layer}.{p}" for p in HF_PROJECTIONS]
+
+
 def load(
     path: str | Path, name: str, *, scale_pair: bool = False, expert: int | None = None
 ):

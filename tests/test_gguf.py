@@ -150,6 +150,32 @@ def test_what_is_not_a_weight_read_is_one_line_exit_2(model, layer, message):
     )
 
 
+def test_a_q4_0_decoder_layer_runs_a_line_per_projection(tmp_path):
+    """blk.1's seven projections, as llama.cpp names them, written by gguf as Q4_0 (hidden 64, FFN 128)."""
+    rng = np.random.default_rng(2)
+    path = tmp_path / "layer.gguf"
+    out = gguf.GGUFWriter(str(path), "llama")
+    h, f = 64, 128
+    shapes = dict(attn_q=(h, h), attn_k=(h, h), attn_v=(h, h), attn_output=(h, h))
+    shapes.update(ffn_gate=(f, h), ffn_up=(f, h), ffn_down=(h, f))  # (N, K)
+    for proj, (n, k) in shapes.items():
+        w = (rng.standard_normal((n, k)) / 16).astype(np.float32)
+        q = gguf.quants.quantize(w, Q.Q4_0)
+        out.add_tensor(f"blk.1.{proj}.weight", q, raw_dtype=Q.Q4_0)
+    out.write_header_to_file()
+    out.write_kv_data_to_file()
+    out.write_tensors_to_file()
+    out.close()
+    code, stdout, err = run(
+        "--weights", str(path), "--decoder-layer", "1", "--m", "16", "--backend", "emu"
+    )  # fmt: skip
+    assert code == 0, stdout + err
+    lines = [line for line in stdout.splitlines() if line.startswith("blk.1.")]
+    assert [line.split()[0] for line in lines] == [
+        f"blk.1.{p}.weight" for p in shapes
+    ] and all(line.endswith("PASS") for line in lines)
+
+
 def test_a_truncated_file_is_one_line(model, tmp_path):
     path, _ = model
     cut = tmp_path / "cut.gguf"
