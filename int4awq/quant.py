@@ -158,13 +158,14 @@ def scale_pair_of(scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dequantize(w) -> np.ndarray:
-    """(q - z) * s as float32 [K, N]; exact, since |q - z| <= 15 needs 4 bits and s has 8 (a scale pair at
-    most 16). Other formats'
-    weights (int4awq.mxfp4.Mxfp4Weights) dequantise themselves."""
+    """(q - z) * s as float32 [K, N]; exact, since |q - z| <= 15 needs 4 bits and s has 8 (a pair from
+    scale_pair_of at most 16: its product is formed in f64). Other formats' weights
+    (int4awq.mxfp4.Mxfp4Weights) dequantise themselves."""
     if not isinstance(w, AwqWeights):
         return w.dequantize()
-    q = w.q.reshape(w.groups, w.gs, w.n).astype(np.float64)
-    deq = (q - w.z[:, None, :].astype(np.float64)) * w.scales()[:, None, :]
+    dt = np.float32 if w.s_lo is None else np.float64
+    q = w.q.reshape(w.groups, w.gs, w.n).astype(dt)
+    deq = (q - w.z[:, None, :].astype(dt)) * w.scales().astype(dt)[:, None, :]
     return deq.reshape(w.k, w.n).astype(np.float32)
 
 
