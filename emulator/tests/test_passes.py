@@ -635,3 +635,26 @@ def test_channel_declarations_take_mlir_airs_arguments():
 
     build()
     assert seen == ["npu_cascade"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_split_checks_address_maps_as_a_dictionary_would(seed):
+    # The tiled single side's check, vectorised: an address of a piece must be one the transfer moved, and
+    # move to the same partner element (the last one, where the transfer moves an address twice). The
+    # reference is the plain dictionary of the transfer's (address -> partner address) pairs.
+    rng = np.random.default_rng(seed)
+    orig = rng.integers(0, 40, 60)  # repeats on purpose
+    porig = rng.integers(0, 1000, 60)
+    keys, last = np.unique(orig[::-1], return_index=True)
+    partner_of = porig[len(orig) - 1 - last]
+    pairs = dict(zip(orig.tolist(), porig.tolist()))
+    for _ in range(50):
+        a = rng.integers(0, 45, 8)  # some addresses it never moved
+        b = np.array([pairs.get(x, -1) for x in a.tolist()])
+        if rng.random() < 0.5:
+            b[rng.integers(0, 8)] += 1
+        want = all(pairs.get(x) == y for x, y in zip(a.tolist(), b.tolist()))
+        assert split_l2._maps_to(keys, partner_of, a, b) == want
+        assert split_l2._found(keys, a)[0].tolist() == [x in pairs for x in a.tolist()]
+    assert split_l2._maps_to(keys[:0], partner_of[:0], a[:0], b[:0])
+    assert not split_l2._maps_to(keys[:0], partner_of[:0], a, b)

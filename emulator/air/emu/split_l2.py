@@ -441,16 +441,18 @@ class SplitModel:
                 return Refusal(f"split of {name}: {short}", detail)
 
             orig = ep.pattern.addresses()
+            # its addresses, sorted, and which partner element each moves to (the last, if repeated)
+            keys_, last = np.unique(orig[::-1], return_index=True)
             if partner is not None:
                 porig = self.pattern(partner, {}).addresses()
-                pairs = dict(zip(orig.tolist(), porig.tolist()))
+                partner_of = porig[len(orig) - 1 - last]
             for i, c in enumerate(copies):
                 a = c.addresses()
                 if piece_extent < extent:
                     idx = (a // split_stride) % extent
                     k = c.offsets[pos]
                     inside = k <= idx.min() and idx.max() < k + piece_extent
-                    if not inside or not np.isin(a, orig).all():
+                    if not inside or not _found(keys_, a)[0].all():
                         raise refuse(
                             f"the {ep.end.direction.upper()} side {ep.pattern.text()} is tiled "
                             "off its pieces",
@@ -460,9 +462,7 @@ class SplitModel:
                 if partner is None:
                     continue
                 b = pcopies[i].addresses()
-                if len(a) != len(b) or any(
-                    pairs.get(x) != y for x, y in zip(a.tolist(), b.tolist())
-                ):
+                if len(a) != len(b) or not _maps_to(keys_, partner_of, a, b):
                     raise refuse(
                         f"the two sides of {ep.end.where()} disagree ({len(b)} vs {len(a)} "
                         "elements per piece)",
@@ -504,6 +504,20 @@ class SplitModel:
             f"pattern (no re-layout on the L2 side; re-lay on the read to L1, as mlir-air's "
             f"bf16_x_bfp16 GEMM does), or keep it whole with air.no_split"
         )
+
+
+def _found(keys, a):
+    """(which addresses of a are among keys, sorted and unique; where they are in keys)."""
+    if not len(keys):
+        return np.zeros(len(a), bool), np.zeros(len(a), int)
+    at = np.searchsorted(keys, a).clip(max=len(keys) - 1)
+    return keys[at] == a, at
+
+
+def _maps_to(keys, partner_of, a, b) -> bool:
+    """Every address of a is among keys and moves to the element of b that partner_of says."""
+    found, at = _found(keys, a)
+    return bool(np.all(found & (partner_of[at] == b))) if len(keys) else not len(a)
 
 
 def _tile(p, pos, size, factor, i):
