@@ -121,8 +121,7 @@ def parse_args(argv):
         "--decoder-layer",
         type=int,
         metavar="L",
-        help="with --weights: run all seven projections of "
-        "decoder layer L, a line each",
+        help="with --weights: run all seven projections of decoder layer L, a line each",
     )
     p.add_argument(
         "--activations",

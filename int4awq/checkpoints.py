@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from ml_dtypes import bfloat16
 
-from .errors import ConfigError
+from .errors import ConfigError, not_found
 from .quant import AwqWeights, scale_pair_of
 
 FORMATS = ("awq-gemm", "compressed-tensors", "gptq", "gptq_v2")
@@ -806,13 +806,7 @@ def load_layer(
         ck.entry(f"{name}.qweight") is None
         and ck.entry(f"{name}.weight_packed") is None
     ):
-        known = _layer_names(ck)
-        hint = ", ".join(known[:4]) + (
-            f", ... ({len(known)} in all)" if len(known) > 4 else ""
-        )
-        raise ConfigError(
-            f"layer {name!r} not found in {path} (int4 layers: {hint or 'none'})"
-        )
+        raise not_found("layer", name, path, "int4 layers", _layer_names(ck))
     plan = _plan(ck, name, method)
     data = {
         role: ck.read(e, tname)

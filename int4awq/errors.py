@@ -13,6 +13,16 @@ class ConfigError(ValueError):
     """A shape, option, file or value the program cannot accept; the message says which rule failed."""
 
 
+def not_found(what: str, name: str, path, listed: str, known: list[str]) -> ConfigError:
+    """'<what> 'name' not found in <path> (<listed>: the first four known names, and how many)'."""
+    hint = ", ".join(known[:4]) + (
+        f", ... ({len(known)} in all)" if len(known) > 4 else ""
+    )
+    return ConfigError(
+        f"{what} {name!r} not found in {path} ({listed}: {hint or 'none'})"
+    )
+
+
 def missing_module_line(e: ModuleNotFoundError) -> str:
     """One line: which package is missing for this interpreter and how to get it."""
     venv_python = os.path.join(REPO, ".venv", "bin", "python")

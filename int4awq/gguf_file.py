@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, not_found
 from .mxfp4 import MX_BLOCK, Mxfp4Weights
 from .quant import AwqWeights, scale_pair_of
 
@@ -97,12 +97,7 @@ def load_gguf_layer(path: str | Path, name: str) -> Mxfp4Weights | AwqWeights:
     t = tensors.get(name)
     if t is None:
         known = [n for n, x in tensors.items() if len(x.shape) == 2]
-        hint = ", ".join(known[:4]) + (
-            f", ... ({len(known)} in all)" if len(known) > 4 else ""
-        )
-        raise ConfigError(
-            f"tensor {name!r} not found in {path} (2-D tensors: {hint or 'none'})"
-        )
+        raise not_found("tensor", name, path, "2-D tensors", known)
     kind = _type_name(t)
     if kind not in BLOCK_BYTES or len(t.shape) != 2:
         raise ConfigError(

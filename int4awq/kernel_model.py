@@ -66,7 +66,7 @@ def bfp16_blocks(x: np.ndarray) -> np.ndarray:
 
 def _operands(a: np.ndarray, w: AwqWeights):
     """The kernel's operands: A as bfp16 blocks along K [M, KB, 8], (q - z) as bfp16 blocks along K
-    [KB, N, 8] (exact), and the scales as f32 [groups, N] (the pair's halves [2, groups, N] for awq_f16).
+    [KB, N, 8] (exact), and the scales: a list of f32 [groups, N], s (and s_lo for a scale pair).
     """
     m, k = a.shape
     n, gs = w.n, w.gs
@@ -75,16 +75,14 @@ def _operands(a: np.ndarray, w: AwqWeights):
         np.float32
     )
     w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
-    s = w.s.astype(np.float32)
-    if w.s_lo is not None:
-        s = np.stack([s, w.s_lo.astype(np.float32)])
-    return a_bfp, w_bfp, s
+    halves = [w.s] if w.s_lo is None else [w.s, w.s_lo]
+    return a_bfp, w_bfp, [h.astype(np.float32) for h in halves]
 
 
 def _partial_sum(
     a_bfp: np.ndarray,
     w_bfp: np.ndarray,
-    s: np.ndarray,
+    s: list[np.ndarray],
     chunks: list[int] | range,
     tile_k: int,
     gs: int,
@@ -103,7 +101,7 @@ def _partial_sum(
                 g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
             hi = bf16_rne(g_acc)
             lo = bf16_rne(g_acc - hi)
-            for half in s if s.ndim == 3 else s[None]:  # s, then s_lo for a pair
+            for half in s:  # s, then s_lo for a pair
                 sc = half[(f * span) // gs][None, :]
                 c = (c + hi * sc).astype(np.float32)
                 c = (c + lo * sc).astype(np.float32)

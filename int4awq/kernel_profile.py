@@ -132,15 +132,11 @@ def _reset(lib: ctypes.CDLL) -> None:
 
 def _first_record(tile_n: int, tile_k: int, gs: int, fmt: str) -> np.ndarray:
     """The first packed record of seeded weights of the format (K = one chunk, or one AWQ group)."""
-    if fmt == "mxfp4":
-        from .mxfp4 import pack_mxfp4, random_mxfp4
+    from .record import pack_format
+    from .weights_file import random_format_weights
 
-        return pack_mxfp4(random_mxfp4(tile_k, tile_n, seed=0), tile_n, tile_k)[0, 0]
-    from .quant import random_weights
-    from .record import pack_weights
-
-    w = random_weights(max(tile_k, gs), tile_n, gs, seed=0, scale_pair=fmt == "awq_f16")
-    return pack_weights(w, tile_n, tile_k, fmt)[0, 0]
+    w = random_format_weights(fmt, max(tile_k, gs), tile_n, gs, seed=0)
+    return pack_format(w, tile_n, tile_k, fmt)[0, 0]
 
 
 def profile_accumulate(

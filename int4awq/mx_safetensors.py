@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoints import _Checkpoint, _expect
-from .errors import ConfigError
+from .errors import ConfigError, not_found
 from .mxfp4 import MX_BLOCK, Mxfp4Weights
 
 CT_FORMAT = "mxfp4-pack-quantized"
@@ -158,14 +158,9 @@ def load_mx_layer(
     ck: _Checkpoint, kind: str, name: str, expert: int | None
 ) -> Mxfp4Weights:
     """Layer `name` (its module prefix; gpt-oss: one expert of it) as Mxfp4Weights [K, N]."""
-    if name not in _names(ck, kind):
-        known = _names(ck, kind)
-        hint = ", ".join(known[:4]) + (
-            f", ... ({len(known)} in all)" if len(known) > 4 else ""
-        )
-        raise ConfigError(
-            f"layer {name!r} not found in {ck.path} (MXFP4 layers: {hint or 'none'})"
-        )
+    known = _names(ck, kind)
+    if name not in known:
+        raise not_found("layer", name, ck.path, "MXFP4 layers", known)
     info = _layer(ck, kind, name)
     if kind == "gpt-oss":
         if expert is None:

@@ -123,9 +123,8 @@ class AwqWeights:
         if bad.size:
             idx = tuple(int(i) for i in np.unravel_index(bad[0], s.shape))
             raise ConfigError(f"s{list(idx)} = {s[idx]}: scales must be finite and > 0")
-        if (
-            self.s_lo is not None
-        ):  # a pair is (bf16(scale), the rest): s must be s + s_lo rounded to bf16
+        # a pair is (bf16(scale), the rest): s must be s + s_lo rounded to bf16
+        if self.s_lo is not None:
             bad = np.flatnonzero(bf16_rne(s) != self.s.astype(np.float32))
             if bad.size:
                 idx = tuple(int(i) for i in np.unravel_index(bad[0], s.shape))

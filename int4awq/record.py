@@ -474,12 +474,9 @@ def pack_weights(
     halves = [w.s]
     if fmt == "awq_f16":
         halves.append(np.zeros_like(w.s) if w.s_lo is None else w.s_lo)
-    s_bytes = np.concatenate([per_record(h) for h in halves], axis=2)
-    out[:, :, lay.s_offset : lay.s_offset + lay.s_bytes] = np.ascontiguousarray(
-        s_bytes
-    ).view(
-        np.uint8
-    )  # bf16 little-endian
+    s_section = np.ascontiguousarray(np.concatenate([per_record(h) for h in halves], 2))
+    # bf16 little-endian
+    out[:, :, lay.s_offset : lay.s_offset + lay.s_bytes] = s_section.view(np.uint8)
     out[:, :, lay.z_offset : lay.z_offset + lay.z_bytes] = per_record(w.z)
     return out
 
@@ -561,13 +558,18 @@ def padded_operands(cfg, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.n
     configuration's padded shape (cfg.m, cfg.k, cfg.n, cfg.tile_n, cfg.tile_k_l1)."""
     a_padded = np.zeros((cfg.m, cfg.k), bfloat16)
     a_padded[: a.shape[0]] = a
-    if not isinstance(
-        w, AwqWeights
-    ):  # another format's weights pad and pack themselves (int4awq.mxfp4)
-        return a_padded, w.padded(cfg.n).pack(cfg.tile_n, cfg.tile_k_l1)
-    return a_padded, pack_weights(
-        pad_weights(w, cfg.n), cfg.tile_n, cfg.tile_k_l1, cfg.format
-    )
+    w_padded = pad_weights(w, cfg.n) if isinstance(w, AwqWeights) else w.padded(cfg.n)
+    return a_padded, pack_format(w_padded, cfg.tile_n, cfg.tile_k_l1, cfg.format)
+
+
+def pack_format(w, tile_n: int, tile_k: int, fmt: str) -> np.ndarray:
+    """Weights packed into the records of format fmt: AWQ weights by pack_weights; another format's weights
+    (int4awq.mxfp4) pack themselves."""
+    if isinstance(w, AwqWeights):
+        return pack_weights(w, tile_n, tile_k, fmt)
+    if w.format != fmt:
+        raise ConfigError(f"{w.format} weights do not pack into {fmt} records")
+    return w.pack(tile_n, tile_k)
 
 
 def main(argv: list[str] | None = None) -> int:
