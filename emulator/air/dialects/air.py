@@ -145,12 +145,15 @@ class _HierarchyOp(Operation):
     def _print_custom(self, p, indent):
         pad = " " * indent
         head = f"{pad}{p.results_prefix(self)}{self.OPERATION_NAME}"
-        if self.async_dependencies:
-            head += " async [" + p.names(self.async_dependencies) + "]"
+        # As mlir-air's printers (AIRDialect.cpp, LaunchOp / SegmentOp / HerdOp::print at e972f29): the
+        # name, then the async dependencies, then the iteration space: a launch and a herd always print
+        # theirs (`() in ()` when empty), a segment only when it has one, as `unroll(...) in (...)`.
         if self.sym_name is not None:
             head += f" @{self.sym_name}"
-        if self.size_operands:
-            kw = " tile" if self._kind == "herd" else ""
+        if self.async_dependencies:
+            head += " async [" + p.names(self.async_dependencies) + "]"
+        if self.size_operands or self._kind != "segment":
+            kw = {"herd": " tile", "segment": " unroll", "launch": ""}[self._kind]
             head += (
                 f"{kw} ({p.names(self.ids)}) in ("
                 + ", ".join(

@@ -1,0 +1,270 @@
+# SPDX-License-Identifier: MIT
+"""`make aircc-check`: every design this project builds, through the real compiler.
+
+For each design (the GEMM at every make target and format, the decode GEMV, the bring-up probes, and with
+--all every configs.json default), the printed module goes through
+
+1. aircc's AIR pipeline in air-opt (int4awq/compiler.py): what the passes decided (L2 splits, ping-pong,
+   allocs sunk into loops), compared with what the emulator decided for the same module; and
+2. aircc + aiecc with the design's own XRTBackend options, down to the NPU instruction stream: a design
+   that does not compile fails here, naming the tool's first error; the runtime sequence aircc wrote is
+   run against DDR (int4awq/runtime_sequence.py): every element of C written once, A and W read as the
+   design means.
+
+Exit status: 0 when every design compiles and agrees, 1 when one does not, 2 when the tools are missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Callable
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMULATOR_DIR = os.path.join(REPO, "emulator")
+for _p in (EMULATOR_DIR, REPO):  # the emulator's air package: its decisions are compared
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from int4awq import compiled, compiler  # noqa: E402
+from int4awq.errors import ConfigError  # noqa: E402
+
+# The GEMM's make targets, and the host/run.py option -> DesignConfig field of the line each runs.
+MAKE_TARGETS = [
+    "run1x1",
+    "run2x4",
+    "run8x4",
+    "run_llama_qproj",
+    "run_llama_qproj_seq32",
+    "run_llama_down",
+]
+_INT_OPTIONS = {
+    "--m": "m",
+    "--k": "k",
+    "--n": "n",
+    "--gs": "gs",
+    "--tile-m": "tile_m",
+    "--tile-n": "tile_n",
+    "--tile-k-l1": "tile_k_l1",
+    "--tile-k-l2": "tile_k_l2",
+    "--herd-m": "herd_m",
+    "--herd-n": "herd_n",
+}
+
+
+def make_target_config(target: str, *variables: str):
+    """The DesignConfig a make target runs, from the host/run.py line of `make -n` (nothing is run)."""
+    from int4awq.design import DesignConfig
+
+    res = subprocess.run(
+        ["make", "-n", "-C", REPO, target, "BACKEND=emu", *variables],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise ConfigError(f"make -n {target}: {res.stdout + res.stderr}")
+    [line] = [ln for ln in res.stdout.splitlines() if "host/run.py" in ln]
+    words = shlex.split(line)
+    pairs = list(zip(words, words[1:]))
+    fields = {_INT_OPTIONS[w]: int(v) for w, v in pairs if w in _INT_OPTIONS}
+    fields.update({"format": v for w, v in pairs if w == "--format"})
+    return DesignConfig(**fields)
+
+
+@dataclasses.dataclass
+class Design:
+    name: str
+    build: Callable[[], object]  # the AIR module
+    options: dict  # XRTBackend keyword arguments
+
+    def text(self) -> str:
+        return str(self.build())
+
+
+def _config_design(name: str, cfg) -> Design:
+    if type(cfg).__name__ == "GemvConfig":
+        import matvec_int4_packed as builder
+    else:
+        import matmul_int4_packed as builder
+    return Design(name, lambda: builder.build_module(cfg), builder.backend_options(cfg))
+
+
+def designs(all_configs: bool = False) -> list[Design]:
+    """Every design the project builds: make targets (each format at run8x4), the decode GEMV, the bring-up
+    probes, and with all_configs every configs.json default."""
+    from int4awq import gemv, record
+    from host import kernel_probe as kp
+    from host.bringup import GEMV_PROBE_ROWS, PROBE_GEMM, PROBE_GEMV
+
+    out = []
+    for target, variables in [(t, ()) for t in MAKE_TARGETS] + [
+        ("run1x1", ("M=256", "N=128")),
+        ("run8x4", ("FORMAT=mxfp4",)),
+        ("run8x4", ("FORMAT=awq_f16",)),
+    ]:
+        name = " ".join(["make", target, *variables])
+        out.append(_config_design(name, make_target_config(target, *variables)))
+    for fmt, gs in record.FORMAT_GS.items():
+        cfg = gemv.default_config(1, 2048, 2048, gs, fmt)
+        out.append(_config_design(f"make run_llama_decode FORMAT={fmt}", cfg))
+    for obj, rows in ((PROBE_GEMM, PROBE_GEMM.tile_m), (PROBE_GEMV, GEMV_PROBE_ROWS)):
+        for stage in kp.STAGES:
+            probe = kp.Probe(obj, rows, stage)
+            out.append(
+                Design(
+                    f"bring-up probe {probe.name}",
+                    lambda p=probe: kp.build_module(p),
+                    kp.backend_options(probe),
+                )
+            )
+    if all_configs:
+        from int4awq.design import DesignConfig
+        from int4awq.sweep import TILE_OPTIONS, load_table
+
+        for row in load_table():
+            if row.get("none"):
+                continue
+            tiles = {k: row[k] for k in TILE_OPTIONS}
+            cfg = DesignConfig.padded(
+                row["m"], row["k"], row["n"], row["gs"], **tiles, format=row["format"]
+            )
+            out.append(
+                _config_design(
+                    f"configs.json {row['projection']} M={row['m']} {row['format']}", cfg
+                )
+            )
+    return out
+
+
+# -- what the emulator decided, in the compiler's terms -----------------------------------------------
+
+
+def emulator_decisions(module, options: dict) -> tuple[Counter, Counter]:
+    """(L2 alloc types after the split, (space, type) of the doubled allocs) as the emulator decides them:
+    a split buffer is its pieces, a ping-ponged one counts its pieces (L2) or itself (L1) as doubled."""
+    from air.emu.engine import Options, Program
+
+    program = Program(
+        module,
+        Options(
+            stack_size=options.get("stack_size", 1024),
+            omit_pingpong=options.get("omit_pingpong", ""),
+            runtime_loop_tiling_sizes=options.get("runtime_loop_tiling_sizes", ()),
+            target_device=options.get("target_device", "npu2"),
+            num_device_cols=options.get("num_device_cols", 0),
+            link=False,
+        ),
+        check=False,
+    )
+    pieces = {}
+    l2 = Counter()
+    for root, dec in program.resources.splits:
+        shape = list(root.type.shape)
+        if dec.split:
+            shape[dec.dim] //= dec.factor
+        t = compiled.type_text(shape, str(root.type.element_type), 1)
+        pieces[str(root.type)] = (t, dec.factor)
+        l2[t] += dec.factor
+    doubled = Counter()
+    for budget in program.budget.herds:
+        for e in budget.entries:
+            if e.factor == 2:
+                doubled[(2, e.type)] += 1
+    for budget in program.budget.segments:
+        for e in budget.entries:
+            if e.factor == 2 and e.type in pieces:
+                t, n = pieces[e.type]
+                doubled[(1, t)] += n
+    return l2, doubled
+
+
+def disagreements(aircc: compiled.AirDecisions, l2: Counter, doubled: Counter) -> list[str]:
+    """Where the emulator and aircc's passes decide differently, first disagreement first."""
+    out = []
+    if aircc.l2_after_split != l2:
+        out.append(
+            f"L2 split: aircc {dict(aircc.l2_after_split)}, emulator {dict(l2)}"
+        )
+    if aircc.doubled != doubled:
+        out.append(f"ping-pong: aircc doubles {dict(aircc.doubled)}, emulator {dict(doubled)}")
+    return out
+
+
+@dataclasses.dataclass
+class Result:
+    design: Design
+    decisions: compiled.AirDecisions | None = None
+    disagree: list[str] = dataclasses.field(default_factory=list)
+    compiled: compiler.Compiled | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.disagree
+
+
+def check(design: Design, outdir: str | None, compile_it: bool = True) -> Result:
+    t0 = time.perf_counter()
+    res = Result(design)
+    try:
+        module = design.build()
+        text = str(module)
+        pp = design.options.get("omit_pingpong", "")
+        res.decisions = compiled.air_decisions(
+            text,
+            device=compiler.target_device(design.options),
+            omit_pingpong="all" if pp is True else pp,
+        )
+        res.disagree = disagreements(res.decisions, *emulator_decisions(module, design.options))
+        if compile_it:
+            res.compiled = compiler.compile_module(text, design.options, outdir)
+    except (compiler.CompileError, ConfigError) as e:
+        res.error = str(e)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "=_-" else "_" for c in name).strip("_")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--all", action="store_true", help="also every configs.json default")
+    ap.add_argument("--only", help="only the designs whose name contains this")
+    ap.add_argument("--no-compile", action="store_true", help="air-opt only: no aircc + aiecc")
+    ap.add_argument("--build-dir", default=os.path.join(REPO, "build", "aircc"))
+    args = ap.parse_args(argv)
+    missing = compiler.tools_missing(*(("air-opt",) if args.no_compile else ()))
+    if missing:
+        print(f"aircc-check: {missing}", file=sys.stderr)
+        return 2
+    todo = [d for d in designs(args.all) if not args.only or args.only in d.name]
+    failed = 0
+    for i, d in enumerate(todo, 1):
+        r = check(d, os.path.join(args.build_dir, _slug(d.name)), not args.no_compile)
+        status = "ok  " if r.ok else "FAIL"
+        print(f"[{i}/{len(todo)}] {status} {d.name} ({r.seconds:.1f} s)")
+        if r.decisions:
+            print("  " + r.decisions.summary())
+        if r.compiled:
+            insts = ", ".join(f"{n} {b} B" for n, b in r.compiled.insts.items())
+            print(f"  compiled ({' '.join(r.compiled.flags)}): insts {insts}")
+        for line in r.disagree:
+            print(f"  DISAGREES {line}")
+        if r.error:
+            print(f"  ERROR {r.error}")
+        failed += not r.ok
+    print(f"{len(todo) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: MIT
+"""Reading what the real compiler decided, from the text it prints (int4awq/compiler.py runs it).
+
+* AIR level (air-opt, aircc's pipeline stopped after a pass): the L2 buffers after `air-split-l2-memref`
+  (a split buffer's alloc becomes one alloc per piece), the buffers `air-label-scf-for-to-ping-pong`
+  doubles (it marks each `hoist_alloc = true`, and its loop `unroll = 2`), the L1 allocs
+  `air-fuse-alloc-dealloc` sank into a loop, and the split pass's warning for a buffer it left whole.
+* The runtime sequence (`aie.runtime_sequence` in aircc's npu.air.mlir): see runtime_sequence.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+
+from . import compiler
+
+# memref<8x1x32x512xbf16, 1 : i32>: shape, element type, memory space (absent: L3)
+_MEMREF = re.compile(r"memref<((?:\d+x)*)(\w+)(?:, (\d) : i32)?>")
+_ALLOC = re.compile(r"memref\.alloc\(\)(?: \{([^}]*)\})? : (memref<[^>]*>)")
+SPLIT_WARNING = "memref splitting analysis failed to get the split dimension"
+
+
+def memref_type(text: str) -> tuple[tuple[int, ...], str, int]:
+    """(shape, element type, memory space) of a plain memref type's text."""
+    m = _MEMREF.fullmatch(text)
+    if not m:
+        raise ValueError(f"not a plain memref type: {text}")
+    shape = tuple(int(d) for d in m.group(1).split("x") if d)
+    return shape, m.group(2), int(m.group(3) or 0)
+
+
+def type_text(shape, elem: str, space: int) -> str:
+    dims = "".join(f"{d}x" for d in shape)
+    return f"memref<{dims}{elem}" + (f", {space} : i32>" if space else ">")
+
+
+@dataclasses.dataclass
+class Alloc:
+    type: str
+    space: int  # 1 L2, 2 L1
+    doubled: bool  # labelled for ping-pong (hoist_alloc = true)
+    in_loop: bool  # inside an scf.for (sunk there by air-fuse-alloc-dealloc, or written there)
+    herd: str | None  # the herd whose body holds it
+
+
+def allocs(module_text: str) -> list[Alloc]:
+    """Every memref.alloc of a printed AIR module, with where it sits (brace nesting of the text)."""
+    out, stack = [], []
+    for line in module_text.splitlines():
+        s = line.strip()
+        m = _ALLOC.search(s)
+        if m:
+            _, _, space = memref_type(m.group(2))
+            herds = [h for kind, h in stack if kind == "herd"]
+            out.append(
+                Alloc(
+                    m.group(2),
+                    space,
+                    "hoist_alloc = true" in (m.group(1) or ""),
+                    any(kind == "for" for kind, _ in stack),
+                    herds[-1] if herds else None,
+                )
+            )
+        closes = s.startswith("}")
+        if closes and stack:
+            stack.pop()
+        if s.endswith("{"):
+            if "scf.for" in s:
+                stack.append(("for", None))
+            elif "air.herd @" in s:
+                stack.append(("herd", re.search(r"air\.herd @(\w+)", s).group(1)))
+            else:
+                stack.append(("other", None))
+    return out
+
+
+@dataclasses.dataclass
+class AirDecisions:
+    """What aircc's AIR passes decided for one module."""
+
+    l2_after_split: Counter  # L2 alloc types after air-split-l2-memref (a piece per alloc)
+    doubled: Counter  # (space, type) of the allocs air-label-scf-for-to-ping-pong doubles
+    labelled_loops: int  # loops labelled {unroll = 2}
+    sunk_l1: Counter  # L1 alloc types inside a loop after air-fuse-alloc-dealloc
+    split_warnings: int  # buffers the split pass could not split (left whole)
+
+    def summary(self) -> str:
+        l2 = ", ".join(f"{n} x {t}" for t, n in sorted(self.l2_after_split.items()))
+        pp = ", ".join(
+            f"{n} x {t}" for (_, t), n in sorted(self.doubled.items())
+        ) or "none"
+        sunk = ", ".join(f"{n} x {t}" for t, n in sorted(self.sunk_l1.items())) or "none"
+        return (
+            f"L2 after split: {l2 or 'none'}"
+            + (f" ({self.split_warnings} left whole: {SPLIT_WARNING})" if self.split_warnings else "")
+            + f"\n  ping-pong: {self.labelled_loops} loop(s) labelled, doubled: {pp}"
+            + f"\n  L1 allocs sunk into a loop: {sunk}"
+        )
+
+
+def air_decisions(module_text: str, **pipeline_options) -> AirDecisions:
+    """Run aircc's pipeline with air-opt to the split and to the ping-pong labelling, and read both."""
+    split, log = compiler.run_air_pipeline(
+        module_text, until="air-split-l2-memref", **pipeline_options
+    )
+    labelled, _ = compiler.run_air_pipeline(
+        module_text, until="air-label-scf-for-to-ping-pong", **pipeline_options
+    )
+    after_label = allocs(labelled)
+    return AirDecisions(
+        l2_after_split=Counter(a.type for a in allocs(split) if a.space == 1),
+        doubled=Counter((a.space, a.type) for a in after_label if a.doubled),
+        labelled_loops=labelled.count("{unroll = 2 : i32}"),
+        sunk_l1=Counter(a.type for a in after_label if a.space == 2 and a.in_loop),
+        split_warnings=log.count(SPLIT_WARNING),
+    )

@@ -1,0 +1,347 @@
+# SPDX-License-Identifier: MIT
+"""The real compiler: mlir-air's aircc and air-opt, mlir-aie's aiecc, run on the modules this project prints.
+
+What the compiler decides (L2 splits, ping-pong, alloc sinking, placement, buffer addresses, BDs, locks, the
+runtime sequence) is the truth the emulator is checked against. This module finds the tools, runs aircc's
+AIR pipeline with air-opt (stopping where asked, so a pass's decision can be read), and compiles a module
+the way mlir-air's XRTBackend would (aircc, then aiecc), down to the NPU instruction stream. The cores'
+code needs Peano, so no xclbin is made: everything else is.
+
+Where the tools are found, in order: air-opt from $AIR_OPT; every tool from the folder $AIRCC_BIN; from
+PATH; else from a folder of prebuilt binaries beside the checkout (../shared/tools/aircc, whose `unpack`
+prints where they are). A missing tool is a ToolMissing naming what was looked for.
+
+Sources (mlir-air e972f29): tools/aircc/aircc.cpp builds the pipeline (lines cited below);
+python/air/backend/xrt.py (XRTBackend.compile, ~370-550) turns backend options into aircc's flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREBUILT_UNPACK = os.path.join(
+    os.path.dirname(REPO), "shared", "tools", "aircc", "unpack"
+)
+
+
+class ToolMissing(Exception):
+    """A compiler binary is not installed here: tests skip with this reason."""
+
+
+class CompileError(Exception):
+    """aircc, aiecc or air-opt refused the module: the message is the tool's first error."""
+
+
+_prebuilt_dir: list[str | None] = []  # the unpack folder, looked up once per process
+
+
+def _prebuilt() -> str | None:
+    if not _prebuilt_dir:
+        found = None
+        if os.access(PREBUILT_UNPACK, os.X_OK):
+            r = subprocess.run(
+                [PREBUILT_UNPACK], capture_output=True, text=True, check=False
+            )
+            out = r.stdout.strip()
+            if r.returncode == 0 and os.path.isdir(out):
+                found = out
+        _prebuilt_dir.append(found)
+    return _prebuilt_dir[0]
+
+
+def find_tool(name: str) -> str:
+    """The path of `name` (air-opt, aircc, aiecc), or ToolMissing with where it was looked for."""
+    if name == "air-opt" and os.environ.get("AIR_OPT"):
+        return os.environ["AIR_OPT"]
+    candidates = []
+    if os.environ.get("AIRCC_BIN"):
+        candidates.append(os.path.join(os.environ["AIRCC_BIN"], name))
+    on_path = shutil.which(name)
+    if on_path:
+        candidates.append(on_path)
+    for c in candidates:
+        if os.access(c, os.X_OK):
+            return c
+    pre = _prebuilt()
+    if pre and os.access(os.path.join(pre, name), os.X_OK):
+        return os.path.join(pre, name)
+    raise ToolMissing(
+        f"{name} not found ($AIR_OPT, $AIRCC_BIN, PATH, {PREBUILT_UNPACK}); "
+        "its runtime needs `apt-get install mlir-22-tools`"
+    )
+
+
+def tools_missing(*names: str) -> str | None:
+    """Why the named tools cannot run here, or None: for tests to skip with the reason."""
+    try:
+        for n in names or ("air-opt", "aircc", "aiecc"):
+            tool = find_tool(n)
+            r = subprocess.run(
+                [tool, "--version"], capture_output=True, text=True, check=False
+            )
+            if r.returncode != 0:
+                return f"{tool} does not run: {(r.stderr or r.stdout).strip()[:200]} (apt-get install mlir-22-tools)"
+    except ToolMissing as e:
+        return str(e)
+    return None
+
+
+# -- aircc's AIR pipeline --------------------------------------------------------------------------
+
+
+def device_columns(device: str, num_cols: int | None = None) -> int:
+    """aircc's column count for a device name (aircc.cpp ~1001-1011): npu1* and npu2_4col 4, other npu2*
+    8 (npu2_3col included: aircc matches the name, not the count), else 10."""
+    if num_cols is not None and num_cols >= 0:
+        return num_cols
+    if "npu1" in device or device == "npu2_4col":
+        return 4
+    if "npu2" in device:
+        return 8
+    return 10
+
+
+def optimisation_pipeline(
+    device: str = "npu2",
+    num_cols: int | None = None,
+    omit_pingpong: str = "",
+    air_loop_fusion: bool = False,
+    omit_auto_broadcast: bool = False,
+) -> list[str]:
+    """aircc's buildOptimizationPipeline (aircc.cpp ~905-993), pass by pass (channel multiplexing and
+    linalg-to-func, which no design here uses, left at their defaults)."""
+    p = ["air-dependency", "air-annotate-packet-ids{assign=true}"]  # ~909, ~917
+    p += ["air-hoist-dma-in-accum-pattern"]  # ~918
+    if not omit_auto_broadcast:
+        p += ["air-broadcast-detection", "air-specialize-dma-broadcast"]  # ~920-922
+    p += ["air-dma-to-channel", "canonicalize", "cse"]  # ~924
+    p += ["air-dependency-canonicalize", "canonicalize", "cse"]  # ~925
+    p += ["air-isolate-async-dma-loop-nests{scope=launch}", "canonicalize", "cse"]
+    p += ["air-fuse-channels", "canonicalize", "cse"]  # ~938-941
+    if "npu_1col" not in device:  # ~944-956: the L2 split, capped at 2 channels per column
+        cols = device_columns(device, num_cols)
+        cap = cols * 2 if cols > 0 else 0
+        p += [
+            "func.func(air-split-l2-memref{"
+            f"max-launch-channels-mm2s={cap} max-launch-channels-s2mm={cap}}})",
+            "canonicalize",
+            "cse",
+            "air-isolate-async-dma-loop-nests{scope=launch}",
+            "canonicalize",
+            "cse",
+        ]
+    if air_loop_fusion:  # ~958-964
+        p += ["func.func(air-loop-fusion)"]
+    else:
+        p += [
+            "func.func(air-fuse-alloc-dealloc)",
+            "func.func(air-shrink-memref-sizes-by-access)",
+        ]
+    if omit_pingpong in ("", "L1", "L2"):  # ~966-981; "all" omits both passes
+        opt = f"{{omit-memory-space={omit_pingpong}}}" if omit_pingpong else ""
+        p += [
+            f"air-label-scf-for-to-ping-pong{opt}",
+            f"air-ping-pong-transform{opt}",
+            "canonicalize",
+            "cse",
+        ]
+    p += ["func.func(convert-linalg-to-loops)"]  # ~987
+    p += [f"func.func(air-opt-memtile-dma-bds{{device={device}}})", "canonicalize", "cse"]
+    return p
+
+
+def air_pipeline(
+    device: str = "npu2", num_cols: int | None = None, omit_pingpong: str = "", **opt
+) -> list[str]:
+    """aircc's placement pipeline (aircc.cpp ~1118-1170) and the launch split after it (~1191)."""
+    p = ["air-annotate-refeed", "air-annotate-append-barrier"]  # ~1130, ~1134
+    npu = "npu" in device
+    p += [
+        "air-annotate-packet-ids{assign=true" + (" emit-headers=false" if npu else "") + "}"
+    ]  # ~1141-1144
+    p += [
+        "air-rank-to-launch",
+        "air-insert-launch-around-herd{insert-segment=true}",
+        "func.func(air-lower-herd-parallel)",
+        "scf-forall-to-parallel",
+    ]  # ~1145-1148
+    if npu:  # ~1151-1153
+        p += optimisation_pipeline(device, num_cols, omit_pingpong, **opt)
+    cols = device_columns(device, num_cols)
+    p += [
+        f"air-place-herds{{num-rows=6 num-cols={cols} row-anchor=2 col-anchor=0}}",
+        "canonicalize",
+        "cse",
+        "air-enforce-channel-fifo-order",
+        "func.func(air-renumber-dma)",
+    ]  # ~1155-1168
+    p += ["air-split-launch-for-padding{pad-location=memtile}"]  # ~1191-1194
+    return p
+
+
+def _pass_name(p: str) -> str:
+    return p.split("{")[0].replace("func.func(", "").rstrip(")")
+
+
+def run_air_pipeline(
+    module_text: str, until: str | None = None, **pipeline_options
+) -> tuple[str, str]:
+    """Run aircc's AIR pipeline on a module with air-opt, up to and including the first pass named
+    `until` (the whole pipeline when None). Returns (module text, air-opt's diagnostics)."""
+    passes = air_pipeline(**pipeline_options)
+    if until is not None:
+        names = [_pass_name(p) for p in passes]
+        if until not in names:
+            raise ValueError(f"no pass {until!r} in aircc's pipeline")
+        passes = passes[: names.index(until) + 1]
+    pipeline = "builtin.module(" + ",".join(passes) + ")"
+    r = subprocess.run(
+        [find_tool("air-opt"), "-", f"--pass-pipeline={pipeline}"],
+        input=module_text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise CompileError(f"air-opt: {first_error(r.stderr)}")
+    return r.stdout, r.stderr
+
+
+def first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    return lines[0] if lines else "(no message)"
+
+
+# -- compiling as XRTBackend does ------------------------------------------------------------------
+
+
+def target_device(options: dict) -> str:
+    """XRTBackend's device name: target_device, with `_<n>col` when num_device_cols is set (xrt.py ~388-402)."""
+    device = options.get("target_device") or "npu2"
+    cols = options.get("num_device_cols", 0)
+    return f"{device}_{cols}col" if cols else device
+
+
+def aircc_flags(options: dict) -> list[str]:
+    """aircc's command-line flags for XRTBackend keyword arguments, as XRTBackend.compile builds them
+    (xrt.py ~440-550), less what needs Peano or names an xclbin (no binary is made here)."""
+    flags = ["--device", target_device(options)]
+    flags += [
+        f"--air-runtime-loop-tiling-sizes={s}"
+        for s in options.get("runtime_loop_tiling_sizes", [])
+    ]
+    if options.get("omit_while_true_loop"):
+        flags.append("--omit-while-true-loop")
+    pp = options.get("omit_pingpong", "")
+    if pp:
+        flags.append(f"--omit-ping-pong-transform={'all' if pp is True else pp}")
+    if options.get("air_loop_fusion"):
+        flags.append("--air-loop-fusion")
+    if options.get("omit_auto_broadcast"):
+        flags.append("--omit-auto-broadcast")
+    flags += [f"--air-channel-multiplexing={c}" for c in options.get("channel_multiplexing", [])]
+    if options.get("use_lock_race_condition_fix"):
+        flags.append("--use-lock-race-condition-fix")
+    stack = options.get("stack_size", 1024)
+    if stack != 1024:
+        flags += ["--stack-size", str(stack)]
+    return flags
+
+
+@dataclasses.dataclass
+class Compiled:
+    """What the compiler left in `outdir`: each file's text is read on demand."""
+
+    outdir: str
+    flags: list[str]
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.outdir, name)
+
+    def text(self, name: str) -> str:
+        with open(self.path(name)) as f:
+            return f.read()
+
+    @property
+    def insts(self) -> dict[str, int]:
+        """Each runtime sequence's NPU instruction stream: name -> bytes."""
+        return {
+            f[len("insts_") : -len(".bin")]: os.path.getsize(self.path(f))
+            for f in sorted(os.listdir(self.outdir))
+            if f.startswith("insts_") and f.endswith(".bin")
+        }
+
+
+def compile_module(module_text: str, options: dict, outdir: str | None = None) -> Compiled:
+    """Compile a module for NPU2 as XRTBackend(**options).compile would, through aircc and aiecc, down to
+    the placed, routed design and the NPU instruction stream (insts_<sequence>.bin). The cores' code is
+    not compiled (no Peano). CompileError carries the first error of the tool that failed."""
+    aircc, aiecc = find_tool("aircc"), find_tool("aiecc")
+    outdir = outdir or tempfile.mkdtemp(prefix="aircc-")
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "air.mlir"), "w") as f:
+        f.write(module_text)
+    env = dict(os.environ)
+    # aircc looks aiecc up on PATH before it does anything else (aircc.cpp ~1043-1052)
+    env["PATH"] = os.path.dirname(aiecc) + os.pathsep + env.get("PATH", "")
+    flags = aircc_flags(options)
+    # --output-format=none makes no binary; --emit-txn-cpp makes aircc's own aiecc call ask only for the
+    # lowered runtime sequence (aircc.cpp ~1403-1419), which needs no core ELF (no Peano here).
+    r = subprocess.run(
+        [aircc, *flags, "--tmpdir", "aircc_tmp", "--output-format=none", "--emit-txn-cpp", "air.mlir"],
+        cwd=outdir,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    for name in ("placed.air.mlir", "aie.air.mlir", "npu.air.mlir"):
+        src = os.path.join(outdir, "aircc_tmp", name)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(outdir, name))
+    log = r.stdout + r.stderr
+    with open(os.path.join(outdir, "aircc.log"), "w") as f:
+        f.write(log)
+    npu = os.path.join(outdir, "npu.air.mlir")
+    # With several runtime sequences aircc's own instruction step cannot choose one; the lowering is
+    # done, and aiecc below builds every sequence's instructions.
+    several = "runtime sequences and cannot choose" in log
+    if r.returncode != 0 and not (several and os.path.exists(npu)):
+        raise CompileError(f"aircc: {first_error(log)}")
+    r = subprocess.run(
+        [
+            aiecc,
+            "--no-progress",
+            "--tmpdir",
+            "aiecc_tmp",
+            "-O",
+            "3",
+            "-j",
+            "0",
+            "--get-npu-insts",
+            "--npu-insts-name=insts_{0}.bin",
+            "--get=input_physical.mlir",
+            "npu.air.mlir",
+        ],
+        cwd=outdir,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    with open(os.path.join(outdir, "aiecc.log"), "w") as f:
+        f.write(r.stdout + r.stderr)
+    physical = os.path.join(outdir, "aiecc_tmp", "input_physical.mlir")
+    if os.path.exists(physical):
+        shutil.copy(physical, os.path.join(outdir, "input_physical.mlir"))
+    if r.returncode != 0:
+        raise CompileError(f"aiecc: {first_error(r.stdout + r.stderr)}")
+    return Compiled(outdir, flags)
