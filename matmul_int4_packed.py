@@ -43,6 +43,7 @@ import signal
 import sys
 
 try:
+    from air.dialects import arith
     from air.dialects.affine import apply as affine_apply
     from air.dialects.air import (
         MemorySpace,
@@ -54,7 +55,7 @@ try:
         segment,
     )
     from air.dialects.func import CallOp, FuncOp
-    from air.dialects.memref import AllocOp, DeallocOp, subview
+    from air.dialects.memref import AllocOp, DeallocOp, store, subview
     from air.dialects.scf import for_, yield_
     from air.ir import (
         AffineConstantExpr,
@@ -105,6 +106,20 @@ def affine_sum(*terms):
     for e in exprs[1:]:
         total = AffineExpr.get_add(total, e)
     return affine_apply(AffineMap.get(0, len(terms), [total]), [v for v, _ in terms])
+
+
+def anchor_at_herd_scope(scratch_pe):
+    """Write byte 0 of this PE's kernel scratch (its slice, as the kernel call takes it) in the zero phase.
+    Used by the compute phase alone, the scratch would be sunk by air-fuse-alloc-dealloc into the chunk
+    loop, where its first access is the kernel call, and air-label-scf-for-to-ping-pong would leave the
+    loop single-buffered (AIRDependencyScheduleOpt.cpp at e972f29, ~7796 and ~1634). A use in another
+    phase keeps it at herd scope, so the chunk loop's A chunk and record are ping-ponged; the store goes
+    through the same subview as the call, so air-shrink-memref-sizes-by-access still shrinks the buffer
+    to the PE's slice (a store on the herd-wide buffer leaves the call's strided type un-normalised, and
+    aircc fails). docs/design.md#ping-pong."""
+    byte = arith.ConstantOp(IntegerType.get_signless(8), 0)
+    zero = arith.ConstantOp.create_index(0)
+    store(byte, scratch_pe, [zero, zero, zero])
 
 
 def kernel_func(name, arg_types, obj):
@@ -217,9 +232,10 @@ def build_module(
                 scratch = AllocOp(scratch_herd, [], [])
 
                 # Segment-wide f32 accumulator, zeroed by a same-named herd (bf16_x_bfp16 herd_init).
-                @herd(name=HERD, sizes=[hm, hn], operands=[acc])
-                def herd_zero(x, y, _sx, _sy, acc_h):
+                @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch])
+                def herd_zero(x, y, _sx, _sy, acc_h, scratch_h):
                     CallOp(zero, [pe_slice(acc_h, x, y)])
+                    anchor_at_herd_scope(pe_slice(scratch_h, x, y, cfg.scratch_bytes))
 
                 for kr in for_(0, k // tk2):
                     # A[row0 : +hm*tm, kr*tk2 : +tk2] -> [hm, 1, tm, tk2] as it is, row by row: a plain

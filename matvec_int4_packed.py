@@ -80,7 +80,7 @@ from int4awq.gemv import (
     ROWS,
     GemvConfig,
 )  # the example's own host package, beside this file
-from matmul_int4_packed import affine_sum
+from matmul_int4_packed import affine_sum, anchor_at_herd_scope
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -169,11 +169,13 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=
                     AllocOp(t, [], []) for t in (acc_herd, out_herd, scratch_herd)
                 )
 
-                @herd(name=HERD, sizes=[hx, hy], operands=[acc])
-                def herd_zero(x, y, _sx, _sy, acc_h):
+                @herd(name=HERD, sizes=[hx, hy], operands=[acc, scratch])
+                def herd_zero(x, y, _sx, _sy, acc_h, scratch_h):
                     CallOp(
                         zero, [pe_slice(acc_h, x, y, acc_n), arith.ConstantOp(i32, m)]
                     )
+                    # keeps the scratch at herd scope, so aircc ping-pongs the chunk loop
+                    anchor_at_herd_scope(pe_slice(scratch_h, x, y, cfg.scratch_bytes))
 
                 for kr in for_(0, cfg.k_refills):
                     # A[:, kr*tk2 : +tk2] into each column's copy: a stride-0 outer dimension on the

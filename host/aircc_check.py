@@ -28,7 +28,10 @@ from typing import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMULATOR_DIR = os.path.join(REPO, "emulator")
-for _p in (EMULATOR_DIR, REPO):  # the emulator's air package: its decisions are compared
+for _p in (
+    EMULATOR_DIR,
+    REPO,
+):  # the emulator's air package: its decisions are compared
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
@@ -136,7 +139,8 @@ def designs(all_configs: bool = False) -> list[Design]:
             )
             out.append(
                 _config_design(
-                    f"configs.json {row['projection']} M={row['m']} {row['format']}", cfg
+                    f"configs.json {row['projection']} M={row['m']} {row['format']}",
+                    cfg,
                 )
             )
     return out
@@ -147,7 +151,8 @@ def designs(all_configs: bool = False) -> list[Design]:
 
 def emulator_decisions(module, options: dict) -> tuple[Counter, Counter]:
     """(L2 alloc types after the split, (space, type) of the doubled allocs) as the emulator decides them:
-    a split buffer is its pieces, a ping-ponged one counts its pieces (L2) or itself (L1) as doubled."""
+    a split buffer is its pieces, a ping-ponged one counts its pieces (L2) or itself (L1) as doubled.
+    """
     from air.emu.engine import Options, Program
 
     program = Program(
@@ -184,15 +189,17 @@ def emulator_decisions(module, options: dict) -> tuple[Counter, Counter]:
     return l2, doubled
 
 
-def disagreements(aircc: compiled.AirDecisions, l2: Counter, doubled: Counter) -> list[str]:
+def disagreements(
+    aircc: compiled.AirDecisions, l2: Counter, doubled: Counter
+) -> list[str]:
     """Where the emulator and aircc's passes decide differently, first disagreement first."""
     out = []
     if aircc.l2_after_split != l2:
-        out.append(
-            f"L2 split: aircc {dict(aircc.l2_after_split)}, emulator {dict(l2)}"
-        )
+        out.append(f"L2 split: aircc {dict(aircc.l2_after_split)}, emulator {dict(l2)}")
     if aircc.doubled != doubled:
-        out.append(f"ping-pong: aircc doubles {dict(aircc.doubled)}, emulator {dict(doubled)}")
+        out.append(
+            f"ping-pong: aircc doubles {dict(aircc.doubled)}, emulator {dict(doubled)}"
+        )
     return out
 
 
@@ -222,7 +229,9 @@ def check(design: Design, outdir: str | None, compile_it: bool = True) -> Result
             device=compiler.target_device(design.options),
             omit_pingpong="all" if pp is True else pp,
         )
-        res.disagree = disagreements(res.decisions, *emulator_decisions(module, design.options))
+        res.disagree = disagreements(
+            res.decisions, *emulator_decisions(module, design.options)
+        )
         if compile_it:
             res.compiled = compiler.compile_module(text, design.options, outdir)
     except (compiler.CompileError, ConfigError) as e:
@@ -237,9 +246,13 @@ def _slug(name: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--all", action="store_true", help="also every configs.json default")
+    ap.add_argument(
+        "--all", action="store_true", help="also every configs.json default"
+    )
     ap.add_argument("--only", help="only the designs whose name contains this")
-    ap.add_argument("--no-compile", action="store_true", help="air-opt only: no aircc + aiecc")
+    ap.add_argument(
+        "--no-compile", action="store_true", help="air-opt only: no aircc + aiecc"
+    )
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build", "aircc"))
     args = ap.parse_args(argv)
     missing = compiler.tools_missing(*(("air-opt",) if args.no_compile else ()))

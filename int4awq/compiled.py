@@ -80,21 +80,32 @@ def allocs(module_text: str) -> list[Alloc]:
 class AirDecisions:
     """What aircc's AIR passes decided for one module."""
 
-    l2_after_split: Counter  # L2 alloc types after air-split-l2-memref (a piece per alloc)
-    doubled: Counter  # (space, type) of the allocs air-label-scf-for-to-ping-pong doubles
+    l2_after_split: (
+        Counter  # L2 alloc types after air-split-l2-memref (a piece per alloc)
+    )
+    doubled: (
+        Counter  # (space, type) of the allocs air-label-scf-for-to-ping-pong doubles
+    )
     labelled_loops: int  # loops labelled {unroll = 2}
     sunk_l1: Counter  # L1 alloc types inside a loop after air-fuse-alloc-dealloc
     split_warnings: int  # buffers the split pass could not split (left whole)
 
     def summary(self) -> str:
         l2 = ", ".join(f"{n} x {t}" for t, n in sorted(self.l2_after_split.items()))
-        pp = ", ".join(
-            f"{n} x {t}" for (_, t), n in sorted(self.doubled.items())
-        ) or "none"
-        sunk = ", ".join(f"{n} x {t}" for t, n in sorted(self.sunk_l1.items())) or "none"
+        pp = (
+            ", ".join(f"{n} x {t}" for (_, t), n in sorted(self.doubled.items()))
+            or "none"
+        )
+        sunk = (
+            ", ".join(f"{n} x {t}" for t, n in sorted(self.sunk_l1.items())) or "none"
+        )
         return (
             f"L2 after split: {l2 or 'none'}"
-            + (f" ({self.split_warnings} left whole: {SPLIT_WARNING})" if self.split_warnings else "")
+            + (
+                f" ({self.split_warnings} left whole: {SPLIT_WARNING})"
+                if self.split_warnings
+                else ""
+            )
             + f"\n  ping-pong: {self.labelled_loops} loop(s) labelled, doubled: {pp}"
             + f"\n  L1 allocs sunk into a loop: {sunk}"
         )

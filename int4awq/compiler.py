@@ -123,7 +123,9 @@ def optimisation_pipeline(
     p += ["air-dependency-canonicalize", "canonicalize", "cse"]  # ~925
     p += ["air-isolate-async-dma-loop-nests{scope=launch}", "canonicalize", "cse"]
     p += ["air-fuse-channels", "canonicalize", "cse"]  # ~938-941
-    if "npu_1col" not in device:  # ~944-956: the L2 split, capped at 2 channels per column
+    if (
+        "npu_1col" not in device
+    ):  # ~944-956: the L2 split, capped at 2 channels per column
         cols = device_columns(device, num_cols)
         cap = cols * 2 if cols > 0 else 0
         p += [
@@ -151,7 +153,11 @@ def optimisation_pipeline(
             "cse",
         ]
     p += ["func.func(convert-linalg-to-loops)"]  # ~987
-    p += [f"func.func(air-opt-memtile-dma-bds{{device={device}}})", "canonicalize", "cse"]
+    p += [
+        f"func.func(air-opt-memtile-dma-bds{{device={device}}})",
+        "canonicalize",
+        "cse",
+    ]
     return p
 
 
@@ -162,7 +168,9 @@ def air_pipeline(
     p = ["air-annotate-refeed", "air-annotate-append-barrier"]  # ~1130, ~1134
     npu = "npu" in device
     p += [
-        "air-annotate-packet-ids{assign=true" + (" emit-headers=false" if npu else "") + "}"
+        "air-annotate-packet-ids{assign=true"
+        + (" emit-headers=false" if npu else "")
+        + "}"
     ]  # ~1141-1144
     p += [
         "air-rank-to-launch",
@@ -192,7 +200,8 @@ def run_air_pipeline(
     module_text: str, until: str | None = None, **pipeline_options
 ) -> tuple[str, str]:
     """Run aircc's AIR pipeline on a module with air-opt, up to and including the first pass named
-    `until` (the whole pipeline when None). Returns (module text, air-opt's diagnostics)."""
+    `until` (the whole pipeline when None). Returns (module text, air-opt's diagnostics).
+    """
     passes = air_pipeline(**pipeline_options)
     if until is not None:
         names = [_pass_name(p) for p in passes]
@@ -232,7 +241,8 @@ def target_device(options: dict) -> str:
 
 def aircc_flags(options: dict) -> list[str]:
     """aircc's command-line flags for XRTBackend keyword arguments, as XRTBackend.compile builds them
-    (xrt.py ~440-550), less what needs Peano or names an xclbin (no binary is made here)."""
+    (xrt.py ~440-550), less what needs Peano or names an xclbin (no binary is made here).
+    """
     flags = ["--device", target_device(options)]
     flags += [
         f"--air-runtime-loop-tiling-sizes={s}"
@@ -247,7 +257,10 @@ def aircc_flags(options: dict) -> list[str]:
         flags.append("--air-loop-fusion")
     if options.get("omit_auto_broadcast"):
         flags.append("--omit-auto-broadcast")
-    flags += [f"--air-channel-multiplexing={c}" for c in options.get("channel_multiplexing", [])]
+    flags += [
+        f"--air-channel-multiplexing={c}"
+        for c in options.get("channel_multiplexing", [])
+    ]
     if options.get("use_lock_race_condition_fix"):
         flags.append("--use-lock-race-condition-fix")
     stack = options.get("stack_size", 1024)
@@ -280,10 +293,13 @@ class Compiled:
         }
 
 
-def compile_module(module_text: str, options: dict, outdir: str | None = None) -> Compiled:
+def compile_module(
+    module_text: str, options: dict, outdir: str | None = None
+) -> Compiled:
     """Compile a module for NPU2 as XRTBackend(**options).compile would, through aircc and aiecc, down to
     the placed, routed design and the NPU instruction stream (insts_<sequence>.bin). The cores' code is
-    not compiled (no Peano). CompileError carries the first error of the tool that failed."""
+    not compiled (no Peano). CompileError carries the first error of the tool that failed.
+    """
     aircc, aiecc = find_tool("aircc"), find_tool("aiecc")
     outdir = outdir or tempfile.mkdtemp(prefix="aircc-")
     os.makedirs(outdir, exist_ok=True)
@@ -296,7 +312,15 @@ def compile_module(module_text: str, options: dict, outdir: str | None = None) -
     # --output-format=none makes no binary; --emit-txn-cpp makes aircc's own aiecc call ask only for the
     # lowered runtime sequence (aircc.cpp ~1403-1419), which needs no core ELF (no Peano here).
     r = subprocess.run(
-        [aircc, *flags, "--tmpdir", "aircc_tmp", "--output-format=none", "--emit-txn-cpp", "air.mlir"],
+        [
+            aircc,
+            *flags,
+            "--tmpdir",
+            "aircc_tmp",
+            "--output-format=none",
+            "--emit-txn-cpp",
+            "air.mlir",
+        ],
         cwd=outdir,
         capture_output=True,
         text=True,

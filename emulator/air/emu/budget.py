@@ -17,6 +17,12 @@ Ping-pong rule, modelled on aircc's pipeline (air-fuse-alloc-dealloc, then
 air-label-scf-for-to-ping-pong, AIRDependencyScheduleOpt.cpp):
   * an alloc's home loop is the innermost scf.for (in the same herd / segment
     body) that contains every use of the buffer (fuse-alloc-dealloc sinks it there);
+    a segment-level L1 buffer that only one herd op of a merged herd group takes
+    is sunk into that herd too (AIRFuseAllocDeallocToAIRHierarchy, ~7796: a memref
+    used by nothing but the hierarchy op), and from there into the innermost loop
+    holding its uses (AIRFuseAllocDeallocToLoopLike, ~7709): a kernel's scratch
+    passed to the compute herd alone lands in its chunk loop, where its first
+    access is the call;
   * a loop is labelled (its home allocs are unrolled by 2 and hoisted, i.e. count
     twice) when: its trip count is not 1 (a one-trip loop is folded away) --
     unknown trip counts count as > 1; it has home allocs; omit_pingpong does not
@@ -78,8 +84,47 @@ def _fills(op, v):
     return False
 
 
+class _Sunk:
+    """A herd operand air-fuse-alloc-dealloc sinks into the herd body: its block argument stands for the
+    alloc there."""
+
+    OPERATION_NAME = "memref.alloc"
+
+    def __init__(self, block_arg, operand):
+        self.results = [block_arg]
+        owner = getattr(operand, "owner", None)
+        self._loc = getattr(owner, "_loc", "a segment-level alloc")
+
+
+def sunk_herd_operands(compiler):
+    """id(herd op) -> [_Sunk]: the segment-level L1 buffers aircc sinks into one herd op's body, those that
+    no other op of the segment takes (AIRFuseAllocDeallocToAIRHierarchy; herds of one name are merged
+    first, so a buffer two phases take stays at the merged herd's top level, outside every loop).
+    """
+    out = {}
+    for seg in compiler.segment_ops:
+        users = {}
+        for op in _walk_all(seg.regions[0].blocks[0]):
+            if op.OPERATION_NAME == "memref.dealloc":
+                continue
+            for v in op.operands:
+                users.setdefault(v._uid, []).append(op)
+        for op in _walk_all(seg.regions[0].blocks[0]):
+            if op.OPERATION_NAME != "air.herd":
+                continue
+            for arg, v in zip(op.kernel_arguments, op.kernel_operands):
+                t = v.type
+                if not (
+                    hasattr(t, "memory_space_value") and t.memory_space_value == L1
+                ):
+                    continue
+                if users.get(v._uid) == [op]:
+                    out.setdefault(id(op), []).append(_Sunk(arg, v))
+    return out
+
+
 class _PingPong:
-    def __init__(self, scope_block, levels, omit):
+    def __init__(self, scope_block, levels, omit, sunk=()):
         self.levels = levels
         self.omit = omit
         self.ops = _scope_ops(scope_block, [], [])
@@ -89,7 +134,7 @@ class _PingPong:
             for op, _ in self.ops
             if op.OPERATION_NAME == "memref.alloc"
             and level_of(op.results[0].type) in levels
-        ]
+        ] + list(sunk)
         self.home = {}
         for a in self.allocs:
             v = a.results[0]
@@ -138,8 +183,13 @@ class _PingPong:
                     seen.add(v._uid)
                     if not _fills(op, v):
                         a = cands[v._uid]
+                        what = (
+                            "the herd operand sunk here by air-fuse-alloc-dealloc"
+                            if isinstance(a, _Sunk)
+                            else "the buffer"
+                        )
                         return (
-                            f"loop unsafe for aircc: the first access to the buffer allocated at {a._loc} "
+                            f"loop unsafe for aircc: the first access to {what} allocated at {a._loc} "
                             f"is {name} at {op._loc}, not a DMA/get writing it"
                         )
         return None
@@ -318,14 +368,16 @@ def analyse(compiler, options):
         seg = compiler.herd_segment.get(id(op))
         key = (id(seg), op.sym_name) if op.sym_name else (id(op), None)
         groups.setdefault(key, []).append((op, sizes))
+    sunk = sunk_herd_operands(compiler)
     for members in groups.values():
         entries, shared = [], []
         for op, sizes in members:
-            pp = _PingPong(op.regions[0].blocks[0], (L1,), omit)
+            pp = _PingPong(op.regions[0].blocks[0], (L1,), omit, sunk.get(id(op), ()))
             for a in _all_allocs(op):
                 t = a.results[0].type
                 f, note = pp.factor(a) if a in pp.allocs else (1, "")
                 entries.append(Entry(a._loc, str(t), _nbytes(t), f, note))
+            sunk_here = {a.results[0]._uid: a for a in sunk.get(id(op), ())}
             npe = 1
             for z in sizes:
                 npe *= z
@@ -337,15 +389,18 @@ def analyse(compiler, options):
                     continue
                 shared.append(v)
                 where = v.owner._loc if hasattr(v.owner, "_loc") else "operand"
-                entries.append(
-                    Entry(
-                        where,
-                        str(t),
-                        _nbytes(t) // npe,
-                        1,
-                        f"herd-wide L1 buffer: 1/{npe} of {_nbytes(t)} B per PE",
-                    )
+                note = f"herd-wide L1 buffer: 1/{npe} of {_nbytes(t)} B per PE"
+                arg = next(
+                    a for a, w in zip(op.kernel_arguments, op.kernel_operands) if w is v
                 )
+                f, why = (
+                    pp.factor(sunk_here[arg._uid]) if arg._uid in sunk_here else (1, "")
+                )
+                if arg._uid in sunk_here:
+                    note += "; sunk into this herd by air-fuse-alloc-dealloc" + (
+                        f", {why}" if why else ""
+                    )
+                entries.append(Entry(where, str(t), _nbytes(t) // npe, f, note))
         op, sizes = members[0]
         name = op.sym_name or "herd"
         if len(members) > 1:

@@ -49,7 +49,7 @@ import itertools
 
 from ..ir import Block
 from . import patterns as P
-from .budget import _PingPong
+from .budget import _PingPong, sunk_herd_operands
 from .errors import DesignError, ResourceError
 from .refeed import annotate as annotate_refeed
 from .split_l2 import Decision, Refusal, SplitModel, env_key, partners
@@ -440,13 +440,17 @@ def analyse(compiler, options, check=True):
     w = _Walk(compiler.entry)
     w.compiler = compiler
     pp_l1, pp_l2, labelled = {}, {}, []
+    sunk = sunk_herd_operands(compiler)
     for scopes, level, homes in (
         ([op for op, _ in compiler.herd_ops], L1, pp_l1),
         (compiler.segment_ops, L2, pp_l2),
     ):
         for op in scopes:
             pp = _PingPong(
-                op.regions[0].blocks[0], (level,), options.omit_pingpong or ""
+                op.regions[0].blocks[0],
+                (level,),
+                options.omit_pingpong or "",
+                sunk.get(id(op), ()) if level == L1 else (),
             )
             labelled += [f for f in pp.loops if id(f) in pp.labelled]
             for a in pp.allocs:
