@@ -260,18 +260,20 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=
                         src_strides=[hy * cfg.out_elems, cfg.out_elems, 1],
                     )
 
-                # [8, 4, M, tn] -> C[:, bn*32*tn : +32*tn] in one DMA (bf16_x_bfp16's C). The DDR side
-                # is written with the L2 side's rank: air-split-l2-memref brings a lower-rank side up
-                # to it around size-1 dimensions wrongly (M = 1), and tiles both sides by position.
+                # [8, 4, M, tn] -> C[:, bn*32*tn : +32*tn] in one DMA (bf16_x_bfp16's C), herd column x
+                # outermost on both sides as the GEMM's C: air-split-l2-memref cuts the block into one
+                # piece per x and tiles this pattern by it. With x second (the earlier [M, 8, 4, tn]),
+                # aircc gave every piece the whole DDR row block at one launch iteration: the compiled
+                # runtime sequence wrote each element of C 8 times (int4awq/runtime_sequence.py).
                 dma_memcpy_nd(
                     l3c_s,
                     l2c,
                     dst_offsets=[0, 0, 0, affine_sum((bn_s, hx * hy * tn))],
-                    dst_sizes=[m, hx, hy, tn],
-                    dst_strides=[n, hy * tn, tn, 1],
+                    dst_sizes=[hx, m, hy, tn],
+                    dst_strides=[hy * tn, n, tn, 1],
                     src_offsets=[0, 0, 0, 0],
-                    src_sizes=[m, hx, hy, tn],
-                    src_strides=[tn, hy * m * tn, m * tn, 1],
+                    src_sizes=[hx, m, hy, tn],
+                    src_strides=[hy * m * tn, tn, m * tn, 1],
                 )
                 for buf in (l2a, l2w, l2c, acc, out, scratch):
                     DeallocOp(buf)

@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: MIT
+"""The runtime sequence aircc wrote (npu.air.mlir), run against DDR: which elements of each host buffer
+one dispatch reads and writes, and how often.
+
+The sequence is what XRT replays per dispatch: shim DMA tasks (`aiex.dma_configure_task_for @alloc`),
+each one buffer descriptor on a host argument, started (`aiex.dma_start_task`) and awaited. The rules,
+from mlir-aie at 7e00b57 (the commit mlir-air e972f29 pins) and the AIE2 register database it ships:
+
+* a task runs repeat_count + 1 times (the task queue's Repeat_Count field is "actual - 1"; mlir-air's
+  AIRRtToNpuPass.cpp ~735-738 writes sizes[0] - 1 there);
+* `offset`, `len`, `sizes` and `strides` count elements of the argument's memref (AIEDMATasksToNPU.cpp
+  rewriteSingleBD turns them into bytes and 32-bit words);
+* the three innermost dimensions walk one execution of `len` elements (len must be their product); a
+  fourth, outermost dimension is the BD's iteration dimension: execution k starts at
+  offset + (k mod size) x stride (iteration_size / iteration_stride, "offset each execution of this BD");
+* the direction is the shim DMA allocation's: MM2S reads the host buffer, S2MM writes it.
+
+The walk is modelled per element; the hardware walks 32-bit words, which is the same for every pattern
+whose innermost stride is 1 (all of this project's). A sub-word pattern with another innermost stride is
+refused as not modelled rather than guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from .compiled import memref_type
+
+_SEQ = re.compile(r"aie\.runtime_sequence @(\w+)\(([^)]*)\)")
+_ARG = re.compile(r"(%\w+): (memref<[^>]*>)")
+_ALLOC = re.compile(r"aie\.shim_dma_allocation @(\w+)\([^,]*, (MM2S|S2MM), (\d+)\)")
+_TASK = re.compile(r"(%\w+) = aiex\.dma_configure_task_for @(\w+) \{")
+_BD = re.compile(
+    r"aie\.dma_bd\((%\w+) : memref<[^>]*> offset = (\d+) len = (\d+)"
+    r"(?: sizes = \[([\d, ]*)\] strides = \[([\d, ]*)\])?"
+)
+_START = re.compile(r"aiex\.dma_start_task\((%\w+)\)")
+_REPEAT = re.compile(r"repeat_count = (\d+)")
+
+
+class NotInterpreted(Exception):
+    """The sequence holds something this interpreter does not model: it says what."""
+
+
+@dataclasses.dataclass
+class Traffic:
+    """Per host argument of one runtime sequence: how many times each element is read and written."""
+
+    name: str
+    args: list[tuple[str, tuple[int, ...], str]]  # (name, shape, element type)
+    reads: list[np.ndarray]
+    writes: list[np.ndarray]
+    tasks: int = 0
+
+    def bytes_read(self, i: int) -> int:
+        return int(self.reads[i].sum()) * _itemsize(self.args[i][2])
+
+    def bytes_written(self, i: int) -> int:
+        return int(self.writes[i].sum()) * _itemsize(self.args[i][2])
+
+
+def _itemsize(elem: str) -> int:
+    bits = {"bf16": 16, "f16": 16, "f32": 32, "i8": 8, "i16": 16, "i32": 32, "f64": 64}
+    return bits[elem] // 8
+
+
+def _ints(text: str | None) -> list[int]:
+    return [int(x) for x in text.split(",")] if text and text.strip() else []
+
+
+def walk(offset: int, length: int, sizes: list[int], strides: list[int], execution: int):
+    """The element indices one execution of a shim BD touches, in order."""
+    if not sizes:
+        sizes, strides = [length], [1]
+    if len(sizes) > 4:
+        raise NotInterpreted(f"a shim BD of {len(sizes)} dimensions")
+    base = offset
+    if len(sizes) == 4:
+        base += (execution % sizes[0]) * strides[0]
+        sizes, strides = sizes[1:], strides[1:]
+    if int(np.prod(sizes)) != length:
+        raise NotInterpreted(f"len {length} is not the product of sizes {sizes}")
+    idx = np.array([base], dtype=np.int64)
+    for size, stride in zip(sizes, strides):
+        idx = (idx[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).reshape(
+            -1
+        )
+    return idx
+
+
+def interpret(npu_text: str) -> list[Traffic]:
+    """Every runtime sequence of aircc's npu.air.mlir, run once: element read and write counts."""
+    direction = {m.group(1): m.group(2) for m in _ALLOC.finditer(npu_text)}
+    out = []
+    lines = npu_text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _SEQ.search(lines[i])
+        if not m:
+            i += 1
+            continue
+        args = []
+        for name, ty in _ARG.findall(m.group(2)):
+            shape, elem, _ = memref_type(ty)
+            args.append((name, shape, elem))
+        index = {name: k for k, (name, _, _) in enumerate(args)}
+        size = [int(np.prod(s)) for _, s, _ in args]
+        traffic = Traffic(
+            m.group(1),
+            args,
+            [np.zeros(n, np.int64) for n in size],
+            [np.zeros(n, np.int64) for n in size],
+        )
+        tasks, depth = {}, 1
+        i += 1
+        while i < len(lines) and depth > 0:
+            line = lines[i].strip()
+            t = _TASK.search(line)
+            if t:
+                bd, repeat = None, 0
+                i += 1
+                while not lines[i].strip().startswith("}"):
+                    b = _BD.search(lines[i])
+                    if b:
+                        if bd is not None:
+                            raise NotInterpreted(f"task {t.group(1)} chains several BDs")
+                        bd = b
+                    elif "aie.end" not in lines[i]:
+                        raise NotInterpreted(f"in a task: {lines[i].strip()}")
+                    i += 1
+                r = _REPEAT.search(lines[i])
+                repeat = int(r.group(1)) if r else 0
+                if t.group(2) not in direction:
+                    raise NotInterpreted(f"no shim DMA allocation @{t.group(2)}")
+                tasks[t.group(1)] = (bd, repeat, direction[t.group(2)])
+                i += 1
+                continue
+            s = _START.search(line)
+            if s:
+                bd, repeat, way = tasks[s.group(1)]
+                arg = index[bd.group(1)]
+                sizes, strides = _ints(bd.group(4)), _ints(bd.group(5))
+                elem = args[arg][2]
+                if _itemsize(elem) < 4 and strides and strides[-1] != 1:
+                    raise NotInterpreted(
+                        f"a {elem} pattern with innermost stride {strides[-1]} (the DMA walks words)"
+                    )
+                counts = traffic.reads[arg] if way == "MM2S" else traffic.writes[arg]
+                for k in range(repeat + 1):
+                    idx = walk(int(bd.group(2)), int(bd.group(3)), sizes, strides, k)
+                    if idx.min() < 0 or idx.max() >= counts.size:
+                        raise NotInterpreted(
+                            f"task {s.group(1)} reaches element {idx.max()} of {args[arg][0]} "
+                            f"({counts.size} elements)"
+                        )
+                    np.add.at(counts, idx, 1)
+                traffic.tasks += 1
+            elif line.startswith("}"):
+                depth -= 1
+            elif line.endswith("{"):
+                raise NotInterpreted(f"control flow in the runtime sequence: {line}")
+            elif not re.match(r"aiex\.dma_(await|free)_task\(", line) and line:
+                raise NotInterpreted(f"runtime sequence op: {line}")
+            i += 1
+        out.append(traffic)
+    return out
