@@ -6,6 +6,7 @@
 #   make run_llama_qproj           Llama-3.2-1B q_proj at M = 2048 (M=N=K=2048); run_llama_down: K=8192
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make compile print             aircc build for NPU2 / print the AIR module
+#   make aircc-check               every design through the real aircc + aiecc (no NPU needed)
 # Variables (command line overrides the target's own): M K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2
 # HERD_M HERD_N STACK_SIZE BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
 # PYTHON (default: python3 inside a virtualenv, else ./.venv/bin/python, which `make deps` creates).
@@ -57,7 +58,7 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: format format-check upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
+.PHONY: format format-check aircc-check upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -120,6 +121,12 @@ bench: deps
 compile: deps
 	$(MAKE) -C kernels peano $(KERNEL_ARGS)
 	$(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --compile-mode compile-only
+
+# Every design through the real compiler (docs/verification.md#the-real-compiler): aircc's AIR passes
+# compared with the emulator's decisions, aircc + aiecc down to the NPU instructions, the runtime sequence
+# against DDR. The tools: AIRCC_BIN / PATH / ../shared/tools/aircc; RUN_ARGS=--all adds configs.json.
+aircc-check: deps
+	$(PYTHON) host/aircc_check.py $(RUN_ARGS)
 
 # mlir-air's own hardware-tested examples, unchanged, on the emulator (docs/emulator.md#the-acceptance-corpus).
 upstream-check: deps

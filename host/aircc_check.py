@@ -35,7 +35,9 @@ for _p in (
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from int4awq import compiled, compiler  # noqa: E402
+import numpy as np  # noqa: E402
+
+from int4awq import compiled, compiler, runtime_sequence  # noqa: E402
 from int4awq.errors import ConfigError  # noqa: E402
 
 # The GEMM's make targets, and the host/run.py option -> DesignConfig field of the line each runs.
@@ -85,6 +87,9 @@ class Design:
     name: str
     build: Callable[[], object]  # the AIR module
     options: dict  # XRTBackend keyword arguments
+    outputs: tuple[int, ...] = (2,)  # the host arguments the design writes (C)
+    ddr_bytes: int | None = None  # what the performance model counts per dispatch
+    launch_iterations: int = 1
 
     def text(self) -> str:
         return str(self.build())
@@ -95,7 +100,15 @@ def _config_design(name: str, cfg) -> Design:
         import matvec_int4_packed as builder
     else:
         import matmul_int4_packed as builder
-    return Design(name, lambda: builder.build_module(cfg), builder.backend_options(cfg))
+    return Design(
+        name,
+        lambda: builder.build_module(cfg),
+        builder.backend_options(cfg),
+        ddr_bytes=cfg.ddr_bytes(),
+        launch_iterations=(
+            cfg.launch_n if hasattr(cfg, "launch_n") else int(np.prod(cfg.launch_grid))
+        ),
+    )
 
 
 def designs(all_configs: bool = False) -> list[Design]:
@@ -107,7 +120,7 @@ def designs(all_configs: bool = False) -> list[Design]:
 
     out = []
     for target, variables in [(t, ()) for t in MAKE_TARGETS] + [
-        ("run1x1", ("M=256", "N=128")),
+        ("run1x1", ("M=128",)),
         ("run8x4", ("FORMAT=mxfp4",)),
         ("run8x4", ("FORMAT=awq_f16",)),
     ]:
@@ -119,11 +132,17 @@ def designs(all_configs: bool = False) -> list[Design]:
     for obj, rows in ((PROBE_GEMM, PROBE_GEMM.tile_m), (PROBE_GEMV, GEMV_PROBE_ROWS)):
         for stage in kp.STAGES:
             probe = kp.Probe(obj, rows, stage)
+            args = probe.args()
             out.append(
                 Design(
                     f"bring-up probe {probe.name}",
                     lambda p=probe: kp.build_module(p),
                     kp.backend_options(probe),
+                    outputs=tuple(range(probe.n_inputs, len(args))),
+                    # every buffer crosses DDR once
+                    ddr_bytes=sum(
+                        int(np.prod(s)) * np.dtype(t).itemsize for _, s, t in args
+                    ),
                 )
             )
     if all_configs:
@@ -203,18 +222,64 @@ def disagreements(
     return out
 
 
+def traffic_problems(design: Design, npu_text: str) -> list[str]:
+    """What the compiled runtime sequence does to DDR against what the design means: every element of an
+    output written exactly once per dispatch, every input element read and none written, the bytes moved
+    equal to the performance model's count, and no output drained through one shim task that folds
+    several launch iterations into one await on a single channel (mlir-air bfp16/run.py ~548-575 reports
+    that NPU2 then writes only the first launch iteration's output)."""
+    out = []
+    for t in runtime_sequence.interpret(npu_text):
+        moved = 0
+        for i, (name, shape, _) in enumerate(t.args):
+            r, w = t.reads[i], t.writes[i]
+            moved += t.bytes_read(i) + t.bytes_written(i)
+            if i in design.outputs:
+                if r.any():
+                    out.append(f"{t.name}: output {name} is read from DDR")
+                if (w != 1).any():
+                    out.append(
+                        f"{t.name}: output {name} {list(shape)}: {int((w == 0).sum())} elements never "
+                        f"written, {int((w > 1).sum())} written more than once (at most {int(w.max())} times)"
+                    )
+                tasks = t.started.get(name, 0)
+                if (
+                    len(t.channels.get(name, ())) == 1
+                    and tasks < design.launch_iterations
+                ):
+                    out.append(
+                        f"{t.name}: output {name} drains {design.launch_iterations} launch iterations "
+                        f"through one shim channel in {tasks} task(s): the shim-BD fold mlir-air's "
+                        f"bfp16/run.py (~548-575) reports writes only the first launch iteration's "
+                        f"output on NPU2 (herds 2x2, 2x1, 1x2 under [2, 2])"
+                    )
+            else:
+                if w.any():
+                    out.append(f"{t.name}: input {name} is written")
+                if (r == 0).any():
+                    out.append(
+                        f"{t.name}: input {name} {list(shape)}: {int((r == 0).sum())} elements never read"
+                    )
+        if design.ddr_bytes is not None and moved != design.ddr_bytes:
+            out.append(
+                f"{t.name}: the runtime sequence moves {moved} bytes, the model counts {design.ddr_bytes}"
+            )
+    return out
+
+
 @dataclasses.dataclass
 class Result:
     design: Design
     decisions: compiled.AirDecisions | None = None
     disagree: list[str] = dataclasses.field(default_factory=list)
     compiled: compiler.Compiled | None = None
+    traffic: list[str] = dataclasses.field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.disagree
+        return self.error is None and not self.disagree and not self.traffic
 
 
 def check(design: Design, outdir: str | None, compile_it: bool = True) -> Result:
@@ -234,7 +299,8 @@ def check(design: Design, outdir: str | None, compile_it: bool = True) -> Result
         )
         if compile_it:
             res.compiled = compiler.compile_module(text, design.options, outdir)
-    except (compiler.CompileError, ConfigError) as e:
+            res.traffic = traffic_problems(design, res.compiled.text("npu.air.mlir"))
+    except (compiler.CompileError, ConfigError, runtime_sequence.NotInterpreted) as e:
         res.error = str(e)
     res.seconds = time.perf_counter() - t0
     return res
@@ -270,8 +336,14 @@ def main(argv=None) -> int:
         if r.compiled:
             insts = ", ".join(f"{n} {b} B" for n, b in r.compiled.insts.items())
             print(f"  compiled ({' '.join(r.compiled.flags)}): insts {insts}")
+        if r.compiled and not r.traffic:
+            print(
+                "  runtime sequence: every C element written once, inputs read as the model counts"
+            )
         for line in r.disagree:
             print(f"  DISAGREES {line}")
+        for line in r.traffic:
+            print(f"  DDR {line}")
         if r.error:
             print(f"  ERROR {r.error}")
         failed += not r.ok

@@ -81,9 +81,12 @@ def tools_missing(*names: str) -> str | None:
     try:
         for n in names or ("air-opt", "aircc", "aiecc"):
             tool = find_tool(n)
-            r = subprocess.run(
-                [tool, "--version"], capture_output=True, text=True, check=False
-            )
+            try:
+                r = subprocess.run(
+                    [tool, "--version"], capture_output=True, text=True, check=False
+                )
+            except OSError as e:
+                return f"{tool} does not run: {e}"
             if r.returncode != 0:
                 return f"{tool} does not run: {(r.stderr or r.stdout).strip()[:200]} (apt-get install mlir-22-tools)"
     except ToolMissing as e:

@@ -35,6 +35,11 @@ MAX_LAUNCH_M, MAX_LAUNCH_N, MAX_LAUNCHES = 8, 64, 64
 #   launch iteration (matrix_multiplication/bfp16/run.py: there [2, 2] writes only the first launch
 #   iteration's output).
 SMALL_HERD_CORES = 8
+# * [1, 1] tiles the launch loops by one and unrolls every launch iteration into its own shim tasks
+#   (AIRDependencyScheduleOpt.cpp at e972f29, ~7504); unrolled launch iterations on NPU2 were reported
+#   fine at 2, silently wrong at 4-5 and hanging at 6-8 (Xilinx/mlir-air PR #1639), and no NPU2 lit test
+#   runs bfp16/run.py's [1, 1] branch: a small herd takes at most 2 launch iterations.
+MAX_UNROLLED_LAUNCHES = 2
 
 
 class RefillLoops:
@@ -157,6 +162,15 @@ class DesignConfig(record.KernelSizes, RefillLoops):
                 f"launch grid [{lm}, {ln}] (M / (tile_m * herd_m), N / (tile_n * herd_n)): mlir-air's "
                 f"hardware-tested GEMMs run at most {MAX_LAUNCH_M} launch iterations along M, "
                 f"{MAX_LAUNCH_N} along N and {MAX_LAUNCHES} in all; use larger tiles or herd"
+            )
+        if self.runtime_loop_tiling == (1, 1) and lm * ln > MAX_UNROLLED_LAUNCHES:
+            raise ConfigError(
+                f"a herd of {self.herd_m * self.herd_n} cores with {lm * ln} launch iterations: under "
+                f"[2, 2] runtime loop tiling NPU2 writes only the first launch iteration's output on "
+                f"herds under {SMALL_HERD_CORES} cores (mlir-air bfp16/run.py), and [1, 1] unrolls "
+                f"every launch iteration into shim tasks, reported wrong beyond "
+                f"{MAX_UNROLLED_LAUNCHES} (mlir-air PR #1639); use a herd of {SMALL_HERD_CORES} or "
+                f"more cores, or larger tiles"
             )
         if self.a_chain_bds > MAX_A_CHAIN:
             raise ConfigError(

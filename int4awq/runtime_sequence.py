@@ -31,7 +31,7 @@ from .compiled import memref_type
 
 _SEQ = re.compile(r"aie\.runtime_sequence @(\w+)\(([^)]*)\)")
 _ARG = re.compile(r"(%\w+): (memref<[^>]*>)")
-_ALLOC = re.compile(r"aie\.shim_dma_allocation @(\w+)\([^,]*, (MM2S|S2MM), (\d+)\)")
+_ALLOC = re.compile(r"aie\.shim_dma_allocation @(\w+)\(([^,]*), (MM2S|S2MM), (\d+)\)")
 _TASK = re.compile(r"(%\w+) = aiex\.dma_configure_task_for @(\w+) \{")
 _BD = re.compile(
     r"aie\.dma_bd\((%\w+) : memref<[^>]*> offset = (\d+) len = (\d+)"
@@ -54,6 +54,9 @@ class Traffic:
     reads: list[np.ndarray]
     writes: list[np.ndarray]
     tasks: int = 0
+    # argument -> the shim channels (tile, direction, channel) that move it, and its started tasks
+    channels: dict = dataclasses.field(default_factory=dict)
+    started: dict = dataclasses.field(default_factory=dict)
 
     def bytes_read(self, i: int) -> int:
         return int(self.reads[i].sum()) * _itemsize(self.args[i][2])
@@ -71,7 +74,9 @@ def _ints(text: str | None) -> list[int]:
     return [int(x) for x in text.split(",")] if text and text.strip() else []
 
 
-def walk(offset: int, length: int, sizes: list[int], strides: list[int], execution: int):
+def walk(
+    offset: int, length: int, sizes: list[int], strides: list[int], execution: int
+):
     """The element indices one execution of a shim BD touches, in order."""
     if not sizes:
         sizes, strides = [length], [1]
@@ -85,15 +90,18 @@ def walk(offset: int, length: int, sizes: list[int], strides: list[int], executi
         raise NotInterpreted(f"len {length} is not the product of sizes {sizes}")
     idx = np.array([base], dtype=np.int64)
     for size, stride in zip(sizes, strides):
-        idx = (idx[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).reshape(
-            -1
-        )
+        idx = (
+            idx[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride
+        ).reshape(-1)
     return idx
 
 
 def interpret(npu_text: str) -> list[Traffic]:
     """Every runtime sequence of aircc's npu.air.mlir, run once: element read and write counts."""
-    direction = {m.group(1): m.group(2) for m in _ALLOC.finditer(npu_text)}
+    channel = {
+        m.group(1): (m.group(2), m.group(3), m.group(4))
+        for m in _ALLOC.finditer(npu_text)
+    }
     out = []
     lines = npu_text.splitlines()
     i = 0
@@ -126,22 +134,27 @@ def interpret(npu_text: str) -> list[Traffic]:
                     b = _BD.search(lines[i])
                     if b:
                         if bd is not None:
-                            raise NotInterpreted(f"task {t.group(1)} chains several BDs")
+                            raise NotInterpreted(
+                                f"task {t.group(1)} chains several BDs"
+                            )
                         bd = b
                     elif "aie.end" not in lines[i]:
                         raise NotInterpreted(f"in a task: {lines[i].strip()}")
                     i += 1
                 r = _REPEAT.search(lines[i])
                 repeat = int(r.group(1)) if r else 0
-                if t.group(2) not in direction:
+                if t.group(2) not in channel:
                     raise NotInterpreted(f"no shim DMA allocation @{t.group(2)}")
-                tasks[t.group(1)] = (bd, repeat, direction[t.group(2)])
+                tasks[t.group(1)] = (bd, repeat, channel[t.group(2)])
                 i += 1
                 continue
             s = _START.search(line)
             if s:
-                bd, repeat, way = tasks[s.group(1)]
+                bd, repeat, chan = tasks[s.group(1)]
+                way = chan[1]
                 arg = index[bd.group(1)]
+                traffic.channels.setdefault(bd.group(1), set()).add(chan)
+                traffic.started[bd.group(1)] = traffic.started.get(bd.group(1), 0) + 1
                 sizes, strides = _ints(bd.group(4)), _ints(bd.group(5))
                 elem = args[arg][2]
                 if _itemsize(elem) < 4 and strides and strides[-1] != 1:

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(REPO, "emulator", "tests", "designs"))
 import emu_testlib  # noqa: E402,F401  (the emulated `air` first on sys.path)
 
 from host import aircc_check  # noqa: E402
-from int4awq import compiled, compiler  # noqa: E402
+from int4awq import compiled, compiler, runtime_sequence  # noqa: E402
 
 MISSING = compiler.tools_missing()
 needs_compiler = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
@@ -39,7 +39,8 @@ def _names(passes):
 @needs_compiler
 def test_the_pipeline_is_the_one_aircc_runs(tmp_path):
     """aircc -v prints the pipeline it runs, every option spelled out: the same passes in the same order,
-    and every option we give is one aircc gives (its line, not our reading of aircc.cpp, decides)."""
+    and every option we give is one aircc gives (its line, not our reading of aircc.cpp, decides).
+    """
     d = next(d for d in DESIGNS if d.name == "make run1x1")
     (tmp_path / "air.mlir").write_text(d.text())
     env = dict(
@@ -127,26 +128,21 @@ def test_backend_options_become_aircc_s_flags():
 
 @needs_compiler
 @pytest.mark.parametrize("design", DESIGNS, ids=[d.name for d in DESIGNS])
-def test_aircc_s_passes_and_the_emulator_decide_alike(design):
-    r = aircc_check.check(design, None, compile_it=False)
+def test_every_design_through_aircc(design, tmp_path):
+    """aircc's passes and the emulator decide alike; aircc + aiecc compile it to NPU instructions; the
+    compiled runtime sequence writes every element of C once and moves what the model counts.
+    """
+    r = aircc_check.check(design, str(tmp_path))
     assert r.error is None, r.error
     assert r.disagree == [], r.disagree
+    assert r.traffic == [], r.traffic
+    assert r.compiled.insts and all(n > 0 for n in r.compiled.insts.values())
     # every design ping-pongs its chunk loop in L1 (the A chunk and the record) unless it has none
     if "probe" not in design.name:
-        assert sum(n for (space, _), n in r.decisions.doubled.items() if space == 2) == 2
+        assert (
+            sum(n for (space, _), n in r.decisions.doubled.items() if space == 2) == 2
+        )
         assert r.decisions.split_warnings == 0
-
-
-@needs_compiler
-@pytest.mark.parametrize(
-    "design",
-    [d for d in DESIGNS if "probe_zero" not in d.name],
-    ids=[d.name for d in DESIGNS if "probe_zero" not in d.name],
-)
-def test_every_design_compiles_to_npu_instructions(design, tmp_path):
-    r = compiler.compile_module(design.text(), design.options, str(tmp_path))
-    assert r.insts and all(n > 0 for n in r.insts.values())
-    assert "aie.runtime_sequence" in r.text("npu.air.mlir")
 
 
 @needs_compiler
@@ -162,7 +158,8 @@ def test_a_module_the_compiler_refuses_names_its_error(tmp_path):
 
 def _scratch_design(anchored):
     """A segment-level L1 scratch passed to a compute herd whose chunk loop DMAs a buffer in and calls a
-    kernel with both; `anchored`: the zero phase (a same-named herd) writes the scratch first."""
+    kernel with both; `anchored`: the zero phase (a same-named herd) writes the scratch first.
+    """
     from air.dialects import arith
     from air.dialects.air import MemorySpace, T, dma_memcpy_nd, herd, launch
     from air.dialects.air import module_builder, segment
@@ -234,11 +231,132 @@ def test_a_scratch_sunk_into_the_loop_stops_ping_pong(anchored):
 def test_the_emulator_says_why_the_loop_is_single():
     from air.emu.engine import Options, Program
 
-    program = Program(
-        _scratch_design(False), Options(link=False), check=False
-    )
+    program = Program(_scratch_design(False), Options(link=False), check=False)
     [herd] = program.budget.herds
     notes = " ".join(e.note for e in herd.entries)
     assert "sunk into this herd by air-fuse-alloc-dealloc" in notes
     assert "first access to the herd operand sunk here" in notes
     assert all(e.factor == 1 for e in herd.entries)
+
+
+# -- the runtime sequence against DDR ---------------------------------------------------------------------
+
+
+def _sequence(tasks, args="%arg0: memref<4x8xbf16>, %arg1: memref<4x8xbf16>"):
+    """An npu.air.mlir fragment: two shim allocations, tasks given as (symbol, bd, attrs)."""
+    body = []
+    for k, (sym, bd, attrs) in enumerate(tasks):
+        body += [
+            f"      %{k} = aiex.dma_configure_task_for @{sym} {{",
+            f"        aie.dma_bd({bd})",
+            "        aie.end",
+            f"      }}{attrs}",
+            f"      aiex.dma_start_task(%{k})",
+        ]
+    return "\n".join(
+        [
+            "    aie.shim_dma_allocation @in(%shim_noc_tile_0_0, MM2S, 0)",
+            "    aie.shim_dma_allocation @out(%shim_noc_tile_0_0, S2MM, 0)",
+            f"    aie.runtime_sequence @seq({args}) {{",
+            *body,
+            "    }",
+        ]
+    )
+
+
+def test_a_task_runs_repeat_count_plus_one_times():
+    bd = "%arg0 : memref<4x8xbf16> offset = 8 len = 16 sizes = [2, 8] strides = [8, 1]"
+    [t] = runtime_sequence.interpret(
+        _sequence([("in", bd, " {repeat_count = 2 : i32}")])
+    )
+    assert t.reads[0].reshape(4, 8).tolist() == [[0] * 8, [3] * 8, [3] * 8, [0] * 8]
+    assert t.bytes_read(0) == 3 * 16 * 2 and not t.writes[0].any()
+
+
+def test_the_fourth_dimension_steps_the_offset_per_execution():
+    # [2, 1, 1, 8] stride 16: execution 0 at row 0, execution 1 at row 2, execution 2 wraps to row 0
+    bd = "%arg1 : memref<4x8xbf16> offset = 0 len = 8 sizes = [2, 1, 1, 8] strides = [16, 0, 0, 1]"
+    [t] = runtime_sequence.interpret(
+        _sequence([("out", bd, " {repeat_count = 2 : i32}")])
+    )
+    assert t.writes[1].reshape(4, 8)[:, 0].tolist() == [2, 0, 1, 0]
+
+
+def test_len_must_be_the_inner_product():
+    bd = "%arg0 : memref<4x8xbf16> offset = 0 len = 16 sizes = [2, 2, 8] strides = [16, 8, 1]"
+    with pytest.raises(
+        runtime_sequence.NotInterpreted, match="len 16 is not the product"
+    ):
+        runtime_sequence.interpret(_sequence([("in", bd, "")]))
+
+
+def test_a_word_walk_with_a_gap_is_not_guessed():
+    bd = "%arg0 : memref<4x8xbf16> offset = 0 len = 4 sizes = [4] strides = [2]"
+    with pytest.raises(runtime_sequence.NotInterpreted, match="innermost stride 2"):
+        runtime_sequence.interpret(_sequence([("in", bd, "")]))
+
+
+def _design(outputs=(1,), ddr=None, launches=1):
+    return aircc_check.Design(
+        "d", None, {}, outputs=outputs, ddr_bytes=ddr, launch_iterations=launches
+    )
+
+
+def test_an_output_written_twice_or_not_at_all_is_named():
+    whole_in = "%arg0 : memref<4x8xbf16> offset = 0 len = 32 sizes = [32] strides = [1]"
+    whole_out = (
+        "%arg1 : memref<4x8xbf16> offset = 0 len = 32 sizes = [32] strides = [1]"
+    )
+    half_out = "%arg1 : memref<4x8xbf16> offset = 0 len = 16 sizes = [16] strides = [1]"
+    ok = _sequence([("in", whole_in, ""), ("out", whole_out, "")])
+    assert aircc_check.traffic_problems(_design(ddr=128), ok) == []
+    # each piece given the whole buffer (what aircc made of the GEMV's C drain with x second)
+    twice = _sequence(
+        [("in", whole_in, ""), ("out", whole_out, ""), ("out", whole_out, "")]
+    )
+    [p] = aircc_check.traffic_problems(_design(launches=2), twice)
+    assert "0 elements never written, 32 written more than once (at most 2 times)" in p
+    half = _sequence([("in", whole_in, ""), ("out", half_out, "")])
+    [p] = aircc_check.traffic_problems(_design(), half)
+    assert "16 elements never written" in p
+    [p] = aircc_check.traffic_problems(_design(ddr=129), ok)
+    assert "moves 128 bytes, the model counts 129" in p
+
+
+def _small_herd(tiling):
+    from int4awq.design import DesignConfig
+
+    # a 1x2 herd over a [2, 1] launch grid: the project runs it at [1, 1] (2 launch iterations)
+    cfg = DesignConfig(
+        m=128,
+        k=256,
+        n=128,
+        gs=128,
+        tile_m=64,
+        tile_n=64,
+        tile_k_l1=64,
+        tile_k_l2=256,
+        herd_m=1,
+        herd_n=2,
+    )
+    d = aircc_check._config_design("small herd", cfg)
+    d.options = dict(d.options, runtime_loop_tiling_sizes=tiling)
+    return cfg, d
+
+
+@needs_compiler
+def test_the_small_herd_drain_fold_shows_in_the_compiled_sequence(tmp_path):
+    """mlir-air's bfp16/run.py: under [2, 2] a small herd's drain folds every launch iteration into one
+    task on one shim channel (NPU2 then writes only the first iteration's output); the project's [1, 1]
+    gives each launch iteration its own task."""
+    cfg, d = _small_herd([2, 2])
+    assert cfg.runtime_loop_tiling == (1, 1)
+    r = aircc_check.check(d, str(tmp_path / "folded"))
+    assert r.error is None and len(r.traffic) == 1, r.traffic
+    assert (
+        "drains 2 launch iterations through one shim channel in 1 task(s)"
+        in r.traffic[0]
+    )
+    cfg, d = _small_herd(list(cfg.runtime_loop_tiling))
+    r = aircc_check.check(d, str(tmp_path / "project"))
+    assert r.ok, (r.error, r.traffic, r.disagree)

@@ -100,14 +100,26 @@ def test_proven_limits_sit_at_their_edge(change):
 
 def test_runtime_loop_tiling_as_upstream_chooses_it():
     # [1, 1] only on a herd of fewer than 8 cores with several launch iterations
-    small = dict(herd_m=1, herd_n=1, m=256, n=128, k=512, tile_k_l2=512)
+    small = dict(herd_m=1, herd_n=1, m=64, n=128, k=512, tile_k_l2=512)
     assert DesignConfig(**{**QPROJ, **small}).runtime_loop_tiling == (1, 1)
     one_launch = dict(herd_m=1, herd_n=1, m=64, n=64, k=512, tile_k_l2=512)
     assert DesignConfig(**{**QPROJ, **one_launch}).runtime_loop_tiling == (2, 2)
     eight_cores = dict(herd_m=2, herd_n=4, m=256, n=512, k=512, tile_k_l2=512)
     assert DesignConfig(**{**QPROJ, **eight_cores}).runtime_loop_tiling == (2, 2)
-    seven = dict(herd_m=7, herd_n=1, m=64 * 14, n=128, k=512, tile_k_l2=512)
+    seven = dict(herd_m=7, herd_n=1, m=32 * 14, n=128, k=512, tile_k_l2=512)
     assert DesignConfig(**{**QPROJ, **seven}).runtime_loop_tiling == (1, 1)
+
+
+def test_a_small_herd_takes_at_most_two_launch_iterations():
+    # [1, 1] unrolls each launch iteration into shim tasks: 2 is the limit, 3 and more are refused
+    at_limit = dict(herd_m=1, herd_n=1, m=64, n=128, k=512, tile_k_l2=512)
+    assert DesignConfig(**{**QPROJ, **at_limit}).launch_grid == (1, 2)
+    for m in (128, 256):
+        with pytest.raises(ConfigError, match="launch iterations: under .* PR #1639"):
+            DesignConfig(**{**QPROJ, **at_limit, "m": m})
+    # 8 cores take [2, 2] and any launch grid up to the proven limits
+    big = dict(herd_m=2, herd_n=4, m=512, n=1024, k=512, tile_k_l2=512)
+    assert DesignConfig(**{**QPROJ, **big}).launch_grid == (4, 4)
 
 
 def test_qproj_budget_and_traffic():

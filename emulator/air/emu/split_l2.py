@@ -29,6 +29,14 @@ pass step by step (AIRMiscPasses.cpp, AIRSplitL2MemrefForBufferConstraintPass; U
   of the split stride, falling back to the memref dimension's index when none has it (~2741-2743), with
   size ceil(extent / factor); its other end (the L3 side) is brought to the same rank (~2785-2822) and
   tiled at the same position by its own size there (~2852-2855);
+* both read as `canonicalize` (run before the pass) leaves them: a pattern that covers its whole memref
+  in row-major order is emptied to `[] [] []` (AIRDialect.cpp canonicalizeEmptyLists ~2364-2381,
+  isDefaultDataAccessPattern ~2307-2335, isVolumeEqualToMemrefVolume ~2340-2362), and the pass rebuilds
+  an empty one from the memref's shape (Util.cpp populateDefaultWrapsAndStrides ~1981-1997;
+  AIRMiscPasses.cpp ~2767-2772, ~2778-2780), an empty single side tiled at the memref dimension's index.
+  A whole-buffer DDR pattern written in another form than the memref's (a 4-D drain to a 2-D C) is so
+  bumped from the 2-D shape: with a size-1 dimension ahead of the split one (M = 1, herd x second) the
+  tiled position lands on that size-1 dimension and every piece gets the whole buffer (refused);
 * pieces: one per distinct key, shaped by the first op of the memref's rank (partitionMemref
   ~1892-1925), the full shape when none has it.
 
@@ -43,6 +51,7 @@ wrong results or hang, silently.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -362,12 +371,25 @@ class SplitModel:
         # the single side: `factor` tiled copies, and the same for its other end
         single_copies = {}
         for ep, partner in zip(single, links):
-            p = ep.pattern
-            pos = next((i for i, s in enumerate(p.strides) if s == split_stride), dim)
+            # as canonicalize leaves it: emptied (then the memref's default) when it is the whole
+            # buffer in row-major order; an empty one is tiled at the memref dimension (~2741-2743)
+            p, emptied = canonical(ep.pattern, shape)
+            pos = (
+                dim
+                if emptied
+                else next(
+                    (i for i, s in enumerate(p.strides) if s == split_stride), dim
+                )
+            )
             copies = [_tile(p, pos, extent, factor, i) for i in range(factor)]
-            pcopies = None
+            pcopies = canon = None
             if partner is not None:
-                pp = self.pattern(partner, {})
+                written = self.pattern(partner, {})
+                pp, p_emptied = canonical(written, partner.side.memref.type.shape)
+                # canonicalize changed the form the pass bumps: (as written, as rebuilt, bumped)
+                changed = (written.sizes, written.strides) != (pp.sizes, pp.strides)
+                if p_emptied and not partner.side.implicit and changed:
+                    canon = (written, pp)
                 pp = _bump(pp, p.sizes)
                 if pos >= len(pp.sizes):
                     raise Refusal(
@@ -379,7 +401,9 @@ class SplitModel:
                 pcopies = [
                     _tile(pp, pos, pp.sizes[pos], factor, i) for i in range(factor)
                 ]
-            single_copies[id(ep.end)] = (ep, partner, pos, copies, pcopies)
+                if canon is not None:
+                    canon += (pp,)
+            single_copies[id(ep.end)] = (ep, partner, pos, copies, pcopies, canon)
             for c in copies:
                 keys.setdefault(c.offsets[pos], [])
         order = sorted(keys)
@@ -394,7 +418,7 @@ class SplitModel:
         same_rank = [ep.pattern for ep in multi if len(ep.pattern.sizes) == len(shape)]
         same_rank += [
             c
-            for (_, _, _, cs, _) in single_copies.values()
+            for (_, _, _, cs, _, _) in single_copies.values()
             for c in cs
             if len(c.sizes) == len(shape)
         ]
@@ -432,7 +456,7 @@ class SplitModel:
             d.piece_of.setdefault(id(ep.end), {})
             for env in ep.envs:
                 d.piece_of[id(ep.end)][env_key(env)] = order.index(k)
-        for ep, partner, pos, copies, pcopies in single_copies.values():
+        for ep, partner, pos, copies, pcopies, canon in single_copies.values():
 
             def refuse(short, copy, pcopy):
                 detail = self._mismatch(
@@ -463,6 +487,21 @@ class SplitModel:
                     continue
                 b = pcopies[i].addresses()
                 if len(a) != len(b) or not _maps_to(keys_, partner_of, a, b):
+                    if canon is not None:
+                        raise self._emptied(
+                            name,
+                            ep,
+                            partner,
+                            pos,
+                            dim,
+                            split_stride,
+                            factor,
+                            i,
+                            canon,
+                            c,
+                            pcopies[i],
+                            porig,
+                        )
                     raise refuse(
                         f"the two sides of {ep.end.where()} disagree ({len(b)} vs {len(a)} "
                         "elements per piece)",
@@ -481,6 +520,50 @@ class SplitModel:
                 else " (each keeps the whole shape: no op has its rank)"
             )
         )
+
+    @staticmethod
+    def _emptied(
+        name, ep, partner, pos, dim, split_stride, factor, i, canon, copy, pcopy, porig
+    ):
+        """The Refusal for an L3 side that canonicalize emptied and the split re-tiled wrongly."""
+        written, default, bumped = canon
+        side = "L3" if partner.level == L3 else "other"
+        ptype = partner.side.memref.type
+        b = pcopy.addresses()
+        whole = len(b) == len(porig)
+        gets = (
+            f"the whole {side} buffer {ptype}" if whole else f"{len(b)} {side} elements"
+        )
+        moves = (
+            f"the {factor} pieces {'write' if ep.end.direction == 'mm2s' else 'read'} every "
+            f"element of it {factor} times"
+            if whole
+            else "the pieces move the wrong data"
+        )
+        short = (
+            f"split of {name}: each of its {factor} pieces gets {gets} from "
+            f"{partner.where()} ({len(copy.addresses())} its own)"
+        )
+        detail = (
+            f"{partner.where()}: its pattern ({written.text()}) is the whole {ptype} in row-major "
+            f"order, so canonicalize, which aircc runs before air-split-l2-memref, empties it to "
+            f"[] [] [] (mlir-air e972f29 AIRDialect.cpp canonicalizeEmptyLists ~2364-2381, "
+            f"isDefaultDataAccessPattern ~2307-2335, isVolumeEqualToMemrefVolume ~2340-2362). "
+            f"air-split-l2-memref splits the {name} along dimension {dim} (stride {split_stride}) "
+            f"into {factor} pieces; it rebuilds that side from the memref's shape ({default.text()}: "
+            f"AIRMiscPasses.cpp ~2764-2772, Util.cpp populateDefaultWrapsAndStrides ~1981-1997), "
+            f"brings it to the rank of this transfer's L2 side ({ep.pattern.text()}) around the L2 "
+            f"side's sizes ({bumped.text()}, AIRMiscPasses.cpp ~2785-2822) and tiles it at the L2 "
+            f"side's first position of the split stride, {pos} (~2741-2743), by its own size there, "
+            f"{bumped.sizes[pos]} (~2852-2855; tileChannelOpByFactor ~1554-1761): piece {i} gets "
+            f"offsets {pcopy.offsets} {pcopy.text()}, {gets} (that position is not the split "
+            f"dimension on this side), where its part is {len(copy.addresses())} elements "
+            f"({copy.text()}). On NPU2 {moves}. Put the split dimension first in both patterns "
+            f"(as the GEMV's C drain does since 8d08a5b, [hx, m, hy, tn] on both sides, and the "
+            f"GEMM's C), so the {side} pattern is not the plain row-major buffer and keeps its "
+            f"form, or keep the buffer whole with air.no_split"
+        )
+        return Refusal(short, detail)
 
     @staticmethod
     def _mismatch(name, ep, partner, pos, dim, split_stride, copy, pcopy, piece_extent):
@@ -504,6 +587,37 @@ class SplitModel:
             f"pattern (no re-layout on the L2 side; re-lay on the read to L1, as mlir-air's "
             f"bf16_x_bfp16 GEMM does), or keep it whole with air.no_split"
         )
+
+
+def canonical(p, shape):
+    """`p` on a memref of `shape` as canonicalize leaves it and the split reads it: (pattern, emptied).
+    A pattern that is the default row-major access of the whole memref is emptied to [] [] []
+    (AIRDialect.cpp canonicalizeEmptyLists ~2364-2381), and the split rebuilds an empty one from the
+    memref's shape (Util.cpp populateDefaultWrapsAndStrides ~1981-1997)."""
+    shape = list(shape) or [1]
+    if not _default_access(p.sizes, p.strides) or math.prod(p.sizes) != math.prod(
+        shape
+    ):
+        return p, False
+    return Pattern([0] * len(shape), shape, _row_major(shape)), True
+
+
+def _default_access(sizes, strides) -> bool:
+    """isDefaultDataAccessPattern (AIRDialect.cpp ~2307-2335): innermost first, each stride the product
+    of the sizes inside it (a size-1 dimension of stride 0 skipped); offsets are not looked at.
+    """
+    if len(sizes) != len(strides):
+        return False
+    if not sizes or (len(sizes) == 1 and strides[0] == 1):
+        return True
+    factor = 1
+    for size, stride in zip(reversed(sizes), reversed(strides)):
+        if size == 1 and stride == 0:
+            continue
+        if stride != factor:
+            return False
+        factor *= size
+    return True
 
 
 def _found(keys, a):
