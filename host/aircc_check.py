@@ -172,20 +172,9 @@ def emulator_decisions(module, options: dict) -> tuple[Counter, Counter]:
     """(L2 alloc types after the split, (space, type) of the doubled allocs) as the emulator decides them:
     a split buffer is its pieces, a ping-ponged one counts its pieces (L2) or itself (L1) as doubled.
     """
-    from air.emu.engine import Options, Program
+    from air.emu.engine import Program
 
-    program = Program(
-        module,
-        Options(
-            stack_size=options.get("stack_size", 1024),
-            omit_pingpong=options.get("omit_pingpong", ""),
-            runtime_loop_tiling_sizes=options.get("runtime_loop_tiling_sizes", ()),
-            target_device=options.get("target_device", "npu2"),
-            num_device_cols=options.get("num_device_cols", 0),
-            link=False,
-        ),
-        check=False,
-    )
+    program = Program(module, _options(options), check=False)
     pieces = {}
     l2 = Counter()
     for root, dec in program.resources.splits:
@@ -264,6 +253,98 @@ def traffic_problems(design: Design, npu_text: str) -> list[str]:
             out.append(
                 f"{t.name}: the runtime sequence moves {moved} bytes, the model counts {design.ddr_bytes}"
             )
+    return out
+
+
+# -- the resource model against the compiled design -----------------------------------------------------
+
+
+def emulator_resources(module, options: dict):
+    """The emulator's NPU2 resource report of a module (its model of air-to-aie and after)."""
+    from air.emu.engine import Program
+
+    return Program(module, _options(options), check=False).resources
+
+
+def _options(options: dict):
+    from air.emu.engine import Options
+
+    return Options(
+        stack_size=options.get("stack_size", 1024),
+        omit_pingpong=options.get("omit_pingpong", ""),
+        runtime_loop_tiling_sizes=options.get("runtime_loop_tiling_sizes", ()),
+        target_device=options.get("target_device", "npu2"),
+        num_device_cols=options.get("num_device_cols", 0),
+        link=False,
+    )
+
+
+# What each kind of tile is compared by: DMA channels in use, BDs (a memtile's by channel parity), locks,
+# the largest lock value, and a memtile's buffer bytes.
+RESOURCE_FIELDS = {
+    "compute": ("S2MM", "MM2S", "BDs", "locks", "lock value"),
+    "memtile": ("S2MM", "MM2S", "BDs even", "BDs odd", "locks", "lock value", "bytes"),
+    "shim": ("S2MM", "MM2S"),
+}
+
+
+def emulator_tiles(report) -> dict[str, Counter]:
+    """kind -> multiset of the emulator's per-tile figures (RESOURCE_FIELDS); a herd's row once."""
+    out = {k: Counter() for k in RESOURCE_FIELDS}
+    for t in report.tiles:
+        if t.kind == "compute":
+            row = (len(t.s2mm), len(t.mm2s), t.bds, t.locks, t.lock_value)
+        elif t.kind == "memtile":
+            row = (len(t.s2mm), len(t.mm2s), *t.parity, t.locks, t.lock_value, t.bytes)
+        else:
+            row = (len(t.s2mm), len(t.mm2s))
+        out[t.kind][row] += 1
+    return out
+
+
+def compiler_tiles(physical_text: str) -> dict[str, Counter]:
+    """kind -> multiset of the compiled design's per-tile figures (tiles in use; compute rows once)."""
+    out = {k: Counter() for k in RESOURCE_FIELDS}
+    for t in compiled.tile_resources(physical_text).values():
+        if t.kind == "compute" and t.stack is not None:
+            row = (
+                len(t.s2mm),
+                len(t.mm2s),
+                len(t.bd_ids),
+                t.locks,
+                t.largest_lock_init,
+            )
+        elif t.kind == "memtile" and (t.buffers or t.bd_ids):
+            row = (
+                len(t.s2mm),
+                len(t.mm2s),
+                *t.bds_by_parity,
+                t.locks,
+                t.largest_lock_init,
+                sum(n for _, n, _ in t.buffers),
+            )
+        elif t.kind == "shim" and (t.s2mm or t.mm2s):
+            row = (len(t.s2mm), len(t.mm2s))
+        else:
+            continue
+        out[t.kind][row] += 1
+    return out
+
+
+def resource_differences(emulator: dict, compiler_: dict) -> list[str]:
+    """Where the emulator's resource table and the compiled design differ: compute tiles by the set of
+    distinct rows (the emulator prints one row per herd), memtiles and shims tile by tile as multisets.
+    """
+    out = []
+    for kind, fields in RESOURCE_FIELDS.items():
+        e, c = emulator[kind], compiler_[kind]
+        same = set(e) == set(c) if kind == "compute" else e == c
+        if not same:
+            fmt = lambda rows: "; ".join(  # noqa: E731
+                f"{n} x ({', '.join(f'{f} {v}' for f, v in zip(fields, r))})"
+                for r, n in sorted(rows.items())
+            )
+            out.append(f"{kind} tiles: compiler {fmt(c)}; emulator {fmt(e)}")
     return out
 
 

@@ -127,3 +127,95 @@ def air_decisions(module_text: str, **pipeline_options) -> AirDecisions:
         sunk_l1=Counter(a.type for a in after_label if a.space == 2 and a.in_loop),
         split_warnings=log.count(SPLIT_WARNING),
     )
+
+
+# -- the placed, routed design (aiecc's input_physical.mlir) -----------------------------------------------
+
+_TILE = re.compile(r"(%\w+) = aie\.tile\((\d+), (\d+)\)")
+_LOCK = re.compile(r"aie\.lock\((%\w+), (\d+)\)(?: \{init = (\d+) : i32\})?")
+_BUFFER = re.compile(r"aie\.buffer\((%\w+)\) \{address = (\d+) : i32[^}]*\} : (memref<[^>]*>)")
+_DMA_BLOCK = re.compile(r"= aie\.(mem|memtile_dma)\((%\w+)\) \{")
+_CORE = re.compile(r"= aie\.core\((%\w+)\) \{")
+_DMA_START = re.compile(r"aie\.dma_start\((S2MM|MM2S), (\d+),")
+_BD_ID = re.compile(r"aie\.dma_bd\(.*\{bd_id = (\d+) : i32")
+_STACK = re.compile(r"stack_size = (\d+) : i32")
+_SHIM_ALLOC = re.compile(r"aie\.shim_dma_allocation @\w+\((%\w+), (MM2S|S2MM), (\d+)\)")
+_ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f64": 8}
+
+
+@dataclasses.dataclass
+class TileUse:
+    """One tile of the compiled design, as aiecc placed and routed it."""
+
+    col: int
+    row: int
+    s2mm: set = dataclasses.field(default_factory=set)  # DMA channel numbers in use
+    mm2s: set = dataclasses.field(default_factory=set)
+    bd_ids: list = dataclasses.field(default_factory=list)
+    locks: int = 0
+    largest_lock_init: int = 0
+    buffers: list = dataclasses.field(default_factory=list)  # (address, bytes, type)
+    stack: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return {0: "shim", 1: "memtile"}.get(self.row, "compute")
+
+    @property
+    def top(self) -> int:
+        """The highest byte any buffer reaches (aiecc's addresses; L1 overflow is its error)."""
+        return max((a + n for a, n, _ in self.buffers), default=0)
+
+    @property
+    def bds_by_parity(self) -> tuple[int, int]:
+        """Memtile BD ids 0-23 serve even channels, 24-47 odd ones (mlir-aie BdIdGenerator)."""
+        return (
+            sum(1 for b in self.bd_ids if b < 24),
+            sum(1 for b in self.bd_ids if b >= 24),
+        )
+
+
+def tile_resources(physical_text: str) -> dict[tuple[int, int], TileUse]:
+    """(column, row) -> TileUse of every tile in aiecc's input_physical.mlir."""
+    names, tiles = {}, {}
+    for m in _TILE.finditer(physical_text):
+        names[m.group(1)] = tiles.setdefault(
+            (int(m.group(2)), int(m.group(3))), TileUse(int(m.group(2)), int(m.group(3)))
+        )
+    for m in _LOCK.finditer(physical_text):
+        t = names[m.group(1)]
+        t.locks += 1
+        t.largest_lock_init = max(t.largest_lock_init, int(m.group(3) or 0))
+    for m in _BUFFER.finditer(physical_text):
+        shape, elem, _ = memref_type(m.group(3))
+        n = _ELEM_BYTES[elem]
+        for d in shape:
+            n *= d
+        names[m.group(1)].buffers.append((int(m.group(2)), n, m.group(3)))
+    for m in _SHIM_ALLOC.finditer(physical_text):
+        t = names[m.group(1)]
+        (t.s2mm if m.group(2) == "S2MM" else t.mm2s).add(int(m.group(3)))
+    current, core = None, None
+    for line in physical_text.splitlines():
+        m = _DMA_BLOCK.search(line)
+        if m:
+            current = names[m.group(2)]
+            continue
+        m = _CORE.search(line)
+        if m:
+            core = names[m.group(1)]
+            continue
+        if current is not None:
+            s = _DMA_START.search(line)
+            if s:
+                (current.s2mm if s.group(1) == "S2MM" else current.mm2s).add(int(s.group(2)))
+            b = _BD_ID.search(line)
+            if b:
+                current.bd_ids.append(int(b.group(1)))
+            if line.startswith("    }"):
+                current = None
+        elif core is not None and line.startswith("    }"):
+            st = _STACK.search(line)
+            core.stack = int(st.group(1)) if st else None
+            core = None
+    return tiles
