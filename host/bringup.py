@@ -38,7 +38,7 @@ try:
 
     import kernel_probe as kp
     import run as host_run
-    from int4awq import record
+    from int4awq import compiler, record
     from int4awq.reference import check, reference_gemm
 except ModuleNotFoundError as _missing:
     print(missing_module_line(_missing), file=sys.stderr)
@@ -512,7 +512,61 @@ def step_repeated_dispatch(ladder: Ladder) -> Outcome:
     )
 
 
+def step_compile(ladder: Ladder) -> Outcome:
+    """Every design the ladder dispatches, through aircc + aiecc down to the NPU instructions, its runtime
+    sequence checked against DDR (host/aircc_check.py), before anything reaches a device. SKIP where the
+    compiler is not installed."""
+    from host import aircc_check
+
+    missing = compiler.tools_missing()
+    if missing:
+        return Outcome("SKIP", missing)
+    designs = [d for d in aircc_check.designs() if _ladder_runs(d.name)]
+    lines, failed = [], []
+    for d in designs:
+        r = aircc_check.check(
+            d,
+            os.path.join(ladder.build_root, "compile", aircc_check._slug(d.name)),
+            compare=not ladder.npu,
+        )
+        problem = r.error or "; ".join(r.disagree + r.traffic)
+        if problem:
+            failed.append(d.name)
+        insts = sum(r.compiled.insts.values()) if r.compiled else 0
+        lines.append(
+            f"{'ok  ' if not problem else 'FAIL'} {d.name}"
+            + (f": {problem}" if problem else f" ({insts} B of NPU instructions)")
+        )
+    if failed:
+        return Outcome(
+            "FAIL",
+            f"{len(failed)} of {len(designs)} designs, first: {failed[0]}",
+            lines,
+        )
+    return Outcome(
+        "PASS", f"{len(designs)} designs compile, C written once each", lines
+    )
+
+
+def _ladder_runs(name: str) -> bool:
+    """The designs steps 2 to 9 dispatch: the probes and the make targets of DESIGN_RUNS, AWQ format."""
+    return name.startswith("bring-up probe") or name in (
+        "make run1x1",
+        "make run2x4",
+        "make run8x4",
+        "make run_llama_qproj",
+        "make run_llama_decode FORMAT=awq",
+    )
+
+
 STEPS = (
+    Step(
+        0,
+        "compile",
+        "the designs through aircc + aiecc (no device), C's DDR writes from the runtime sequence",
+        "the named compiler error, or `make aircc-check` for the design's full report",
+        step_compile,
+    ),
     Step(
         1,
         "environment",

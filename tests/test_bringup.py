@@ -191,7 +191,7 @@ def test_repeated_dispatch_catches_a_stale_result(ladder, monkeypatch):
     "argv, message",
     [
         (["--steps", "2,x"], "--steps '2,x': give step numbers like 2,3"),
-        (["--steps", "10"], "--steps: steps are 1 to 9"),
+        (["--steps", "10"], "--steps: steps are 0 to 9"),
         (["--backend", "gpu"], "argument --backend: invalid choice"),
     ],
 )
@@ -242,3 +242,33 @@ def test_a_gemv_probe_of_several_fold_spans_is_refused():
 
     with pytest.raises(ConfigError, match="one fold span"):
         kp.Probe(KernelObject("gemv", 64, 256, 128), 5, "accumulate")
+
+
+# ------------------------------------------------------------------------------------------ step 0
+
+
+def test_compile_step_skips_without_the_compiler(ladder, monkeypatch):
+    from int4awq import compiler
+
+    monkeypatch.setattr(compiler, "tools_missing", lambda *n: "aircc not found (...)")
+    out = bringup.step_compile(ladder)
+    assert out.status == "SKIP" and out.figures == "aircc not found (...)"
+
+
+def test_compile_step_names_the_design_the_compiler_refuses(ladder, monkeypatch):
+    from host import aircc_check
+    from int4awq import compiler
+
+    if compiler.tools_missing():
+        pytest.skip(compiler.tools_missing())
+    real = aircc_check.designs
+    [good] = [d for d in real() if d.name == "make run1x1"]
+    # a stack that leaves no room for the buffers: aiecc's address assignment refuses it
+    broken = aircc_check.Design(
+        "make run1x1", good.build, dict(good.options, stack_size=60000)
+    )
+    monkeypatch.setattr(aircc_check, "designs", lambda: [broken])
+    out = bringup.step_compile(ladder)
+    assert out.status == "FAIL" and out.figures == "1 of 1 designs, first: make run1x1"
+    assert out.lines[0].startswith("FAIL make run1x1: aircc: ")
+    assert "allocated buffers exceeded available memory" in out.lines[0]
