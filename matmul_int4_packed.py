@@ -4,8 +4,8 @@
 
 The design
 ----------
-Every data movement of this design is one that a hardware-tested mlir-air example runs on NPU2; the
-structure is that of mlir-air's bf16 x bfp16 GEMM
+Each data-movement construct of this design is one a hardware-tested mlir-air example runs on NPU2, in the
+same shape or a variant docs/design.md names; the structure is that of mlir-air's bf16 x bfp16 GEMM
 (programming_examples/matrix_multiplication/bf16_x_bfp16/matmul_bf16_x_bfp16.py), with the int4 record
 of its int4 GEMM (programming_examples/matrix_multiplication/int4_awq/). docs/design.md has the
 provenance table: each construct, the upstream file that uses it and the NPU2 lit test that runs it.
@@ -23,7 +23,8 @@ Each launch iteration is one segment:
   in DDR (row-major, no re-layout on the fill), and the weight records of its herd_n N-tiles.
 * In the compute herd each PE walks the refill in tile_k_l1 chunks: one DMA reads its A chunk out of L2
   re-laid into the kernel's 8x8 mmul blocks (a 6-D pattern on the memtile's read side), one brings its
-  weight record (Q, scales and zeros in one contiguous record), one kernel call accumulates.
+  weight record (Q, scales and zeros in one contiguous record), one kernel call accumulates. aircc
+  double-buffers the chunk and the record (the zero phase's store keeps the scratch out of the loop).
 * The drain converts the accumulator to bf16 (round to nearest even) into L1, DMAs it to the L2 C block,
   and the block goes to DDR in one DMA.
 
