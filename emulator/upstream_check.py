@@ -577,6 +577,9 @@ def run_case(
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(script)]),
+        AIR_EMU_AIRCC_DIR=os.path.join(
+            work, "aircc"
+        ),  # the module and the emulator's decisions
         **case.env,
     )
     t0 = time.monotonic()
@@ -603,7 +606,48 @@ def run_case(
     compile_only = "compile-only" in case.args
     ok = res.returncode == 0 and (("PASS!" in out) or compile_only)
     tail = [ln for ln in out.splitlines() if ln.strip()][-1:] or [""]
-    return ("PASS" if ok else "FAIL"), f"{took}: {tail[0][:160]}"
+    agree = aircc_agreement(os.path.join(work, "aircc")) if ok else ""
+    if agree.startswith("aircc DISAGREES"):
+        ok = False
+    return ("PASS" if ok else "FAIL"), f"{took}: {tail[0][:160]}" + (
+        f"; {agree}" if agree else ""
+    )
+
+
+def aircc_agreement(where: str) -> str:
+    """The emulator's split and ping-pong decisions for the module it compiled last, against aircc's own
+    passes (air-opt), when the compiler is installed: "aircc agrees", "aircc DISAGREES: ...", or why not
+    compared."""
+    sys.path.insert(0, REPO)
+    from int4awq import compiled, compiler
+
+    mlir, mine = os.path.join(where, "air.mlir"), os.path.join(
+        where, "emu-decisions.json"
+    )
+    missing = compiler.tools_missing("air-opt")
+    if missing or not os.path.exists(mlir):
+        return f"not compared with aircc ({missing or 'no module compiled'})"
+    import json
+
+    with open(mlir) as f:
+        text = f.read()
+    with open(mine) as f:
+        emu = json.load(f)
+    try:
+        dec = compiled.air_decisions(text)
+    except compiler.CompileError as e:
+        return f"aircc DISAGREES: the printed module does not go through aircc's passes: {e}"
+    theirs_l2 = dict(dec.l2_after_split)
+    theirs_pp = {
+        f"{'L1' if space == 2 else 'L2'} {t}": n
+        for (space, t), n in dec.doubled.items()
+    }
+    diffs = []
+    if theirs_l2 != emu["l2"]:
+        diffs.append(f"L2 split: aircc {theirs_l2}, emulator {emu['l2']}")
+    if theirs_pp != emu["doubled"]:
+        diffs.append(f"ping-pong: aircc {theirs_pp}, emulator {emu['doubled']}")
+    return "aircc DISAGREES: " + "; ".join(diffs) if diffs else "aircc agrees"
 
 
 # docs/design.md's provenance table names, for every construct of the designs, the mlir-air example that
@@ -611,7 +655,7 @@ def run_case(
 # ryzen_ai_npu2.
 PROVENANCE = os.path.join(REPO, "docs", "design.md")
 _NAMED = re.compile(
-    r"`((?:matrix_multiplication|matrix_vector_multiplication|llms|fused_decode)/[^`\s]+?\.(?:py|lit|cc|md))`"
+    r"`((?:matrix_multiplication|matrix_vector_multiplication|llms|fused_decode|eltwise_add_with_l2|silu_and_mul)/[^`\s]+?\.(?:py|lit|cc|md))`"
 )
 
 

@@ -165,32 +165,17 @@ def designs(all_configs: bool = False) -> list[Design]:
 
 
 def emulator_decisions(module, options: dict) -> tuple[Counter, Counter]:
-    """(L2 alloc types after the split, (space, type) of the doubled allocs) as the emulator decides them:
-    a split buffer is its pieces, a ping-ponged one counts its pieces (L2) or itself (L1) as doubled.
-    """
+    """(L2 alloc types after the split, (space, type) of the doubled allocs) as the emulator decides them
+    (air/emu/decisions.py), in the terms of compiled.AirDecisions."""
+    from air.emu.decisions import decisions
     from air.emu.engine import Program
 
-    program = Program(module, _options(options), check=False)
-    pieces = {}
-    l2 = Counter()
-    for root, dec in program.resources.splits:
-        shape = list(root.type.shape)
-        if dec.split:
-            shape[dec.dim] //= dec.factor
-        t = compiled.type_text(shape, str(root.type.element_type), 1)
-        pieces[str(root.type)] = (t, dec.factor)
-        l2[t] += dec.factor
+    d = decisions(Program(module, _options(options), check=False))
     doubled = Counter()
-    for budget in program.budget.herds:
-        for e in budget.entries:
-            if e.factor == 2:
-                doubled[(2, e.type)] += 1
-    for budget in program.budget.segments:
-        for e in budget.entries:
-            if e.factor == 2 and e.type in pieces:
-                t, n = pieces[e.type]
-                doubled[(1, t)] += n
-    return l2, doubled
+    for key, n in d["doubled"].items():
+        level, t = key.split(" ", 1)
+        doubled[(2 if level == "L1" else 1, t)] += n
+    return Counter(d["l2"]), doubled
 
 
 def disagreements(

@@ -118,3 +118,40 @@ def test_the_provenance_table_is_checked_against_the_checkout(tmp_path, capsys):
         "ryzen_ai_npu2",
         True,
     )
+
+
+def _compiled_by_the_emulator(where, monkeypatch):
+    """A small design compiled by the emulator's XRTBackend with AIR_EMU_AIRCC_DIR set: it leaves the module
+    and its decisions there, as it does for each upstream case."""
+    sys.path.insert(
+        0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "designs")
+    )
+    import emu_testlib  # noqa: F401  (the emulated air first)
+    import passthrough
+    from air.backend.xrt import XRTBackend
+
+    monkeypatch.setenv("AIR_EMU_AIRCC_DIR", str(where))
+    XRTBackend(target_device="npu2").compile(passthrough.build_module())
+    assert sorted(os.listdir(where)) == ["air.mlir", "emu-decisions.json"]
+
+
+def test_each_case_is_compared_with_aircc_s_passes(tmp_path, monkeypatch):
+    sys.path.insert(0, uc.REPO)
+    from int4awq import compiler
+
+    _compiled_by_the_emulator(tmp_path, monkeypatch)
+    if compiler.tools_missing("air-opt"):
+        assert uc.aircc_agreement(str(tmp_path)).startswith("not compared with aircc (")
+        return
+    assert uc.aircc_agreement(str(tmp_path)) == "aircc agrees"
+    # the emulator's record says a loop aircc ping-pongs is single: named, and the case fails
+    import json
+
+    path = tmp_path / "emu-decisions.json"
+    mine = json.loads(path.read_text())
+    mine["doubled"] = {}
+    path.write_text(json.dumps(mine))
+    verdict = uc.aircc_agreement(str(tmp_path))
+    assert verdict.startswith(
+        "aircc DISAGREES: ping-pong: aircc {'L1 memref<1024xi32, 2 : i32>': 1}"
+    )

@@ -203,6 +203,9 @@ class XRTBackend(AirBackend):
         self.emu_budget = program.budget
         self.emu_resources = program.resources
         self._program = program
+        from ..emu.decisions import write
+
+        write(module, program)
         if self.verbose:
             print(program.budget.table())
             print(program.resources.table())
