@@ -729,11 +729,13 @@ def main(argv=None) -> int:
     for case in cases:
         verdict, detail = run_case(case, args.air_src, args.aie_src, args.timeout)
         print(f"{verdict:<13} {case.name}  [{case.note}]  {detail}", flush=True)
+        if verdict == "SKIP":
+            continue
         if case.refused is not None:
             failures += 1
             rejected += verdict == "REJECTED"
             bad |= verdict != "REJECTED"
-        elif verdict != "SKIP":
+        else:
             total += 1
             passed += verdict == "PASS"
             bad |= verdict != "PASS"
