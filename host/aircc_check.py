@@ -287,7 +287,7 @@ def compiler_tiles(physical_text: str) -> dict[str, Counter]:
     """kind -> multiset of the compiled design's per-tile figures (tiles in use; compute rows once)."""
     out = {k: Counter() for k in RESOURCE_FIELDS}
     for t in compiled.tile_resources(physical_text).values():
-        if t.kind == "compute" and t.stack is not None:
+        if t.kind == "compute" and t.core:
             row = (
                 len(t.s2mm),
                 len(t.mm2s),
@@ -367,6 +367,11 @@ def check(
         if compile_it:
             res.compiled = compiler.compile_module(text, design.options, outdir)
             res.traffic = traffic_problems(design, res.compiled.text("npu.air.mlir"))
+            if compare:
+                res.disagree += resource_differences(
+                    emulator_tiles(emulator_resources(module, design.options)),
+                    compiler_tiles(res.compiled.text("input_physical.mlir")),
+                )
     except (compiler.CompileError, ConfigError, runtime_sequence.NotInterpreted) as e:
         res.error = str(e)
     res.seconds = time.perf_counter() - t0

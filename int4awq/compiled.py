@@ -133,7 +133,9 @@ def air_decisions(module_text: str, **pipeline_options) -> AirDecisions:
 
 _TILE = re.compile(r"(%\w+) = aie\.tile\((\d+), (\d+)\)")
 _LOCK = re.compile(r"aie\.lock\((%\w+), (\d+)\)(?: \{init = (\d+) : i32\})?")
-_BUFFER = re.compile(r"aie\.buffer\((%\w+)\) \{address = (\d+) : i32[^}]*\} : (memref<[^>]*>)")
+_BUFFER = re.compile(
+    r"aie\.buffer\((%\w+)\) \{address = (\d+) : i32[^}]*\} : (memref<[^>]*>)"
+)
 _DMA_BLOCK = re.compile(r"= aie\.(mem|memtile_dma)\((%\w+)\) \{")
 _CORE = re.compile(r"= aie\.core\((%\w+)\) \{")
 _DMA_START = re.compile(r"aie\.dma_start\((S2MM|MM2S), (\d+),")
@@ -155,7 +157,8 @@ class TileUse:
     locks: int = 0
     largest_lock_init: int = 0
     buffers: list = dataclasses.field(default_factory=list)  # (address, bytes, type)
-    stack: int | None = None
+    core: bool = False  # a compute tile with a core (aie.core)
+    stack: int | None = None  # the core's stack_size attribute, when aircc sets one
 
     @property
     def kind(self) -> str:
@@ -180,7 +183,8 @@ def tile_resources(physical_text: str) -> dict[tuple[int, int], TileUse]:
     names, tiles = {}, {}
     for m in _TILE.finditer(physical_text):
         names[m.group(1)] = tiles.setdefault(
-            (int(m.group(2)), int(m.group(3))), TileUse(int(m.group(2)), int(m.group(3)))
+            (int(m.group(2)), int(m.group(3))),
+            TileUse(int(m.group(2)), int(m.group(3))),
         )
     for m in _LOCK.finditer(physical_text):
         t = names[m.group(1)]
@@ -204,11 +208,14 @@ def tile_resources(physical_text: str) -> dict[tuple[int, int], TileUse]:
         m = _CORE.search(line)
         if m:
             core = names[m.group(1)]
+            core.core = True
             continue
         if current is not None:
             s = _DMA_START.search(line)
             if s:
-                (current.s2mm if s.group(1) == "S2MM" else current.mm2s).add(int(s.group(2)))
+                (current.s2mm if s.group(1) == "S2MM" else current.mm2s).add(
+                    int(s.group(2))
+                )
             b = _BD_ID.search(line)
             if b:
                 current.bd_ids.append(int(b.group(1)))

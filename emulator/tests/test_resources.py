@@ -135,23 +135,36 @@ def test_pes_reading_the_same_bytes_share_one_broadcast_stream():
     assert len(mem[0].mm2s) == 1
 
 
-def l3_fills(n):
-    """n L3 -> L2 DMAs into n separate L2 buffers: n shim MM2S streams."""
+def passthroughs(n):
+    """n L2 buffers that only pass L3 -> L2 -> L3 (no PE touches them: they fill the memtiles, then
+    round-robin, two per memtile from n = 9) beside a 1x1 herd that copies a small input through its
+    L1 (its L3 flows take a shim of their own, the column of the PE)."""
 
-    def seg(*args):
-        for i in range(n):
+    def seg(a, out, x, y):
+        for k in range(n):
             l2 = AllocOp(memref([8], space=L2), [], [])
-            dma_memcpy_nd(
-                l2, args[0], src_offsets=[8 * i], src_sizes=[8], src_strides=[1]
-            )
+            dma_memcpy_nd(l2, a, src_offsets=[8 * k], src_sizes=[8], src_strides=[1])
+            dma_memcpy_nd(out, l2, dst_offsets=[8 * k], dst_sizes=[8], dst_strides=[1])
 
-    return in_segment([memref([8 * n])], seg)
+        @herd(name="h", sizes=[1, 1], operands=[x, y])
+        def hb(i, j, si, sj, hx, hy):
+            t = AllocOp(memref([8], space=L1), [], [])
+            dma_memcpy_nd(t, hx)
+            dma_memcpy_nd(hy, t)
+
+    return in_segment([memref([8 * n]), memref([8 * n]), memref([8]), memref([8])], seg)
 
 
-def test_shim_has_two_mm2s_channels_per_column():
-    shims = [t for t in compile_(l3_fills(16)).tiles if t.kind == "shim"]
-    assert len(shims) == 8 and all(len(t.mm2s) == 2 for t in shims)
-    refused(l3_fills(17), r"shim, column 7: needs 3 MM2S channels, NPU2 has 2")
+def test_every_shim_tile_takes_a_column_of_its_own():
+    """aircc opens a shim tile per bucket of L3 flows (here: one per memtile, one for the PE's
+    column) and aie-place-tiles gives each its own column: 8 place, a 9th does not ("no ShimNOCTile
+    has sufficient DMA capacity", test_the_rules_agree_with_aircc)."""
+    shims = [t for t in compile_(passthroughs(7)).tiles if t.kind == "shim"]
+    assert len(shims) == 8
+    assert all(len(t.mm2s) == 1 and len(t.s2mm) == 1 for t in shims)
+    refused(
+        passthroughs(8), r"shim tiles: aircc opens 9 shim tiles .* the device has 8"
+    )
 
 
 # --------------------------------------------------------------------------------------- BD chains
@@ -189,7 +202,7 @@ def test_memtile_channel_parity_pools_hold_24_bds():
     refused(
         unrolled_reads(24),
         r"memtile 0: needs 25 BDs even channels, NPU2 has 24",
-        **NO_PP
+        **NO_PP,
     )
 
 
@@ -448,3 +461,210 @@ def test_the_table_names_every_tile_and_ends_in_the_verdict():
     assert lines[-1] == "resources: within limits"
     assert any(line.lstrip().startswith("memtile 0") for line in lines)
     assert all(len(line) <= 100 for line in lines)
+
+
+# ------------------------------------------------- memtile and shim placement, memtile locks (aircc's)
+def pingponged(trips=2):
+    """An L2 buffer refilled from L3 in every trip of a segment loop (ping-ponged: two memtile
+    buffers) and sent to a PE each trip."""
+
+    def seg(a, out):
+        for i in for_(0, trips):
+            l2 = AllocOp(memref([8], space=L2), [], [])
+            dma_memcpy_nd(
+                l2, a, src_offsets=[scaled(i, 8)], src_sizes=[8], src_strides=[1]
+            )
+            ChannelPut("c", l2, indices=[0, 0])
+            yield_([])
+
+        @herd(name="h", sizes=[1, 1], operands=[out])
+        def hb(x, y, sx, sy, ho):
+            for i in for_(0, trips):
+                b = AllocOp(memref([8], space=L1), [], [])
+                ChannelGet("c", b, indices=[0, 0])
+                dma_memcpy_nd(
+                    ho, b, dst_offsets=[scaled(i, 8)], dst_sizes=[8], dst_strides=[1]
+                )
+                yield_([])
+
+    return in_segment(
+        [memref([8 * trips]), memref([8 * trips])],
+        seg,
+        channels=lambda: Channel("c", size=[1, 1]),
+    )
+
+
+def memtiles(res):
+    return [t for t in res.tiles if t.kind == "memtile"]
+
+
+def test_every_memtile_buffer_has_a_lock_pair():
+    # the ping-ponged piece is two memtile buffers: two pairs; one write and one read per buffer
+    [mem] = memtiles(compile_(pingponged()))
+    assert (mem.locks, mem.lock_value, mem.parity) == (4, 1, [4, 0])
+
+
+def chunked_reads(k):
+    """One L2 buffer filled once per run and sent to the PE in k puts on one channel (k BDs on the
+    memtile's read side, one on its fill side); the PE writes each chunk back to L3."""
+
+    def seg(a, out):
+        l2 = AllocOp(memref([8 * k], space=L2), [], [])
+        dma_memcpy_nd(l2, a)
+        for j in range(k):
+            ChannelPut("c", l2, indices=[0, 0], offsets=[8 * j], sizes=[8], strides=[1])
+
+        @herd(name="h", sizes=[1, 1], operands=[out])
+        def hb(x, y, sx, sy, ho):
+            for j in for_(0, k):
+                b = AllocOp(memref([8], space=L1), [], [])
+                ChannelGet("c", b, indices=[0, 0])
+                dma_memcpy_nd(
+                    ho, b, dst_offsets=[scaled(j, 8)], dst_sizes=[8], dst_strides=[1]
+                )
+                yield_([])
+
+    return in_segment(
+        [memref([8 * k]), memref([8 * k])],
+        seg,
+        channels=lambda: Channel("c", size=[1, 1]),
+    )
+
+
+def test_a_memtile_lock_value_is_the_bds_per_fill_of_the_busier_side():
+    # getLockValuePair: 4 read BDs per fill -> init 4 (one stream each way, so not a stream ratio)
+    [mem] = memtiles(compile_(chunked_reads(4)))
+    assert (len(mem.s2mm), len(mem.mm2s), mem.lock_value, mem.locks) == (1, 1, 4, 2)
+    assert mem.parity == [5, 0]
+
+
+def split_by_column():
+    """A [8, 1] herd (split): A[8, 16] read a row per PE and C[8, 16] written a row per PE, both
+    split into 8 pieces, and B[16] that every PE reads whole (one broadcast stream, not split).
+    """
+
+    def seg(a, b, c):
+        la = AllocOp(memref([8, 16], space=L2), [], [])
+        lb = AllocOp(memref([16], space=L2), [], [])
+        lc = AllocOp(memref([8, 16], space=L2), [], [])
+        dma_memcpy_nd(la, a)
+        dma_memcpy_nd(lb, b)
+
+        @herd(name="h", sizes=[8, 1], operands=[la, lb, lc])
+        def hb(x, y, sx, sy, ha, hb_, hc):
+            ta = AllocOp(memref([1, 16], space=L1), [], [])
+            tb = AllocOp(memref([16], space=L1), [], [])
+            row = dict(offsets=[x, 0], sizes=[1, 16], strides=[16, 1])
+            dma_memcpy_nd(ta, ha, **{"src_" + k: v for k, v in row.items()})
+            dma_memcpy_nd(tb, hb_)
+            dma_memcpy_nd(hc, ta, **{"dst_" + k: v for k, v in row.items()})
+
+        dma_memcpy_nd(c, lc)
+
+    return in_segment([memref([8, 16]), memref([16]), memref([8, 16])], seg)
+
+
+def test_piece_i_of_every_split_buffer_shares_memtile_i():
+    """L2MemrefToMemTileMap: A's and C's pieces of column i both want column i, so the buckets go
+    round-robin by shape (piece i -> memtile i); B, the one buffer of its shape, takes global slot
+    0. The L3 flows go to the shim of their memtile: memtile 0's three, memtile i's two.
+    """
+    res = compile_(split_by_column())
+    mem = memtiles(res)
+    assert [t.name for t in mem] == [f"memtile {i}" for i in range(8)]
+    assert [p.split(" [")[0] for p in mem[0].pieces] == [
+        "memref<8x16xi32, 1 : i32>",
+        "memref<16xi32, 1 : i32>",
+        "memref<8x16xi32, 1 : i32>",
+    ]
+    for i, t in enumerate(mem):
+        assert sum(f"[piece {i} of 8]" in p for p in t.pieces) == 2
+    shims = [t for t in res.tiles if t.kind == "shim"]
+    assert [(len(t.s2mm), len(t.mm2s)) for t in shims] == [(1, 2)] + [(1, 1)] * 7
+
+
+def two_columns():
+    """A [2, 1] herd: PE x gets its input from L2 buffer A_x (channel @a[x, 0]) and puts its output
+    into L2 buffer C_x (channel @c[x, 0]); each buffer has its own L3 transfer."""
+
+    def seg(a0, a1, c0, c1):
+        ins = [AllocOp(memref([16], space=L2), [], []) for _ in range(2)]
+        outs = [AllocOp(memref([16], space=L2), [], []) for _ in range(2)]
+        for x, (a, l2) in enumerate(zip((a0, a1), ins)):
+            dma_memcpy_nd(l2, a)
+            ChannelPut("a", l2, indices=[x, 0])
+        for x, l2 in enumerate(outs):
+            ChannelGet("c", l2, indices=[x, 0])
+
+        @herd(name="h", sizes=[2, 1])
+        def hb(x, y, sx, sy):
+            t = AllocOp(memref([16], space=L1), [], [])
+            ChannelGet("a", t, indices=[x, y])
+            ChannelPut("c", t, indices=[x, y])
+
+        for c, l2 in zip((c0, c1), outs):
+            dma_memcpy_nd(c, l2)
+
+    return in_segment(
+        [memref([16])] * 4,
+        seg,
+        channels=lambda: [Channel("a", size=[2, 1]), Channel("c", size=[2, 1])],
+    )
+
+
+def test_l3_flows_share_the_shim_of_the_column_their_memtile_serves():
+    """ShimDMAAllocator: A_0's fill and C_0's drain serve column 0's PE, so they share one shim, and
+    column 1's another (not one shim with both fills and both drains)."""
+    res = compile_(two_columns())
+    assert len(memtiles(res)) == 4  # four buckets of one shape: round-robin
+    shims = [t for t in res.tiles if t.kind == "shim"]
+    assert [(len(t.s2mm), len(t.mm2s)) for t in shims] == [(1, 1), (1, 1)]
+
+
+RULE_DESIGNS = {
+    "passthroughs(7)": lambda: passthroughs(7),
+    "pingponged": pingponged,
+    "chunked_reads(4)": lambda: chunked_reads(4),
+    "split_by_column": split_by_column,
+    "two_columns": two_columns,
+}
+
+
+@pytest.mark.parametrize("name", list(RULE_DESIGNS))
+def test_the_rules_agree_with_aircc(name, tmp_path):
+    """The designs above through aircc + aiecc (skipped without them): every memtile and shim tile
+    of the placed, routed design has the emulator's figures (host/aircc_check.py compares them the
+    same way for the project's own designs)."""
+    compiler, aircc_check = _compiler()
+    module = RULE_DESIGNS[name]()
+    compiler.compile_module(str(module), {}, str(tmp_path))
+    with open(tmp_path / "input_physical.mlir") as f:
+        theirs = aircc_check.compiler_tiles(f.read())
+    ours = aircc_check.emulator_tiles(aircc_check.emulator_resources(module, {}))
+    # the compute tiles are the older part of the model (and these cores carry no stack size)
+    ours["compute"] = theirs["compute"]
+    assert aircc_check.resource_differences(ours, theirs) == []
+
+
+def test_more_shim_tiles_than_columns_do_not_place_in_aircc_either(tmp_path):
+    compiler, _ = _compiler()
+    with pytest.raises(
+        compiler.CompileError, match="no ShimNOCTile has sufficient DMA capacity"
+    ):
+        compiler.compile_module(str(passthroughs(8)), {}, str(tmp_path))
+
+
+def _compiler():
+    """int4awq's compiler driver and host/aircc_check, or a skip with the reason the tools do not
+    run here."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    from int4awq import compiler
+
+    missing = compiler.tools_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    from host import aircc_check
+
+    return compiler, aircc_check

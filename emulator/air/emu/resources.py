@@ -13,11 +13,24 @@ pass or function that enforces it):
   (AIRToAIESchedulingUtils.cpp: TileDMAAllocator and MemTileDMAAllocator::simpleDmaChannelAlloc)
   do not fail beyond that: they wrap round-robin and chain two flows on one channel, which
   serialises them and deadlocks when they must run together (repairS2MMChains warns so).  The
-  shim allocator fails outright ("out of shim DMA channels").  The model refuses all three.
+  model refuses both.
 * An L2 buffer of a segment with more than 4 compute tiles is split along the dimension its
   herd-side accesses select by herd id (air-split-l2-memref, AIRMiscPasses.cpp getMemrefSplitDim),
-  one piece per index, each on one memtile.  PEs that read the same bytes of a piece share one
-  broadcast stream; PEs that touch different bytes each need their own channel.
+  one piece per index.  PEs that read the same bytes of a piece share one broadcast stream; PEs
+  that touch different bytes each need their own channel.
+* Memtiles (compiler's rule, _assign_memtiles: L2MemrefToMemTileMap, AIRToAIEPass.cpp at e972f29):
+  one logical memtile per column; the L2 allocs (pieces, whole buffers) are bucketed by shared
+  channels; each bucket wants the column of the compute tiles across its channels; when no column
+  is wanted twice each wanted column gets a memtile of its own, else the buckets go round-robin by
+  shape, so piece i of every split buffer shares memtile i and the unsplit buffers fill memtiles
+  0, 1, ...  Every logical memtile is a memtile of its own (merge-logical-tiles=false).  A
+  memtile's channels are numbered in flow order (the device walk's first op of each channel).
+* Shims (compiler's rule, _shims: ShimDMAAllocator::allocNewDmaChannel, AIRToAIESchedulingUtils.cpp
+  at e972f29): each L3 flow goes to a shim of its far side's bucket (the column of the compute
+  tiles it serves, else its memtile) with a free channel in its direction, 2 per direction; a
+  broadcast L3 read may take any shim's free channel; else a new shim.  Each shim takes a column
+  of its own: more shims than columns is aie-place-tiles' "no ShimNOCTile has sufficient DMA
+  capacity", and refused.
 * A stream's BD chain: the loops around the transfer are folded into the BD's wraps and strides
   while the pattern still fits the BD's dimensions (memtile 4, compute tile 3, shim 3 + repeat:
   applyAIRSpecializeChannelWrapAndStridePattern, AIRDependencyScheduleOpt.cpp); the first loop
@@ -28,11 +41,13 @@ pass or function that enforces it):
   24-47 (mlir-aie getNumBDs, isBdChannelAccessible; BdIdGenerator in
   AIEAssignBufferDescriptorIDs.cpp: "Allocator exhausted available BD IDs").
 * The folded BD's strides and wraps must fit the tile's fields (see patterns.py).
-* Locks: one producer/consumer pair per DMA-connected buffer on its tile (16 locks on a compute or
-  shim tile, 64 on a memtile: getNumLocks).  A buffer's lock values (getLockValuePair,
-  AIRToAIESchedulingUtils.cpp) are ceil(reads / writes) or ceil(writes / reads) over its
-  transfers, at least its ping-pong slots, and the refeed count for a refed buffer; each must
-  fit the 6-bit lock (getMaxLockValue, 63).
+* Locks: 16 on a compute or shim tile, 64 on a memtile (getNumLocks); each value must fit the 6-bit
+  lock (getMaxLockValue, 63).  A compute tile: one producer/consumer pair per DMA-connected
+  buffer, valued by its ping-pong slots (getLockValuePair over the channel's buffers,
+  AIRToAIESchedulingUtils.cpp).  A memtile (compiler's rule, _Piece.settle: getLockForDMA and
+  getLockValuePair at e972f29): a pair per memtile buffer, so two per ping-ponged piece, the larger
+  init being the BDs per fill on the busier side: max(ceil(reads / writes), ceil(writes / reads))
+  over the buffer's BDs, raised to the refeed count for a refed buffer.
 * A buffer filled once and read in every iteration of a loop has no correct lowering (lock counts
   and ping-pong slots assume one fill per read: air-annotate-refeed in mlir-air's
   Transform/Passes.td), except through the refeed primitive: a single `air.channel.put` that is
@@ -378,7 +393,8 @@ class ResourceReport:
 
     def table(self):
         lines = [
-            "NPU2 resources (emulator's model of aircc's lowering): used / limit per tile"
+            "NPU2 resources (emulator's model of aircc's lowering): used / limit per tile",
+            "  aircc's own rules (e972f29) as modelled: memtile and shim placement, memtile locks",
         ]
         header = f"  {'tile':<36}{'S2MM':>6}{'MM2S':>6}{'BDs':>14}{'locks':>7}{'lock val':>9}{'L2 KiB':>10}"
         lines.append(header)
@@ -465,15 +481,18 @@ def analyse(compiler, options, check=True):
             return None
         return (pp_l1 if end.level == L1 else pp_l2).get(id(o))
 
+    columns = getattr(options, "columns", COLUMNS)
+    w.end_index = {id(e): i for i, e in enumerate(w.ends)}
+    w.herd_x = _herd_columns(compiler, columns)
     w.segment_tiles = _check_total_pes(w, compiler)
     w.refeeds = annotate_refeed(w, lambda e: e.where())
     w.problems += w.refeeds.problems
     _check_fill_once_read_many(w)
     _check_odd_ping_pong(w, labelled)
     tiles = _compute_tiles(w, compiler, pp_loop)
-    mem, tiled = _memtiles(w, pp_loop)
+    mem, tiled = _memtiles(w, pp_loop, columns)
     _check_runtime_loop_tiling(w, compiler, options)
-    report = ResourceReport(tiles + mem + _shims(w, tiled), w.problems)
+    report = ResourceReport(tiles + mem + _shims(w, tiled, columns), w.problems)
     report.splits = w.splits
     if check:
         report.raise_if_over()
@@ -677,24 +696,58 @@ def _compute_tiles(w, compiler, pp_loop):
 
 
 class _Piece:
-    def __init__(self, name, nbytes, slots, pinned=None):
-        self.name, self.bytes, self.slots, self.pinned = name, nbytes, slots, pinned
-        self.lock_value = slots
-        self._streams = {}  # (direction, stream key) -> [description, bds]
+    """One L2 alloc as air-to-aie sees it: a piece of an L2 buffer after air-split-l2-memref (the
+    whole buffer when it is not split), with its ping-pong copy (a second memtile buffer) when the
+    buffer is ping-ponged."""
 
-    def add(self, direction, key, what, bds, shared=False):
+    def __init__(self, name, nbytes, slots, pinned=None, shape=None, order=(0,)):
+        self.name, self.bytes, self.slots, self.pinned = name, nbytes, slots, pinned
+        # (shape, element type) of the piece: the round-robin key; where its alloc sits in the
+        # program (the allocs are walked in that order)
+        self.shape, self.order = shape, order
+        self.count = 1  # air.refeed_count of the buffer
+        self.lock_value = 1
+        self.locks = 2 * slots
+        self._streams = {}  # (direction, stream key) -> [description, bds, flow order]
+        # stream key (its channel after specialisation) -> columns of the compute tiles across it
+        self.peers = {}
+
+    def add(
+        self, direction, key, what, bds, shared=False, order=(0,), cols=frozenset()
+    ):
         """One more BD chain on a stream: a new stream, or more BDs on one it already has (the ops of
         one channel share its DMA channel, one BD chain after the other).  shared: the same chain
-        seen again from another PE of a broadcast, no new BDs."""
+        seen again from another PE of a broadcast, no new BDs.  cols: the columns of the compute
+        tiles on the other side of the channel."""
         entry = self._streams.get((direction, key))
         if entry is None:
-            self._streams[(direction, key)] = [what, bds]
-        elif not shared:
-            entry[1] += bds
+            self._streams[(direction, key)] = [what, bds, order]
+        else:
+            entry[2] = min(entry[2], order)
+            if not shared:
+                entry[1] += bds
+        self.peers.setdefault(key, set()).update(cols)
 
     @property
     def streams(self):
-        return [(d, what, bds) for (d, _), (what, bds) in self._streams.items()]
+        return [(d, what, bds) for (d, _), (what, bds, _) in self._streams.items()]
+
+    def settle(self):
+        """Locks and the largest lock init, as getLockForDMA sets them for a memtile buffer
+        (AIRToAIESchedulingUtils.cpp 1038-1276 at e972f29): every buffer of the piece (each
+        ping-pong copy is one) gets its own pair (the first DMA op on a buffer allocates it,
+        1233-1275; every later op on the same buffer reuses it, 1124-1132, aircc leaving
+        use-lock-race-condition-fix off); init = getLockValuePair(buffer) (1233-1239, 488-529): the
+        buffer's DMA ops once loops are unrolled into BD chains, counted as writes (dst) and reads
+        (src), max(ceil(reads / writes), ceil(writes / reads)), 1 when one side has none; the write
+        lock raised to air.refeed_count (1259-1271).  A buffer written and never read gets one
+        self-recycling lock (isConsumerlessMemtileDrain, 637-643 and 1241-1256)."""
+        per = self.slots
+        wr = -(-sum(b for d, _, b in self.streams if d == "s2mm") // per)
+        rd = -(-sum(b for d, _, b in self.streams if d == "mm2s") // per)
+        ratio = -(-max(wr, rd) // min(wr, rd)) if wr and rd else 1
+        self.lock_value = max(ratio, self.count)
+        self.locks = self.slots * (1 if wr and not rd else 2)
 
 
 def _pe_space(compiler, herd):
@@ -712,20 +765,141 @@ def _row_major(shape):
     return rs
 
 
-def _instances(w, end):
-    """(env, stream key, element offset, span) of every copy of `end`: one per PE of its herd, or one."""
-    span = P.span(w.pattern(end))
-    envs = _pe_space(w.compiler, end.herd) if end.herd is not None else [{}]
-    return [
-        (env, (end.key(w, env), w.offset(end, env)), w.offset(end, env), span)
-        for env in envs
-    ]
+# ------------------------------------------------------------------- columns and channel peers
+def _herd_columns(compiler, columns):
+    """id(herd op) -> its first column, as air-place-herds places it (AIRHerdPlacementPass.cpp at
+    e972f29): a herd with x_loc and y_loc keeps them (extractPinnedHerds 499-557); the others,
+    largest first, go to the first free cell of the segment's grid, rows then columns
+    (placeHerdsInSegment 559-589, naivePlacement 1487-1511).  Same-named herds are one herd
+    (MergeAIRHerdsPattern)."""
+    out, by_seg = {}, {}
+    for op, sizes in compiler.herd_ops:
+        seg = compiler.herd_segment.get(id(op))
+        by_seg.setdefault(id(seg), {}).setdefault(_herd_group(compiler, op), []).append(
+            (op, sizes)
+        )
+    for groups in by_seg.values():
+        busy, todo = set(), []
+        for members in groups.values():
+            op, sizes = members[0]
+            nx = sizes[0]
+            ny = sizes[1] if len(sizes) > 1 else 1
+            xl = op.attributes.get("x_loc")
+            if xl is not None and op.attributes.get("y_loc") is not None:
+                x = xl.value
+                busy |= {(r, c) for r in range(ny) for c in range(x, x + nx)}
+                for m, _ in members:
+                    out[id(m)] = x
+            else:
+                todo.append((members, nx, ny))
+        todo.sort(key=lambda t: -(t[1] * t[2]))
+        for r in range(COMPUTE_ROWS):
+            for c in range(columns):
+                if (r, c) in busy:
+                    continue
+                for k, (members, nx, ny) in enumerate(todo):
+                    cells = {
+                        (rr, cc) for rr in range(r, r + ny) for cc in range(c, c + nx)
+                    }
+                    if (
+                        r + ny <= COMPUTE_ROWS
+                        and c + nx <= columns
+                        and not cells & busy
+                    ):
+                        busy |= cells
+                        for m, _ in members:
+                            out[id(m)] = c
+                        del todo[k]
+                        break
+    return out
 
 
-def _memtiles(w, pp_loop):
+def _column(w, herd, env):
+    """The column of the compute tile of `herd`'s PE `env` (herd x is the column)."""
+    return w.herd_x.get(id(herd), 0) + env.get(herd.ids[0]._uid, 0)
+
+
+def _chan_index(w, end, env, rank):
+    try:
+        idx = [w.value(v, env) for v in end.op.indices]
+    except _NonAffine:
+        return None
+    return tuple([0] * (rank - len(idx)) + idx)
+
+
+def _chan_match(w, end, env, other, oenv):
+    """Whether the op `end` at `env` and the op `other` (other direction, same channel) at `oenv` are
+    the two sides of one channel after air-to-aie specialises the bundle: the get's index is among
+    the put's targets (its index, widened over broadcast_shape)."""
+    ch = w.compiler.channels.get(end.chan)
+    size = list(ch.size) if ch is not None else [1]
+    bshape = (ch.broadcast_shape if ch is not None else None) or size
+    put, penv, get, genv = (
+        (end, env, other, oenv) if end.direction == "mm2s" else (other, oenv, end, env)
+    )
+    p = _chan_index(w, put, penv, len(size))
+    g = _chan_index(w, get, genv, len(bshape))
+    if p is None or g is None or len(p) != len(g):
+        return p is None or g is None  # not evaluable: assume they meet
+    return all(
+        gi == pi or (s == 1 and b > 1 and 0 <= gi < b)
+        for gi, pi, s, b in zip(g, p, size, bshape)
+    )
+
+
+def _peer_columns(w, end, env):
+    """Columns of the compute tiles on the other side of `end`'s channel at `env` (aircc reads them
+    off the aie.core parents of the channel's other ops: L2MemrefToMemTileMap otherSideCoreCol,
+    AIRToAIEPass.cpp 2597-2620; effectiveColForMemTileLTO, AIRToAIESchedulingUtils.cpp 2340-2373).
+    """
+    if end.chan is None:  # a DMA: air-dma-to-channel gives it a channel of its own
+        return {_column(w, end.herd, env)} if end.herd is not None else set()
+    cols = set()
+    for p in partners(w, end):
+        if p.herd is None:
+            continue
+        for penv in _pe_space(w.compiler, p.herd):
+            if _chan_match(w, end, env, p, penv):
+                cols.add(_column(w, p.herd, penv))
+    return cols
+
+
+def _flow_order(w, end, sub=0):
+    """Where `end`'s flow falls in air-to-aie's list of flows (placeDMAChannelsAndRouteFlows,
+    AIRToAIEPass.cpp 4893-4946: one flow per channel, in the order the device's walk first meets
+    one of its ops).  The launch's and segment's transfers are cloned into the device in program
+    order ahead of the cores (cloneL2AndL3MemcpysToDeviceOp 4477-4622 inserts them after the last
+    aie.tile, 4488-4492), so a flow's first op is its earliest launch- or segment-level end, else
+    its first herd-level one."""
+    idx = w.end_index
+    first = min(
+        (e.herd is not None, idx[id(e)])
+        for e in [end] + partners(w, end)
+        if e.chan == end.chan
+    )
+    return first + (sub,)
+
+
+def _stream_key(w, end, env):
+    """The channel a memtile or shim side of `end` uses at `env` after air-dma-to-channel and the
+    bundle's specialisation: a channel op's (name, indices); a DMA in a herd, one channel per
+    broadcast group (PEs that touch the same bytes); any other DMA, its own."""
+    if end.chan is None and end.herd is not None:
+        return (end.key(w, env), w.offset(end, env))
+    return end.key(w, env)
+
+
+# ------------------------------------------------------------------------------------- memtiles
+def _program_order(w):
+    from .budget import _walk_all
+
+    return {id(op): i for i, op in enumerate(_walk_all(w.compiler.entry.entry_block))}
+
+
+def _memtiles(w, pp_loop, columns):
     """Split every L2 buffer as air-split-l2-memref does (split_l2.py), count each piece's streams and
-    BDs, place the pieces. Returns the memtiles and, per end, its tiled copies (the split single side
-    and its L3 partner: one stream per piece)."""
+    BDs, place the pieces (_place). Returns the memtiles and, per end, its tiled copies (the split
+    single side and its L3 partner: one stream per piece)."""
     by_root = {}
     for e in w.ends:
         if e.level == L2:
@@ -734,6 +908,9 @@ def _memtiles(w, pp_loop):
     model = SplitModel(w, w.segment_tiles)
     pieces, tiled = [], {}
     w.splits = []
+    # id(L3 end) -> the pieces its streams feed or drain, by index; id(L2 end) -> {env key: piece}
+    w.piece_of_l3, w.piece_of_end = {}, {}
+    order = _program_order(w)
     for uid, (root, ends) in by_root.items():
         try:
             dec = model.decide(root, ends)
@@ -762,15 +939,24 @@ def _memtiles(w, pp_loop):
                 )
             )
         slots = 2 if any(pp_loop(e) is not None for e in ends) else 1
+        shape = list(root.type.shape)
+        if dec.split and dec.dim is not None:
+            shape[dec.dim] //= n
+        at = order.get(id(root.owner), len(order) + w.end_index[id(ends[0])])
+        segment = next((e.segment for e in ends if e.segment is not None), None)
         mine = [
             _Piece(
                 f"{root.type}" + (f" [piece {i} of {n}]" if n > 1 else ""),
                 dec.piece_bytes * slots,
                 slots,
                 dec.pinned,
+                shape=(tuple(shape), str(root.type.element_type)),
+                order=(at, i),
             )
             for i in range(n)
         ]
+        for p in mine:
+            p.segment = segment
         for e in ends:
             loops = [
                 lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)
@@ -781,33 +967,205 @@ def _memtiles(w, pp_loop):
                 for i, pat in enumerate(dec.tiled[id(e)]):
                     ch = _chain(w, e, loops, pp_loop(e), dims=pat.dims())
                     _check_strides(w, e, ch, "memtile")
-                    mine[i].add(e.direction, (e.key(w), i), e.where(), ch.bds)
+                    mine[i].add(
+                        e.direction,
+                        (e.key(w), i),
+                        e.where(),
+                        ch.bds,
+                        order=_flow_order(w, e, i),
+                    )
+                for p in partners(w, e):
+                    if p.level == L3:
+                        w.piece_of_l3[id(p)] = mine
                 continue
             ch = _chain(w, e, loops, pp_loop(e))
             _check_strides(w, e, ch, "memtile")
             where = dec.piece_of.get(id(e), {})
-            for env, key, _, _ in _instances(w, e):
+            envs = _pe_space(w.compiler, e.herd) if e.herd is not None else [{}]
+            for k, env in enumerate(envs):
                 # PEs that read the same bytes of a piece share one broadcast stream (a BD chain once)
-                mine[where.get(env_key(env), 0)].add(
-                    e.direction, key, e.where(), ch.bds, shared=e.herd is not None
+                piece = mine[where.get(env_key(env), 0)]
+                w.piece_of_end.setdefault(id(e), {})[env_key(env)] = piece
+                piece.add(
+                    e.direction,
+                    _stream_key(w, e, env),
+                    e.where(),
+                    ch.bds,
+                    shared=e.herd is not None,
+                    order=_flow_order(w, e, k),
+                    cols=_peer_columns(w, e, env),
                 )
         for p in mine:
-            wr = sum(1 for x in p.streams if x[0] == "s2mm")
-            rd = len(p.streams) - wr
-            p.lock_value = max(
-                p.slots, count, -(-rd // wr) if wr else 1, -(-wr // rd) if rd else 1
-            )
+            p.count = count
+            p.settle()
         pieces += mine
-    return _place(w, pieces), tiled
+    tiles = []
+    for seg, group in _by_segment(pieces).items():
+        tiles += _place(w, group, columns)
+    return tiles, tiled
 
 
-def _place(w, pieces):
-    """Place the pieces on the memtiles: most streams first, each on the tile with the most free
-    channels that can take its bytes and streams.  aircc's placement order is its own; this one
-    refuses only what a simple packing cannot fit, so it errs towards accepting."""
-    lim = TILES["memtile"]
-    tiles = [Tile("memtile", f"memtile {i}") for i in range(COLUMNS)]
-    for p in sorted(pieces, key=lambda p: (-len(p.streams), -p.bytes)):
+def _by_segment(items):
+    out = {}
+    for x in items:
+        out.setdefault(id(x.segment), []).append(x)
+    return out
+
+
+class _Lto:
+    """One aie.logical_tile of air-to-aie: a memtile or a shim tile not yet placed."""
+
+    def __init__(self, ir, col=None):
+        self.ir, self.col, self.pieces = ir, col, []
+
+    def effective_col(self):
+        """effectiveColForMemTileLTO (AIRToAIESchedulingUtils.cpp 2340-2373): the one column every
+        compute tile across its buffers' channels sits in, else None."""
+        cols = set()
+        for p in self.pieces:
+            for c in p.peers.values():
+                cols |= c
+        return next(iter(cols)) if len(cols) == 1 else None
+
+
+def _buckets(pieces):
+    """L2MemrefToMemTileMap's first stage (AIRToAIEPass.cpp 2509-2572): the allocs in program order,
+    each joining the first bucket one of whose allocs shares a channel with it (same name and
+    indices: areReferencedByTheSameAIRChannel 2467-2490) and carries no other air.memtile_col pin,
+    else opening its own."""
+    buckets = []
+    for p in sorted(pieces, key=lambda p: p.order):
+        for b in buckets:
+            if not any(p.peers.keys() & q.peers.keys() for q in b):
+                continue
+            if p.pinned is not None and any(
+                q.pinned is not None and q.pinned != p.pinned for q in b
+            ):
+                continue
+            b.append(p)
+            break
+        else:
+            buckets.append([p])
+    return buckets
+
+
+def _bucket_col(bucket, columns):
+    """deriveBucketCol (AIRToAIEPass.cpp 2621-2639): the column of the compute tiles across the
+    bucket's channels, when every channel that reaches tiles of one column agrees; a channel whose
+    tiles span columns, or reaches none, has no say."""
+    consensus = None
+    for p in bucket:
+        for cols in p.peers.values():
+            if len(cols) != 1:
+                continue
+            c = next(iter(cols))
+            if consensus is None:
+                consensus = c
+            elif consensus != c:
+                return None
+    return consensus if consensus is not None and 0 <= consensus < columns else None
+
+
+def _assign_memtiles(pieces, columns):
+    """The memtile (logical tile) of each piece, as L2MemrefToMemTileMap decides it at e972f29.
+
+    outlineAIEMemtiles (AIRToAIEPass.cpp 802-901, 877-890) emits one unplaced memtile per column
+    of the segment (air-place-herds sizes the segment to the device's columns), in column order.  The
+    allocs are bucketed (_buckets); a bucket's column is its air.memtile_col pin, else the column of
+    the compute tiles across its channels (_bucket_col).  When no column is wanted by two unpinned
+    buckets, each wanted column gets one memtile (the next unclaimed one, given that column:
+    findOrCreateLtoForCol 2713-2740) and the other buckets take the next unclaimed memtile, then
+    round-robin (2773-2803).  Otherwise ("saturated", 2666-2701 and 2742-2771) pinned buckets
+    still get their column's memtile, and the rest go round-robin over the memtiles: a bucket whose
+    shape (its first alloc's type) several buckets share takes that shape's next slot, one of a
+    unique shape the next global slot, memtile = slot mod the number of memtiles.  So piece i of
+    every split buffer lands on memtile i (i mod 8) and the unsplit buffers fill memtiles 0, 1, ...
+    aircc runs aie-place-tiles with merge-logical-tiles=false (aircc.cpp 1253): every logical
+    memtile is a memtile of its own."""
+    buckets = _buckets(pieces)
+    ltos = [_Lto(i) for i in range(columns)]
+    claimed, by_col = set(), {}
+
+    def for_col(c):
+        if c in by_col:
+            return by_col[c]
+        lto = next((t for t in ltos if id(t) not in claimed and t.col is None), None)
+        if lto is None:
+            lto = _Lto(len(ltos))
+            ltos.append(lto)
+        lto.col = c
+        claimed.add(id(lto))
+        by_col[c] = lto
+        return lto
+
+    pins, cols, demand = [], [], {}
+    for b in buckets:
+        pin = next(
+            (p.pinned for p in b if p.pinned is not None and 0 <= p.pinned < columns),
+            None,
+        )
+        col = pin if pin is not None else _bucket_col(b, columns)
+        if pin is None and col is not None:
+            demand[col] = demand.get(col, 0) + 1
+        pins.append(pin)
+        cols.append(col)
+    saturated = any(n > 1 for n in demand.values())
+    where = []
+    if saturated:
+        shapes = {}
+        for b in buckets:
+            shapes[b[0].shape] = shapes.get(b[0].shape, 0) + 1
+        per_shape, glob = {}, 0
+        for b, pin in zip(buckets, pins):
+            if pin is not None:
+                where.append(for_col(pin))
+                continue
+            s = b[0].shape
+            if shapes[s] > 1:
+                slot = per_shape.get(s, 0)
+                per_shape[s] = slot + 1
+            else:
+                slot, glob = glob, glob + 1
+            where.append(ltos[slot % len(ltos)])
+    else:
+        where = [for_col(c) if c is not None else None for c in cols]
+        rr = 0
+        for i, b in enumerate(buckets):
+            if where[i] is not None:
+                continue
+            lto = next((t for t in ltos if id(t) not in claimed), None)
+            if lto is None:
+                lto = ltos[rr % len(ltos)]
+                rr += 1
+            else:
+                claimed.add(id(lto))
+            where[i] = lto
+    for b, lto in zip(buckets, where):
+        lto.pieces += b
+    return ltos
+
+
+def _columns_of(ltos, columns):
+    """The column each logical tile lands in: its column hint, else the free columns in IR order
+    (aie-place-tiles' SequentialPlacer packs each pool in IR order from column 0, as the comment in
+    ShimDMAAllocator::allocNewDmaChannel says, AIRToAIESchedulingUtils.cpp 2715-2722).
+    """
+    taken = {t.col for t in ltos if t.col is not None}
+    free = (c for c in itertools.count() if c not in taken)
+    return {
+        id(t): t.col if t.col is not None else next(free)
+        for t in sorted(ltos, key=lambda t: t.ir)
+    }
+
+
+def _place(w, pieces, columns):
+    """The memtiles of one segment: the pieces on their logical memtiles (_assign_memtiles), each
+    memtile's DMA channels numbered in flow order (MemTileDMAAllocator::simpleDmaChannelAlloc,
+    AIRToAIESchedulingUtils.cpp 3073-3175: a new channel is the tile's count of channels in that
+    direction so far, 3171, channels of one logical flow collapse onto one, 3101-3138;
+    simpleDMAChannelAllocation 3697-3851 allocates every flow's MM2S side, then every flow's S2MM
+    side, in flow order), so channel k draws its BD ids from the pool of k's parity."""
+    for p in pieces:
         if p.bytes > MEMTILE_BYTES:
             w.problems.append(
                 (
@@ -818,71 +1176,249 @@ def _place(w, pieces):
                     f"(air-split-l2-memref, AIRMiscPasses.cpp), not by size",
                 )
             )
-        s2 = sum(1 for d, _, _ in p.streams if d == "s2mm")
-        mm = len(p.streams) - s2
-
-        def room(t):
-            return (
-                lim["s2mm"] - len(t.s2mm) + lim["mm2s"] - len(t.mm2s),
-                MEMTILE_BYTES - t.bytes,
-            )
-
-        fit = [
-            t
-            for t in tiles
-            if t.bytes + p.bytes <= MEMTILE_BYTES
-            and len(t.s2mm) + s2 <= lim["s2mm"]
-            and len(t.mm2s) + mm <= lim["mm2s"]
-        ]
-        t = tiles[p.pinned] if p.pinned is not None else max(fit or tiles, key=room)
-        t.bytes += p.bytes
-        t.pieces.append(p.name)
-        t.locks += 2
-        t.lock_value = max(t.lock_value, p.lock_value)
-        for direction, what, bds in p.streams:
+    ltos = _assign_memtiles(pieces, columns)
+    col_of = _columns_of(ltos, columns)
+    w.memtile_lto = getattr(w, "memtile_lto", {})
+    tiles = []
+    for lto in sorted(ltos, key=lambda t: col_of[id(t)]):
+        if not lto.pieces:
+            continue
+        t = Tile("memtile", f"memtile {col_of[id(lto)]}")
+        streams = {}
+        for p in lto.pieces:
+            w.memtile_lto[id(p)] = lto
+            t.bytes += p.bytes
+            t.pieces.append(p.name)
+            t.locks += p.locks
+            t.lock_value = max(t.lock_value, p.lock_value)
+            for (direction, key), (what, bds, order) in p._streams.items():
+                s = streams.get((direction, key))
+                if s is None:
+                    streams[(direction, key)] = [what, bds, order]
+                else:  # two allocs of one bucket on one channel: one DMA channel, both chains
+                    s[1] += bds
+                    s[2] = min(s[2], order)
+        for direction in ("mm2s", "s2mm"):
             lst = t.s2mm if direction == "s2mm" else t.mm2s
-            t.parity[
-                len(lst) % 2
-            ] += bds  # channel i draws on the BD pool of its parity
-            lst.append(f"{what}: {bds} BD{'s' if bds != 1 else ''}")
-    return [t for t in tiles if t.pieces]
+            mine = sorted(
+                (v for (d, _), v in streams.items() if d == direction),
+                key=lambda v: v[2],
+            )
+            for what, bds, _ in mine:
+                # channel i draws on the BD pool of its parity
+                t.parity[len(lst) % 2] += bds
+                lst.append(f"{what}: {bds} BD{'s' if bds != 1 else ''}")
+        tiles.append(t)
+    return tiles
 
 
-def _shims(w, tiled):
-    """Every L3 side is a shim DMA stream: one per piece when air-split-l2-memref tiled it with its L2
-    buffer, one per PE that reads different bytes when the other side is a herd's L1, one per channel
-    op otherwise. Streams fill the columns in order, two per direction each (aircc caps a launch at
-    8 x 2).
-    """
-    per = {"s2mm": [], "mm2s": []}
+# ---------------------------------------------------------------------------------------- shims
+class _Flow:
+    def __init__(self, end, direction, bds, ident, other, col, broadcast, order):
+        self.end, self.direction, self.bds, self.ident = end, direction, bds, ident
+        # the far side: its memtile (_Lto), ("core", column), or None; and its column when known
+        # (a core's, a column-hinted memtile's)
+        self.other, self.col = other, col
+        self.broadcast, self.order = broadcast, order
+        self.segment = None
+
+    def bucket_col(self):
+        """bucketColFor (AIRToAIESchedulingUtils.cpp 2447-2456)."""
+        if self.col is not None:
+            return self.col
+        return self.other.effective_col() if isinstance(self.other, _Lto) else None
+
+
+def _shim_flows(w, tiled, columns):
+    """Every L3 side as the flows aircc gives the shim: one per piece when air-split-l2-memref tiled it
+    with its L2 buffer, one per broadcast group of PEs (PEs reading the same bytes) when the other side
+    is a herd's L1 through a DMA, one per channel (name and indices) otherwise."""
+    flows = []
     for e in w.ends:
         if e.level != L3:
             continue
         loops = [lp for lp in e.loops if e.segment is None or _inside(lp, e.segment)]
         if id(e) in tiled:
-            for pat in tiled[id(e)]:
+            pieces = w.piece_of_l3.get(id(e), [])
+            for i, pat in enumerate(tiled[id(e)]):
                 ch = _chain(w, e, loops, None, dims=pat.dims())
                 _check_strides(w, e, ch, "shim")
-                per[e.direction].append((e.where(), ch.bds))
+                lto = w.memtile_lto.get(id(pieces[i])) if i < len(pieces) else None
+                f = _Flow(
+                    e,
+                    e.direction,
+                    ch.bds,
+                    (e.key(w), i),
+                    lto,
+                    lto.col if lto is not None else None,
+                    False,
+                    _flow_order(w, e, i),
+                )
+                f.segment = pieces[i].segment if i < len(pieces) else None
+                flows.append(f)
             continue
-        count = 1
+        ch = _chain(w, e, loops, None)
+        _check_strides(w, e, ch, "shim")
         if e.chan is None:
             other = partners(w, e)[0]
             if other.herd is not None:
-                count = len(
-                    {w.offset(e, env) for env in _pe_space(w.compiler, other.herd)}
+                groups = {}
+                for env in _pe_space(w.compiler, other.herd):
+                    groups.setdefault(w.offset(e, env), []).append(env)
+                for k, (off, envs) in enumerate(groups.items()):
+                    col = _column(w, other.herd, envs[0])
+                    f = _Flow(
+                        e,
+                        e.direction,
+                        ch.bds,
+                        (e.key(w), off),
+                        ("core", col),
+                        col,
+                        len(envs) > 1,
+                        _flow_order(w, e, k),
+                    )
+                    f.segment = other.segment
+                    flows.append(f)
+                continue
+            matches = [(other, {})]
+        else:
+            matches = [
+                (p, penv)
+                for p in partners(w, e)
+                for penv in (
+                    _pe_space(w.compiler, p.herd) if p.herd is not None else [{}]
                 )
-        ch = _chain(w, e, loops, None)
-        _check_strides(w, e, ch, "shim")
-        per[e.direction] += [(e.where(), ch.bds)] * count
-    tiles = [Tile("shim", f"shim, column {i}") for i in range(COLUMNS)]
-    for direction, streams in per.items():
-        cap = TILES["shim"][direction]
-        total = cap * COLUMNS
-        for i, (what, bds) in enumerate(streams):
-            t = tiles[i // cap] if i < total else tiles[-1]
-            (t.s2mm if direction == "s2mm" else t.mm2s).append(
-                f"{what}: {bds} BD{'s' if bds != 1 else ''}"
+                if _chan_match(w, e, {}, p, penv)
+            ]
+        far, col, segment = None, None, None
+        if matches:
+            p, penv = matches[0]
+            segment = p.segment
+            if p.level == L2:
+                piece = w.piece_of_end.get(id(p), {}).get(env_key(penv))
+                far = w.memtile_lto.get(id(piece)) if piece is not None else None
+                col = far.col if far is not None else None
+            elif p.herd is not None:
+                col = _column(w, p.herd, penv)
+                far = ("core", col)
+        ch_decl = w.compiler.channels.get(e.chan) if e.chan is not None else None
+        f = _Flow(
+            e,
+            e.direction,
+            ch.bds,
+            _stream_key(w, e, {}),
+            far,
+            col,
+            ch_decl is not None and ch_decl.broadcast_shape is not None,
+            _flow_order(w, e),
+        )
+        f.segment = segment
+        flows.append(f)
+    return flows
+
+
+def _shims(w, tiled, columns):
+    """The shim tiles, as ShimDMAAllocator::allocNewDmaChannel picks them at e972f29
+    (AIRToAIESchedulingUtils.cpp 2380-2809), in simpleDMAChannelAllocation's order (3852-3946: flows
+    in flow order, every L3 S2MM and non-broadcast L3 MM2S first, then broadcast L3 MM2S):
+
+    * a flow on a channel that already has a shim channel reuses it (2402-2410);
+    * its bucket is the far side's column (a core's, a column-hinted memtile's, else the one column
+      of the compute tiles its memtile serves: effectiveColForMemTileLTO), else the far-side memtile
+      itself (2438-2480); it takes the first shim of its bucket with a free channel in its direction
+      (2 per direction: shim_dma_channels, 2375-2378; 2666-2681);
+    * else a broadcast L3 MM2S takes the least used shim with a free MM2S channel (2682-2704);
+    * else a new shim tile, ordered among the others by its memtile's place (2705-2766).
+
+    aie-place-tiles (merge-logical-tiles=false, aircc.cpp 1253) gives each shim tile a column of its
+    own, in that order: more shim tiles than columns do not place ("no ShimNOCTile has sufficient
+    DMA capacity")."""
+    flows = sorted(_shim_flows(w, tiled, columns), key=lambda f: f.order)
+    segments = {id(f.segment) for f in flows if f.segment is not None}
+    # one segment, one aie.device: a flow whose far side was not found is still in it
+    if len(segments) == 1:
+        for f in flows:
+            f.segment = f.segment or next(g.segment for g in flows if g.segment)
+    tiles = []
+    for seg, group in _by_segment(flows).items():
+        tiles += _allocate_shims(w, group, columns)
+    return tiles
+
+
+def _allocate_shims(w, flows, columns):
+    allocs = {"mm2s": [], "s2mm": []}  # [shim, channel, flow] in allocation order
+    shims = []  # in IR order
+
+    def used(shim, direction):
+        return {ch for s, ch, _ in allocs[direction] if s is shim}
+
+    def same_bucket(t, f):
+        tc, fc = t.bucket_col(), f.bucket_col()
+        if tc is not None and fc is not None:
+            return tc == fc
+        return t.other is f.other or (isinstance(t.other, tuple) and t.other == f.other)
+
+    def all_allocs():
+        return allocs["mm2s"] + allocs["s2mm"]
+
+    def target(shim):
+        for s, _, t in all_allocs():
+            if s is shim and isinstance(t.other, _Lto):
+                return t.other.ir
+        return float("inf")
+
+    by_ident = {}
+    rigid = [f for f in flows if not (f.direction == "mm2s" and f.broadcast)]
+    flexible = [f for f in flows if f.direction == "mm2s" and f.broadcast]
+    for f in rigid + flexible:
+        known = by_ident.get((f.direction, f.ident))
+        if known is not None:  # one more BD chain on a channel with its shim channel
+            shim, lst, i, bds = known
+            known[3] = bds = bds + f.bds
+            shim.bds += f.bds
+            lst[i] = f"{lst[i].rsplit(': ', 1)[0]}: {bds} BD{'s' if bds != 1 else ''}"
+            continue
+        seen = []
+        for s, _, t in all_allocs():
+            if same_bucket(t, f) and s not in seen:
+                seen.append(s)
+        shim = next((s for s in seen if len(used(s, f.direction)) < 2), None)
+        if shim is None and f.direction == "mm2s" and f.broadcast:
+            seen = []
+            for s, _, _ in all_allocs():
+                if s not in seen:
+                    seen.append(s)
+            free = [s for s in seen if len(used(s, f.direction)) < 2]
+            shim = min(free, key=lambda s: len(used(s, f.direction)), default=None)
+        if shim is None:
+            shim = Tile("shim", "")
+            at = len(shims)
+            if isinstance(f.other, _Lto):
+                at = next(
+                    (i for i, s in enumerate(shims) if target(s) > f.other.ir),
+                    len(shims),
+                )
+            shims.insert(at, shim)
+        ch = min(set(range(2)) - used(shim, f.direction))
+        allocs[f.direction].append((shim, ch, f))
+        shim.bds += f.bds
+        lst = shim.s2mm if f.direction == "s2mm" else shim.mm2s
+        lst.append(f"{f.end.where()}: {f.bds} BD{'s' if f.bds != 1 else ''}")
+        by_ident[(f.direction, f.ident)] = [shim, lst, len(lst) - 1, f.bds]
+    if len(shims) > columns:
+        w.problems.append(
+            (
+                f"shim tiles: {len(shims)} needed, NPU2 has {columns}",
+                f"shim tiles: aircc opens {len(shims)} shim tiles for the design's L3 transfers "
+                f"(ShimDMAAllocator::allocNewDmaChannel, AIRToAIESchedulingUtils.cpp: two channels "
+                f"per direction each, a new one when the far side's bucket has none free) and "
+                f"aie-place-tiles gives each a column of its own (merge-logical-tiles=false, "
+                f"aircc.cpp 1253): the device has {columns}, so it fails with 'no ShimNOCTile has "
+                f"sufficient DMA capacity' ("
+                + "; ".join(s.mm2s[0] if s.mm2s else s.s2mm[0] for s in shims[columns:])
+                + " find none)",
             )
-            t.bds += bds
-    return [t for t in tiles if t.s2mm or t.mm2s]
+        )
+    for i, s in enumerate(shims):
+        s.name = f"shim, column {i}"
+    return shims
