@@ -166,7 +166,7 @@ def _scratch_design(anchored):
     from air.dialects.func import CallOp, FuncOp
     from air.dialects.memref import AllocOp, store
     from air.dialects.scf import for_, yield_
-    from air.ir import IntegerAttr, IntegerType, MemRefType
+    from air.ir import IntegerAttr, IntegerType, MemRefType, StringAttr
 
     @module_builder
     def build():
@@ -176,7 +176,7 @@ def _scratch_design(anchored):
         buf_t = MemRefType.get([256], i8, memory_space=l1)
         scratch_t = MemRefType.get([1024], i8, memory_space=l1)
         k = FuncOp("kern", ([buf_t, scratch_t], []), visibility="private")
-        k.attributes["link_with"] = aircc_check_string("k.o")
+        k.attributes["link_with"] = StringAttr.get("k.o")
 
         @FuncOp.from_py_func(src)
         def f(a):
@@ -207,12 +207,6 @@ def _scratch_design(anchored):
                             yield_([])
 
     return build()
-
-
-def aircc_check_string(s):
-    from air.ir import StringAttr
-
-    return StringAttr.get(s)
 
 
 @needs_compiler
