@@ -392,3 +392,52 @@ def test_the_emulator_s_test_designs_split_and_ping_pong_as_aircc_does(name):
     else:
         assert all(not d.note.startswith("refused") for _, d in splits)
         assert dec.l2_after_split == l2
+
+
+def _stored_first(first):
+    """A herd loop whose L1 buffer is first touched by a memref.store (`first` = "store") or by the kernel
+    call (`first` = "call"), then passed to the call."""
+    from air.dialects import arith
+    from air.dialects.air import MemorySpace, T, herd, launch, module_builder, segment
+    from air.dialects.func import CallOp, FuncOp
+    from air.dialects.memref import AllocOp, store
+    from air.dialects.scf import for_, yield_
+    from air.ir import IntegerAttr, IntegerType, MemRefType, StringAttr
+
+    @module_builder
+    def build():
+        i8 = IntegerType.get_signless(8)
+        l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
+        buf_t = MemRefType.get([256], i8, memory_space=l1)
+        k = FuncOp("kern", ([buf_t], []), visibility="private")
+        k.attributes["link_with"] = StringAttr.get("k.o")
+
+        @FuncOp.from_py_func(MemRefType.get([256], i8))
+        def f(a):
+            @launch(operands=[a])
+            def lb(la):
+                @segment(name="seg", operands=[la])
+                def sb(sa):
+                    @herd(name="h", sizes=[1, 1], operands=[])
+                    def hc(_x, _y, _sx, _sy):
+                        for _ in for_(0, 4):
+                            buf = AllocOp(buf_t, [], [])
+                            if first == "store":
+                                z = arith.ConstantOp.create_index(0)
+                                store(arith.ConstantOp(i8, 1), buf, [z])
+                            CallOp(k, [buf])
+                            yield_([])
+
+    return build()
+
+
+@needs_compiler
+@pytest.mark.parametrize("first", ["store", "call"])
+def test_a_store_is_a_definite_write_and_a_call_is_not(first):
+    # isDefiniteWrite (AIRDependencyScheduleOpt.cpp ~1645-1654): an op that writes a buffer without
+    # reading it qualifies the loop; an opaque call does not
+    module = _stored_first(first)
+    dec = compiled.air_decisions(str(module))
+    l2, doubled = aircc_check.emulator_decisions(module, dict(target_device="npu2"))
+    want = {(2, "memref<256xi8, 2 : i32>"): 1} if first == "store" else {}
+    assert dict(dec.doubled) == want and dict(doubled) == want

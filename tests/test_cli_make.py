@@ -136,7 +136,9 @@ def test_every_make_target_builds_what_upstream_runs(target, variables):
     lm, ln = cfg.launch_grid
     small = cfg.herd_m * cfg.herd_n < 8 and lm * ln > 1
     assert cfg.runtime_loop_tiling == ((1, 1) if small else (2, 2))
-    if variables:  # run1x1 M=128: a 1x1 herd over a [2, 1] launch grid, unrolled by [1, 1]
+    if (
+        variables
+    ):  # run1x1 M=128: a 1x1 herd over a [2, 1] launch grid, unrolled by [1, 1]
         assert (lm, ln) == (2, 1) and cfg.runtime_loop_tiling == (1, 1)
 
 

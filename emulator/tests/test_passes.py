@@ -295,14 +295,103 @@ def test_no_split_keeps_the_buffer_whole():
     )
 
 
-def test_nonchannel_user_keeps_the_buffer_whole():
-    # air_split_l2_memref_nonchannel_user.mlir: a user that is not a channel op (here a subview)
-    def fill(l2, a):
-        dma_memcpy_nd(l2, a)
-        subview(l2, offsets=[0, 0], sizes=[128, 256], strides=[1, 1])
+def _air_opt():
+    """aircc's own passes (int4awq/compiler.py), or a skip with the reason they cannot run here."""
+    sys.path.insert(
+        0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    )
+    from int4awq import compiled, compiler
 
-    [(root, d)] = unchecked(fan_out(*TEST0, fill=fill)).splits
-    assert not d.split and d.note.startswith("not split: memref.subview at")
+    missing = compiler.tools_missing("air-opt")
+    if missing:
+        pytest.skip(missing)
+    return compiled
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["dead", "a DMA through it"])
+def test_a_subview_is_no_user_of_its_own(live):
+    # air_split_l2_memref_nonchannel_user.mlir keeps a buffer whole for a user the split cannot
+    # redistribute, but in aircc's pipeline a subview is never that user: canonicalize removes a dead
+    # one before the split, and air-dma-to-channel folds one a DMA goes through into the channel op's
+    # pattern. air-opt splits both into 4 pieces, as test0.
+    def fill(l2, a):
+        sv = subview(
+            l2, offsets=[0, 0], sizes=[256 if live else 128, 256], strides=[1, 1]
+        )
+        dma_memcpy_nd(sv if live else l2, a)
+
+    module = fan_out(*TEST0, fill=fill)
+    assert splits(unchecked(module)) == {
+        "memref<256x256xi32, 1 : i32>": (4, 64 * 256 * 4)
+    }
+    dec = _air_opt().air_decisions(str(module))
+    assert dict(dec.l2_after_split) == {"memref<64x256xi32, 1 : i32>": 4}
+
+
+def two_segments():
+    """Two launches, each a segment reading one L2 buffer into each PE of its herd: a 4x4 herd (16
+    tiles: the segment qualifies) and a 1x4 herd (4 tiles: it does not)."""
+    from emu_testlib import design
+
+    def body(a, b):
+        for arg, sizes, name in ((a, [4, 4], "big"), (b, [1, 4], "small")):
+
+            @launch(operands=[arg])
+            def lb(la):
+                @segment(name=f"seg_{name}", operands=[la])
+                def sb(sa):
+                    l2 = AllocOp(memref([256, 256], space=L2), [], [])
+                    dma_memcpy_nd(l2, sa)
+
+                    @herd(name=f"herd_{name}", sizes=sizes, operands=[l2])
+                    def hb(x, y, sx, sy, l2h):
+                        t = AllocOp(memref([64 * 64], space=L1), [], [])
+                        dma_memcpy_nd(
+                            t,
+                            l2h,
+                            src_offsets=[scaled(x, 64), scaled(y, 64)],
+                            src_sizes=[64, 64],
+                            src_strides=[256, 1],
+                        )
+
+    return design([memref([256 * 256]), memref([256 * 256])], body)
+
+
+def test_the_split_decides_segment_by_segment():
+    # AIRMiscPasses.cpp ~2576-2600: only the allocs of segments with more than 4 compute tiles are
+    # candidates; one qualifying segment does not make the other's buffer split
+    res = unchecked(two_segments())
+    notes = sorted(d.note for _, d in res.splits)
+    assert notes[0].startswith(
+        "not split: its segment has no more than 4 compute tiles"
+    )
+    assert notes[1].startswith("split along dimension 0 into 4 pieces")
+    dec = _air_opt().air_decisions(str(two_segments()))
+    assert dict(dec.l2_after_split) == {
+        "memref<256x256xi32, 1 : i32>": 1,
+        "memref<64x256xi32, 1 : i32>": 4,
+    }
+
+
+def test_the_launch_cap_follows_aircc_s_column_count():
+    # aircc.cpp ~1001-1011 and ~944-956: max-launch-channels = 2 x the columns of the device name
+    # XRTBackend builds; npu2_3col gets npu2's 8 (names, not counts), npu2_4col 4, npu1 4
+    sys.path.insert(
+        0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    )
+    from int4awq.compiler import device_columns, target_device
+
+    for device, cols in (
+        ("npu2", 0),
+        ("npu2", 3),
+        ("npu2", 4),
+        ("npu1", 0),
+        ("npu1", 2),
+    ):
+        name = target_device(dict(target_device=device, num_device_cols=cols))
+        assert split_l2.aircc_columns(device, cols) == device_columns(name)
+    assert split_l2.aircc_columns("npu2", 3) == 8
+    assert split_l2.aircc_columns("npu2", 4) == 4
 
 
 def test_a_fill_that_relays_its_l2_side_is_refused_and_the_plain_fill_splits():

@@ -76,11 +76,16 @@ def _walk_all(block):
 
 
 def _fills(op, v):
+    """Whether op's access to v is what air-label-scf-for-to-ping-pong calls a definite write
+    (isDefiniteWrite, AIRDependencyScheduleOpt.cpp ~1645-1654): a channel get into it, or an op whose
+    memory effects write it without reading it (a DMA into it, a memref.store)."""
     name = op.OPERATION_NAME
     if name == "air.dma_memcpy_nd":
         return op.dst.memref is v
     if name == "air.channel.get":
         return op.side.memref is v
+    if name == "memref.store":
+        return op.operands[1] is v
     return False
 
 

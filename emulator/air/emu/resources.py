@@ -67,7 +67,7 @@ from . import patterns as P
 from .budget import _PingPong, sunk_herd_operands
 from .errors import DesignError, ResourceError
 from .refeed import annotate as annotate_refeed
-from .split_l2 import Decision, Refusal, SplitModel, env_key, partners
+from .split_l2 import aircc_columns, Decision, Refusal, SplitModel, env_key, partners
 from .types import L1, L2, L3, LEVEL_NAMES, level_of, np_dtype
 
 # NPU2 (AIE2P) per-tile resources, from mlir-aie's target model (include/aie/Dialect/AIE/IR/
@@ -905,7 +905,12 @@ def _memtiles(w, pp_loop, columns):
         if e.level == L2:
             root, _ = w.root(e.side.memref)
             by_root.setdefault(root._uid, (root, []))[1].append(e)
-    model = SplitModel(w, w.segment_tiles)
+    opts = w.compiler.opt
+    model = SplitModel(
+        w,
+        w.segment_tiles,
+        aircc_columns(opts.target_device, opts.num_device_cols),
+    )
     pieces, tiled = [], {}
     w.splits = []
     # id(L3 end) -> the pieces its streams feed or drain, by index; id(L2 end) -> {env key: piece}

@@ -69,6 +69,18 @@ LAUNCH_CHANNELS_PER_COLUMN = (
 )
 
 
+def aircc_columns(target_device: str, num_device_cols: int = 0) -> int:
+    """The column count aircc derives from the device name XRTBackend passes (`<target>_<n>col` when
+    num_device_cols is set; aircc.cpp ~1001-1011): npu1* and npu2_4col 4, any other npu2* 8 (npu2_3col
+    included: aircc matches names, not counts), else 10."""
+    device = (
+        f"{target_device}_{num_device_cols}col" if num_device_cols else target_device
+    )
+    if "npu1" in device or device == "npu2_4col":
+        return 4
+    return 8 if "npu2" in device else 10
+
+
 @dataclass
 class Pattern:
     """One side's access pattern as integers, full length (offsets padded with leading zeros)."""
@@ -151,10 +163,15 @@ def env_key(env):
 class SplitModel:
     """air-split-l2-memref over one function: call decide() per L2 buffer in program order."""
 
-    def __init__(self, w, segment_tiles):
+    def __init__(self, w, segment_tiles, columns=8):
+        """columns: aircc's column count for the device (aircc_columns), which caps the launch."""
         self.w = w
-        self.qualifies = any(n > TILES_PER_L2_TILE for n in segment_tiles.values())
-        self.cap = LAUNCH_CHANNELS_PER_COLUMN * 8
+        # the pass splits the L2 allocs of the segments with more than 4 compute tiles only
+        # (AIRMiscPasses.cpp ~2576-2600: segmentsNeedingSplit, then their allocs)
+        self.qualifying = {
+            sid for sid, n in segment_tiles.items() if n > TILES_PER_L2_TILE
+        }
+        self.cap = LAUNCH_CHANNELS_PER_COLUMN * columns
         # L3 ends (the launch-level channel endpoints) and the factor committed on each
         self.launch = {id(e): 1 for e in w.ends if e.level == L3}
 
@@ -242,10 +259,9 @@ class SplitModel:
                 d.pinned = col
                 d.note = f"not split: air.memtile_col = {col} pins it to memtile {col}"
                 return d
-        if not self.qualifies:
-            d.note = (
-                f"not split: no segment has more than {TILES_PER_L2_TILE} compute tiles"
-            )
+        segment = next((e.segment for e in ends if e.segment is not None), None)
+        if id(segment) not in self.qualifying:
+            d.note = f"not split: its segment has no more than {TILES_PER_L2_TILE} compute tiles"
             return d
         if "air.no_split" in attrs:
             d.note = "not split: air.no_split"
@@ -319,10 +335,18 @@ class SplitModel:
         w = self.w
         transfer = {id(e.op) for e in ends}
         values = {root._uid}
-        for op in _walk_all(w.compiler.entry.entry_block):
+        ops = list(_walk_all(w.compiler.entry.entry_block))
+        live = {v._uid for op in ops for v in op.operands}
+        for op in ops:
             name = op.OPERATION_NAME
             used = [v for v in op.operands if v._uid in values]
             if not used:
+                continue
+            # a subview is no user of its own: a dead one is gone before the split (canonicalize,
+            # which aircc runs first), and a DMA through one is a channel op on the buffer after
+            # air-dma-to-channel, the view folded into its pattern (air-opt shows both split)
+            if name == "memref.subview":
+                values.update(r._uid for r in op.results if r._uid in live)
                 continue
             if name in ("air.launch", "air.segment", "air.herd"):
                 for a, v in zip(op.kernel_arguments, op.kernel_operands):
