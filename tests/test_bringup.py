@@ -261,8 +261,9 @@ def test_compile_step_names_the_design_the_compiler_refuses(ladder, monkeypatch)
 
     if compiler.tools_missing():
         pytest.skip(compiler.tools_missing())
-    real = aircc_check.designs
-    [good] = [d for d in real() if d.name == "make run1x1"]
+    good = aircc_check._config_design(
+        "make run1x1", aircc_check.make_target_config("run1x1")
+    )
     # a stack that leaves no room for the buffers: aiecc's address assignment refuses it
     broken = aircc_check.Design(
         "make run1x1", good.build, dict(good.options, stack_size=60000)
