@@ -126,17 +126,30 @@ def test_backend_options_become_aircc_s_flags():
     assert compiler.aircc_flags(dict(stack_size=1024)) == ["--device", "npu2"]
 
 
+# Compiled here: every design but the format variants and down_proj (q_proj's structure with more K
+# refills), which `make aircc-check` compiles; aircc's passes decide for all of them here.
+COMPILED_HERE = [
+    d.name
+    for d in DESIGNS
+    if "FORMAT=mxfp4" not in d.name
+    and "FORMAT=awq_f16" not in d.name
+    and d.name != "make run_llama_down"
+]
+
+
 @needs_compiler
 @pytest.mark.parametrize("design", DESIGNS, ids=[d.name for d in DESIGNS])
 def test_every_design_through_aircc(design, tmp_path):
-    """aircc's passes and the emulator decide alike; aircc + aiecc compile it to NPU instructions; the
-    compiled runtime sequence writes every element of C once and moves what the model counts.
-    """
-    r = aircc_check.check(design, str(tmp_path))
+    """aircc's passes and the emulator decide alike; aircc + aiecc compile it to NPU instructions, and
+    the placed design's per-tile resources equal the emulator's table; the compiled runtime sequence
+    writes every element of C once and moves what the model counts."""
+    compile_it = design.name in COMPILED_HERE
+    r = aircc_check.check(design, str(tmp_path), compile_it=compile_it)
     assert r.error is None, r.error
     assert r.disagree == [], r.disagree
     assert r.traffic == [], r.traffic
-    assert r.compiled.insts and all(n > 0 for n in r.compiled.insts.values())
+    if compile_it:
+        assert r.compiled.insts and all(n > 0 for n in r.compiled.insts.values())
     # every design ping-pongs its chunk loop in L1 (the A chunk and the record) unless it has none
     if "probe" not in design.name:
         assert (
