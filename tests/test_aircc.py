@@ -454,3 +454,27 @@ def test_a_store_is_a_definite_write_and_a_call_is_not(first):
     l2, doubled = aircc_check.emulator_decisions(module, dict(target_device="npu2"))
     want = {(2, "memref<256xi8, 2 : i32>"): 1} if first == "store" else {}
     assert dict(dec.doubled) == want and dict(doubled) == want
+
+
+@needs_compiler
+def test_a_channel_without_indices_prints_as_air_opt_parses_it():
+    # mlir-air's int4 GEMV puts to an unindexed channel: printed `@inB[] (...)`, as AIR.td's format has it
+    from air.dialects.air import Channel, ChannelGet, ChannelPut, MemorySpace, T, herd
+    from air.ir import IntegerAttr, MemRefType
+    from emu_testlib import in_segment, memref
+
+    def seg(a):
+        l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
+        ChannelPut("c", a)
+
+        @herd(name="h", sizes=[1, 1], operands=[])
+        def hb(_x, _y, _sx, _sy):
+            from air.dialects.memref import AllocOp
+
+            ChannelGet(
+                "c", AllocOp(MemRefType.get([64], T.i32(), memory_space=l1), [], [])
+            )
+
+    module = in_segment([memref([64])], seg, channels=lambda: Channel("c", size=[1]))
+    assert "air.channel.put @c[] (" in str(module)
+    compiled.air_decisions(str(module))  # parses and runs aircc's passes

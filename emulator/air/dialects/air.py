@@ -566,7 +566,9 @@ class _ChannelAccess(Operation):
         return {}, self.side.static_attrs("")
 
     def _print_custom(self, p, indent):
-        idx = f"[{p.names(self.indices)}]" if self.indices else ""
+        # the index list always, `[]` when there is none: AIR.td's assembly format of air.channel.put /
+        # get at e972f29 (~828, ~1013) has the brackets outside the optional group
+        idx = f"[{p.names(self.indices)}]"
         return [
             " " * indent
             + f"{p.results_prefix(self)}{self.OPERATION_NAME} @{self.chan_name}{idx} "
