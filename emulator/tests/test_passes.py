@@ -747,3 +747,45 @@ def test_the_split_checks_address_maps_as_a_dictionary_would(seed):
         assert split_l2._found(keys, a)[0].tolist() == [x in pairs for x in a.tolist()]
     assert split_l2._maps_to(keys[:0], partner_of[:0], a[:0], b[:0])
     assert not split_l2._maps_to(keys[:0], partner_of[:0], a, b)
+
+
+def refill_loop(pass_unused):
+    """An L2 buffer refilled in a 4-trip segment loop and read by a herd in it; with pass_unused, a
+    second same-named herd after the loop takes the buffer as an operand it never uses (as mlir-air's
+    bf16_in_fp32_out drain herd takes its A and B)."""
+
+    def seg(a, out):
+        l2 = AllocOp(memref([64], space=L2), [], [])
+        for k in for_(0, 4):
+            dma_memcpy_nd(
+                l2, a, src_offsets=[scaled(k, 64)], src_sizes=[64], src_strides=[1]
+            )
+
+            @herd(name="h", sizes=[1, 1], operands=[l2, out])
+            def hb(x, y, sx, sy, l2h, o):
+                b = AllocOp(memref([64], space=L1), [], [])
+                dma_memcpy_nd(b, l2h)
+                dma_memcpy_nd(o, b)
+
+            yield_([])
+        if pass_unused:
+
+            @herd(name="h", sizes=[1, 1], operands=[l2])
+            def hd(x, y, sx, sy, l2h):
+                pass
+
+    return in_segment([memref([256]), memref([64])], seg)
+
+
+@pytest.mark.parametrize("pass_unused", [False, True])
+def test_an_operand_a_herd_never_uses_does_not_keep_a_buffer_out_of_the_loop(
+    pass_unused,
+):
+    # canonicalize drops the unused herd operand before air-fuse-alloc-dealloc, so the buffer's home is
+    # still the refill loop and aircc ping-pongs it
+    module = refill_loop(pass_unused)
+    program = Program(module, Options(link=False), check=False)
+    [seg] = program.budget.segments
+    assert [e.factor for e in seg.entries] == [2]
+    dec = _air_opt().air_decisions(str(module))
+    assert dict(dec.doubled) == {(1, "memref<64xi32, 1 : i32>"): 1}

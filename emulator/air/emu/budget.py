@@ -75,6 +75,22 @@ def _walk_all(block):
                 yield from _walk_all(b)
 
 
+def _really_uses(op, v):
+    """Whether `op` still uses `v` when aircc's passes reach it: a launch, segment or herd operand whose
+    block argument nothing in the body uses is dropped by canonicalize, which runs before
+    air-fuse-alloc-dealloc (mlir-air's bf16_in_fp32_out passes its L2 A and B to the drain herd unused,
+    and aircc ping-pongs them in the K loop all the same)."""
+    if op.OPERATION_NAME not in _HIER:
+        return True
+    body = list(_walk_all(op.regions[0].blocks[0]))
+    used = {u._uid for o in body for u in o.operands}
+    return any(
+        arg._uid in used
+        for arg, w in zip(op.kernel_arguments, op.kernel_operands)
+        if w is v
+    )
+
+
 def _fills(op, v):
     """Whether op's access to v is what air-label-scf-for-to-ping-pong calls a definite write
     (isDefiniteWrite, AIRDependencyScheduleOpt.cpp ~1645-1654): a channel get into it, or an op whose
@@ -149,6 +165,7 @@ class _PingPong:
                 if op.OPERATION_NAME != "memref.dealloc"
                 and op is not a
                 and any(o is v for o in op.operands)
+                and _really_uses(op, v)
             ]
             if not chains:
                 continue
