@@ -178,8 +178,15 @@ def _scratch_design(anchored):
     from air.dialects.air import module_builder, segment
     from air.dialects.func import CallOp, FuncOp
     from air.dialects.memref import AllocOp, store
-    from air.dialects.scf import for_, yield_
-    from air.ir import IntegerAttr, IntegerType, MemRefType, StringAttr
+    from air.dialects.scf import ForOp, yield_
+    from air.ir import (
+        InsertionPoint,
+        IntegerAttr,
+        IntegerType,
+        MemRefType,
+        StringAttr,
+        UnitAttr,
+    )
 
     @module_builder
     def build():
@@ -407,15 +414,23 @@ def test_the_emulator_s_test_designs_split_and_ping_pong_as_aircc_does(name):
         assert dec.l2_after_split == l2
 
 
-def _stored_first(first):
+def _stored_first(first, opt_out=False):
     """A herd loop whose L1 buffer is first touched by a memref.store (`first` = "store") or by the kernel
-    call (`first` = "call"), then passed to the call."""
+    call (`first` = "call"), then passed to the call; opt_out: the loop carries air.disable_ping_pong, set
+    as bf16_x_bfp16 sets it."""
     from air.dialects import arith
     from air.dialects.air import MemorySpace, T, herd, launch, module_builder, segment
     from air.dialects.func import CallOp, FuncOp
     from air.dialects.memref import AllocOp, store
-    from air.dialects.scf import for_, yield_
-    from air.ir import IntegerAttr, IntegerType, MemRefType, StringAttr
+    from air.dialects.scf import ForOp, yield_
+    from air.ir import (
+        InsertionPoint,
+        IntegerAttr,
+        IntegerType,
+        MemRefType,
+        StringAttr,
+        UnitAttr,
+    )
 
     @module_builder
     def build():
@@ -433,7 +448,14 @@ def _stored_first(first):
                 def sb(sa):
                     @herd(name="h", sizes=[1, 1], operands=[])
                     def hc(_x, _y, _sx, _sy):
-                        for _ in for_(0, 4):
+                        loop = ForOp(
+                            *(arith.ConstantOp.create_index(v) for v in (0, 4, 1))
+                        )
+                        if opt_out:
+                            loop.operation.attributes["air.disable_ping_pong"] = (
+                                UnitAttr.get()
+                            )
+                        with InsertionPoint(loop.body):
                             buf = AllocOp(buf_t, [], [])
                             if first == "store":
                                 z = arith.ConstantOp.create_index(0)
@@ -478,3 +500,13 @@ def test_a_channel_without_indices_prints_as_air_opt_parses_it():
     module = in_segment([memref([64])], seg, channels=lambda: Channel("c", size=[1]))
     assert "air.channel.put @c[] (" in str(module)
     compiled.air_decisions(str(module))  # parses and runs aircc's passes
+
+
+@needs_compiler
+def test_air_disable_ping_pong_prints_after_the_loop_and_opts_out():
+    # scf.for's attributes follow its body; a loop that opts out is not labelled by aircc or the emulator
+    module = _stored_first("store", opt_out=True)
+    assert "} {air.disable_ping_pong}" in str(module)
+    dec = compiled.air_decisions(str(module))
+    l2, doubled = aircc_check.emulator_decisions(module, dict(target_device="npu2"))
+    assert dict(dec.doubled) == {} and dict(doubled) == {}

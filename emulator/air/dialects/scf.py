@@ -74,9 +74,10 @@ class ForOp(Operation):
             head += " -> (" + ", ".join(str(r.type) for r in self.results) + ")"
         if self.operands[0].type != IndexType.get():
             head += f" : {self.operands[0].type}"
-        lines = [head + p.attr_dict(self) + " {"]
+        # attributes follow the body, as scf.for's printer writes them (`} {unroll = 2 : i32}`)
+        lines = [head + " {"]
         lines += p.region_lines(self.regions[0], indent + 2)
-        lines.append(pad + "}")
+        lines.append(pad + "}" + p.attr_dict(self))
         return lines
 
 
