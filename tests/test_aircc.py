@@ -178,15 +178,8 @@ def _scratch_design(anchored):
     from air.dialects.air import module_builder, segment
     from air.dialects.func import CallOp, FuncOp
     from air.dialects.memref import AllocOp, store
-    from air.dialects.scf import ForOp, yield_
-    from air.ir import (
-        InsertionPoint,
-        IntegerAttr,
-        IntegerType,
-        MemRefType,
-        StringAttr,
-        UnitAttr,
-    )
+    from air.dialects.scf import for_, yield_
+    from air.ir import IntegerAttr, IntegerType, MemRefType, StringAttr
 
     @module_builder
     def build():
