@@ -789,3 +789,30 @@ def test_an_operand_a_herd_never_uses_does_not_keep_a_buffer_out_of_the_loop(
     assert [e.factor for e in seg.entries] == [2]
     dec = _air_opt().air_decisions(str(module))
     assert dict(dec.doubled) == {(1, "memref<64xi32, 1 : i32>"): 1}
+
+
+def test_a_one_trip_loop_is_folded_before_the_alloc_is_sunk():
+    # mlir-air's int4 GEMV allocates its L2 record inside a 1-trip loop in its K loop: canonicalize
+    # folds the inner loop, and aircc ping-pongs the record in the K loop
+    def seg(a, out):
+        for k in for_(0, 4):
+            for _ in for_(0, 1):
+                l2 = AllocOp(memref([64], space=L2), [], [])
+                dma_memcpy_nd(
+                    l2, a, src_offsets=[scaled(k, 64)], src_sizes=[64], src_strides=[1]
+                )
+
+                @herd(name="h", sizes=[1, 1], operands=[l2, out])
+                def hb(x, y, sx, sy, l2h, o):
+                    b = AllocOp(memref([64], space=L1), [], [])
+                    dma_memcpy_nd(b, l2h)
+                    dma_memcpy_nd(o, b)
+
+                yield_([])
+            yield_([])
+
+    module = in_segment([memref([256]), memref([64])], seg)
+    [segment_budget] = Program(module, Options(link=False), check=False).budget.segments
+    assert [e.factor for e in segment_budget.entries] == [2]
+    dec = _air_opt().air_decisions(str(module))
+    assert dict(dec.doubled) == {(1, "memref<64xi32, 1 : i32>"): 1}
