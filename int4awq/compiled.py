@@ -142,7 +142,7 @@ _DMA_START = re.compile(r"aie\.dma_start\((S2MM|MM2S), (\d+),")
 _BD_ID = re.compile(r"aie\.dma_bd\(.*\{bd_id = (\d+) : i32")
 _STACK = re.compile(r"stack_size = (\d+) : i32")
 _SHIM_ALLOC = re.compile(r"aie\.shim_dma_allocation @\w+\((%\w+), (MM2S|S2MM), (\d+)\)")
-_ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f64": 8}
+ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f64": 8}
 
 
 @dataclasses.dataclass
@@ -192,7 +192,7 @@ def tile_resources(physical_text: str) -> dict[tuple[int, int], TileUse]:
         t.largest_lock_init = max(t.largest_lock_init, int(m.group(3) or 0))
     for m in _BUFFER.finditer(physical_text):
         shape, elem, _ = memref_type(m.group(3))
-        n = _ELEM_BYTES[elem]
+        n = ELEM_BYTES[elem]
         for d in shape:
             n *= d
         names[m.group(1)].buffers.append((int(m.group(2)), n, m.group(3)))

@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from .compiled import memref_type
+from .compiled import ELEM_BYTES, memref_type
 
 _SEQ = re.compile(r"aie\.runtime_sequence @(\w+)\(([^)]*)\)")
 _ARG = re.compile(r"(%\w+): (memref<[^>]*>)")
@@ -59,15 +59,10 @@ class Traffic:
     started: dict = dataclasses.field(default_factory=dict)
 
     def bytes_read(self, i: int) -> int:
-        return int(self.reads[i].sum()) * _itemsize(self.args[i][2])
+        return int(self.reads[i].sum()) * ELEM_BYTES[self.args[i][2]]
 
     def bytes_written(self, i: int) -> int:
-        return int(self.writes[i].sum()) * _itemsize(self.args[i][2])
-
-
-def _itemsize(elem: str) -> int:
-    bits = {"bf16": 16, "f16": 16, "f32": 32, "i8": 8, "i16": 16, "i32": 32, "f64": 64}
-    return bits[elem] // 8
+        return int(self.writes[i].sum()) * ELEM_BYTES[self.args[i][2]]
 
 
 def _ints(text: str | None) -> list[int]:
@@ -157,7 +152,7 @@ def interpret(npu_text: str) -> list[Traffic]:
                 traffic.started[bd.group(1)] = traffic.started.get(bd.group(1), 0) + 1
                 sizes, strides = _ints(bd.group(4)), _ints(bd.group(5))
                 elem = args[arg][2]
-                if _itemsize(elem) < 4 and strides and strides[-1] != 1:
+                if ELEM_BYTES[elem] < 4 and strides and strides[-1] != 1:
                     raise NotInterpreted(
                         f"a {elem} pattern with innermost stride {strides[-1]} (the DMA walks words)"
                     )
