@@ -312,6 +312,16 @@ inline Pattern stage_pattern(const BLOCKS &v0, const BLOCKS &v1,
 // unpacked to uint8 minus its zero-point word: exponent lanes 0 - 123 = 133,
 // mantissa lanes q - z.
 #if !defined(INT4_MXFP4)
+// Image word w: 32 record bytes of nibbles unpacked to bytes, minus its
+// zero-point pattern word.
+inline void dequantize_word(const uint8_t *__restrict q,
+                            uint8_t *__restrict dst, unsigned w,
+                            const aie::vector<uint8, 64> &pattern) {
+  const aie::vector<uint8, 64> u =
+      aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
+  aie::store_v(dst + 64 * w, aie::sub(u, pattern));
+}
+
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const uint8_t *__restrict zp = record + Z_OFFSET;
   const aie::vector<uint8, 16> c80 = aie::broadcast<uint8, 16>(0x80);
@@ -330,11 +340,18 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     const uint8_t *__restrict q =
         record + p * Q_PAIR_BYTES + f * (SPAN_BYTES / 2);
     uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_BYTES;
-    for (unsigned w = 0; w < SPAN_WORDS; ++w) {
-      const aie::vector<uint8, 64> u =
-          aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
-      aie::store_v(dst + 64 * w, aie::sub(u, pz.w[w % 9]));
+    // Word w takes pattern word w % 9: walked as whole periods of 9, each
+    // unrolled, then the tail, so no modulo is computed at run time (an
+    // unsigned remainder is a library call on AIE2P, and a call in a loop stops
+    // it from pipelining).
+    for (unsigned r = 0; r < SPAN_WORDS / 9; ++r) {
+      KERNEL_UNROLL
+      for (unsigned j = 0; j < 9; ++j)
+        dequantize_word(q, dst, 9 * r + j, pz.w[j]);
     }
+    KERNEL_UNROLL
+    for (unsigned j = 0; j < SPAN_WORDS % 9; ++j)
+      dequantize_word(q, dst, SPAN_WORDS / 9 * 9 + j, pz.w[j]);
   }
 }
 #else
