@@ -8,10 +8,9 @@ mantissas 2 * value and exponent byte E = x + 5 (value = m * 2^(E - 133)): the w
 exactly, with no zero point and no scale fold, and the accumulator runs over all of K.
 
 The packed record of one (N-tile, K-chunk), as the MXFP4 kernel entries read it (kernels/mv_int4_bf16.cc,
--DINT4_MXFP4): the E2M1 codes as signed nibbles (signed_nibbles: the magnitude index with the code's sign) in
-the image order of the W pair lines (record.q_nibble_index; a nibble where an exponent byte lives is 0), then
-X, per 32-value group and column ([K-chunk / 32,
-tile_n]) the bf16 power of two 2^(x - 58) (bits ((x + 69) mod 256) << 7): its block conversion has exponent
+-DINT4_MXFP4): the E2M1 codes as offset nibbles (offset_nibbles: the magnitude index with the code's sign,
+plus 8) in the image order of the W pair lines (record.q_nibble_index; a nibble where an exponent byte lives
+is 8), then X, per 32-value group and column ([K-chunk / 32, tile_n]) the bf16 power of two 2^(x - 58) (bits ((x + 69) mod 256) << 7): its block conversion has exponent
 byte x + 69, which the kernel turns into E = x + 5 the way it turns AWQ zero points into exponent bytes.
 Each section starts on 64 bytes.
 
@@ -118,13 +117,19 @@ def check_scales(scales: np.ndarray) -> None:
         )
 
 
-def signed_nibbles(codes: np.ndarray) -> np.ndarray:
-    """uint8 nibbles the record stores for E2M1 codes: the magnitude index k = c & 7 with the code's sign, as
-    a 4-bit two's complement t = +-k (-0 is 0), which the kernel maps to 2 * value with four min / max and
-    four adds (kernels/mv_int4_bf16.cc e2m1_mantissas)."""
+# The nibble of an exponent slot: u = 8 is t = 0, mantissa 0 (the slot then holds the pattern's exponent).
+ZERO_NIBBLE = 8
+
+
+def offset_nibbles(codes: np.ndarray) -> np.ndarray:
+    """uint8 nibbles the record stores for E2M1 codes: the magnitude index k = c & 7 with the code's sign,
+    t = +-k (-0 is 0), stored offset as u = t + 8 (1 .. 15). The kernel reads them unsigned and maps u to
+    2 * value + 56 with four min / max and adds (kernels/mv_int4_bf16.cc e2m1_mantissas), the 56 taken
+    back by its pattern word: no signed int4 anywhere, which Peano's aie_api mis-converts (mlir-air
+    fused_decode/kernels/q4_k.h, #1818)."""
     k = (codes & 7).astype(np.int16)
     t = np.where(codes >= 8, -k, k)
-    return (t & 15).astype(np.uint8)
+    return (t + ZERO_NIBBLE).astype(np.uint8)
 
 
 def mantissas(codes: np.ndarray) -> np.ndarray:
@@ -187,7 +192,9 @@ def pack_mxfp4(w: Mxfp4Weights, tile_n: int, tile_k: int) -> np.ndarray:
     q_bytes = q_section_bytes(tile_n, tile_k)
     x_off, groups = _pad(q_bytes), tile_k // MX_BLOCK
     out = np.zeros((nt, kc, record_bytes(tile_n, tile_k)), dtype=np.uint8)
-    nib = _q_order(signed_nibbles(w.codes), tile_n, tile_k, 2 * q_bytes)
+    nib = _q_order(
+        offset_nibbles(w.codes), tile_n, tile_k, 2 * q_bytes, fill=ZERO_NIBBLE
+    )
     out[:, :, :q_bytes] = nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)
     x = (
         exponent_carriers(w.scales)

@@ -428,12 +428,14 @@ def q_nibble_index(tile_n: int, tile_k: int) -> np.ndarray:
     )
 
 
-def _q_order(q: np.ndarray, tile_n: int, tile_k: int, q_nibbles: int) -> np.ndarray:
-    """q [K, N] -> [NT, KC, q_nibbles] codes in record nibble order (0 where no element lives)."""
+def _q_order(
+    q: np.ndarray, tile_n: int, tile_k: int, q_nibbles: int, fill: int = 0
+) -> np.ndarray:
+    """q [K, N] -> [NT, KC, q_nibbles] codes in record nibble order (`fill` where no element lives)."""
     k, n = q.shape
     kc, nt = k // tile_k, n // tile_n
     tiles = q.reshape(kc, tile_k, nt, tile_n).transpose(2, 0, 1, 3)  # [NT, KC, TK, TN]
-    out = np.zeros((nt, kc, q_nibbles), dtype=np.uint8)
+    out = np.full((nt, kc, q_nibbles), fill, dtype=np.uint8)
     out[:, :, q_nibble_index(tile_n, tile_k)] = tiles
     return out
 

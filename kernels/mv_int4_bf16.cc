@@ -355,47 +355,51 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   }
 }
 #else
-// The record's signed nibbles t (int8 lanes, -7 .. 7: the E2M1 code's magnitude
-// index with its sign, int4awq/mxfp4.py) -> their mantissas 2 * value, an odd
-// piecewise-linear map: m = t + max(t, 4) + min(t, -4) + 2 (max(t, 6) +
-// min(t, -6)) (0, 1, 2, 3, 4, 6, 8, 12 for t = 0 .. 7).
-inline aie::vector<int8, 64> e2m1_mantissas(const aie::vector<int8, 64> &t) {
-  const aie::vector<int8, 64> a =
-      aie::add(aie::max(t, aie::broadcast<int8, 64>(4)),
-               aie::min(t, aie::broadcast<int8, 64>(-4)));
-  const aie::vector<int8, 64> b =
-      aie::add(aie::max(t, aie::broadcast<int8, 64>(6)),
-               aie::min(t, aie::broadcast<int8, 64>(-6)));
-  return aie::add(aie::add(t, a), aie::add(b, b));
+// The record's offset nibbles u = t + 8 (uint8 lanes, 1 .. 15; t the E2M1
+// code's magnitude index with its sign, int4awq/mxfp4.py) -> 2 * value + 56
+// (mod 256), an odd piecewise-linear map of t shifted: with m(t) = t + max(t,
+// 4) + min(t, -4) + 2 (max(t, 6) + min(t, -6)) (0, 1, 2, 3, 4, 6, 8, 12 for t
+// = 0 .. 7), m(u - 8) + 56 = u + max(u, 12) + min(u, 4) + 2 (max(u, 14) +
+// min(u, 2)). All unsigned: Peano's aie_api mis-converts signed int4 (mlir-air
+// fused_decode/kernels/q4_k.h, issue #1818), so the codes never are. The 56
+// is taken back by the pattern word (dequantize).
+inline aie::vector<uint8, 64> e2m1_mantissas(const aie::vector<uint8, 64> &u) {
+  const aie::vector<uint8, 64> a =
+      aie::add(aie::max(u, aie::broadcast<uint8, 64>(12)),
+               aie::min(u, aie::broadcast<uint8, 64>(4)));
+  const aie::vector<uint8, 64> b =
+      aie::add(aie::max(u, aie::broadcast<uint8, 64>(14)),
+               aie::min(u, aie::broadcast<uint8, 64>(2)));
+  return aie::add(aie::add(u, a), aie::add(b, b));
 }
 
 // Record codes -> the W pair lines of w_scratch. For column pair p and MX
 // group g (576 bytes of the line, 9 words), the exponent pattern is [V0 V1]
 // repeated, V0, V1 the two column blocks' block vectors with exponent byte
 // E + 64 and mantissas 64 (the block conversion of X, 2^(E + 64 - 133) * 64),
-// staged as V0 V1 V0 minus 64 per byte as the AWQ zero points are: exponent
-// lanes E, mantissa lanes 0. Each image word is 32 record bytes unpacked to
-// signed nibbles, mapped to mantissas (a 0 sits where an exponent byte goes)
-// plus its pattern word.
+// staged as V0 V1 V0 minus 64 + 56 per byte (the AWQ zero points' 64, and the
+// mantissa map's offset): exponent lanes E - 56, mantissa lanes -56. Each
+// image word is 32 record bytes unpacked to offset nibbles, mapped to
+// mantissas + 56 (an 8 sits where an exponent byte goes: 0 + 56) plus its
+// pattern word.
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const bfloat16 *__restrict xp =
       reinterpret_cast<const bfloat16 *>(record + X_OFFSET);
-  const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
+  const aie::vector<uint8, 64> c120 = aie::broadcast<uint8, 64>(64 + 56);
   KERNEL_MIN_ITERS(1)
   for (unsigned it = 0; it < NP * MX_GROUPS; ++it) {
     const unsigned p = it / MX_GROUPS, g = it % MX_GROUPS;
     const bfloat16 *__restrict x = xp + g * TN + p * 16;
     const BLOCKS v0 = zero_point_blocks(aie::load_v<8>(x));
     const BLOCKS v1 = zero_point_blocks(aie::load_v<8>(x + 8));
-    const Pattern pe = stage_pattern(v0, v1, c64, scratch);
+    const Pattern pe = stage_pattern(v0, v1, c120, scratch);
     const uint8_t *__restrict q =
         record + p * Q_PAIR_BYTES + g * (GROUP_WORDS * 32);
     uint8_t *__restrict dst = scratch + p * PAIR_LINE + g * GROUP_WORDS * 64;
     for (unsigned w = 0; w < GROUP_WORDS; ++w) {
-      const aie::vector<int8, 64> t =
-          aie::load_v<32>(q + 32 * w).cast_to<int4>().unpack();
-      aie::store_v(dst + 64 * w,
-                   aie::add(e2m1_mantissas(t).cast_to<uint8>(), pe.w[w]));
+      const aie::vector<uint8, 64> u =
+          aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
+      aie::store_v(dst + 64 * w, aie::add(e2m1_mantissas(u), pe.w[w]));
     }
   }
 }

@@ -101,7 +101,7 @@ def test_exponent_carrier_is_the_bf16_power_of_two_whose_block_exponent_is_e_plu
     assert exponent_carriers(np.array([200], np.uint8)).tolist() == [13 << 7]
 
 
-def test_the_record_holds_the_signed_nibbles_in_image_order_then_the_carriers():
+def test_the_record_holds_the_offset_nibbles_in_image_order_then_the_carriers():
     tn, tk = 32, 64
     w = random_mxfp4(tk, tn, seed=5)
     rec = pack_mxfp4(w, tn, tk)[0, 0]
@@ -109,9 +109,13 @@ def test_the_record_holds_the_signed_nibbles_in_image_order_then_the_carriers():
     assert rec.size == record_bytes(tn, tk) == 1152 + 128
     nib = np.empty(2 * 1152, np.uint8)
     nib[0::2], nib[1::2] = rec[:1152] & 15, rec[:1152] >> 4
-    # codes 0..7 stored as themselves; 8..15 (negative) as the 4-bit two's complement of -(c & 7)
-    signed = np.array([0, 1, 2, 3, 4, 5, 6, 7, 0, 15, 14, 13, 12, 11, 10, 9], np.uint8)
-    assert np.array_equal(nib[q_nibble_index(tn, tk)], signed[w.codes])
+    # t = +-(c & 7) stored as t + 8: codes 0..7 as 8..15, 8..15 (negative, -0 = 0) as 8, 7, 6, .. 1
+    offset = np.array([8, 9, 10, 11, 12, 13, 14, 15, 8, 7, 6, 5, 4, 3, 2, 1], np.uint8)
+    assert np.array_equal(nib[q_nibble_index(tn, tk)], offset[w.codes])
+    # every other nibble (the exponent slots, the padding) is 8: t = 0
+    rest = np.ones(nib.size, bool)
+    rest[q_nibble_index(tn, tk)] = False
+    assert (nib[rest] == 8).all()
     carriers = rec[1152 : 1152 + 128].view("<u2").reshape(2, tn)
     assert np.array_equal(carriers, ((w.scales.astype(np.uint16) + 69) % 256) << 7)
 
