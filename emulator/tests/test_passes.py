@@ -749,24 +749,33 @@ def test_the_split_checks_address_maps_as_a_dictionary_would(seed):
     assert not split_l2._maps_to(keys[:0], partner_of[:0], a, b)
 
 
-def refill_loop(pass_unused):
-    """An L2 buffer refilled in a 4-trip segment loop and read by a herd in it; with pass_unused, a
-    second same-named herd after the loop takes the buffer as an operand it never uses (as mlir-air's
-    bf16_in_fp32_out drain herd takes its A and B)."""
+def refill_loop(pass_unused=False, one_trip_inner=False):
+    """An L2 buffer refilled in a 4-trip segment loop and read by a herd in it. pass_unused: a second
+    same-named herd after the loop takes the buffer as an operand it never uses (as mlir-air's
+    bf16_in_fp32_out drain herd takes its A and B). one_trip_inner: the buffer is allocated, filled and read
+    inside a 1-trip loop in the refill loop (as mlir-air's int4 GEMV allocates its L2 record).
+    """
+
+    def fill_and_read(l2, a, out, k):
+        dma_memcpy_nd(
+            l2, a, src_offsets=[scaled(k, 64)], src_sizes=[64], src_strides=[1]
+        )
+
+        @herd(name="h", sizes=[1, 1], operands=[l2, out])
+        def hb(x, y, sx, sy, l2h, o):
+            b = AllocOp(memref([64], space=L1), [], [])
+            dma_memcpy_nd(b, l2h)
+            dma_memcpy_nd(o, b)
 
     def seg(a, out):
-        l2 = AllocOp(memref([64], space=L2), [], [])
+        l2 = None if one_trip_inner else AllocOp(memref([64], space=L2), [], [])
         for k in for_(0, 4):
-            dma_memcpy_nd(
-                l2, a, src_offsets=[scaled(k, 64)], src_sizes=[64], src_strides=[1]
-            )
-
-            @herd(name="h", sizes=[1, 1], operands=[l2, out])
-            def hb(x, y, sx, sy, l2h, o):
-                b = AllocOp(memref([64], space=L1), [], [])
-                dma_memcpy_nd(b, l2h)
-                dma_memcpy_nd(o, b)
-
+            if one_trip_inner:
+                for _ in for_(0, 1):
+                    fill_and_read(AllocOp(memref([64], space=L2), [], []), a, out, k)
+                    yield_([])
+            else:
+                fill_and_read(l2, a, out, k)
             yield_([])
         if pass_unused:
 
@@ -777,42 +786,16 @@ def refill_loop(pass_unused):
     return in_segment([memref([256]), memref([64])], seg)
 
 
-@pytest.mark.parametrize("pass_unused", [False, True])
-def test_an_operand_a_herd_never_uses_does_not_keep_a_buffer_out_of_the_loop(
-    pass_unused,
-):
-    # canonicalize drops the unused herd operand before air-fuse-alloc-dealloc, so the buffer's home is
-    # still the refill loop and aircc ping-pongs it
-    module = refill_loop(pass_unused)
-    program = Program(module, Options(link=False), check=False)
-    [seg] = program.budget.segments
+@pytest.mark.parametrize(
+    "variant",
+    [{}, {"pass_unused": True}, {"one_trip_inner": True}],
+    ids=["plain", "an operand a herd never uses", "a one-trip loop around it"],
+)
+def test_the_refill_loop_ping_pongs_its_buffer_as_aircc_does(variant):
+    # canonicalize drops an unused herd operand and folds a one-trip loop before air-fuse-alloc-dealloc,
+    # so the buffer's home is the refill loop in each case, and aircc ping-pongs it there
+    module = refill_loop(**variant)
+    [seg] = Program(module, Options(link=False), check=False).budget.segments
     assert [e.factor for e in seg.entries] == [2]
-    dec = _air_opt().air_decisions(str(module))
-    assert dict(dec.doubled) == {(1, "memref<64xi32, 1 : i32>"): 1}
-
-
-def test_a_one_trip_loop_is_folded_before_the_alloc_is_sunk():
-    # mlir-air's int4 GEMV allocates its L2 record inside a 1-trip loop in its K loop: canonicalize
-    # folds the inner loop, and aircc ping-pongs the record in the K loop
-    def seg(a, out):
-        for k in for_(0, 4):
-            for _ in for_(0, 1):
-                l2 = AllocOp(memref([64], space=L2), [], [])
-                dma_memcpy_nd(
-                    l2, a, src_offsets=[scaled(k, 64)], src_sizes=[64], src_strides=[1]
-                )
-
-                @herd(name="h", sizes=[1, 1], operands=[l2, out])
-                def hb(x, y, sx, sy, l2h, o):
-                    b = AllocOp(memref([64], space=L1), [], [])
-                    dma_memcpy_nd(b, l2h)
-                    dma_memcpy_nd(o, b)
-
-                yield_([])
-            yield_([])
-
-    module = in_segment([memref([256]), memref([64])], seg)
-    [segment_budget] = Program(module, Options(link=False), check=False).budget.segments
-    assert [e.factor for e in segment_budget.entries] == [2]
     dec = _air_opt().air_decisions(str(module))
     assert dict(dec.doubled) == {(1, "memref<64xi32, 1 : i32>"): 1}
