@@ -637,16 +637,7 @@ def aircc_agreement(where: str) -> str:
         dec = compiled.air_decisions(text)
     except compiler.CompileError as e:
         return f"aircc DISAGREES: the printed module does not go through aircc's passes: {e}"
-    theirs_l2 = dict(dec.l2_after_split)
-    theirs_pp = {
-        f"{'L1' if space == 2 else 'L2'} {t}": n
-        for (space, t), n in dec.doubled.items()
-    }
-    diffs = []
-    if theirs_l2 != emu["l2"]:
-        diffs.append(f"L2 split: aircc {theirs_l2}, emulator {emu['l2']}")
-    if theirs_pp != emu["doubled"]:
-        diffs.append(f"ping-pong: aircc {theirs_pp}, emulator {emu['doubled']}")
+    diffs = compiled.disagreements(dec, emu)
     return "aircc DISAGREES: " + "; ".join(diffs) if diffs else "aircc agrees"
 
 

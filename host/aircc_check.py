@@ -164,32 +164,30 @@ def designs(all_configs: bool = False) -> list[Design]:
 # -- what the emulator decided, in the compiler's terms -----------------------------------------------
 
 
-def emulator_decisions(module, options: dict) -> tuple[Counter, Counter]:
-    """(L2 alloc types after the split, (space, type) of the doubled allocs) as the emulator decides them
-    (air/emu/decisions.py), in the terms of compiled.AirDecisions."""
+def emulator_program(module, options: dict):
+    """The emulator's static compile of a module with XRTBackend's options: its decisions
+    (air/emu/decisions.py) and its NPU2 resource report, built once."""
+    from air.emu.engine import Options, Program
+
+    return Program(
+        module,
+        Options(
+            stack_size=options.get("stack_size", 1024),
+            omit_pingpong=options.get("omit_pingpong", ""),
+            runtime_loop_tiling_sizes=options.get("runtime_loop_tiling_sizes", ()),
+            target_device=options.get("target_device", "npu2"),
+            num_device_cols=options.get("num_device_cols", 0),
+            link=False,
+        ),
+        check=False,
+    )
+
+
+def emulator_decisions(program) -> dict:
+    """The emulator's split and ping-pong decisions, in the form compiled.disagreements compares."""
     from air.emu.decisions import decisions
-    from air.emu.engine import Program
 
-    d = decisions(Program(module, _options(options), check=False))
-    doubled = Counter()
-    for key, n in d["doubled"].items():
-        level, t = key.split(" ", 1)
-        doubled[(2 if level == "L1" else 1, t)] += n
-    return Counter(d["l2"]), doubled
-
-
-def disagreements(
-    aircc: compiled.AirDecisions, l2: Counter, doubled: Counter
-) -> list[str]:
-    """Where the emulator and aircc's passes decide differently, first disagreement first."""
-    out = []
-    if aircc.l2_after_split != l2:
-        out.append(f"L2 split: aircc {dict(aircc.l2_after_split)}, emulator {dict(l2)}")
-    if aircc.doubled != doubled:
-        out.append(
-            f"ping-pong: aircc doubles {dict(aircc.doubled)}, emulator {dict(doubled)}"
-        )
-    return out
+    return decisions(program)
 
 
 def traffic_problems(design: Design, npu_text: str) -> list[str]:
@@ -238,26 +236,6 @@ def traffic_problems(design: Design, npu_text: str) -> list[str]:
 
 
 # -- the resource model against the compiled design -----------------------------------------------------
-
-
-def emulator_resources(module, options: dict):
-    """The emulator's NPU2 resource report of a module (its model of air-to-aie and after)."""
-    from air.emu.engine import Program
-
-    return Program(module, _options(options), check=False).resources
-
-
-def _options(options: dict):
-    from air.emu.engine import Options
-
-    return Options(
-        stack_size=options.get("stack_size", 1024),
-        omit_pingpong=options.get("omit_pingpong", ""),
-        runtime_loop_tiling_sizes=options.get("runtime_loop_tiling_sizes", ()),
-        target_device=options.get("target_device", "npu2"),
-        num_device_cols=options.get("num_device_cols", 0),
-        link=False,
-    )
 
 
 # What each kind of tile is compared by: DMA channels in use, BDs (a memtile's by channel parity), locks,
@@ -360,16 +338,17 @@ def check(
             device=compiler.target_device(design.options),
             omit_pingpong="all" if pp is True else pp,
         )
+        program = emulator_program(module, design.options) if compare else None
         if compare:
-            res.disagree = disagreements(
-                res.decisions, *emulator_decisions(module, design.options)
+            res.disagree = compiled.disagreements(
+                res.decisions, emulator_decisions(program)
             )
         if compile_it:
             res.compiled = compiler.compile_module(text, design.options, outdir)
             res.traffic = traffic_problems(design, res.compiled.text("npu.air.mlir"))
             if compare:
                 res.disagree += resource_differences(
-                    emulator_tiles(emulator_resources(module, design.options)),
+                    emulator_tiles(program.resources),
                     compiler_tiles(res.compiled.text("input_physical.mlir")),
                 )
     except (compiler.CompileError, ConfigError, runtime_sequence.NotInterpreted) as e:

@@ -110,6 +110,30 @@ class AirDecisions:
             + f"\n  L1 allocs sunk into a loop: {sunk}"
         )
 
+    def doubled_by_level(self) -> dict[str, int]:
+        """The doubled allocs keyed as the emulator records its own (emulator/air/emu/decisions.py):
+        "L1 <type>" / "L2 <type>"."""
+        return {
+            f"{'L1' if space == 2 else 'L2'} {t}": n
+            for (space, t), n in self.doubled.items()
+        }
+
+
+def disagreements(aircc: AirDecisions, emulator: dict) -> list[str]:
+    """Where the emulator's decisions ({"l2": {type: n}, "doubled": {"L1 type": n}}, as
+    air/emu/decisions.py records them) and aircc's passes differ, first disagreement first.
+    """
+    out = []
+    if dict(aircc.l2_after_split) != emulator["l2"]:
+        out.append(
+            f"L2 split: aircc {dict(aircc.l2_after_split)}, emulator {emulator['l2']}"
+        )
+    if aircc.doubled_by_level() != emulator["doubled"]:
+        out.append(
+            f"ping-pong: aircc {aircc.doubled_by_level()}, emulator {emulator['doubled']}"
+        )
+    return out
+
 
 def air_decisions(module_text: str, **pipeline_options) -> AirDecisions:
     """Run aircc's pipeline with air-opt to the split and to the ping-pong labelling, and read both."""

@@ -227,8 +227,10 @@ def _scratch_design(anchored):
 def test_a_scratch_sunk_into_the_loop_stops_ping_pong(anchored):
     module = _scratch_design(anchored)
     dec = compiled.air_decisions(str(module))
-    l2, doubled = aircc_check.emulator_decisions(module, dict(target_device="npu2"))
-    assert aircc_check.disagreements(dec, l2, doubled) == []
+    emu = aircc_check.emulator_decisions(
+        aircc_check.emulator_program(module, dict(target_device="npu2"))
+    )
+    assert compiled.disagreements(dec, emu) == []
     want = {(2, "memref<256xi8, 2 : i32>"): 1} if anchored else {}
     assert dict(dec.doubled) == want
     # not anchored: aircc sinks the scratch into the chunk loop, beside the buffer
@@ -393,9 +395,10 @@ def _emulator_designs():
 def test_the_emulator_s_test_designs_split_and_ping_pong_as_aircc_does(name):
     module = _emulator_designs()[name]()
     dec = compiled.air_decisions(str(module))
-    l2, doubled = aircc_check.emulator_decisions(module, dict(target_device="npu2"))
-    assert dec.doubled == doubled
-    splits = aircc_check.emulator_resources(module, {}).splits
+    program = aircc_check.emulator_program(module, dict(target_device="npu2"))
+    emu = aircc_check.emulator_decisions(program)
+    assert dec.doubled_by_level() == emu["doubled"]
+    splits = program.resources.splits
     if name in ("gemm_structures relaid_fill", "gemm_structures resident"):
         # The fill re-lays A into 8x8 blocks: the emulator refuses the split, and aircc shows why: it
         # cuts the buffer into 8 pieces, each as large as the whole buffer (the fill has no dimension of
@@ -404,7 +407,7 @@ def test_the_emulator_s_test_designs_split_and_ping_pong_as_aircc_does(name):
         assert dec.l2_after_split[str(root.type)] == 8
     else:
         assert all(not d.note.startswith("refused") for _, d in splits)
-        assert dec.l2_after_split == l2
+        assert dict(dec.l2_after_split) == emu["l2"]
 
 
 def _stored_first(first, opt_out=False):
@@ -466,9 +469,12 @@ def test_a_store_is_a_definite_write_and_a_call_is_not(first):
     # reading it qualifies the loop; an opaque call does not
     module = _stored_first(first)
     dec = compiled.air_decisions(str(module))
-    l2, doubled = aircc_check.emulator_decisions(module, dict(target_device="npu2"))
+    emu = aircc_check.emulator_decisions(
+        aircc_check.emulator_program(module, dict(target_device="npu2"))
+    )
     want = {(2, "memref<256xi8, 2 : i32>"): 1} if first == "store" else {}
-    assert dict(dec.doubled) == want and dict(doubled) == want
+    assert dict(dec.doubled) == want
+    assert emu["doubled"] == ({"L1 memref<256xi8, 2 : i32>": 1} if want else {})
 
 
 @needs_compiler
@@ -501,5 +507,7 @@ def test_air_disable_ping_pong_prints_after_the_loop_and_opts_out():
     module = _stored_first("store", opt_out=True)
     assert "} {air.disable_ping_pong}" in str(module)
     dec = compiled.air_decisions(str(module))
-    l2, doubled = aircc_check.emulator_decisions(module, dict(target_device="npu2"))
-    assert dict(dec.doubled) == {} and dict(doubled) == {}
+    emu = aircc_check.emulator_decisions(
+        aircc_check.emulator_program(module, dict(target_device="npu2"))
+    )
+    assert dict(dec.doubled) == {} and emu["doubled"] == {}

@@ -640,7 +640,9 @@ def test_the_rules_agree_with_aircc(name, tmp_path):
     compiler.compile_module(str(module), {}, str(tmp_path))
     with open(tmp_path / "input_physical.mlir") as f:
         theirs = aircc_check.compiler_tiles(f.read())
-    ours = aircc_check.emulator_tiles(aircc_check.emulator_resources(module, {}))
+    ours = aircc_check.emulator_tiles(
+        aircc_check.emulator_program(module, {}).resources
+    )
     # the compute tiles are the older part of the model (and these cores carry no stack size)
     ours["compute"] = theirs["compute"]
     assert aircc_check.resource_differences(ours, theirs) == []
