@@ -31,11 +31,6 @@ def memref_type(text: str) -> tuple[tuple[int, ...], str, int]:
     return shape, m.group(2), int(m.group(3) or 0)
 
 
-def type_text(shape, elem: str, space: int) -> str:
-    dims = "".join(f"{d}x" for d in shape)
-    return f"memref<{dims}{elem}" + (f", {space} : i32>" if space else ">")
-
-
 @dataclasses.dataclass
 class Alloc:
     type: str

@@ -18,6 +18,7 @@ python/air/backend/xrt.py (XRTBackend.compile, ~370-550) turns backend options i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import subprocess
@@ -37,21 +38,14 @@ class CompileError(Exception):
     """aircc, aiecc or air-opt refused the module: the message is the tool's first error."""
 
 
-_prebuilt_dir: list[str | None] = []  # the unpack folder, looked up once per process
-
-
+@functools.lru_cache(maxsize=None)
 def _prebuilt() -> str | None:
-    if not _prebuilt_dir:
-        found = None
-        if os.access(PREBUILT_UNPACK, os.X_OK):
-            r = subprocess.run(
-                [PREBUILT_UNPACK], capture_output=True, text=True, check=False
-            )
-            out = r.stdout.strip()
-            if r.returncode == 0 and os.path.isdir(out):
-                found = out
-        _prebuilt_dir.append(found)
-    return _prebuilt_dir[0]
+    """The folder the prebuilt binaries unpack to (looked up once per process), or None."""
+    if not os.access(PREBUILT_UNPACK, os.X_OK):
+        return None
+    r = subprocess.run([PREBUILT_UNPACK], capture_output=True, text=True, check=False)
+    out = r.stdout.strip()
+    return out if r.returncode == 0 and os.path.isdir(out) else None
 
 
 def find_tool(name: str) -> str:

@@ -53,7 +53,6 @@ class Traffic:
     args: list[tuple[str, tuple[int, ...], str]]  # (name, shape, element type)
     reads: list[np.ndarray]
     writes: list[np.ndarray]
-    tasks: int = 0
     # argument -> the shim channels (tile, direction, channel) that move it, and its started tasks
     channels: dict = dataclasses.field(default_factory=dict)
     started: dict = dataclasses.field(default_factory=dict)
@@ -165,7 +164,6 @@ def interpret(npu_text: str) -> list[Traffic]:
                             f"({counts.size} elements)"
                         )
                     np.add.at(counts, idx, 1)
-                traffic.tasks += 1
             elif line.startswith("}"):
                 depth -= 1
             elif line.endswith("{"):
