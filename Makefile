@@ -92,8 +92,10 @@ run2x4: HERD_N = 4
 run_llama_qproj: M = 2048
 run_llama_qproj: K = 2048
 run_llama_qproj: N = 2048
-run_llama_qproj: TILE_M = 32
+run_llama_qproj: TILE_M = 64
 run_llama_qproj: TILE_N = 128
+run_llama_qproj: TILE_K_L1 = 32
+run_llama_qproj: TILE_K_L2 = 256
 run_llama_qproj_seq32: M = 32
 run_llama_qproj_seq32: K = 2048
 run_llama_qproj_seq32: N = 2048
@@ -102,8 +104,10 @@ run_llama_qproj_seq32: HERD_M = 2
 run_llama_down: M = 2048
 run_llama_down: K = 8192
 run_llama_down: N = 2048
-run_llama_down: TILE_M = 32
+run_llama_down: TILE_M = 64
 run_llama_down: TILE_N = 128
+run_llama_down: TILE_K_L1 = 32
+run_llama_down: TILE_K_L2 = 256
 run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down: run
 
 # The hardware bring-up ladder, one risk per step (docs/bringup.md): BACKEND=npu on NPU2, the emulator elsewhere;

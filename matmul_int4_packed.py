@@ -25,15 +25,15 @@ Each launch iteration is one segment:
   re-laid into the kernel's 8x8 mmul blocks (a 6-D pattern on the memtile's read side), one brings its
   weight record (Q, scales and zeros in one contiguous record), one kernel call accumulates. aircc
   double-buffers the chunk and the record (the zero phase's store keeps the scratch out of the loop).
-* The drain converts the accumulator to bf16 (round to nearest even) into L1, DMAs it to the L2 C block,
-  and the block goes to DDR in one DMA.
+* The drain converts the accumulator to bf16 (round to nearest even) in place, into the first half of
+  the accumulator's own memory, DMAs that to the L2 C block, and the block goes to DDR in one DMA.
 
 Memory plan per level:
   L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8, C [M, N] bf16
   L2: A [herd_m, 1, tile_m, tile_k_l2] bf16, W [herd_n, tile_k_l2/tile_k_l1, record] u8,
       C [herd_m, herd_n, tile_m, tile_n] bf16
-  L1 per PE: accumulator f32 and drain bf16 (tile_m*tile_n each) and the kernel's scratch (herd-wide,
-      a slice each), the A chunk and the record (ping-ponged by aircc), the kernel's stack.
+  L1 per PE: the accumulator (tile_m*tile_n f32, then bf16 C in its first half) and the kernel's scratch
+      (herd-wide, a slice each), the A chunk and the record (ping-ponged by aircc), the kernel's stack.
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ try:
         AffineMap,
         AffineSymbolExpr,
         BF16Type,
-        F32Type,
         IntegerAttr,
         IntegerType,
         MemRefType,
@@ -176,7 +175,7 @@ def build_module(
     chunks = k // tk1
     tile = tm * tn
 
-    bf16, f32, u8 = BF16Type.get(), F32Type.get(), IntegerType.get_signless(8)
+    bf16, u8 = BF16Type.get(), IntegerType.get_signless(8)
     l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
     l2 = IntegerAttr.get(T.i32(), MemorySpace.L2)
 
@@ -188,18 +187,20 @@ def build_module(
     a_l2 = MemRefType.get([hm, 1, tm, tk2], bf16, memory_space=l2)
     w_l2 = MemRefType.get([hn, chunks_per_l2, rec], u8, memory_space=l2)
     c_l2 = MemRefType.get([hm, hn, tm, tn], bf16, memory_space=l2)
-    # L1: herd-wide accumulator and drain (a slice per PE), and each PE's own buffers.
-    acc_herd = MemRefType.get([hm, hn, tile], f32, memory_space=l1)
-    out_herd = MemRefType.get([hm, hn, tile], bf16, memory_space=l1)
+    # L1: herd-wide accumulator (a slice per PE), and each PE's own buffers. The accumulator is typed as
+    # the bf16 C the drain leaves in its first half (2 * tile elements: tile f32 during the K sweep; the
+    # kernel takes the bytes as f32, as mm_bf16_x_bfp16.cc takes its i8 B as bfp16 blocks).
+    acc_herd = MemRefType.get([hm, hn, 2 * tile], bf16, memory_space=l1)
     a_l1 = MemRefType.get([tm // MMUL, tk1 // MMUL, MMUL, MMUL], bf16, memory_space=l1)
     w_l1 = MemRefType.get([rec], u8, memory_space=l1)
     scratch_herd = MemRefType.get([hm, hn, cfg.scratch_bytes], u8, memory_space=l1)
     # A PE's slice of a herd-wide buffer, as memref.subview types it: dynamic offset, parent strides.
     slice_layout = StridedLayoutAttr.get(
-        ShapedType.get_dynamic_size(), [hn * tile, tile, 1]
+        ShapedType.get_dynamic_size(), [hn * 2 * tile, 2 * tile, 1]
     )
-    acc_pe = MemRefType.get([1, 1, tile], f32, memory_space=l1, layout=slice_layout)
-    out_pe = MemRefType.get([1, 1, tile], bf16, memory_space=l1, layout=slice_layout)
+    acc_pe = MemRefType.get(
+        [1, 1, 2 * tile], bf16, memory_space=l1, layout=slice_layout
+    )
     scratch_layout = StridedLayoutAttr.get(
         ShapedType.get_dynamic_size(), [hn * cfg.scratch_bytes, cfg.scratch_bytes, 1]
     )
@@ -212,9 +213,9 @@ def build_module(
     accumulate = kernel_func(
         "gemm_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe], obj
     )
-    drain = kernel_func("gemm_int4_drain", [acc_pe, out_pe], obj)
+    drain = kernel_func("gemm_int4_drain", [acc_pe, scratch_pe], obj)
 
-    def pe_slice(buf, x, y, size=tile):
+    def pe_slice(buf, x, y, size=2 * tile):
         return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])
 
     @FuncOp.from_py_func(a_l3, w_l3, c_l3)
@@ -229,7 +230,7 @@ def build_module(
                     AllocOp(w_l2, [], []),
                     AllocOp(c_l2, [], []),
                 )
-                acc, out = AllocOp(acc_herd, [], []), AllocOp(out_herd, [], [])
+                acc = AllocOp(acc_herd, [], [])
                 scratch = AllocOp(scratch_herd, [], [])
 
                 # Segment-wide f32 accumulator, zeroed by a same-named herd (bf16_x_bfp16 herd_init).
@@ -305,19 +306,26 @@ def build_module(
 
                     yield_([])
 
-                # bf16_x_bfp16 herd_drain: convert in L1, each PE's tile to its slice of the L2 C block
-                @herd(name=HERD, sizes=[hm, hn], operands=[acc, out, l2c])
-                def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
-                    CallOp(drain, [pe_slice(acc_h, x, y), pe_slice(out_h, x, y)])
+                # bf16_x_bfp16 herd_drain: convert in L1, each PE's tile to its slice of the L2 C block;
+                # here in place, the DMA reading the first half of the PE's accumulator slice
+                @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch, l2c])
+                def herd_drain(x, y, _sx, _sy, acc_h, scratch_h, l2c_h):
+                    CallOp(
+                        drain,
+                        [
+                            pe_slice(acc_h, x, y),
+                            pe_slice(scratch_h, x, y, cfg.scratch_bytes),
+                        ],
+                    )
                     dma_memcpy_nd(
                         l2c_h,
-                        out_h,
+                        acc_h,
                         dst_offsets=[x, y, 0],
                         dst_sizes=[1, 1, tile],
                         dst_strides=[hn * tile, tile, 1],
                         src_offsets=[x, y, 0],
                         src_sizes=[1, 1, tile],
-                        src_strides=[hn * tile, tile, 1],
+                        src_strides=[hn * 2 * tile, 2 * tile, 1],
                     )
 
                 # [hm, hn, tm, tn] -> C[row0 : +hm*tm, bn*hn*tn : +hn*tn] in one DMA (bf16_x_bfp16's C)
@@ -331,7 +339,7 @@ def build_module(
                     src_sizes=[hm, tm, hn, tn],
                     src_strides=[hn * tile, tn, tile, 1],
                 )
-                for buf in (l2a, l2w, l2c, acc, out, scratch):
+                for buf in (l2a, l2w, l2c, acc, scratch):
                     DeallocOp(buf)
 
 

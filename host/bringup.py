@@ -50,9 +50,12 @@ BUILD_ROOT = os.path.join(REPO, "build", "bringup")
 # The probes' kernel objects: the GEMM tile of `make run8x4` (64 x 64 x 64, GS 128) and the decode GEMV's
 # record tile at its smallest K-chunk; the numerics probe also builds the GEMV object under floor rounding.
 PROBE_GEMM = record.KernelObject("gemm", 64, 64, 128, 64)
+# tile_k 16: each fold span's A line is 4 block vectors, 288 bytes, so the output stream ends on a partly
+# filled 512-bit word and the conversion relies on the stream's final partial flush (gate/up's 64x128x16).
+PROBE_GEMM_K16 = record.KernelObject("gemm", 16, 16, 128, 16)
 PROBE_GEMV = record.KernelObject("gemv", 64, 64, 128)
 PROBE_GEMV_FLOOR = record.KernelObject("gemv", 64, 64, 128, rounding="floor")
-PROBE_OBJECTS = (PROBE_GEMM, PROBE_GEMV, PROBE_GEMV_FLOOR)
+PROBE_OBJECTS = (PROBE_GEMM, PROBE_GEMM_K16, PROBE_GEMV, PROBE_GEMV_FLOOR)
 GEMV_PROBE_ROWS = 5  # a partial 8-row band
 NUMERICS_ROWS = 8  # one full band: the A line then holds all 8 rows' blocks
 REPEATS = 3  # dispatches of one loaded design in step 9
@@ -66,7 +69,7 @@ DESIGN_RUNS = {
     4: "--m 64 --k 512 --n 64 --herd-m 1 --herd-n 1" + MAKE_TILES,  # make run1x1
     5: "--m 128 --k 512 --n 256 --herd-m 2 --herd-n 4" + MAKE_TILES,  # make run2x4
     6: "--m 512 --k 1024 --n 256 --herd-m 8 --herd-n 4" + MAKE_TILES,  # make run8x4
-    7: "--m 2048 --k 2048 --n 2048 --herd-m 8 --herd-n 4 --tile-m 32 --tile-n 128 --tile-k-l1 64 --tile-k-l2 512",  # make run_llama_qproj
+    7: "--m 2048 --k 2048 --n 2048 --herd-m 8 --herd-n 4 --tile-m 64 --tile-n 128 --tile-k-l1 32 --tile-k-l2 256",  # make run_llama_qproj
     8: "--design gemv --m 1 --k 2048 --n 2048",  # make run_llama_decode
 }
 REPEAT_RUN = 5  # step 9 dispatches step 5's design
@@ -231,7 +234,7 @@ def _probe_checks(
 
     p = kp.Probe(obj, rows, "drain")
     acc_in = kp.drain_input(p, ladder.seed + 2)
-    c = ladder.probes.run(p, [acc_in])[0]
+    c = ladder.probes.run(p, p.drain_inputs(acc_in))[0]
     ok, why = _same_bits(c, kp.drain_expected(p, acc_in))
     checks.append(("drain = bf16 round to nearest even", ok, why))
     return checks
@@ -239,9 +242,13 @@ def _probe_checks(
 
 def step_kernel_harness(ladder: Ladder) -> Outcome:
     lines, failed = [], []
-    for obj, rows in ((PROBE_GEMM, PROBE_GEMM.tile_m), (PROBE_GEMV, GEMV_PROBE_ROWS)):
+    for obj, rows in (
+        (PROBE_GEMM, PROBE_GEMM.tile_m),
+        (PROBE_GEMM_K16, PROBE_GEMM_K16.tile_m),
+        (PROBE_GEMV, GEMV_PROBE_ROWS),
+    ):
         for what, ok, detail in _probe_checks(ladder, obj, rows):
-            name = f"{obj.entries}_int4: {what}"
+            name = f"{obj.entries}_int4 {obj.tile_n}x{obj.tile_k}: {what}"
             lines.append(
                 f"{'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f" ({detail})")
             )

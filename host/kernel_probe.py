@@ -40,8 +40,9 @@ STAGES = ("zero", "accumulate", "drain")
 ENTRY_ARGS = {  # each entry's buffers, in its argument order (then m, for the GEMV's)
     "zero": ("acc",),
     "accumulate": ("record", "a", "acc", "scratch"),
-    "drain": ("acc", "c"),
+    "drain": ("acc", "c"),  # the GEMV's; the GEMM drains in place (GEMM_DRAIN_ARGS)
 }
+GEMM_DRAIN_ARGS = ("acc", "scratch")  # bf16 C into the accumulator's first half
 BLOCK_BYTES = 9  # bfp16ebs8: the exponent byte, then 8 mantissas
 BFP16_BIAS = 133  # value = mantissa * 2^(E - 133)
 
@@ -94,18 +95,45 @@ class Probe:
         acc = ("acc", (self.acc_elems,), np.float32)
         if self.stage == "zero":
             return [acc]
+        c = ("c", (self.rows * o.tile_n,), bfloat16)
+        if self.stage == "drain" and not self.gemv:
+            # the accumulator as the GEMM design types it: the bf16 C it ends as, twice the f32 count
+            return [("acc", (2 * self.acc_elems,), bfloat16), c]
         if self.stage == "drain":
-            return [acc, ("c", (self.rows * o.tile_n,), bfloat16)]
+            return [acc, c]
         return [
             ("record", (record.record_bytes(o.tile_n, o.tile_k, o.gs),), np.uint8),
             ("a", (self.rows * o.tile_k,), bfloat16),
             acc,
-            ("scratch", (record.w_scratch_bytes(o.tile_n, o.tile_k),), np.uint8),
+            self._scratch(),
         ]
+
+    def _scratch(self) -> tuple[str, tuple[int], type]:
+        o = self.obj
+        return ("scratch", (record.w_scratch_bytes(o.tile_n, o.tile_k),), np.uint8)
+
+    @property
+    def drains_in_place(self) -> bool:
+        """The GEMM's drain: C is the first half of the accumulator, the scratch an L1 buffer only."""
+        return self.stage == "drain" and not self.gemv
+
+    def l1_buffers(self) -> list[tuple[str, tuple[int], type]]:
+        """(name, shape, dtype) of the probe's L1 buffers: one per argument (the in-place drain's C is
+        read out of the accumulator), and the scratch the in-place drain stages in."""
+        if self.drains_in_place:
+            return [self.args()[0], self._scratch()]
+        return self.args()
+
+    def entry_args(self, entry: str) -> tuple[str, ...]:
+        return GEMM_DRAIN_ARGS if self.drains_in_place else ENTRY_ARGS[entry]
 
     @property
     def n_inputs(self) -> int:
         return {"zero": 0, "accumulate": 2, "drain": 1}[self.stage]
+
+    def drain_inputs(self, acc: np.ndarray) -> list[np.ndarray]:
+        """The drain probe's input for f32 accumulator values (the GEMM takes their bytes as bf16)."""
+        return [acc.view(bfloat16) if self.drains_in_place else acc]
 
     def buffers(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The run's buffers in argument order: the inputs, then zeroed outputs."""
@@ -132,7 +160,7 @@ def host_outputs(probe: Probe, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [acc.copy(), hk.scratch.copy()]
     hk = HostKernel(o.tile_m, o.tile_n, o.tile_k, o.gs, rounding=o.rounding)
     if probe.stage == "drain":
-        hk.c_acc[...] = inputs[0]
+        hk.c_acc[...] = inputs[0].view(np.float32)
         return [hk.drain().reshape(-1)]
     hk.zero()
     if probe.stage == "zero":
@@ -296,7 +324,7 @@ def build_module(probe: Probe):
         l3 = [MemRefType.get(list(s), elem[np.dtype(t)]()) for _, s, t in args]
         l1t = {
             n: MemRefType.get(list(s), elem[np.dtype(t)](), memory_space=l1)
-            for n, s, t in args
+            for n, s, t in probe.l1_buffers()
         }
         i32 = T.i32()
         prefix = "gemv" if probe.gemv else "gemm"
@@ -308,7 +336,7 @@ def build_module(probe: Probe):
         }[probe.stage]
         funcs = {}
         for entry in calls:
-            params = [l1t[n] for n in ENTRY_ARGS[entry]] + rows
+            params = [l1t[n] for n in probe.entry_args(entry)] + rows
             f = FuncOp(f"{prefix}_int4_{entry}", (params, []), visibility="private")
             f.attributes["link_with"] = StringAttr.get(probe.kernel_object)
             f.attributes["llvm.emit_c_interface"] = UnitAttr.get()
@@ -324,16 +352,27 @@ def build_module(probe: Probe):
                     @herd(name="probe", sizes=[1, 1], operands=list(sargs))
                     def hb(_x, _y, _sx, _sy, *hargs):
                         ddr = dict(zip(names, hargs))
-                        buf = {n: AllocOp(l1t[n], [], []) for n in names}
+                        buf = {n: AllocOp(l1t[n], [], []) for n in l1t}
                         for n in names[: probe.n_inputs]:
                             dma_memcpy_nd(buf[n], ddr[n])
                         m = [arith.ConstantOp(i32, probe.rows)] if probe.gemv else []
                         for entry in calls:
                             CallOp(
-                                funcs[entry], [buf[n] for n in ENTRY_ARGS[entry]] + m
+                                funcs[entry],
+                                [buf[n] for n in probe.entry_args(entry)] + m,
                             )
                         for n in names[probe.n_inputs :]:
-                            dma_memcpy_nd(ddr[n], buf[n])
+                            if probe.drains_in_place:  # C: the accumulator's first half
+                                size = probe.rows * probe.obj.tile_n
+                                dma_memcpy_nd(
+                                    ddr[n],
+                                    buf["acc"],
+                                    src_offsets=[0],
+                                    src_sizes=[size],
+                                    src_strides=[1],
+                                )
+                            else:
+                                dma_memcpy_nd(ddr[n], buf[n])
 
     return build()
 

@@ -10,9 +10,13 @@ The counts come from executing the kernel against the host aie_api's profiling b
 instructions per AIE2P slot class per marked software-pipelined loop, element moves to the scalar unit,
 live block streams). From them, per call:
 
-    cycles = LOOP    * sum over marked loops of (busiest slot: its instructions / its units per cycle)
-           + SPILL   * accesses of block streams that do not fit the FIFO registers (2 load, 1 store):
-                       in a loop with p > 2 input streams live, (p - 2) / p of its loads; likewise stores
+    cycles = LOOP    * sum over marked loops of (busiest slot: its instructions / its units per cycle),
+                       doubled for a loop the post-pipeliner leaves alone (an iteration past its largest
+                       II, a remainder or an out-of-line call in the loop: MAX_II, unpipelined)
+           + SPILL   * memory accesses for values that find no register: block-stream accesses beyond the
+                       FIFO registers (2 load, 1 store; in a loop with p > 2 input streams live, (p - 2) / p
+                       of its loads, likewise stores), and a store and a reload per 512 accumulator bits
+                       beyond the five accumulator registers
            + OUTSIDE * vector instructions outside marked loops
            + SCALAR  * element moves between vector registers and the scalar unit
 
@@ -61,19 +65,45 @@ TERMS = ("LOOP", "SPILL", "OUTSIDE", "SCALAR")
 DDR_BOUND_SHARE = 0.9
 
 
+# llvm-aie's post-pipeliner tries initiation intervals up to -aie-postpipeliner-maxii: 60 in the Peano that
+# built mlir-aie PR #3650's ATB kernels, whose loop (ResMII 68) needed it raised to 120. A loop whose
+# iteration needs more, or that holds a remainder or an out-of-line call (kernel_profile.loop_hazards), is
+# not software-pipelined: its iterations run one after another, each priced as UNPIPELINED_STAGES times
+# its busiest slot (the span of one iteration in a two-stage schedule: PR #3650's loop runs at II 77 in 2
+# stages). A reading of the sources, not a measurement: docs/performance.md#the-kernel-cost-model.
+MAX_II = 60
+UNPIPELINED_STAGES = 2
+
+
 def loop_bound(loop: dict) -> float:
     """Cycles of a marked loop at its busiest slot."""
     return max(loop["ops"][s] / WIDTH.get(s, 1) for s in VECTOR)
 
 
-def spilled_accesses(loop: dict) -> float:
-    """Block-stream accesses of a loop that find no FIFO register (its streams share them in turn).
+def unpipelined(loop: dict) -> str | None:
+    """Why the post-pipeliner leaves this loop alone, or None. Loops whose iterations the profile does not
+    see (upstream kernels marked before their `for`, iterations 0) count as pipelined; a loop of one
+    iteration per entry has nothing to overlap."""
+    if loop.get("hazards"):
+        return ", ".join(loop["hazards"])
+    iterations = loop.get("iterations", 0)
+    if iterations > loop.get("entries", iterations):
+        ii = loop_bound(loop) / iterations
+        if ii > MAX_II:
+            return f"II {ii:.0f} > {MAX_II}"
+    return None
 
-    Accumulators beyond the five registers are profiled (acc_spill_bits) but not priced: the count of C++
-    accumulator values overstates what Peano allocates (mlir-air's bf16 x bfp16 kernel, 5.47 TFLOPS on
-    NPU2, counts 8 at its peak), and pricing it raised the calibration's leave-one-out error from 102 %
-    to 121 %."""
-    n = 0.0
+
+def loop_cycles(loop: dict) -> float:
+    return loop_bound(loop) * (UNPIPELINED_STAGES if unpipelined(loop) else 1)
+
+
+def spilled_accesses(loop: dict) -> float:
+    """Memory accesses a loop makes for values that find no register: block-stream accesses beyond the
+    FIFO registers (its streams share them in turn: in a loop with p > 2 input streams live, (p - 2) / p of
+    its loads; likewise stores), and per accumulator bit beyond the five registers a 512-bit store and a
+    reload."""
+    n = 2 * loop.get("acc_spill_bits", 0) / 512
     p_in, p_out = loop.get("peak_in", 0), loop.get("peak_out", 0)
     if p_in > LOAD_FIFOS:
         n += loop["ops"]["LOAD"] * (p_in - LOAD_FIFOS) / p_in
@@ -90,8 +120,9 @@ def features(profile: dict) -> np.ndarray:
     )
     return np.array(
         [
-            sum(loop_bound(lp) for lp in loops),
-            sum(spilled_accesses(lp) for lp in loops),
+            sum(loop_cycles(lp) for lp in loops),
+            sum(spilled_accesses(lp) for lp in loops)
+            + 2 * profile.get("outside_acc_spill_bits", 0) / 512,
             sum(profile["outside"][s] for s in VECTOR),
             scalar,
         ]
@@ -235,7 +266,10 @@ def measure(
 ) -> dict:
     """Profile one call (gemm_int4_accumulate, or gemv_int4_accumulate of m rows) of a format's kernel object
     into a table entry."""
-    from .kernel_profile import profile_accumulate, profile_gemv
+    from .kernel_profile import loop_hazards, profile_accumulate, profile_gemv
+
+    with open(KERNEL_SOURCE) as f:
+        source = f.read()
 
     p = (
         profile_accumulate(tm, tn, tk, gs, fmt)
@@ -246,6 +280,9 @@ def measure(
         "loops": [
             {
                 "ops": lp.ops,
+                "entries": lp.entries,
+                "iterations": lp.iterations,
+                "hazards": loop_hazards(source, lp.line),
                 "peak_in": lp.peak_in,
                 "peak_out": lp.peak_out,
                 "acc_spill_bits": lp.acc_spill_bits,
@@ -257,6 +294,9 @@ def measure(
     }
     return {
         "x": [round(float(v), 3) for v in features(prof)],
+        "unpipelined": sorted(
+            {why for why in map(unpipelined, prof["loops"]) if why is not None}
+        ),
         "streams": [p.peak_in, p.peak_out],
         "fills": list(p.fills),
         "acc_registers": p.acc_registers,
@@ -349,6 +389,11 @@ def kernel_line(tm: int, tn: int, tk: int, gs: int, fmt: str = "awq") -> str:
         f"kernel: {cyc:.0f} cycles per call, {cyc / steps(tm, tn, tk):.2f} per 8x8x8 mmul step "
         f"(MODELLED), live streams in/out: {live_in}/{live_out}, FIFO fills static/dynamic: {fs}/{fd}, "
         f"accumulators: {e['acc_registers']:g} of {ACC_REGISTERS} (estimate)"
+        + (
+            f", unpipelined loops: {'; '.join(e['unpipelined'])}"
+            if e["unpipelined"]
+            else ""
+        )
     )
 
 

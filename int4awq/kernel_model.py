@@ -194,8 +194,9 @@ class HostKernel(_HostObject):
             lib,
         )
         tm, tn, tk = tile_m, tile_n, tile_k
-        self.c_acc = aligned_empty((tm * tn,), np.float32)
-        self.c_out = aligned_empty((tm, tn), bfloat16)
+        self.c_acc = aligned_empty(
+            (tm * tn,), np.float32
+        )  # as the design types it: bf16, 2 * tm * tn
         self.a_buf = aligned_empty((tm * tk,), bfloat16)
 
     def zero(self) -> None:
@@ -212,8 +213,10 @@ class HostKernel(_HostObject):
         )
 
     def drain(self) -> np.ndarray:
-        self.lib.gemm_int4_drain(self.c_acc.ctypes.data, self.c_out.ctypes.data)
-        return self.c_out.copy()
+        """bf16(C), drained in place into the accumulator's first half (which it returns a copy of)."""
+        self.lib.gemm_int4_drain(self.c_acc.ctypes.data, self.scratch.ctypes.data)
+        tm, tn = self.tile_m, self.tile_n
+        return self.c_acc.view(bfloat16)[: tm * tn].reshape(tm, tn).copy()
 
     def gemm(
         self, a: np.ndarray, w: AwqWeights, packed: np.ndarray | None = None

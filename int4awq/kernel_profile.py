@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,7 @@ class Loop:
     acc_spill_bits: int = (
         0  # accumulator bits that came alive beyond the registers (estimate)
     )
+    iterations: int = 0  # 0: the loop does not mark its iterations
 
     @property
     def cycles(self) -> float:
@@ -110,12 +112,56 @@ def read_profile(lib: ctypes.CDLL) -> Profile:
     for _ in range(v[0]):
         ops = dict(zip(SLOTS, v[i + 2 : i + 2 + len(SLOTS)]))
         j = i + 2 + len(SLOTS)
-        loops.append(Loop(v[i], v[i + 1], ops, *v[j : j + 6]))
-        i = j + 6
+        loops.append(Loop(v[i], v[i + 1], ops, *v[j : j + 7]))
+        i = j + 7
     outside = dict(zip(SLOTS, v[i : i + len(SLOTS)]))
     j = i + len(SLOTS)
     fs, fd, spill, p_in, p_out, acc = v[j : j + 6]
     return Profile(loops, outside, p_in, p_out, fs, fd, spill, acc)
+
+
+def _without_comments(source: str) -> str:
+    """C++ source with its comments blanked (line breaks kept, so line numbers hold)."""
+    return re.sub(
+        r"//[^\n]*|/\*.*?\*/",
+        lambda m: re.sub(r"[^\n]", " ", m.group()),
+        source,
+        flags=re.S,
+    )
+
+
+def _block_end(text: str, i: int, open_: str, close: str) -> int:
+    """The index just past the bracket that closes the one at text[i]."""
+    depth = 0
+    for j in range(i, len(text)):
+        depth += (text[j] == open_) - (text[j] == close)
+        if depth == 0:
+            return j + 1
+    raise ValueError("unbalanced brackets")
+
+
+def loop_hazards(source: str, line: int) -> list[str]:
+    """What in the loop marked at `line` (1-based: the line of KERNEL_MIN_ITERS, whose `for` follows) keeps
+    llvm-aie's pipeliners off it: a remainder (`%`: an unsigned remainder by a run-time value is a library
+    call on AIE2P) or a call of a function the source defines out of line (a call ends the loop's single
+    basic block). A reading of the source, not of Peano's output: a `%` the compiler folds still counts.
+    """
+    text = _without_comments(source)
+    start = sum(len(s) + 1 for s in text.split("\n")[: line - 1])
+    head = text.index("for", start)
+    body_start = text.index("{", _block_end(text, text.index("(", head), "(", ")"))
+    loop = text[head : _block_end(text, body_start, "{", "}")]
+    hazards = ["a remainder (%)"] if "%" in loop else []
+    outlined = re.findall(
+        r"^(?!inline\b|constexpr\b|static\b|template\b|using\b|struct\b|return\b)"
+        r"[A-Za-z_][\w:<>]*[\s*]+(\w+)\s*\([^;{]*\)\s*\{",
+        text,
+        flags=re.M,
+    )
+    hazards += [
+        f"a call of {name}" for name in outlined if re.search(rf"\b{name}\s*\(", loop)
+    ]
+    return hazards
 
 
 def profile_library(obj) -> str:
@@ -177,7 +223,7 @@ def profile_gemv(
 def report(p: Profile, tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
     steps = (tile_m // 8) * (tile_n // 8) * (tile_k // 8)
     head = (
-        f"{'loop (line)':<14}{'entries':>9}"
+        f"{'loop (line)':<14}{'entries':>9}{'iters':>7}"
         + "".join(f"{s:>9}" for s in SLOTS)
         + f"{'cycles >=':>11}"
     )
@@ -188,17 +234,17 @@ def report(p: Profile, tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
     ]
     for lp in sorted(p.loops, key=lambda lp: lp.line):
         lines.append(
-            f"{lp.line:<14}{lp.entries:>9}"
+            f"{lp.line:<14}{lp.entries:>9}{lp.iterations or '':>7}"
             + "".join(f"{lp.ops[s]:>9}" for s in SLOTS)
             + f"{lp.cycles:>11.0f}"
         )
     lines.append(
-        f"{'outside loops':<14}{'':>9}"
+        f"{'outside loops':<14}{'':>16}"
         + "".join(f"{p.outside[s]:>9}" for s in SLOTS)
         + f"{sum(p.outside.values()):>11}"
     )
     lines.append(
-        f"{'total':<14}{'':>9}"
+        f"{'total':<14}{'':>16}"
         + "".join(f"{p.total(s):>9}" for s in SLOTS)
         + f"{p.cycles_lower_bound:>11.0f}"
     )

@@ -4,11 +4,15 @@
 // One PE computes a DIM_M x DIM_N tile of C = A x dequant(W), one K-chunk of
 // DIM_K_CHUNK per call:
 //
-//   gemm_int4_zero(c_acc)                                     c_acc = 0
-//   gemm_int4_accumulate(w_record, a_tile, c_acc, w_scratch)  c_acc += a_tile x
-//                                                             dequant(w_record)
-//   gemm_int4_drain(c_acc, c_out)                             c_out =
-//   bf16(c_acc)
+//   gemm_int4_zero(c_mem)                          c = 0
+//   gemm_int4_accumulate(w_record, a_tile, c_mem, w_scratch)
+//                                                  c += a_tile x
+//                                                  dequant(w_record)
+//   gemm_int4_drain(c_mem, w_scratch)              bf16(c), in place
+//
+// c_mem is the accumulator's memory: DIM_M x DIM_N f32 during the K sweep,
+// its first half DIM_M x DIM_N bf16 after the drain (typed bf16 in the design,
+// twice as many elements, so the drain's DMA reads it as it is).
 //
 // dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS.
 //
@@ -26,18 +30,20 @@
 //     image repeats every 144 bytes, so 9 words per 576) come from two block
 //     vectors per column pair and span (one conversion each, exact) and 6
 //     shuffle_down_fill's.
-//  2. Per pair of 8-row blocks of A: column pair 0 converts those 16 rows to
-//     bfp16 blocks as it goes (the same accfloat -> bfp16ebs8 conversion the
-//     bfp16-emulated bf16 mmul applies to A), uses them at once and pushes them
-//     to one interleaved A line (A0 kb, A1 kb, A0 kb+1, ...), so each A value
-//     is converted once per call; the other column pairs read that line. Hot
-//     loop: a 2x2 block of native bfp16ebs8 x bfp16ebs8 8x8x8 mmul accumulators
-//     fed by two block streams (A0/A1 interleaved, B0/B1 interleaved: the
-//     core's two load FIFOs), with the scale folds of each column pair in the
-//     same loop body. Each accumulator G covers one "fold span" of K: a whole
-//     group when the chunk holds whole groups (DIM_K_CHUNK % DIM_GS == 0), the
-//     whole chunk when a group spans several chunks (DIM_GS % DIM_K_CHUNK ==
-//     0).
+//  2. Per pair of 8-row blocks of A: convert those 16 rows to bfp16 blocks
+//     first, in a loop of their own (the same accfloat -> bfp16ebs8
+//     conversion the bfp16-emulated bf16 mmul applies to A), into one
+//     interleaved A line (A0 kb, A1 kb, A0 kb+1, ...), so each A value is
+//     converted once per call. Then, per column pair, the hot loop: a 2x2
+//     block of native bfp16ebs8 x bfp16ebs8 8x8x8 mmul accumulators fed by two
+//     block streams (the A line, and the pair's W line with B0/B1 interleaved:
+//     the core's two load FIFOs), nothing but pops and macs, with the scale
+//     folds of the pair after each span. Four mmul accumulators are live in
+//     the hot loop, five at most in a fold (AIE2P has five 2048-bit
+//     accumulator registers). Each accumulator G covers one "fold span" of K:
+//     a whole group when the chunk holds whole groups (DIM_K_CHUNK % DIM_GS ==
+//     0), the whole chunk when a group spans several chunks (DIM_GS %
+//     DIM_K_CHUNK == 0).
 //  3. Scale fold, once per span: c += G * s. AIE2P has no f32 x f32 vector
 //     multiply, so G is split into hi = bf16(G) and lo = bf16(G - hi) and both
 //     are multiplied by the bf16 scale (products exact in f32) and added to c
@@ -91,6 +97,14 @@
 #else
 #define KERNEL_MIN_ITERS(n) AIE_HOST_LOOP_ENTRY
 #endif
+// The first statement of a marked loop's body: nothing on the core; on the
+// host, one iteration of the loop for the profile (what one iteration issues
+// is what the post-pipeliner's II limit is about: int4awq/kernel_cost.py).
+#if defined(__AIECC__)
+#define KERNEL_ITERATION ((void)0)
+#else
+#define KERNEL_ITERATION AIE_HOST_ITERATION
+#endif
 
 // The K-block loop of a fold span (SB steps) is fully unrolled up to
 // KB_UNROLL_MAX steps: aie_api places a block stream's FIFO fills at compile
@@ -113,8 +127,10 @@
 #endif
 #if KERNEL_SPAN_BLOCKS <= KB_UNROLL_MAX
 #define KERNEL_KB_LOOP KERNEL_UNROLL
+#define KERNEL_KB_ITERATION ((void)0)
 #else
 #define KERNEL_KB_LOOP KERNEL_MIN_ITERS(2)
+#define KERNEL_KB_ITERATION KERNEL_ITERATION
 #endif
 
 // One object per design, each with only the entries its design calls
@@ -221,6 +237,8 @@ constexpr unsigned PAIR_WORDS = PAIR_LINE / 64;
 // several spans; the whole padded line when there is one.
 constexpr unsigned SPAN_BYTES = 2 * SB * BLOCKS::bytes();
 constexpr unsigned SPAN_WORDS = NF == 1 ? PAIR_WORDS : SPAN_BYTES / 64;
+// The zero-point pattern repeats every 9 words: whole periods, then a tail.
+constexpr unsigned SPAN_PERIODS = SPAN_WORDS / 9, SPAN_TAIL = SPAN_WORDS % 9;
 static_assert(NF == 1 || SPAN_BYTES % 576 == 0);
 
 // Packed record (see int4awq/record.py, which must agree): Q nibbles in the
@@ -329,7 +347,8 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
   KERNEL_MIN_ITERS(1)
   for (unsigned it = 0; it < NP * NF; ++it) {
-    const unsigned p = it / NF, f = it % NF;
+    KERNEL_ITERATION;
+    const unsigned p = it / NF, f = it - p * NF; // no remainder in a loop
     // z of columns 16p .. 16p+15 -> 0x80 + 2z, zipped with 0x5D: bf16 bits.
     const aie::vector<uint8, 16> z16 = aie::load_v<16>(zp + f * TN + p * 16);
     const auto zz =
@@ -344,14 +363,14 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     // unrolled, then the tail, so no modulo is computed at run time (an
     // unsigned remainder is a library call on AIE2P, and a call in a loop stops
     // it from pipelining).
-    for (unsigned r = 0; r < SPAN_WORDS / 9; ++r) {
+    for (unsigned r = 0; r < SPAN_PERIODS; ++r) {
       KERNEL_UNROLL
       for (unsigned j = 0; j < 9; ++j)
         dequantize_word(q, dst, 9 * r + j, pz.w[j]);
     }
     KERNEL_UNROLL
-    for (unsigned j = 0; j < SPAN_WORDS % 9; ++j)
-      dequantize_word(q, dst, SPAN_WORDS / 9 * 9 + j, pz.w[j]);
+    for (unsigned j = 0; j < SPAN_TAIL; ++j)
+      dequantize_word(q, dst, 9 * SPAN_PERIODS + j, pz.w[j]);
   }
 }
 #else
@@ -388,7 +407,8 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const aie::vector<uint8, 64> c120 = aie::broadcast<uint8, 64>(64 + 56);
   KERNEL_MIN_ITERS(1)
   for (unsigned it = 0; it < NP * MX_GROUPS; ++it) {
-    const unsigned p = it / MX_GROUPS, g = it % MX_GROUPS;
+    KERNEL_ITERATION;
+    const unsigned p = it / MX_GROUPS, g = it - p * MX_GROUPS;
     const bfloat16 *__restrict x = xp + g * TN + p * 16;
     const BLOCKS v0 = zero_point_blocks(aie::load_v<8>(x));
     const BLOCKS v1 = zero_point_blocks(aie::load_v<8>(x + 8));
@@ -497,34 +517,40 @@ static_assert(TM > 0 && TM % 16 == 0,
               "works on 2x2 blocks of 8x8 mmul tiles");
 static_assert(TM * TK * 2 <= 65536 && TM * TN * 4 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
+static_assert(8 * TN * 2 <= SCRATCH_BYTES,
+              "the drain stages 8 bf16 rows of C in w_scratch");
 constexpr unsigned MB = TM / 8; // 8-row blocks of A / C
 } // namespace
 
 extern "C" {
 
-// c_acc: DIM_M * DIM_N floats, blocked: block (mb, nb) of C at (mb * DIM_N/8 +
-// nb) * 64, row-major inside.
-void gemm_int4_zero(float *__restrict c_acc) {
-  KERNEL_ALIGNED(c_acc);
+// c_mem: the accumulator, DIM_M * DIM_N floats, blocked: block (mb, nb) of C
+// at (mb * DIM_N/8 + nb) * 64, row-major inside.
+void gemm_int4_zero(bfloat16 *__restrict c_mem) {
+  KERNEL_ALIGNED(c_mem);
+  float *__restrict c_acc = reinterpret_cast<float *>(c_mem);
   const aie::vector<float, 16> z = aie::zeros<float, 16>();
   KERNEL_MIN_ITERS(16)
   for (unsigned i = 0; i < TM * TN; i += 16) {
+    KERNEL_ITERATION;
     aie::store_v(c_acc + i, z);
   }
 }
 
 // w_record: one packed record (RECORD_BYTES); a_tile: DIM_M x DIM_K_CHUNK bf16
 // in 8x8 blocks, block (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major
-// inside; w_scratch: SCRATCH_BYTES bytes (kernel-private; holds bfp16 block
-// lines, see above).
+// inside; c_mem: the accumulator (as gemm_int4_zero); w_scratch: SCRATCH_BYTES
+// bytes (kernel-private; holds bfp16 block lines, see above).
 void gemm_int4_accumulate(uint8_t *__restrict w_record,
-                          bfloat16 *__restrict a_tile, float *__restrict c_acc,
+                          bfloat16 *__restrict a_tile,
+                          bfloat16 *__restrict c_mem,
                           uint8_t *__restrict w_scratch) {
   KERNEL_ALIGNED(w_record);
   KERNEL_ALIGNED(a_tile);
-  KERNEL_ALIGNED(c_acc);
+  KERNEL_ALIGNED(c_mem);
   KERNEL_ALIGNED(w_scratch);
   ::aie::set_rounding(aie::rounding_mode::INT4_A_ROUNDING);
+  float *__restrict c_acc = reinterpret_cast<float *>(c_mem);
   uint8_t *__restrict scratch = w_scratch;
   dequantize(w_record, scratch);
 
@@ -532,43 +558,31 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
       reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
   const aie::vector<bfloat16, 64> ones = aie::broadcast<bfloat16, 64>(1.0f);
   for (unsigned mb = 0; mb < MB; mb += 2) {
-    // Column pair 0 converts A rows 8mb .. 8mb+15 as it goes: each pair of A
-    // blocks is converted once, used by this pair's macs and pushed to the A
-    // pair line (interleaved in K order) for the other column pairs. One input
-    // stream (W) and one output stream (A); A is read by index (no pointer
+    // A rows 8mb .. 8mb+15 -> the A pair line, in a loop of their own: two
+    // conversions live, one output stream. A is read by index (no pointer
     // walk: mlir-air's mm_bf16_x_bfp16.cc does the same to avoid a Peano
     // post-increment bug).
     {
       const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
       const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
-      float *__restrict c00 = c_acc + mb * NB * BLK;
       KERNEL_MIN_ITERS(1)
       for (unsigned f = 0; f < NF; ++f) {
-        // Streams per span: pops counted from here (static fills).
+        KERNEL_ITERATION;
+        // Streams per span: pushes counted from here (static fills).
         BlockOut ao(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_BYTES));
-        BlockIn sb(blocks_at(scratch, f * SPAN_BYTES));
-        MMUL g00 = span_start(c00), g01 = span_start(c00 + BLK),
-             g10 = span_start(c00 + NB * BLK),
-             g11 = span_start(c00 + NB * BLK + BLK);
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
+          KERNEL_KB_ITERATION;
           const unsigned at = (f * SB + kb) * BLK;
-          const BLOCKS a0 = to_blocks(pa0 + at);
-          const BLOCKS a1 = to_blocks_on_mac(pa1 + at, ones);
-          ao << a0 << a1;
-          const BLOCKS b0 = sb.pop();
-          const BLOCKS b1 = sb.pop();
-          g00.mac(a0, aie::op_transpose(b0));
-          g01.mac(a0, aie::op_transpose(b1));
-          g10.mac(a1, aie::op_transpose(b0));
-          g11.mac(a1, aie::op_transpose(b1));
+          ao << to_blocks(pa0 + at) << to_blocks_on_mac(pa1 + at, ones);
         }
-        span_end_2x2(g00, g01, g10, g11, scales + f * TN, c00);
       }
     }
-    // The other column pairs read the A pair line: two input streams.
+    // Every column pair reads the A pair line: two input streams, pops and
+    // macs only.
     KERNEL_MIN_ITERS(1)
-    for (unsigned p = 1; p < NP; ++p) {
+    for (unsigned p = 0; p < NP; ++p) {
+      KERNEL_ITERATION;
       float *__restrict c00 = c_acc + (mb * NB + 2 * p) * BLK;
       for (unsigned f = 0; f < NF; ++f) {
         // Two streams per span, each walking its interleaved line in K order.
@@ -579,6 +593,7 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
              g11 = span_start(c00 + NB * BLK + BLK);
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
+          KERNEL_KB_ITERATION;
           const BLOCKS a0 = sa.pop();
           const BLOCKS a1 = sa.pop();
           const BLOCKS b0 = sb.pop();
@@ -594,19 +609,32 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
   }
 }
 
-// c_out: DIM_M x DIM_N bf16, row-major; round to nearest even.
-void gemm_int4_drain(float *__restrict c_acc, bfloat16 *__restrict c_out) {
-  KERNEL_ALIGNED(c_acc);
-  KERNEL_ALIGNED(c_out);
+// c_mem: the accumulator (as gemm_int4_zero) -> its first DIM_M * DIM_N * 2
+// bytes: C as bf16, row-major, round to nearest even. In place: row block mb's
+// 8 bf16 rows (bytes 16 TN mb .. 16 TN (mb + 1)) overlay only f32 blocks of row
+// blocks <= mb (32 TN bytes each), read already; row block 0's rows overlay its
+// own blocks, so every row block goes through the scratch (free between calls:
+// it holds nothing across them) and is then copied into place.
+void gemm_int4_drain(bfloat16 *__restrict c_mem,
+                     uint8_t *__restrict w_scratch) {
+  KERNEL_ALIGNED(c_mem);
+  KERNEL_ALIGNED(w_scratch);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
+  bfloat16 *__restrict stage = reinterpret_cast<bfloat16 *>(w_scratch);
   for (unsigned mb = 0; mb < MB; ++mb) {
+    const float *blocks =
+        reinterpret_cast<const float *>(c_mem) + mb * NB * BLK;
     for (unsigned nb = 0; nb < NB; ++nb) {
-      const aie::accum<accfloat, 64> acc(
-          aie::load_v<64>(c_acc + (mb * NB + nb) * BLK));
+      const aie::accum<accfloat, 64> acc(aie::load_v<64>(blocks + nb * BLK));
       const aie::vector<bfloat16, 64> v = acc.to_vector<bfloat16>();
-      bfloat16 *__restrict dst = c_out + mb * 8 * TN + nb * 8;
       for (unsigned i = 0; i < 8; ++i)
-        aie::store_v(dst + i * TN, v.extract<8>(i));
+        aie::store_v(stage + i * TN + nb * 8, v.extract<8>(i));
+    }
+    bfloat16 *rows = c_mem + mb * 8 * TN;
+    KERNEL_MIN_ITERS(2)
+    for (unsigned i = 0; i < 8 * TN; i += 32) {
+      KERNEL_ITERATION;
+      aie::store_v(rows + i, aie::load_v<32>(stage + i));
     }
   }
 }
@@ -630,7 +658,7 @@ void gemm_int4_drain(float *__restrict c_acc, bfloat16 *__restrict c_out) {
 //   a_rows     m x DIM_K_CHUNK bf16, row-major (row r at r * DIM_K_CHUNK): the
 //              rows as they are in DDR
 //   acc        bands * 8 * DIM_N f32, bands = ceil(m / 8), blocked like the
-//              GEMM's c_acc: block (b, nb) at (b * DIM_N/8 + nb) * 64,
+//              GEMM's accumulator: block (b, nb) at (b * DIM_N/8 + nb) * 64,
 //              row-major inside; rows m .. 8 * bands - 1 stay 0
 //   c_out      m x DIM_N bf16, row-major
 //   w_scratch  record.w_scratch_bytes(DIM_N, DIM_K_CHUNK) bytes, the GEMM's
@@ -676,6 +704,7 @@ void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
     BlockOut out(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
     KERNEL_MIN_ITERS(2)
     for (unsigned kb = f * SB; kb < (f + 1) * SB; ++kb) {
+      KERNEL_ITERATION;
       aie::vector<bfloat16, 64> blk = aie::zeros<bfloat16, 64>();
       for (unsigned r = 0; r < rows; ++r)
         blk.insert(r, aie::load_v<8>(pa + r * TK + kb * 8));
@@ -693,8 +722,10 @@ void gemv_int4_zero(float *__restrict acc, int32_t m) {
   const aie::vector<float, 16> z = aie::zeros<float, 16>();
   const unsigned n = gemv_bands(m) * 8 * TN;
   KERNEL_MIN_ITERS(4)
-  for (unsigned i = 0; i < n; i += 16)
+  for (unsigned i = 0; i < n; i += 16) {
+    KERNEL_ITERATION;
     aie::store_v(acc + i, z);
+  }
 }
 
 void gemv_int4_accumulate(uint8_t *__restrict w_record,
@@ -716,6 +747,7 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
     gemv_convert_a(a_rows, r0, rows - r0 < 8 ? rows - r0 : 8, scratch);
     KERNEL_MIN_ITERS(1)
     for (unsigned p = 0; p < NP; ++p) {
+      KERNEL_ITERATION;
       float *__restrict c0 = acc + (b * NB + 2 * p) * BLK;
       float *__restrict c1 = c0 + BLK;
       for (unsigned f = 0; f < NF; ++f) {
@@ -724,6 +756,7 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
         MMUL g0 = span_start(c0), g1 = span_start(c1);
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
+          KERNEL_KB_ITERATION;
           const BLOCKS a = sa.pop();
           const BLOCKS b0 = sb.pop();
           const BLOCKS b1 = sb.pop();

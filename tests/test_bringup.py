@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(REPO, "host"))
 
 import bringup  # noqa: E402
 import kernel_probe as kp  # noqa: E402
+from int4awq import record  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ rounding
 # The mantissas of bringup.ROUNDING_BLOCKS, by hand: steps (64,) 0.5 1.5 2.5 -0.5 -1.5 -2.5 0.75 and
@@ -93,12 +94,12 @@ def ladder():
     return bringup.Ladder("emu", "/tmp/int4awq_bringup_test", seed=0)
 
 
-def _corrupting(ladder, monkeypatch, stage, output, byte):
+def _corrupting(ladder, monkeypatch, stage, output, byte, obj=bringup.PROBE_GEMM):
     real = ladder.probes.run
 
     def run(probe, inputs):
         outs = real(probe, inputs)
-        if probe.stage == stage and not probe.gemv:
+        if probe.stage == stage and probe.obj == obj:
             outs[output].view(np.uint8).reshape(-1)[byte] ^= 0x01
         return outs
 
@@ -108,11 +109,11 @@ def _corrupting(ladder, monkeypatch, stage, output, byte):
 @pytest.mark.parametrize(
     "stage, output, byte, check",
     [
-        ("zero", 0, 2, "gemm_int4: zero"),
-        ("accumulate", 1, 10, "gemm_int4: dequantised W = q - z exactly"),
-        ("accumulate", 1, 4 * 1152 + 10, "gemm_int4: A to bfp16 blocks"),
-        ("accumulate", 0, 100, "gemm_int4: accumulator = host build"),
-        ("drain", 0, 1, "gemm_int4: drain = bf16 round to nearest even"),
+        ("zero", 0, 2, "gemm_int4 64x64: zero"),
+        ("accumulate", 1, 10, "gemm_int4 64x64: dequantised W = q - z exactly"),
+        ("accumulate", 1, 4 * 1152 + 10, "gemm_int4 64x64: A to bfp16 blocks"),
+        ("accumulate", 0, 100, "gemm_int4 64x64: accumulator = host build"),
+        ("drain", 0, 1, "gemm_int4 64x64: drain = bf16 round to nearest even"),
     ],
     ids=["zero", "w-line", "a-line", "accumulator", "drain"],
 )
@@ -126,9 +127,20 @@ def test_kernel_harness_names_the_corrupted_output(
     assert out.figures.endswith(f"first: {check}")
 
 
+def test_kernel_harness_checks_the_a_line_tail_at_tile_k_16(ladder, monkeypatch):
+    """The 16x16x16 probe's A line is 4 block vectors, 288 bytes after one 320-byte W pair line: its last
+    byte (607) sits in the 512-bit word the stream's final partial flush writes."""
+    obj = bringup.PROBE_GEMM_K16
+    assert record.w_pair_line_bytes(obj.tile_k) == 320
+    _corrupting(ladder, monkeypatch, "accumulate", 1, 320 + 287, obj)
+    out = bringup.step_kernel_harness(ladder)
+    assert out.status == "FAIL"
+    assert out.figures.endswith("first: gemm_int4 16x16: A to bfp16 blocks")
+
+
 def test_kernel_harness_passes_clean_runs(ladder):
     out = bringup.step_kernel_harness(ladder)
-    assert out.status == "PASS" and len(out.lines) == 14
+    assert out.status == "PASS" and len(out.lines) == 21
 
 
 def test_numerics_probe_reports_a_rounding_the_model_does_not_assume(
@@ -272,4 +284,4 @@ def test_compile_step_names_the_design_the_compiler_refuses(ladder, monkeypatch)
     out = bringup.step_compile(ladder)
     assert out.status == "FAIL" and out.figures == "1 of 1 designs, first: make run1x1"
     assert out.lines[0].startswith("FAIL make run1x1: aircc: ")
-    assert "allocated buffers exceeded available memory" in out.lines[0]
+    assert "overlaps with stack (size: 60000 bytes)" in out.lines[0]

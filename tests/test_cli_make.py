@@ -52,7 +52,10 @@ def test_a_checkpoint_gives_k_n_gs_and_the_tiles():
     line = host_line(
         dry("run_llama_qproj")
     )  # without a checkpoint: the target's whole shape
-    assert "--m 2048 --k 2048 --n 2048 --gs 128 --tile-m 32 --tile-n 128" in line
+    assert (
+        "--m 2048 --k 2048 --n 2048 --gs 128 --tile-m 64 --tile-n 128 --tile-k-l1 32 --tile-k-l2 256"
+        in line
+    )
 
 
 def test_run_targets_tell_the_host_program_their_goal():

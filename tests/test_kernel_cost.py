@@ -36,6 +36,30 @@ def test_streams_beyond_the_fifo_registers_are_counted_as_spilled_accesses():
     assert kc.spilled_accesses(loop(1, 1, 4, 2, LOAD=80, STORE=30)) == 40 + 15
 
 
+def test_accumulator_bits_beyond_the_registers_cost_a_store_and_a_reload_per_512():
+    spilling = dict(loop(1, 1, LOAD=10), acc_spill_bits=2048)
+    assert kc.spilled_accesses(spilling) == 2 * 4
+
+
+@pytest.mark.parametrize(
+    "iterations, mac, hazards, why",
+    [
+        (4, 4 * 60, [], None),  # at the largest II
+        (4, 4 * 61, [], "II 61 > 60"),  # one past it
+        (1, 61, [], None),  # one iteration per entry: nothing to overlap
+        (0, 4 * 61, [], None),  # iterations not seen (an upstream kernel's loop)
+        (4, 8, ["a remainder (%)"], "a remainder (%)"),
+    ],
+    ids=["at-max-ii", "past-max-ii", "one-iteration", "unseen", "remainder"],
+)
+def test_a_loop_past_the_pipeliners_ii_or_with_a_hazard_is_priced_unpipelined(
+    iterations, mac, hazards, why
+):
+    lp = dict(loop(1, 1, MAC=mac), iterations=iterations, hazards=hazards)
+    assert kc.unpipelined(lp) == why
+    assert kc.loop_cycles(lp) == mac * (kc.UNPIPELINED_STAGES if why else 1)
+
+
 def test_features_split_loops_spills_outside_work_and_scalar_moves():
     prof = {
         "loops": [loop(1, 2, 3, 1, MAC=64, LOAD=96, SCALAR=5)],
@@ -187,13 +211,24 @@ def test_the_command_prints_a_calls_loops_streams_and_modelled_cycles():
         check=True,
     ).stdout
     assert "live block streams in/out: 2/1" in out
-    # 32 x 32 x 64, GS 128: per row pair (2), column pair 0 pops 16 W blocks (2 fills), pair 1 16 A and
-    # 16 W blocks (4 fills), all in unrolled spans
-    assert "load-FIFO fills: 12 static, 0 dynamic" in out
+    # 32 x 32 x 64, GS 128: per row pair (2), each of the 2 column pairs pops 16 A and 16 W blocks (4
+    # fills), all in unrolled spans
+    assert "load-FIFO fills: 16 static, 0 dynamic" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("kernel: "))
     assert re.fullmatch(
         r"kernel: \d+ cycles per call, \d+\.\d\d per 8x8x8 mmul step \(MODELLED\), live streams in/out: 2/1, "
-        r"FIFO fills static/dynamic: 12/0, accumulators: 5 of 5 \(estimate\)",
+        r"FIFO fills static/dynamic: 16/0, accumulators: 5 of 5 \(estimate\)",
         line,
     )
     assert kc.calibration().summary() in out
+
+
+def test_every_profiled_call_keeps_five_accumulators_and_prices_long_spans_unpipelined():
+    with open(kc.TABLE) as f:
+        calls = json.load(f)["calls"]
+    assert max(e["acc_registers"] for e in calls.values()) <= 5
+    # per column pair and span: 4 block macs per K block and 4 folds of 2 macs each (2 instructions):
+    # 8 K blocks (64 x 64 x 64, GS 128) issue 32 + 16 = 48 MACs, under the II limit; a 16-block span
+    # (tile_k 128, GS 128) 64 + 16 = 80, past it
+    assert calls["64x64x64/gs128"]["unpipelined"] == []
+    assert calls["16x128x128/gs128"]["unpipelined"] == ["II 80 > 60"]

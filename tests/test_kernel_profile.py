@@ -9,7 +9,12 @@ import subprocess
 
 import pytest
 
-from int4awq.kernel_profile import SLOTS, profile_accumulate, read_profile
+from int4awq.kernel_profile import (
+    SLOTS,
+    loop_hazards,
+    profile_accumulate,
+    read_profile,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,6 +93,7 @@ def test_the_profile_counts_loops_slots_and_streams(probe):
     entry, per_iteration = by_kind
     assert entry.entries == 1 and entry.ops == dict(zip(SLOTS, (0, 8, 4, 0, 0, 4, 4)))
     assert per_iteration.entries == 2  # two runs of three consecutive iterations
+    assert (entry.iterations, per_iteration.iterations) == (0, 6)  # 0: not marked
     assert per_iteration.ops["STORE"] == 6
     # outside loops: the two 1024-bit loads (2 each), two pops (each stream's first pop refills its FIFO:
     # 2 each), two pushes (push + flush)
@@ -103,24 +109,29 @@ def test_the_kernels_hot_loop_is_one_mmul_per_step_and_its_streams_are_counted()
     # instructions, 32 blocks); all of it inside marked loops
     assert sum(lp.ops["MAC"] for lp in p.loops) == 8 * 8 * 8 + 64 * 2 * 2 + 32 * 2
     assert p.outside["MAC"] == 0
-    first, hot = sorted(
+    conv, hot = sorted(
         (lp for lp in p.loops if lp.ops["MAC"]), key=lambda lp: lp.ops["MAC"]
     )
-    # per pair of 8-row blocks of A: column pair 0 (converting A as it goes), then the other three
-    assert first.entries == hot.entries == 64 // 16
-    # per row pair: 16 mmuls of 2 instructions, 4 folds of two macs, 8 multiplies by one
-    assert first.ops["MAC"] == 4 * (8 * 2 * 2 + 4 * 2 * 2 + 8 * 2)
+    # per pair of 8-row blocks of A: the A conversion (one span), then the hot loop over 4 column pairs
+    assert conv.entries == hot.entries == 64 // 16
+    assert (conv.iterations, hot.iterations) == (4, 4 * 4)
+    # per row pair: 8 A blocks multiplied by one (2 instructions each)
+    assert conv.ops["MAC"] == 4 * 8 * 2
     # per row pair: 8 A blocks moved to an accumulator and converted (2 + 1), 8 multiplied by one and
-    # converted (1), 4 folds (hi, lo, c: 6): the second conversion of a pair is on the MAC slot
-    assert first.ops["CONVERT"] == 4 * (8 * 3 + 8 * 1 + 4 * 6)
+    # converted (1): the second conversion of a pair is on the MAC slot
+    assert conv.ops["CONVERT"] == 4 * (8 * 3 + 8 * 1)
+    # per (row pair, column pair): 16 mmuls of 2 instructions, 4 folds of two macs of 2
+    assert hot.ops["MAC"] == 16 * (8 * 2 * 2 + 4 * 2 * 2)
     # hot loop pops: 4 a step from two streams that each read 16 block vectors (18 words) per column
     # pair; then per 8x8 block of C a 2048-bit load of c, and per column pair two 128-bit scale loads
-    assert hot.ops["LOAD"] == 12 * 2 * 18 + 48 * 4 + 12 * 2
+    assert hot.ops["LOAD"] == 16 * 2 * 18 + 64 * 4 + 16 * 2
     # the kernel keeps at most two input and one output block stream alive (the core's FIFOs)
     assert (p.peak_in, p.peak_out) == (2, 1)
-    # per loop: column pair 0 reads W and writes the A line; the hot loop reads the A line and W
-    assert (first.peak_in, first.peak_out) == (1, 1)
+    # per loop: the conversion writes the A line; the hot loop reads the A line and W
+    assert (conv.peak_in, conv.peak_out) == (0, 1)
     assert (hot.peak_in, hot.peak_out) == (2, 0)
+    # four mmul accumulators in the hot loop, and one more at a fold: the core's five
+    assert (conv.acc_registers, hot.acc_registers) == (1, 5)
 
 
 # Block-stream fills and accumulator registers, by hand: a stream opened outside a rolled (marked) loop
@@ -204,11 +215,11 @@ def test_live_accumulators_count_registers_not_views(registers):
 @pytest.mark.parametrize(
     "tile, fills",
     [
-        # spans of 8 K blocks, unrolled: per row pair, column pair 0 pops 16 W blocks (18 words: 2 fills)
-        # and each other pair 16 A and 16 W blocks (4 fills): 4 row pairs x 14
-        ((64, 64, 64, 128), (56, 0)),
-        # GS 256 > 16 K blocks per span: the rolled K loop pops with a fill each (32 steps x 2 pops)
-        ((16, 16, 256, 256), (0, 64)),
+        # spans of 8 K blocks, unrolled: per row pair, each of the 4 column pairs pops 16 A and 16 W
+        # blocks (18 words each: 2 fills each): 4 row pairs x 4 pairs x 4
+        ((64, 64, 64, 128), (64, 0)),
+        # GS 256 > 16 K blocks per span: the rolled K loop pops with a fill each (32 steps x 4 pops)
+        ((16, 16, 256, 256), (0, 128)),
     ],
     ids=["unrolled-span", "rolled-span"],
 )
@@ -216,3 +227,46 @@ def test_our_kernel_fills_statically_where_its_spans_unroll(tile, fills):
     p = profile_accumulate(*tile)
     assert p.fills == fills
     assert p.acc_registers <= 5 and p.acc_spill_bits_total == 0
+
+
+# What keeps the pipeliners off a loop, read from the source (kernel_profile.loop_hazards).
+HAZARD_SOURCE = """void outlined(int *p) {
+  p[0] = 1;
+}
+inline int inlined(int x) { return x; }
+void entry(int *p, int n) {
+  KERNEL_MIN_ITERS(1)
+  for (int i = 0; i < n; ++i) {
+    p[i % 9] = inlined(i); // a remainder
+  }
+  KERNEL_MIN_ITERS(1)
+  for (int i = 0; i < n; ++i) {
+    outlined(p + i);
+  }
+  KERNEL_MIN_ITERS(1)
+  for (int i = 0; i < n; ++i) {
+    p[i] = inlined(i) * 2; // % and outlined( in a comment only
+  }
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "line, hazards",
+    [(6, ["a remainder (%)"]), (10, ["a call of outlined"]), (14, [])],
+    ids=["remainder", "out-of-line-call", "clean"],
+)
+def test_loop_hazards_reads_remainders_and_calls_in_a_marked_loop(line, hazards):
+    assert loop_hazards(HAZARD_SOURCE, line) == hazards
+
+
+def test_no_marked_loop_of_our_kernel_has_a_remainder_or_a_call():
+    src = open(os.path.join(REPO, "kernels", "mv_int4_bf16.cc")).read()
+    marked = [
+        i
+        for i, line in enumerate(src.splitlines(), 1)
+        if line.strip().startswith("KERNEL_MIN_ITERS(")
+        or line.strip() == "KERNEL_KB_LOOP"
+    ]
+    assert len(marked) >= 10
+    assert {i: loop_hazards(src, i) for i in marked} == {i: [] for i in marked}

@@ -89,6 +89,18 @@ def test_compute_tile_has_two_s2mm_and_two_mm2s_channels():
     refused(one_pe(1, 3), r"compute \(@h, per PE\): needs 3 MM2S channels, NPU2 has 2")
 
 
+def test_a_compute_tile_buffer_holds_a_lock_pair_per_dma_channel():
+    """getLockForDMA reuses a compute tile's lock pair only for the same buffer on the same channel
+    (AIRToAIESchedulingUtils.cpp at e972f29, ~1182-1196): a buffer filled by one channel and read out by
+    another holds two pairs (aiecc's placed design of the in-place drain probe shows 4 locks).
+    """
+    assert compile_(one_pe(1, 0)).tiles[0].locks == 2
+    assert compile_(one_pe(1, 1)).tiles[0].locks == 4
+    assert (
+        compile_(one_pe(2, 1)).tiles[0].locks == 6
+    )  # buffer 0 in and out, buffer 1 in
+
+
 def readers(n_pes, per_pe=2):
     """A [1, n_pes] herd (at most 4 tiles: the L2 buffer stays whole), each PE reading its own two
     slices of one L2 buffer: 2 * n_pes MM2S streams on one memtile."""

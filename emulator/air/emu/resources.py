@@ -43,8 +43,8 @@ pass or function that enforces it):
 * The folded BD's strides and wraps must fit the tile's fields (see patterns.py).
 * Locks: 16 on a compute or shim tile, 64 on a memtile (getNumLocks); each value must fit the 6-bit
   lock (getMaxLockValue, 63).  A compute tile: one producer/consumer pair per DMA-connected
-  buffer, valued by its ping-pong slots (getLockValuePair over the channel's buffers,
-  AIRToAIESchedulingUtils.cpp).  A memtile (compiler's rule, _Piece.settle: getLockForDMA and
+  buffer and DMA channel (getLockForDMA), valued by its ping-pong slots (getLockValuePair over the
+  channel's buffers, AIRToAIESchedulingUtils.cpp).  A memtile (compiler's rule, _Piece.settle: getLockForDMA and
   getLockValuePair at e972f29): a pair per memtile buffer, so two per ping-ponged piece, the larger
   init being the BDs per fill on the busier side: max(ceil(reads / writes), ceil(writes / reads))
   over the buffer's BDs, raised to the refeed count for a refed buffer.
@@ -686,7 +686,11 @@ def _compute_tiles(w, compiler, pp_loop):
             t.bds += ch.bds
             root, _ = w.root(e.side.memref)
             slots = 2 if pp_loop(e) is not None else 1
-            buffers[root._uid] = max(buffers.get(root._uid, 0), slots)
+            # a lock pair per (buffer, DMA channel): getLockForDMA reuses a compute tile's pair only for
+            # the same buffer on the same channel (AIRToAIESchedulingUtils.cpp at e972f29, ~1182-1196),
+            # so a buffer filled by one channel and drained by another holds two pairs
+            key = (root._uid, e.direction, e.key(w))
+            buffers[key] = max(buffers.get(key, 0), slots)
         t.s2mm = list(seen["s2mm"].values())
         t.mm2s = list(seen["mm2s"].values())
         t.locks = 2 * len(buffers)

@@ -48,7 +48,8 @@ struct site {
   uint64_t fills_static, fills_dynamic;
   long peak_acc_bits; // accumulator bits live at once while the loop runs
   uint64_t
-      acc_spill_bits; // accumulator bits that came alive beyond the registers
+      acc_spill_bits;  // accumulator bits that came alive beyond the registers
+  uint64_t iterations; // per-iteration scopes, or AIE_HOST_ITERATION marks
 };
 
 struct state {
@@ -80,7 +81,7 @@ inline int find_site(unsigned line) {
       return int(i);
   if (st.n_sites == MAX_SITES)
     return -1;
-  st.sites[st.n_sites] = site{line, 0, {}, 0, 0, 0, 0, 0, 0};
+  st.sites[st.n_sites] = site{line, 0, {}, 0, 0, 0, 0, 0, 0, 0};
   return int(st.n_sites++);
 }
 
@@ -98,6 +99,8 @@ public:
     site &here = st.sites[site_];
     if (!(per_iteration && st.last_closed == site_))
       ++here.entries;
+    if (per_iteration)
+      ++here.iterations;
     here.peak_in = here.peak_in > st.live_in ? here.peak_in : st.live_in;
     here.peak_out = here.peak_out > st.live_out ? here.peak_out : st.live_out;
     if (st.live_acc_bits > here.peak_acc_bits)
@@ -165,8 +168,18 @@ inline void acc_live(long bits) {
     st.sites[st.current].peak_acc_bits = st.live_acc_bits;
 }
 
+// One iteration of the innermost marked loop: a statement at the top of the
+// body of a loop marked before its `for` (whose scope is the whole loop), so
+// that the cost model can see what one iteration issues.
+inline void iteration() {
+  state &st = g_state;
+  if (st.current >= 0)
+    ++st.sites[st.current].iterations;
+}
+
 #define AIE_HOST_LOOP_ENTRY                                                    \
   if (::host::profile::loop aie_host_loop_{__LINE__, false})
+#define AIE_HOST_ITERATION ::host::profile::iteration()
 #define AIE_HOST_LOOP_ITERATION                                                \
   if (::host::profile::loop aie_host_loop_{__LINE__, true})
 #else
@@ -178,6 +191,7 @@ inline void fill(bool, unsigned = 1) {}
 inline void acc_live(long) {}
 #define AIE_HOST_LOOP_ENTRY
 #define AIE_HOST_LOOP_ITERATION
+#define AIE_HOST_ITERATION ((void)0)
 #endif
 
 // 512-bit datapath instructions for an operand of `bits` bits.
@@ -216,7 +230,8 @@ struct live_acc {
 #if defined(AIE_HOST_PROFILE)
 // Read back by the cost model: [n_sites, then per site line, entries,
 // ops[SLOTS], peak live input and output streams in the loop, static and
-// dynamic fills, peak live accumulator bits, spilled accumulator bits;
+// dynamic fills, peak live accumulator bits, spilled accumulator bits,
+// iterations (0: not marked);
 // outside[SLOTS], static and dynamic fills and spilled accumulator bits outside
 // loops; peak live input streams, peak live output streams, peak live
 // accumulator bits of the call]; returns the number of values written.
@@ -242,6 +257,7 @@ aie_host_profile_read(uint64_t *out, unsigned cap) {
     put(st.sites[i].fills_dynamic);
     put(uint64_t(st.sites[i].peak_acc_bits));
     put(st.sites[i].acc_spill_bits);
+    put(st.sites[i].iterations);
   }
   for (unsigned s = 0; s < SLOTS; ++s)
     put(st.outside[s]);
