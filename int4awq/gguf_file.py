@@ -15,9 +15,12 @@ gives its raw blocks as uint8 (N, K / 32 * block bytes). Read so far:
   fold multiplies by both halves). A negative d is folded into the codes, d (q - 8) = |d| ((15 - q) - 7),
   and a block with d = 0 (all values 0) becomes codes 8, zero point 8, scale 1: the values are unchanged.
 
-Refused with one line, naming the type: the types with a min or sub-scales (Q4_1, Q5_*, Q4_K, Q5_K, Q6_K:
-docs/checkpoints.md has their algebra, the next step), the other types, and any tensor that is not a 2-D
-weight.
+Read exactly but not run yet (int4awq/gguf_quants.py): Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and
+IQ4_XS become BlockIntWeights, value = v * s + m, equal to gguf.quants.dequantize bit for bit; weights_file.load
+refuses them with one line saying why the kernel cannot take them yet (GgufLayer.status).
+
+Refused with one line, naming the type: the other types (Q2_K, Q3_K, the other IQ types, float weights) and
+any tensor that is not a 2-D weight.
 """
 
 from __future__ import annotations
@@ -28,11 +31,28 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, not_found
+from .gguf_quants import TYPES as BLOCK_INT_TYPES
+from .gguf_quants import BlockIntWeights, decode, quant_sizes, read_status
 from .mxfp4 import MX_BLOCK, Mxfp4Weights
 from .quant import AwqWeights, scale_pair_of
 
-# Bytes per 32-value block of the types read (ggml-common.h block_mxfp4, block_q4_0).
-BLOCK_BYTES = {"MXFP4": 17, "Q4_0": 18}
+# The types that run on the kernel today (ggml-common.h block_mxfp4, block_q4_0: 32 values a block).
+KERNEL_TYPES = ("MXFP4", "Q4_0")
+FLOAT_TYPES = ("F32", "F16", "BF16", "F64")
+
+
+def gguf_status(type_name: str) -> str:
+    """What happens to a 2-D tensor of this ggml type: 'runs', 'read exactly (...); <why not on the kernel>',
+    or 'not read (...)'."""
+    if type_name in KERNEL_TYPES:
+        return "runs"
+    if type_name in BLOCK_INT_TYPES:
+        return read_status(type_name)
+    if type_name in FLOAT_TYPES:
+        return (
+            f"not read ({type_name}: a float weight, the kernel takes quantised ones)"
+        )
+    return f"not read ({type_name}: no decoder for this type yet)"
 
 
 def is_gguf(path: str | Path) -> bool:
@@ -74,8 +94,18 @@ class GgufLayer:
     n: int
 
     @property
-    def readable(self) -> bool:
-        return self.type_name in BLOCK_BYTES
+    def runs(self) -> bool:
+        """The kernel runs this tensor today (MXFP4, Q4_0)."""
+        return self.type_name in KERNEL_TYPES
+
+    @property
+    def read_exactly(self) -> bool:
+        """load_gguf_layer reads this tensor's values exactly (it may still not run)."""
+        return self.runs or self.type_name in BLOCK_INT_TYPES
+
+    @property
+    def status(self) -> str:
+        return gguf_status(self.type_name)
 
 
 def list_gguf_layers(path: str | Path) -> list[GgufLayer]:
@@ -90,36 +120,42 @@ def list_gguf_layers(path: str | Path) -> list[GgufLayer]:
     return layers
 
 
-def load_gguf_layer(path: str | Path, name: str) -> Mxfp4Weights | AwqWeights:
+def load_gguf_layer(
+    path: str | Path, name: str
+) -> Mxfp4Weights | AwqWeights | BlockIntWeights:
     """Tensor `name` [K, N], exactly as the file holds it: MXFP4 as Mxfp4Weights, Q4_0 as AwqWeights with
-    scale pairs (format awq_f16)."""
+    scale pairs (format awq_f16), the block-integer types (gguf_quants.TYPES) as BlockIntWeights.
+    """
     tensors = {t.name: t for t in _reader(path).tensors}
     t = tensors.get(name)
     if t is None:
         known = [n for n, x in tensors.items() if len(x.shape) == 2]
         raise not_found("tensor", name, path, "2-D tensors", known)
     kind = _type_name(t)
-    if kind not in BLOCK_BYTES or len(t.shape) != 2:
+    shape = [int(d) for d in t.shape]
+    if len(shape) != 2:
+        raise ConfigError(f"{name}: GGUF {kind} {shape} is not read: 2-D weights only")
+    status = gguf_status(kind)
+    if status.startswith("not read"):
+        raise ConfigError(f"{name}: GGUF {kind} {shape} is {status}")
+    k, n = shape
+    block, size = quant_sizes(kind)
+    if k % block:
         raise ConfigError(
-            f"{name}: GGUF {kind} {[int(d) for d in t.shape]} is not read: 2-D MXFP4 and Q4_0 weights only so "
-            "far"
+            f"{name}: K = {k} is not a whole number of {block}-value {kind} blocks"
         )
-    k, n = int(t.shape[0]), int(t.shape[1])
-    if k % MX_BLOCK:
-        raise ConfigError(
-            f"{name}: K = {k} is not a whole number of 32-value {kind} blocks"
-        )
-    size = BLOCK_BYTES[kind]
     raw = np.asarray(t.data, dtype=np.uint8)
-    if raw.size != n * (k // MX_BLOCK) * size:
+    if raw.size != n * (k // block) * size:
         raise ConfigError(
-            f"{name}: {raw.size} bytes of data, expected {n * (k // MX_BLOCK) * size} for {kind} [{k}, {n}] "
+            f"{name}: {raw.size} bytes of data, expected {n * (k // block) * size} for {kind} [{k}, {n}] "
             "(a truncated file?)"
         )
-    blocks = raw.reshape(n, k // MX_BLOCK, size)
-    qs = blocks[:, :, size - 16 :]
-    codes = np.concatenate([qs & 15, qs >> 4], axis=2)  # split half: j, then j + 16
     try:
+        if kind in BLOCK_INT_TYPES:
+            return decode(kind, raw, k, n).validate()
+        blocks = raw.reshape(n, k // block, size)
+        qs = blocks[:, :, size - 16 :]
+        codes = np.concatenate([qs & 15, qs >> 4], axis=2)  # split half: j, then j + 16
         if kind == "MXFP4":
             w = Mxfp4Weights(
                 np.ascontiguousarray(codes.reshape(n, k).T),

@@ -2,7 +2,8 @@
 """One interface to the weight files the host program reads: a path and a layer name in; the layer's weights,
 in the record format they need, and one line saying what was read, out. Each file format has its module:
 
-    int4awq/gguf_file.py       GGUF (llama.cpp): MXFP4, Q4_0
+    int4awq/gguf_file.py       GGUF (llama.cpp): MXFP4, Q4_0 (run); Q4_1 .. IQ4_XS read exactly
+                               (gguf_quants.py), refused by load until the kernel takes them
     int4awq/mx_safetensors.py  MXFP4 safetensors: compressed-tensors mxfp4-pack-quantized, AMD Quark,
                                gpt-oss experts
     int4awq/checkpoints.py     int4 safetensors: AutoAWQ, GPTQ, compressed-tensors pack-quantized
@@ -27,8 +28,7 @@ def list_layers(path: str | Path) -> list[str]:
         from .gguf_file import list_gguf_layers
 
         return [
-            f"{t.name}  GGUF {t.type_name}  K={t.k} N={t.n}  "
-            + ("runs" if t.readable else "not read (MXFP4 and Q4_0 so far)")
+            f"{t.name}  GGUF {t.type_name}  K={t.k} N={t.n}  {t.status}"
             for t in list_gguf_layers(path)
         ]
     from .mx_safetensors import list_mx_layers, open_mx
@@ -80,16 +80,24 @@ def decoder_layer_names(path: str | Path, layer: int) -> list[str]:
 def load(
     path: str | Path, name: str, *, scale_pair: bool = False, expert: int | None = None
 ):
-    """(weights, summary line) of layer `name`. scale_pair keeps an int4 checkpoint's scales exactly as bf16
-    pairs (format awq_f16); expert picks one expert of a gpt-oss expert tensor."""
+    """(weights, summary line) of layer `name`, in a record format the kernel runs. scale_pair keeps an int4
+    checkpoint's scales exactly as bf16 pairs (format awq_f16); expert picks one expert of a gpt-oss expert
+    tensor. A GGUF tensor that is read exactly but does not run yet (gguf_quants.BlockIntWeights) is refused
+    here with one line; gguf_file.load_gguf_layer gives its values."""
     if is_gguf(path):
-        from .gguf_file import load_gguf_layer
+        from .gguf_file import gguf_status, load_gguf_layer
+        from .gguf_quants import BlockIntWeights
 
         if expert is not None:
             raise ConfigError(
                 "--expert: GGUF tensors are read one 2-D weight at a time"
             )
         w = load_gguf_layer(path, name)
+        # the kernel path starts here: a type it cannot run is refused, never passed on
+        if isinstance(w, BlockIntWeights):
+            raise ConfigError(
+                f"{name}: GGUF {w.type_name} K={w.k} N={w.n} does not run: {gguf_status(w.type_name)}"
+            )
         kind, held = (
             ("MXFP4", "E2M1 codes and E8M0 scales as the file holds them")
             if w.format == "mxfp4"

@@ -1,0 +1,354 @@
+# SPDX-License-Identifier: MIT
+"""GGUF's "integer times block scale" types, read exactly into one algebra (host side only).
+
+Every type here stores each weight as a small integer v and each group of gs values along K as a scale s and,
+for the types with a min, an additive term m, so that
+
+    value = v * s + m        (m absent: value = v * s)
+
+| type   | block | v                   | gs | s              | m            |
+|--------|-------|---------------------|----|----------------|--------------|
+| Q4_1   | 32    | q (0..15)           | 32 | d              | m            |
+| Q5_0   | 32    | q - 16 (-16..15)    | 32 | d              | -            |
+| Q5_1   | 32    | q (0..31)           | 32 | d              | m            |
+| Q8_0   | 32    | q (int8)            | 32 | d              | -            |
+| Q4_K   | 256   | q (0..15)           | 32 | d sc_j         | -dmin m_j    |
+| Q5_K   | 256   | q (0..31)           | 32 | d sc_j         | -dmin m_j    |
+| Q6_K   | 256   | q - 32 (-32..31)    | 16 | d sc_j (int8)  | -            |
+| IQ4_NL | 32    | kvalues[q]          | 32 | d              | -            |
+| IQ4_XS | 256   | kvalues[q]          | 32 | d (ls_j - 32)  | -            |
+
+d, dmin and Q4_1/Q5_1's m are the block's fp16 fields; sc_j, m_j (6-bit) and ls_j (6-bit) are per-32
+sub-block fields, Q6_K's sc_j an int8 per 16. The definitions are gguf-py's `gguf/quants.py` (the reference
+the tests compare with) and llama.cpp's `ggml-common.h` (block structs) and `ggml-quants.c`
+(`dequantize_row_*`, `get_scale_min_k4`); the code below is written from those descriptions.
+
+Block sizes in values and bytes come from `gguf.constants.GGML_QUANT_SIZES`; the field layout within a block
+is checked against that byte size. GGUFReader gives a [K, N] tensor's data as uint8 (N, K / block * bytes);
+the decoders are vectorised over all blocks at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ConfigError
+
+# ggml-common.h kvalues_iq4nl: the 16 int8 values IQ4_NL and IQ4_XS codes index.
+KVALUES_IQ4 = np.array(
+    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+    dtype=np.int16,
+)
+
+MIN_TERM = "the kernel has no min term yet"
+WIDE = "the kernel takes 4-bit codes only so far"
+TABLE = "the kernel has no IQ4 code table yet"
+MIN_AND_WIDE = "the kernel has no min term yet and takes 4-bit codes only so far"
+
+
+@dataclass(frozen=True)
+class _Type:
+    gs: int  # values along K per scale
+    lo: int  # the range of v (for the IQ types, of the table)
+    hi: int
+    has_min: bool
+    table: bool  # v is one of KVALUES_IQ4
+    algebra: str  # the short form the status line shows
+    why: str  # why the kernel does not run it yet
+
+
+TYPES = {
+    "Q4_1": _Type(32, 0, 15, True, False, "v*s + m", MIN_TERM),
+    "Q5_0": _Type(32, -16, 15, False, False, "", WIDE),
+    "Q5_1": _Type(32, 0, 31, True, False, "v*s + m", MIN_AND_WIDE),
+    "Q8_0": _Type(32, -128, 127, False, False, "", WIDE),
+    "Q4_K": _Type(32, 0, 15, True, False, "v*s + m", MIN_TERM),
+    "Q5_K": _Type(32, 0, 31, True, False, "v*s + m", MIN_AND_WIDE),
+    "Q6_K": _Type(16, -32, 31, False, False, "", WIDE),
+    "IQ4_NL": _Type(32, -127, 113, False, True, "v = kvalues[q]", TABLE),
+    "IQ4_XS": _Type(32, -127, 113, False, True, "v = kvalues[q]", TABLE),
+}
+
+
+def read_status(type_name: str) -> str:
+    """'read exactly (Q4_K: v*s + m); the kernel has no min term yet' (the type must be in TYPES)."""
+    t = TYPES[type_name]
+    what = f"{type_name}: {t.algebra}" if t.algebra else type_name
+    return f"read exactly ({what}); {t.why}"
+
+
+def quant_sizes(type_name: str) -> tuple[int, int]:
+    """(values, bytes) of one block of ggml type `type_name`, as gguf defines them."""
+    from gguf import GGMLQuantizationType
+    from gguf.constants import GGML_QUANT_SIZES
+
+    return GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+
+
+@dataclass(frozen=True, eq=False)
+class BlockIntWeights:
+    """A [K, N] weight of one of the TYPES as value = v * s + m, exactly as the file holds it.
+
+    v int16 [K, N] (the integer after the type's offset or table), s float32 [K // gs, N] (the group's scale,
+    an fp16 times a small integer: exact in f32), m float32 [K // gs, N] or None (the additive term).
+    """
+
+    v: np.ndarray
+    gs: int
+    s: np.ndarray
+    m: np.ndarray | None
+    type_name: str
+
+    @property
+    def k(self) -> int:
+        return self.v.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.v.shape[1]
+
+    @property
+    def groups(self) -> int:
+        return self.k // self.gs
+
+    def validate(self) -> "BlockIntWeights":
+        """Raise ConfigError naming the first broken rule; return self when all hold."""
+        t = TYPES.get(self.type_name)
+        if t is None:
+            raise ConfigError(
+                f"{self.type_name}: not a block-integer type ({', '.join(TYPES)})"
+            )
+        who = self.type_name
+        v = self.v
+        if not (isinstance(v, np.ndarray) and v.dtype == np.int16 and v.ndim == 2):
+            got = getattr(v, "dtype", type(v).__name__)
+            raise ConfigError(f"{who} v: {got}, expected an int16 [K, N] array")
+        if self.gs != t.gs:
+            raise ConfigError(f"{who}: gs = {self.gs}, expected {t.gs}")
+        block = quant_sizes(who)[0]
+        if self.k % block:
+            raise ConfigError(
+                f"{who}: K = {self.k} is not a whole number of {block}-value blocks"
+            )
+        terms = [("s", self.s)]
+        if t.has_min != (self.m is not None):
+            raise ConfigError(
+                f"{who} needs an additive term m (value = v*s + m)"
+                if t.has_min
+                else f"{who} has no additive term: m must be None"
+            )
+        if self.m is not None:
+            terms.append(("m", self.m))
+        for name, a in terms:
+            if not (isinstance(a, np.ndarray) and a.dtype == np.float32):
+                got = getattr(a, "dtype", type(a).__name__)
+                raise ConfigError(f"{who} {name}: {got}, expected float32")
+            if a.shape != (self.groups, self.n):
+                raise ConfigError(
+                    f"{who} {name}: shape {a.shape}, expected (K/gs, N) = ({self.groups}, {self.n})"
+                )
+            _first_bad(~np.isfinite(a), a, f"{who} {name}", "not finite")
+        if t.table:
+            _first_bad(~np.isin(v, KVALUES_IQ4), v, f"{who} v", "not an IQ4 value")
+        else:
+            _first_bad(
+                (v < t.lo) | (v > t.hi), v, f"{who} v", f"outside {t.lo}..{t.hi}"
+            )
+        return self
+
+    def dequantize(self) -> np.ndarray:
+        """float32 [K, N]: f32(v * s), then + m, each step rounded to f32.
+
+        This equals `gguf.quants.dequantize(raw, type).T` bit for bit, for every type here: gguf forms the same
+        scale first (d, d * sc_j or d * (ls_j - 32) in f32, exact: 11 significant bits times at most 7), then
+        multiplies by the integer (exact: at most 11 + 7 + 5 = 23 significant bits, IQ4_XS 11 + 5 + 7, f32 has
+        24), and the min types add their term last in one rounding, as here: Q4_1 / Q5_1 `d * q + m`, Q4_K /
+        Q5_K `(d * sc) * q - dmin * m` with dmin * m exact, which is v * s + m with m = -(dmin * m_j). One f32
+        rounding of the same exact operands gives the same result whatever the order of the exact steps.
+        (llama.cpp's C may contract `d * q + m` into a fused multiply-add; gguf-py does not, nor does this.)
+        """
+        g, n = self.s.shape
+        out = self.v.astype(np.float32).reshape(g, self.gs, n) * self.s[:, None, :]
+        if self.m is not None:
+            out += self.m[:, None, :]
+        return out.reshape(self.k, n)
+
+
+def _first_bad(bad: np.ndarray, a: np.ndarray, what: str, rule: str) -> None:
+    hit = np.flatnonzero(bad)
+    if hit.size:
+        idx = tuple(int(i) for i in np.unravel_index(hit[0], a.shape))
+        raise ConfigError(f"{what}{list(idx)} = {a[idx]}: {rule}")
+
+
+# ------------------------------------------------------------------------------------------ the blocks
+# Each layout is the block struct of ggml-common.h as (field, bytes); _fields checks the total against gguf.
+LAYOUTS = {
+    "Q4_1": (("d", 2), ("m", 2), ("qs", 16)),
+    "Q5_0": (("d", 2), ("qh", 4), ("qs", 16)),
+    "Q5_1": (("d", 2), ("m", 2), ("qh", 4), ("qs", 16)),
+    "Q8_0": (("d", 2), ("qs", 32)),
+    "Q4_K": (("d", 2), ("dmin", 2), ("scales", 12), ("qs", 128)),
+    "Q5_K": (("d", 2), ("dmin", 2), ("scales", 12), ("qh", 32), ("qs", 128)),
+    "Q6_K": (("ql", 128), ("qh", 64), ("scales", 16), ("d", 2)),
+    "IQ4_NL": (("d", 2), ("qs", 16)),
+    "IQ4_XS": (("d", 2), ("scales_h", 2), ("scales_l", 4), ("qs", 128)),
+}
+
+
+def _fields(type_name: str, blocks: np.ndarray) -> dict[str, np.ndarray]:
+    """The fields of every block (..., bytes) by name; fp16 fields as f32 (exact), the rest as bytes."""
+    layout = LAYOUTS[type_name]
+    size = quant_sizes(type_name)[1]
+    if sum(b for _, b in layout) != size or blocks.shape[-1] != size:
+        raise ConfigError(
+            f"{type_name}: block layout of {sum(b for _, b in layout)} bytes, gguf says {size}"
+        )
+    out, at = {}, 0
+    for name, b in layout:
+        out[name] = blocks[..., at : at + b]
+        at += b
+    for name in ("d", "dmin", "m"):
+        if name in out:
+            half = np.ascontiguousarray(out[name]).view("<f2")[..., 0]
+            out[name] = half.astype(np.float32)
+    return out
+
+
+def _split_halves(qs: np.ndarray) -> np.ndarray:
+    """(..., 16) bytes -> (..., 32) nibbles: value j is byte j's low nibble, value j + 16 its high one."""
+    return np.concatenate([qs & 15, qs >> 4], axis=-1)
+
+
+def _chunk_nibbles(qs: np.ndarray) -> np.ndarray:
+    """K-quant nibbles (..., 128) -> (..., 8, 32): each 32 bytes give a 64-value chunk, low nibbles first
+    (sub-block 2c), then high nibbles (sub-block 2c + 1)."""
+    c = qs.reshape(*qs.shape[:-1], 4, 1, 32)
+    return np.concatenate([c & 15, c >> 4], axis=-2).reshape(*qs.shape[:-1], 8, 32)
+
+
+def _bit_planes(qh: np.ndarray, planes: int, width: int) -> np.ndarray:
+    """(..., w) bytes -> (..., planes, w) of `width`-bit fields: plane p is bits [p*width, (p+1)*width)."""
+    shift = (np.arange(planes, dtype=np.uint8) * width)[:, None]
+    return (qh[..., None, :] >> shift) & ((1 << width) - 1)
+
+
+def _scale_min_k4(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K / Q5_K's 12 bytes -> 8 six-bit scales and 8 six-bit mins (..., 8) each. Bytes 0..3 hold the low
+    6 bits of scales 0..3, bytes 4..7 those of mins 0..3; for j = 4..7 byte j + 4 holds the low 4 bits of
+    scale j (low nibble) and min j (high nibble), whose top 2 bits are the spare top bits of bytes j - 4
+    (scale) and j (min)."""
+    lo, hi, mix = scales[..., 0:4], scales[..., 4:8], scales[..., 8:12]
+    sc = np.concatenate([lo & 63, (mix & 15) | ((lo >> 6) << 4)], axis=-1)
+    mn = np.concatenate([hi & 63, (mix >> 4) | ((hi >> 6) << 4)], axis=-1)
+    return sc, mn
+
+
+def _q4_1(f):
+    return _split_halves(f["qs"]), f["d"], f["m"]
+
+
+def _q5_high(f):
+    # qh is a little-endian u32: bit j is the fifth bit of value j
+    hi = np.unpackbits(f["qh"], axis=-1, bitorder="little")
+    return _split_halves(f["qs"]) | (hi << 4)
+
+
+def _q5_0(f):
+    return _q5_high(f).astype(np.int16) - 16, f["d"], None
+
+
+def _q5_1(f):
+    return _q5_high(f), f["d"], f["m"]
+
+
+def _q8_0(f):
+    return np.ascontiguousarray(f["qs"]).view(np.int8), f["d"], None
+
+
+def _k_scales(f):
+    sc, mn = _scale_min_k4(f["scales"])
+    d, dmin = f["d"][..., None], f["dmin"][..., None]
+    # the products are exact (11 + 6 bits); m is negated so that value = v * s + m
+    return d * sc.astype(np.float32), -(dmin * mn.astype(np.float32))
+
+
+def _q4_k(f):
+    s, m = _k_scales(f)
+    return _chunk_nibbles(f["qs"]), s, m
+
+
+def _q5_k(f):
+    s, m = _k_scales(f)
+    # bit p of qh[l] is the fifth bit of value l of sub-block p
+    return _chunk_nibbles(f["qs"]) | (_bit_planes(f["qh"], 8, 1) << 4), s, m
+
+
+def _q6_k(f):
+    lead = f["ql"].shape[:-1]
+    # two halves of 128 values; in each, 64 ql bytes (low nibbles: values 0..63, high nibbles: 64..127) and
+    # 32 qh bytes whose 2-bit fields p = 0..3 are the top bits of values 32p .. 32p + 31
+    ql = f["ql"].reshape(*lead, 2, 64)
+    low = np.concatenate([ql & 15, ql >> 4], axis=-1)
+    high = _bit_planes(f["qh"].reshape(*lead, 2, 32), 4, 2).reshape(*lead, 2, 128)
+    v = (low | (high << 4)).astype(np.int16) - 32
+    sc = np.ascontiguousarray(f["scales"]).view(np.int8).astype(np.float32)
+    return v, f["d"][..., None] * sc, None
+
+
+def _iq4_nl(f):
+    return KVALUES_IQ4[_split_halves(f["qs"])], f["d"], None
+
+
+def _iq4_xs(f):
+    lead = f["d"].shape
+    sl = f["scales_l"]
+    # sub-scale 2i's low bits are byte i's low nibble, 2i + 1's its high nibble
+    low = np.stack([sl & 15, sl >> 4], axis=-1).reshape(*lead, 8)
+    sh = np.ascontiguousarray(f["scales_h"]).view("<u2")[..., 0]
+    top = (sh[..., None] >> (2 * np.arange(8, dtype=np.uint16))) & 3
+    ls = (low | (top << 4)).astype(np.int16) - 32
+    codes = _split_halves(f["qs"].reshape(*lead, 8, 16))
+    return KVALUES_IQ4[codes], f["d"][..., None] * ls.astype(np.float32), None
+
+
+DECODERS = {
+    "Q4_1": _q4_1,
+    "Q5_0": _q5_0,
+    "Q5_1": _q5_1,
+    "Q8_0": _q8_0,
+    "Q4_K": _q4_k,
+    "Q5_K": _q5_k,
+    "Q6_K": _q6_k,
+    "IQ4_NL": _iq4_nl,
+    "IQ4_XS": _iq4_xs,
+}
+
+
+def decode(type_name: str, raw: np.ndarray, k: int, n: int) -> BlockIntWeights:
+    """Raw blocks uint8 (N, K / block * bytes), as GGUFReader gives a [K, N] tensor -> BlockIntWeights.
+
+    Not validated here: the caller names the tensor in the error (BlockIntWeights.validate).
+    """
+    block, size = quant_sizes(type_name)
+    if k % block or np.asarray(raw).size != n * (k // block) * size:
+        raise ConfigError(
+            f"{type_name} [{k}, {n}]: {np.asarray(raw).size} bytes, expected {n * (k // block) * size} "
+            f"(K a multiple of {block})"
+        )
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(n, k // block, size)
+    v, s, m = DECODERS[type_name](_fields(type_name, blocks))
+    gs = TYPES[type_name].gs
+
+    def by_k(a, rows):  # (N, blocks, ...) -> [rows, N]
+        return np.ascontiguousarray(a.reshape(n, rows).T)
+
+    return BlockIntWeights(
+        by_k(v.astype(np.int16), k),
+        gs,
+        by_k(np.asarray(s, np.float32), k // gs),
+        None if m is None else by_k(np.asarray(m, np.float32), k // gs),
+        type_name,
+    )
