@@ -7,6 +7,10 @@
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make compile print             aircc build for NPU2 / print the AIR module
 #   make aircc-check               every design through the real aircc + aiecc (no NPU needed)
+#   make bench                     every Llama-3.2-1B projection: table, build/bench.csv, build/bench.png
+#   make bringup                   the hardware bring-up ladder, one risk per step (docs/bringup.md)
+#   make upstream-check AIR_SRC=.. mlir-air's own examples on the emulator
+#   make help                      this list
 # Variables (command line overrides the target's own): M K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2
 # HERD_M HERD_N STACK_SIZE BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
 # PYTHON (default: python3 inside a virtualenv, else ./.venv/bin/python, which `make deps` creates).
@@ -58,10 +62,14 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: format format-check aircc-check upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
+.PHONY: help format format-check aircc-check upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
+
+# The targets with a line each (the comment block at the top of this file, printed).
+help:
+	@sed -n '4,/^$$/p' $(firstword $(MAKEFILE_LIST)) | sed -n 's/^#   //p'
 
 # One decoder layer of a checkpoint, each projection with its default configuration (int4awq/configs.json;
 # for M <= 8 the decode GEMV's, docs/decode.md).
@@ -118,7 +126,8 @@ bringup: deps
 print: deps
 	PYTHONPATH=$(AIR_PATH) $(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) -p
 
-# Every Llama-3.2-1B projection: measured on NPU2, modelled (and labelled so) elsewhere; also build/bench.csv.
+# Every Llama-3.2-1B projection: measured on NPU2, modelled (and labelled so) elsewhere; also build/bench.csv
+# and the roofline build/bench.png.
 bench: deps
 	$(PYTHON) host/bench.py $(RUN_ARGS)
 
@@ -167,12 +176,14 @@ format-deps: $(FORMAT_DEPS_STAMP)
 # .clang-format) for C++.
 CXX_SOURCES = $(shell git ls-files '*.cc' '*.hpp' '*.h' 2>/dev/null)
 CLANG_FORMAT = $(PYTHON) -c 'import sys, clang_format; sys.argv[0] = "clang-format"; clang_format.clang_format()'
+# (the commands name every file: not echoed)
 format-check: deps
-	$(PYTHON) -m black --check -q $(shell git ls-files '*.py' 2>/dev/null) || { echo "format-check: run \`make format\`"; exit 1; }
-	$(CLANG_FORMAT) --dry-run --Werror $(CXX_SOURCES) || { echo "format-check: run \`make format\`"; exit 1; }
+	@echo "format-check: black and clang-format over the tracked sources"
+	@$(PYTHON) -m black --check -q $(shell git ls-files '*.py' 2>/dev/null) || { echo "format-check: run \`make format\`"; exit 1; }
+	@$(CLANG_FORMAT) --dry-run --Werror $(CXX_SOURCES) || { echo "format-check: run \`make format\`"; exit 1; }
 format: deps
-	$(PYTHON) -m black -q $(shell git ls-files '*.py')
-	$(CLANG_FORMAT) -i $(CXX_SOURCES)
+	@$(PYTHON) -m black -q $(shell git ls-files '*.py')
+	@$(CLANG_FORMAT) -i $(CXX_SOURCES)
 
 test: deps format-deps format-check
 	$(PYTHON) -m pytest -q -n auto --dist loadfile tests emulator/tests

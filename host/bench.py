@@ -9,7 +9,8 @@ next to published decode figures.
 On a machine with an NPU2 (and the toolchain) each row is compiled (`make compile`), run --warmup times,
 then timed over --iters runs, and checked. Without one, the table holds the traffic and roofline model's
 figures and says so; --emulate also runs every row on the emulator and checks it (correlation column,
-about 4 minutes here). Either way the table is also written as CSV (--csv).
+about 4 minutes here). Either way the table is also written as CSV (--csv) and drawn as a roofline plot
+beside it (same name, .png; needs matplotlib).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from int4awq.kernel_cost import calibration  # noqa: E402
+from int4awq.kernel_cost import CLOCK_HZ, calibration  # noqa: E402
 from int4awq.llama import LAYERS  # noqa: E402
 from int4awq.errors import (
     ConfigError,
@@ -36,6 +37,7 @@ try:
     from int4awq.npu import npu2_present, numerics_line
     from int4awq.quant import random_activations
     from int4awq import model
+    from int4awq.design import HERD_COLS, HERD_ROWS
     from int4awq.weights_file import random_format_weights
     from int4awq.sweep import (
         LLAMA_PROJECTIONS,
@@ -66,7 +68,41 @@ COLUMNS = (
     "ddr_us",
     "compute_us",
     "gbps",
+    "bound",  # new columns go last: readers that index the CSV by position keep working
 )
+
+# The printed tables: (heading, row key, format spec). Text is left-aligned and numbers right-aligned under
+# their headings, so each column reads straight down; the source (last) is not padded.
+_LEAD = (
+    ("projection", "projection", "<10"),
+    ("format", "format", "<7"),
+    ("M", "m", ">5"),
+    ("K", "k", ">5"),
+    ("N", "n", ">5"),
+)
+_TRAFFIC = (
+    ("config", "config", "<24"),
+    ("DDR MB", "ddr_mb", ">8.2f"),
+    ("time us", "us", ">9.1f"),
+)
+PREFILL_TABLE = _LEAD + _TRAFFIC + (("TOPS", "tops", ">6.3f"), ("bound", "bound", "<7"))
+DECODE_TABLE = (
+    _LEAD
+    + _TRAFFIC
+    + (
+        ("GB/s", "gbps", ">5.1f"),
+        ("DDR us", "ddr_us", ">7.1f"),
+        ("compute us", "compute_us", ">10.1f"),
+        ("bound", "bound", "<7"),
+    )
+)
+_CORRELATION = (("correlation", "correlation", "<11"),)
+_SOURCE = (("source", "source", ""),)
+
+# The roofline's compute roof: every PE issuing one bfp16ebs8 8x8x8 mmul (512 MACs) per cycle, the peak the
+# kernel's mmul can reach (docs/hardware.md#matrix-multiply-shapes); the kernel cost model's rates sit below it.
+MACS_PER_CYCLE = 512
+
 # Published decode rates of Llama-3.2-1B on NPUs, whole model (attention, LM head and all), for comparison:
 PUBLISHED_DECODE = (
     (
@@ -188,6 +224,117 @@ def emulate(cfg, m, k, n):
     return res.correlation, res.passed
 
 
+def _cell(heading: str, spec: str) -> str:
+    """A heading aligned and padded as its column's values are."""
+    align, width = spec[:1], "".join(c for c in spec.split(".")[0] if c.isdigit())
+    return f"{heading:{align}{width}}"
+
+
+def table_header(columns) -> str:
+    return " ".join(_cell(heading, spec) for heading, _, spec in columns).rstrip()
+
+
+def table_line(columns, row: dict) -> str:
+    return " ".join(f"{row[key]:{spec}}" for _, key, spec in columns).rstrip()
+
+
+def table_columns(table, with_correlation: bool):
+    """A table's columns: the correlation only when rows have one (NPU2 or --emulate), the source last."""
+    return table + (_CORRELATION if with_correlation else ()) + _SOURCE
+
+
+def roofline_point(row: dict, ddr_bytes: int, modelled_s: float, measured_s=None):
+    """The plot's figures of a row, exact (the row's own are rounded for print); not written to the CSV."""
+    row["_plot"] = (
+        2 * row["m"] * row["k"] * row["n"],
+        ddr_bytes,
+        modelled_s,
+        measured_s,
+    )
+
+
+def write_roofline(rows: list, path: str, on_npu: bool) -> str:
+    """Draw every row as a point, ops/s against ops per DDR byte, under the DDR and MAC roofs; returns the
+    line to print (where it went, or why there is no plot: matplotlib is optional)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display needed: make bench runs headless
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        return f"roofline plot skipped: matplotlib is not importable ({e}); `make deps` installs it"
+
+    pts = [r for r in rows if "_plot" in r]
+    ddr_roof = model.DDR_BYTES_PER_S
+    pes = HERD_COLS * HERD_ROWS
+    mac_roof = pes * MACS_PER_CYCLE * 2 * CLOCK_HZ
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+    styles = dict(
+        zip(("awq", "awq_f16", "mxfp4"), (("o", "C0"), ("s", "C1"), ("^", "C2")))
+    )
+    for i, fmt in enumerate(dict.fromkeys(r["format"] for r in pts)):
+        marker, colour = styles.get(fmt, ("D", f"C{3 + i}"))
+        mine = [r["_plot"] for r in pts if r["format"] == fmt]
+        x = [ops / ddr for ops, ddr, _, _ in mine]
+        ax.scatter(
+            x,
+            [ops / s / 1e12 for ops, _, s, _ in mine],
+            marker=marker,
+            color=colour,
+            alpha=0.75,
+            label=f"{fmt}, MODELLED",
+        )
+        measured = [(xi, p) for xi, p in zip(x, mine) if p[3] is not None]
+        if measured:
+            ax.scatter(
+                [xi for xi, _ in measured],
+                [p[0] / p[3] / 1e12 for _, p in measured],
+                marker=marker,
+                facecolors="none",  # hollow: told apart from the modelled points
+                edgecolors=colour,
+                linewidths=1.5,
+                s=70,
+                label=f"{fmt}, MEASURED on NPU2",
+            )
+    xs = [r["_plot"][0] / r["_plot"][1] for r in pts] or [1.0]
+    lo, hi = min(xs) / 2, max(xs) * 2
+    ridge = mac_roof / ddr_roof
+    ax.plot(
+        [lo, min(hi, ridge)],
+        [lo * ddr_roof / 1e12, min(hi, ridge) * ddr_roof / 1e12],
+        "k--",
+        label=f"DDR roof: {ddr_roof / 1e9:.1f} GB/s effective (int4awq/model.py)",
+    )
+    ax.axhline(
+        mac_roof / 1e12,
+        color="k",
+        linestyle=":",
+        label=f"MAC roof: {pes} PEs x {MACS_PER_CYCLE} bfp16 MACs x 2 ops x {CLOCK_HZ / 1e9:.1f} GHz "
+        f"= {mac_roof / 1e12:.1f} TOPS",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity: 2*M*N*K / DDR bytes (ops per byte)")
+    ax.set_ylabel("TOPS (1e12 ops/s)")
+    what = "MEASURED on NPU2 and MODELLED" if on_npu else "MODELLED"
+    ax.set_title(
+        f"int4 GEMM / GEMV, Llama-3.2-1B projections: {what}\n"
+        f"model: int4awq/model.py + int4awq/kernel_cost.py (times include {model.FIXED_S * 1e6:.0f} us per launch)",
+        fontsize=10,
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as e:
+        return f"roofline plot skipped: cannot write {path} ({e.strerror})"
+    finally:
+        plt.close(fig)
+    return f"wrote {path} (roofline, {what})"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise ConfigError(f"{message} (see --help)")
@@ -249,6 +396,12 @@ def _main(argv) -> int:
     )
     print(calibration().summary())
     print(numerics_line())
+    print(
+        f"bound: the larger of the model's two times, DDR (bytes / {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s) "
+        "or compute (the kernel model)"
+    )
+    columns = table_columns(PREFILL_TABLE, on_npu or args.emulate)
+    print(table_header(columns))
     rows, failures = [], 0
     for entry in load_table():  # a row per (shape, format): MXFP4 beside AWQ
         m, k, n, fmt = entry["m"], entry["k"], entry["n"], entry.get("format", "awq")
@@ -267,10 +420,7 @@ def _main(argv) -> int:
                     source=str(e),
                 )
             )
-            print(
-                f"{entry['projection']:<10} {fmt:<7} M={m:<5} K={k:<5} N={n:<5} {e}",
-                flush=True,
-            )
+            print(f"{table_line(_LEAD, rows[-1])} {e}", flush=True)
             continue
         est = modelled(cfg, m, n)
         row = dict(
@@ -286,7 +436,9 @@ def _main(argv) -> int:
             tops=round(est.tops, 3),
             correlation="",
             source="modelled",
+            bound=est.bound,
         )
+        roofline_point(row, est.ddr_bytes, est.seconds)
         if on_npu:
             us, corr = measure(cfg, m, k, n, args.iters, args.warmup)
             row.update(
@@ -295,6 +447,7 @@ def _main(argv) -> int:
                 correlation=f"{corr:.6f}",
                 source=measured_source(us, est.seconds),
             )
+            roofline_point(row, est.ddr_bytes, est.seconds, us * 1e-6)
         elif args.emulate:
             corr, passed = emulate(cfg, m, k, n)
             failures += not passed
@@ -303,20 +456,17 @@ def _main(argv) -> int:
                 source="modelled; emulator " + ("PASS" if passed else "FAIL"),
             )
         rows.append(row)
-        print(
-            f"{row['projection']:<10} {fmt:<7} M={m:<5} K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
-            f"{row['us']:>9.1f} us {row['tops']:>6.3f} TOPS {row['correlation']:<9} {row['source']}",
-            flush=True,
-        )
+        print(table_line(columns, row), flush=True)
     failures += decode_rows(rows, on_npu, args)
     try:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows({k: r.get(k, "") for k in COLUMNS} for r in rows)
     except OSError as e:
         raise ConfigError(f"--csv {args.csv}: writing failed ({e.strerror})") from None
     print(f"wrote {args.csv}")
+    print(write_roofline(rows, os.path.splitext(args.csv)[0] + ".png", on_npu))
     return 1 if failures else 0
 
 
@@ -324,6 +474,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
     """decode_rows for one weight format: a row per projection and the token line."""
     from int4awq import gemv
 
+    columns = table_columns(DECODE_TABLE, on_npu or args.emulate)
     failures, token_s, token_ddr, token_fixed = 0, 0.0, 0, 0.0
     for name, (k, n) in LLAMA_PROJECTIONS.items():
         cfg = gemv.default_config(1, k, n, gs, fmt)
@@ -340,11 +491,13 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
             modelled_us=round(est.seconds * 1e6, 1),
             tops=round(est.tops, 3),
             correlation="",
-            source=f"modelled, {est.bound}-bound",
+            source="modelled",
             ddr_us=round(est.ddr_s * 1e6, 1),
             compute_us=round(est.compute_s * 1e6, 1),
             gbps=round(est.gbps, 1),
+            bound=est.bound,
         )
+        roofline_point(row, est.ddr_bytes, est.seconds)
         seconds = est.seconds
         if on_npu:
             us, corr = measure_gemv(cfg, 1, k, n, args.iters, args.warmup)
@@ -356,6 +509,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
                 source=measured_source(us, est.seconds),
                 gbps=round(est.ddr_bytes / us / 1e3, 1),
             )
+            roofline_point(row, est.ddr_bytes, est.seconds, seconds)
         elif args.emulate:
             corr, passed = emulate(cfg, 1, k, n)
             failures += not passed
@@ -367,12 +521,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
         token_ddr += est.ddr_bytes
         token_fixed += model.FIXED_S
         rows.append(row)
-        print(
-            f"{name:<10} {fmt:<7} M=1     K={k:<5} N={n:<5} {row['config']:<24} DDR {row['ddr_mb']:>7.2f} MB "
-            f"{row['us']:>9.1f} us {row['gbps']:>5.1f} GB/s  (DDR {row['ddr_us']:>6.1f} us, compute "
-            f"{row['compute_us']:>6.1f} us) {row['source']}",
-            flush=True,
-        )
+        print(table_line(columns, row), flush=True)
     what = "MEASURED" if on_npu else "MODELLED"
     per_token = LAYERS * token_s
     print(
@@ -401,6 +550,7 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
         f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / 42.5 GB/s, compute) + "
         f"{model.FIXED_S * 1e6:.0f} us per launch"
     )
+    print(table_header(table_columns(DECODE_TABLE, on_npu or args.emulate)))
     failures = 0
     for fmt, gs in TABLE_FORMATS:
         failures += _decode_format(fmt, gs, rows, on_npu, args)

@@ -261,6 +261,30 @@ def _key(
     return key if fmt == "awq" else f"{fmt}/{key}"
 
 
+def call_gs(tk: int, gs: int, fmt: str = "awq") -> int:
+    """The group size as one call sees it: a group spanning whole chunks (gs >= tk) gives the call of one fold
+    span per chunk whatever its size (the kernel's SPAN is min(tk, gs)), so those calls are one entry; MXFP4
+    has no fold. Every such pair in kernel_cycles.json has the same terms (tests/test_kernel_cost.py).
+    """
+    return gs if fmt == "mxfp4" or gs < tk else tk
+
+
+def _call(tm: int | None, tn: int, tk: int, gs: int, m: int | None, fmt: str) -> tuple:
+    return (tm, tn, tk, call_gs(tk, gs, fmt), m, fmt)
+
+
+def _parse_key(key: str) -> tuple:
+    """_key's inverse: (tm, tn, tk, gs, m, fmt)."""
+    head, _, rest = key.partition("/")
+    fmt, rest = (head, rest) if head in ("awq_f16", "mxfp4") else ("awq", key)
+    parts = rest.split("/")
+    if parts[0] == "gemv":
+        tn, tk = map(int, parts[1].split("x"))
+        return None, tn, tk, int(parts[2][2:]), int(parts[3][1:]), fmt
+    tm, tn, tk = map(int, parts[0].split("x"))
+    return tm, tn, tk, int(parts[1][2:]), None, fmt
+
+
 def measure(
     tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
 ) -> dict:
@@ -308,6 +332,7 @@ _TOLD = False  # the on-demand profiling note is printed once per process
 
 
 def _entries() -> dict:
+    """Profiled calls of this kernel, keyed by the call (_call): the committed table, then the cache."""
     global _ENTRIES
     if _ENTRIES is None:
         _ENTRIES = {}
@@ -317,14 +342,39 @@ def _entries() -> dict:
                 with open(path) as f:
                     d = json.load(f)
                 if d.get("kernel") == h:
-                    _ENTRIES.update(d.get("calls", {}))
+                    for key, e in d.get("calls", {}).items():
+                        _ENTRIES[_call(*_parse_key(key))] = e
     return _ENTRIES
+
+
+def known(
+    tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
+) -> bool:
+    """Whether this call's profile is at hand (no profiling needed)."""
+    return _call(tm, tn, tk, gs, m, fmt) in _entries()
+
+
+def estimated_cycles(tm: int, tn: int, tk: int, gs: int, fmt: str = "awq") -> float:
+    """Modelled cycles of a gemm_int4_accumulate call without profiling it: the call's own profile when at
+    hand, else the profiled call of the same tile and format nearest in group size, else AWQ's (a ranking
+    estimate for choosing which configurations to profile, never a reported figure)."""
+    if known(tm, tn, tk, gs, None, fmt):
+        return kernel_cycles(tm, tn, tk, gs, fmt)
+    same = [
+        c
+        for c in _entries()
+        if c[:3] == (tm, tn, tk) and c[4] is None and c[5] in (fmt, "awq")
+    ]
+    if not same:
+        return kernel_cycles(tm, tn, tk, gs, fmt)  # nothing near: profile it
+    best = min(same, key=lambda c: (c[5] != fmt, abs(c[3] - call_gs(tk, gs, fmt))))
+    return float(np.array(_entries()[best]["x"]) @ calibration().constants)
 
 
 def entry(
     tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
 ) -> dict:
-    key = _key(tm, tn, tk, gs, m, fmt)
+    key = _call(tm, tn, tk, gs, m, fmt)
     entries = _entries()
     if key not in entries:
         global _TOLD
@@ -342,7 +392,7 @@ def entry(
                 old = json.load(f)
             if old.get("kernel") == cache["kernel"] and "calls" in old:
                 cache = old
-        cache["calls"][key] = entries[key]
+        cache["calls"][_key(tm, tn, tk, gs, m, fmt)] = entries[key]
         os.makedirs(os.path.dirname(CACHE), exist_ok=True)
         tmp = f"{CACHE}.{os.getpid()}"  # whole or not at all: parallel test workers share the cache
         with open(tmp, "w") as f:
@@ -366,13 +416,23 @@ def gemv_cycles(tn: int, tk: int, gs: int, m: int, fmt: str = "awq") -> float:
 
 
 def int4_kernel_flops(
-    tile_m: int, tile_n: int, tile_k: int, gs: int, pes: int = 32, fmt: str = "awq"
+    tile_m: int,
+    tile_n: int,
+    tile_k: int,
+    gs: int,
+    pes: int = 32,
+    fmt: str = "awq",
+    estimate: bool = False,
 ) -> float:
     """Modelled compute rate of the int4 GEMM on `pes` compute tiles: each PE does one kernel call's
     2 * tile_m * tile_n * tile_k FLOPs in the calibrated model's cycles per call (the zero and drain calls,
-    one per C tile, are not counted)."""
+    one per C tile, are not counted). estimate: a call not yet profiled is estimated (estimated_cycles),
+    not profiled."""
     per_call = 2 * tile_m * tile_n * tile_k
-    return pes * per_call * CLOCK_HZ / kernel_cycles(tile_m, tile_n, tile_k, gs, fmt)
+    cycles = (estimated_cycles if estimate else kernel_cycles)(
+        tile_m, tile_n, tile_k, gs, fmt
+    )
+    return pes * per_call * CLOCK_HZ / cycles
 
 
 def steps(tm: int, tn: int, tk: int) -> int:
@@ -398,7 +458,14 @@ def kernel_line(tm: int, tn: int, tk: int, gs: int, fmt: str = "awq") -> str:
 
 
 def write_table(calls) -> int:
-    entries = {_key(*c): measure(*c) for c in calls}
+    from tqdm import tqdm
+
+    entries = {
+        _key(*c): measure(*c)
+        for c in tqdm(
+            calls, desc="profiling kernel calls", unit="call", file=sys.stderr
+        )
+    }
     with open(TABLE, "w") as f:
         json.dump(
             {

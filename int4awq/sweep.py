@@ -19,6 +19,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from tqdm import tqdm
+
 from .design import (
     MAX_LAUNCH_M,
     HERD_COLS,
@@ -28,7 +30,7 @@ from .design import (
 )
 from .errors import ConfigError
 from .llama import PROJECTIONS
-from .kernel_cost import calibration, int4_kernel_flops
+from .kernel_cost import calibration, int4_kernel_flops, kernel_cycles, known
 from .model import Estimate, estimate
 from .record import FORMAT_GS
 from .record import GEMM_K_CHUNKS as K_CHUNKS
@@ -48,11 +50,15 @@ class Ranked:
     est: Estimate
 
 
-def modelled(cfg: DesignConfig, m: int, n: int) -> Estimate:
-    """Modelled NPU2 time of cfg; TOPS counted on the useful m x n, not on the padding."""
+def modelled(
+    cfg: DesignConfig, m: int, n: int, estimate_kernel: bool = False
+) -> Estimate:
+    """Modelled NPU2 time of cfg; TOPS counted on the useful m x n, not on the padding. estimate_kernel: a
+    kernel call not yet profiled is estimated from the nearest profiled one (for ranking only).
+    """
     pes = cfg.herd_m * cfg.herd_n
     ceiling = int4_kernel_flops(
-        cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, pes, cfg.format
+        cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, pes, cfg.format, estimate_kernel
     )
     padded = estimate(cfg.ddr_bytes(), cfg.m, cfg.k, cfg.n, ceiling)
     return Estimate(padded.ddr_bytes, 2 * m * cfg.k * n, padded.seconds, padded.bound)
@@ -86,17 +92,52 @@ def legal_configs(m: int, k: int, n: int, gs: int, fmt: str = "awq"):
                 continue
 
 
+# Configurations whose kernel call is profiled before the ranking is trusted: the leaders by the estimate.
+PROFILE_LEADERS = 3
+
+
+def _profiled(r: Ranked) -> bool:
+    c = r.cfg
+    return known(c.tile_m, c.tile_n, c.tile_k_l1, c.gs, None, c.format)
+
+
 def ranked(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> list[Ranked]:
-    """Legal configurations, fastest modelled first (ties: less DDR traffic, then larger tiles)."""
-    out = [Ranked(cfg, modelled(cfg, m, n)) for cfg in legal_configs(m, k, n, gs, fmt)]
-    out.sort(
-        key=lambda r: (
-            r.est.seconds,
-            r.est.ddr_bytes,
-            -r.cfg.tile_m * r.cfg.tile_n,
-            -r.cfg.tile_k_l2,
+    """Legal configurations, fastest modelled first (ties: less DDR traffic, then larger tiles).
+
+    Kernel calls the committed profiles lack (a group size or format the table does not cover) are first
+    estimated from the nearest profiled call; only the leaders are profiled (about a second each, with a
+    progress bar), and the ranking is redone until its PROFILE_LEADERS leaders rest on profiles. Rows further
+    down may keep an estimate: Ranked.profiled says which."""
+
+    def rank(rows):
+        rows.sort(
+            key=lambda r: (
+                r.est.seconds,
+                r.est.ddr_bytes,
+                -r.cfg.tile_m * r.cfg.tile_n,
+                -r.cfg.tile_k_l2,
+            )
         )
+        return rows
+
+    out = rank(
+        [
+            Ranked(cfg, modelled(cfg, m, n, estimate_kernel=True))
+            for cfg in legal_configs(m, k, n, gs, fmt)
+        ]
     )
+    while todo := [r for r in out[:PROFILE_LEADERS] if not _profiled(r)]:
+        calls = {
+            (r.cfg.tile_m, r.cfg.tile_n, r.cfg.tile_k_l1, r.cfg.gs, r.cfg.format)
+            for r in todo
+        }
+        for tm, tn, tk, g, f in tqdm(
+            sorted(calls), desc="profiling kernel calls", unit="call", file=sys.stderr
+        ):
+            kernel_cycles(tm, tn, tk, g, f)
+        out = rank(
+            [Ranked(r.cfg, modelled(r.cfg, m, n, estimate_kernel=True)) for r in out]
+        )
     if not out:
         rows = MAX_LAUNCH_M * HERD_COLS * max(TILES)
         why = (

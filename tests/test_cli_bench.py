@@ -1,9 +1,16 @@
 # SPDX-License-Identifier: MIT
 """host/bench.py's command line: bad input is one line and exit 2, checked before the rows run."""
 
+import contextlib
+import csv
+import io
+import sys
+
 import pytest
 
 from host import bench
+from int4awq import gemv, model, sweep
+from int4awq.kernel_cost import int4_kernel_flops
 
 
 def run(capsys, *argv):
@@ -39,12 +46,20 @@ def test_bad_input_is_one_line_before_any_row(
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_modelled_table_is_written(capsys, tmp_path):
-    code, out, err = run(capsys, "--modelled", "--csv", str(tmp_path / "b.csv"))
-    assert code == 0, out + err
-    import csv
+@pytest.fixture(scope="module")
+def modelled(tmp_path_factory):
+    """One --modelled run shared by the tests that read its table, CSV and plot (a few seconds each)."""
+    path = tmp_path_factory.mktemp("bench") / "b.csv"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = bench.main(["--modelled", "--csv", str(path)])
+    return code, out.getvalue(), err.getvalue(), path
 
-    text = (tmp_path / "b.csv").read_text()
+
+def test_modelled_table_is_written(modelled):
+    code, out, err, path = modelled
+    assert code == 0, out + err
+    text = path.read_text()
     assert text.startswith("projection,format,m,k,n,config")
     rows = list(csv.DictReader(text.splitlines()))
     # every prefill row and every decode row once per format: AWQ, then AWQ_F16 and MXFP4 beside it
@@ -75,3 +90,117 @@ def test_a_measured_row_carries_the_modelled_time_and_the_models_error():
         == "measured; modelled 60.0 us, model error +20%"
     )
     assert "modelled_us" in bench.COLUMNS
+
+
+# Headings as a reader sees them: text columns start where their heading starts, numbers end where theirs ends.
+# (">": a number column).
+LEAD = ["projection", "format", ">M", ">K", ">N", "config", ">DDR MB", ">time us"]
+PREFILL = LEAD + [">TOPS", "bound", "source"]
+DECODE = LEAD + [">GB/s", ">DDR us", ">compute us", "bound", "source"]
+
+
+def tables(out: str) -> list[tuple[str, list[str]]]:
+    """(header, rows) of each table printed: a header line, then the lines that start with a projection."""
+    found = []
+    for line in out.splitlines():
+        if line.startswith("projection "):
+            found.append((line, []))
+        elif found and line.split(" ", 1)[0] in sweep.LLAMA_PROJECTIONS:
+            found[-1][1].append(line)
+    return found
+
+
+def offsets(header: str, headings: list[str]) -> list[tuple[bool, int]]:
+    """(right-aligned, offset) per heading: its end for a number column, its start for text."""
+    out, at = [], 0
+    for name in headings:
+        right, name = name.startswith(">"), name.lstrip(">")
+        start = header.index(f" {name}", at - 1) + 1 if at else header.index(name)
+        at = start + len(name)
+        out.append((right, at if right else start))
+    return out
+
+
+def test_the_tables_have_a_header_and_their_columns_align(modelled):
+    code, out, err, _ = modelled
+    found = tables(out)
+    assert [len(rows) for _, rows in found] == [84, 21], out  # prefill, then decode
+    for (header, rows), spec in zip(found, (PREFILL, DECODE)):
+        assert " DDR MB " in header and " bound " in header
+        for row in rows:
+            # the units live in the header now, not in the rows
+            assert " MB " not in row and " us " not in row, row
+            padded = row + " "
+            for right, at in offsets(header, spec):
+                if right:  # a number ends under its heading's end
+                    assert padded[at] == " " and padded[at - 1] != " ", (header, row)
+                else:  # text starts under its heading's start
+                    assert padded[at] != " " and (at == 0 or padded[at - 1] == " "), (
+                        header,
+                        row,
+                    )
+
+
+def model_times(r: dict, gs: dict) -> tuple[float, float]:
+    """(DDR s, compute s) of a CSV row from the model's own functions, not from bench's figures."""
+    m, k, n, fmt = int(r["m"]), int(r["k"]), int(r["n"]), r["format"]
+    if m == 1:
+        g = dict(sweep.TABLE_FORMATS)[fmt]
+        est = gemv.modelled(gemv.default_config(1, k, n, g, fmt), 1, n)
+        return est.ddr_s, est.compute_s
+    cfg, _ = sweep.default_config(m, k, n, gs[(r["projection"], m, fmt)], fmt)
+    ceiling = int4_kernel_flops(
+        cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.herd_m * cfg.herd_n, fmt
+    )
+    return cfg.ddr_bytes() / model.DDR_BYTES_PER_S, 2 * cfg.m * cfg.k * cfg.n / ceiling
+
+
+def test_the_bound_is_the_larger_of_the_models_two_times(modelled):
+    code, out, err, path = modelled
+    gs = {
+        (e["projection"], e["m"], e.get("format", "awq")): e["gs"]
+        for e in sweep.load_table()
+    }
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    assert list(rows[0])[-1] == "bound" and all(r["bound"] for r in rows)
+    for r in rows:
+        t_ddr, t_compute = model_times(r, gs)
+        assert r["bound"] == ("compute" if t_compute > t_ddr else "DDR"), r
+    # the issue's row: awq_f16 at q_proj, M = 2048 moves 54 MB yet its kernel time is the longer one
+    (row,) = [
+        r
+        for r in rows
+        if (r["projection"], r["format"], r["m"]) == ("q_proj", "awq_f16", "2048")
+    ]
+    t_ddr, t_compute = model_times(row, gs)
+    assert t_compute > t_ddr and row["bound"] == "compute"
+    assert {r["bound"] for r in rows} == {"DDR", "compute"}
+    printed = [line for _, lines in tables(out) for line in lines]
+    assert [line.split()[-2] for line in printed] == [r["bound"] for r in rows]
+
+
+def test_the_roofline_plot_is_written_beside_the_csv(modelled):
+    pytest.importorskip("matplotlib")
+    code, out, err, path = modelled
+    png = path.with_suffix(".png")
+    assert f"wrote {png} (roofline, MODELLED)" in out
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_without_matplotlib_the_plot_is_skipped_in_one_line(
+    capsys, monkeypatch, tmp_path
+):
+    monkeypatch.setitem(
+        sys.modules, "matplotlib", None
+    )  # import matplotlib now raises ImportError
+    table = sweep.load_table()[
+        :3
+    ]  # three prefill rows keep it short; the decode rows still run
+    monkeypatch.setattr(bench, "load_table", lambda: table)
+    code, out, err = run(capsys, "--modelled", "--csv", str(tmp_path / "b.csv"))
+    assert code == 0, out + err
+    assert (tmp_path / "b.csv").is_file() and not (tmp_path / "b.png").exists()
+    skipped = [line for line in out.splitlines() if "plot skipped" in line]
+    assert len(skipped) == 1 and "matplotlib" in skipped[0], out
+    assert "Traceback" not in out + err

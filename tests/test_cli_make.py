@@ -155,3 +155,19 @@ def test_format_mxfp4_reaches_the_host_program_and_the_kernel_build():
     )
     decode = host_line(dry("run_llama_decode", "FORMAT=mxfp4"))
     assert "--design gemv --format mxfp4" in decode and "--gs 32" in decode
+
+
+def test_make_help_lists_targets_that_exist():
+    out = subprocess.run(
+        ["make", "-s", "-C", REPO, "help"], capture_output=True, text=True, check=True
+    ).stdout
+    listed = [line.split()[1] for line in out.splitlines() if line.startswith("make ")]
+    assert {"run8x4", "test", "bench", "aircc-check", "help"} <= set(listed)
+    with open(os.path.join(REPO, "Makefile")) as f:
+        declared = {
+            word
+            for line in f
+            if line.startswith(".PHONY:")
+            for word in line.split()[1:]
+        }
+    assert set(listed) <= declared

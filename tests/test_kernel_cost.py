@@ -232,3 +232,43 @@ def test_every_profiled_call_keeps_five_accumulators_and_prices_long_spans_unpip
     # (tile_k 128, GS 128) 64 + 16 = 80, past it
     assert calls["64x64x64/gs128"]["unpipelined"] == []
     assert calls["16x128x128/gs128"]["unpipelined"] == ["II 80 > 60"]
+
+
+def test_a_group_spanning_whole_chunks_makes_one_call_whatever_its_size():
+    """call_gs: at gs >= tile_k every group size gives the same call (one fold span per chunk), so the
+    table's profiles of such pairs are equal term for term, and one stands for all."""
+    with open(kc.TABLE) as f:
+        calls = json.load(f)["calls"]
+    by_call = {}
+    for key, e in calls.items():
+        tm, tn, tk, gs, m, fmt = kc._parse_key(key)
+        by_call.setdefault((tm, tn, tk, kc.call_gs(tk, gs, fmt), m, fmt), []).append(
+            e["x"]
+        )
+    shared = [xs for xs in by_call.values() if len(xs) > 1]
+    assert len(shared) > 100
+    assert all(xs[0] == x for xs in shared for x in xs)
+    # so a group size the table never profiled is at hand through its call
+    assert kc.known(64, 128, 32, 4096) and kc.known(None, 64, 128, 1024, 3)
+    assert not kc.known(64, 128, 32, 16)  # several groups per chunk: another call
+
+
+def test_the_sweep_profiles_only_the_leaders_it_lacks(monkeypatch, tmp_path):
+    """A format and group size the table does not cover: every legal configuration is ranked on an estimate,
+    and only the leaders' calls are profiled (the profile here is the AWQ entry of the same tile, counted).
+    """
+    from int4awq import sweep
+
+    monkeypatch.setattr(kc, "CACHE", str(tmp_path / "cache.json"))
+    monkeypatch.setattr(kc, "_ENTRIES", None)
+    profiled = []
+
+    def fake_measure(tm, tn, tk, gs, m=None, fmt="awq"):
+        profiled.append((tm, tn, tk, gs, fmt))
+        return kc.entry(tm, tn, tk, 128, m, "awq")
+
+    monkeypatch.setattr(kc, "measure", fake_measure)
+    rows = sweep.ranked(32, 2048, 512, 256, "awq_f16")
+    assert 1 <= len(profiled) <= 2 * sweep.PROFILE_LEADERS
+    assert all(sweep._profiled(r) for r in rows[: sweep.PROFILE_LEADERS])
+    assert sum(not sweep._profiled(r) for r in rows) > len(profiled)
