@@ -3,8 +3,8 @@
 """Host program: make or load int4-AWQ weights, pack them, run the GEMM on NPU2 or the emulator, check.
 
     host/run.py --m 512 --k 1024 --n 256                     random weights, default configuration
-    host/run.py --awq CKPT --layer model.layers.0.self_attn.q_proj --m 128
-    host/run.py --awq CKPT --list-layers
+    host/run.py --weights CKPT --layer model.layers.0.self_attn.q_proj --m 128
+    host/run.py --weights CKPT --list-layers
 
 Exit codes: 0 pass, 1 numerical failure (the failing figures are printed), 2 bad input, configuration
 or environment (one line saying what and how to fix it), 130 interrupted (Ctrl-C).
@@ -77,7 +77,7 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see --help)")
 
 
-def parse_args(argv):
+def build_parser() -> argparse.ArgumentParser:
     p = _Parser(description=__doc__.splitlines()[0])
     add_design_arguments(p, shape_required=False)
     p.add_argument(
@@ -88,8 +88,19 @@ def parse_args(argv):
         f"matmul_int4_packed.py; auto (default): gemv for M <= {GEMV_AUTO_MAX_M} unless a GEMM-only "
         "option is given",
     )
-    p.add_argument("--backend", choices=("auto", "npu", "emu"), default="auto")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--backend",
+        choices=("auto", "npu", "emu"),
+        default="auto",
+        help="npu: NPU2 through XRT (needs `make compile`'s air.xclbin); emu: the CPU emulator; auto "
+        "(default): npu when an NPU2, pyxrt and the xclbin are all present, else emu",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="random weights are seeded with SEED, random activations with SEED + 1 (default 0)",
+    )
     p.add_argument(
         "--exact",
         action="store_true",
@@ -103,7 +114,7 @@ def parse_args(argv):
         help="a weights file: an int4 checkpoint (AutoAWQ, GPTQ, compressed-tensors pack-quantized), an "
         "MXFP4 checkpoint (compressed-tensors mxfp4-pack-quantized, gpt-oss) or a .gguf file (its MXFP4 "
         "and Q4_0 tensors); the file decides the format, except that --format awq_f16 keeps an int4 "
-        "checkpoint's fp16 scales exactly",
+        "checkpoint's fp16 scales exactly (a --format the file cannot give is refused)",
     )
     p.add_argument("--layer", help="with --weights: the linear layer to run")
     p.add_argument(
@@ -115,7 +126,8 @@ def parse_args(argv):
     p.add_argument(
         "--list-layers",
         action="store_true",
-        help="with --weights: list its layers and exit",
+        help="with --weights: a table of its layers (type, K and N, whether each runs or why not) and "
+        "exit",
     )
     p.add_argument(
         "--decoder-layer",
@@ -139,14 +151,30 @@ def parse_args(argv):
         help="after the result: memory budgets, traffic counters and the modelled NPU2 time",
     )
     p.add_argument(
-        "--iters", type=int, default=10, help="timed NPU iterations (after --warmup)"
+        "--iters",
+        type=int,
+        default=10,
+        help="timed NPU iterations, after --warmup (default 10; the emulator runs once)",
     )
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed NPU iterations before the timed ones (default 3; the emulator runs once)",
+    )
     p.add_argument(
         "--build-dir",
         help="where `make compile` put air.xclbin (default build/npu/<config>)",
     )
-    return p.parse_args(argv)
+    p.set_defaults(format=None)  # None: not given (the file decides; see parse_args)
+    return p
+
+
+def parse_args(argv):
+    args = build_parser().parse_args(argv)
+    # format_given: --format as given (None: the file decides); format: the record format to use
+    args.format_given, args.format = args.format, args.format or "awq"
+    return args
 
 
 # ------------------------------------------------------------------------------------------ option checks
@@ -160,10 +188,11 @@ def check_options(args) -> None:
         raise ConfigError(f"--seed {args.seed}: must be a non-negative integer")
     if args.awq == "":
         raise ConfigError(
-            "--awq: the path is empty (give a checkpoint directory or a .safetensors file)"
+            "--weights: the path is empty (give a checkpoint directory, a .safetensors file or a .gguf "
+            "file)"
         )
     if (args.list_layers or args.decoder_layer is not None) and args.awq is None:
-        raise ConfigError("--list-layers and --decoder-layer need --awq PATH")
+        raise ConfigError("--list-layers and --decoder-layer need --weights PATH")
     if args.expert is not None and (args.awq is None or args.layer is None):
         raise ConfigError(
             "--expert needs --weights PATH --layer NAME (a gpt-oss expert tensor)"
@@ -179,6 +208,7 @@ def check_options(args) -> None:
             for opt, on in (
                 ("--layer", args.layer is not None),
                 ("--decoder-layer", args.decoder_layer is not None),
+                (f"--format {args.format_given}", args.format_given is not None),
             )
             if on
         ]
@@ -362,10 +392,7 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
                 "--exact makes its own weights; it cannot be combined with --weights"
             )
         w, summary = load(
-            args.awq,
-            args.layer,
-            scale_pair=args.format == "awq_f16",
-            expert=args.expert,
+            args.awq, args.layer, fmt=args.format_given, expert=args.expert
         )
         args.format = w.format  # the file's format decides
         print(summary)
@@ -380,9 +407,9 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
                 )
     else:
         if args.layer is not None:
-            raise ConfigError("--layer needs --awq PATH")
+            raise ConfigError("--layer needs --weights PATH")
         if args.k is None or args.n is None:
-            raise ConfigError("give --k and --n (or --awq PATH --layer NAME)")
+            raise ConfigError("give --k and --n (or --weights PATH --layer NAME)")
         check_host_memory(args.m or 1, args.k, args.n)
         w = random_format_weights(
             args.format, args.k, args.n, default_gs(args), args.seed, args.exact
@@ -792,9 +819,9 @@ def run_decoder_layer(args) -> bool:
 
     if args.m is None:
         raise ConfigError("--decoder-layer needs --m (rows of A)")
-    ok, pair = True, args.format == "awq_f16"
+    ok, fmt = True, args.format_given
     for name in decoder_layer_names(args.awq, args.decoder_layer):
-        w, _ = load(args.awq, name, scale_pair=pair)
+        w, _ = load(args.awq, name, fmt=fmt)
         args.format = w.format  # the file's format decides
         check_host_memory(args.m, w.k, w.n)
         a = random_activations(args.m, w.k, args.seed + 1)

@@ -20,7 +20,13 @@ KERNEL_BUILD = os.path.join(REPO, "kernels", "build")
 
 def add_action_arguments(parser) -> None:
     """What a builder's command line does with its module, in mlir-air's examples' conventions."""
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="compile-and-run: XRTRunner also prints the module and the expected and actual "
+        "outputs (default off)",
+    )
     parser.add_argument(
         "-p",
         "--print-module-only",

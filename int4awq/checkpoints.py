@@ -129,8 +129,49 @@ class _Entry:
 def _safetensors_error(file: Path, e: Exception) -> ConfigError:
     if isinstance(e, OSError):
         return ConfigError(f"{file}: cannot read ({e.strerror or e})")
+    # safetensors refuses a truncated file whole: say that it is cut short, not that it is another format
+    cut = _cut_short(file)
+    if cut:
+        return ConfigError(f"{file}: {cut}")
     first = str(e).splitlines()[0] if str(e) else type(e).__name__
     return ConfigError(f"{file}: not a safetensors file ({first})")
+
+
+# safetensors refuses longer headers (its MAX_HEADER_SIZE)
+SAFETENSORS_MAX_HEADER = 100_000_000
+
+
+def _cut_short(file: Path) -> str:
+    """'' unless the file's own header (an 8-byte length, then JSON) describes more bytes than the file
+    holds: then a phrase saying so, with both sizes."""
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return ""
+            length = int.from_bytes(head, "little")
+            if length > SAFETENSORS_MAX_HEADER:
+                return ""  # not a length safetensors writes: damage, not truncation
+            if length > size - 8:
+                return f"cut short: its header is {length} bytes long, the file holds {size}"
+            header = json.loads(f.read(length))
+        end = max(
+            (
+                int(v["data_offsets"][1])
+                for key, v in header.items()
+                if key != "__metadata__"
+            ),
+            default=0,
+        )
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return ""  # not even the header is readable: safetensors' own words say more
+    if 8 + length + end > size:
+        return (
+            f"cut short: its header describes {8 + length + end} bytes, the file holds {size} "
+            "(a truncated download?)"
+        )
+    return ""
 
 
 def _read_header(file: Path) -> tuple[dict[str, _Entry], dict]:
@@ -778,12 +819,42 @@ def _layer_names(ck: _Checkpoint) -> list[str]:
     )
 
 
+@dataclass(frozen=True)
+class OtherTensor:
+    """A tensor of a checkpoint that is no part of a layer it lists: an unquantised weight, a norm, a bias."""
+
+    name: str
+    dtype: str  # safetensors dtype string, e.g. "BF16"
+    shape: tuple[int, ...]
+
+
+def other_tensors(ck: _Checkpoint, parts: set[str]) -> list[OtherTensor]:
+    """The checkpoint's tensors not in `parts` (the tensors of its listed layers), from the headers."""
+    out = []
+    for t in ck.names():
+        if t not in parts:
+            e = ck.entry(t)
+            out.append(OtherTensor(t, e.dtype, e.shape))
+    return out
+
+
+# A layer's tensors besides its bias (a bias is not applied by the GEMM: listed as another tensor).
+_LAYER_PARTS = tuple(
+    s for suffixes in _ROLE_SUFFIX.values() for s in suffixes if s != "bias"
+)
+
+
 # --------------------------------------------------------------------------------------------------
 # public API
 
 
 def list_layers(path: str | Path) -> list[LayerInfo]:
     """The int4 linear layers of a checkpoint with their shapes, from the headers (no weight data)."""
+    return list_contents(path)[0]
+
+
+def list_contents(path: str | Path) -> tuple[list[LayerInfo], list[OtherTensor]]:
+    """The int4 linear layers of a checkpoint (list_layers) and its other tensors, from the headers."""
     ck = _Checkpoint(path)
     method = _method(ck)
     layers = [_plan(ck, name, method).info for name in _layer_names(ck)]
@@ -791,7 +862,8 @@ def list_layers(path: str | Path) -> list[LayerInfo]:
         raise ConfigError(
             f"{path}: no int4 linear layers (no tensor named *.qweight or *.weight_packed)"
         )
-    return layers
+    parts = {f"{i.name}.{s}" for i in layers for s in _LAYER_PARTS}
+    return layers, other_tensors(ck, parts)
 
 
 def load_layer(

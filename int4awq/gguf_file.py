@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: MIT
 """GGUF files (llama.cpp), read with the `gguf` package's own GGUFReader.
 
-A 4-bit tensor of a GGUF file is ggml's [K, N] (ne[0] = K, blocks along K, a row per output n); GGUFReader
-gives its raw blocks as uint8 (N, K / 32 * block bytes). Read so far:
+A 4-bit tensor of a GGUF file is ggml's [K, N] (ne[0] = K, blocks along K, a row per output n), N rows of
+K / 32 blocks. The header is read by GGUFReader; each tensor's bytes are kept flat, as the file holds them,
+and checked against the type and shape before they are shaped, so that a truncated file still lists and a
+cut tensor is one line naming it. Read so far:
 
 * MXFP4 (ggml type 39): `block_mxfp4 { u8 e; u8 qs[16]; }`, 17 bytes per 32 values; element j of a block is
   kvalues_mxfp4[qs[j] & 15] * 2^(e - 128), element j + 16 is the same of qs[j] >> 4 (the "split half" nibble
@@ -25,6 +27,7 @@ any tensor that is not a 2-D weight.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +36,7 @@ import numpy as np
 from .errors import ConfigError, not_found
 from .gguf_quants import TYPES as BLOCK_INT_TYPES
 from .gguf_quants import BlockIntWeights, decode, quant_sizes, read_status
-from .mxfp4 import MX_BLOCK, Mxfp4Weights
+from .mxfp4 import MX_BLOCK, Mxfp4Weights, check_scales
 from .quant import AwqWeights, scale_pair_of
 
 # The types that run on the kernel today (ggml-common.h block_mxfp4, block_q4_0: 32 values a block).
@@ -59,31 +62,114 @@ def is_gguf(path: str | Path) -> bool:
     return str(path).endswith(".gguf")
 
 
+class _CutShort(Exception):
+    """The GGUF header runs past the end of the file."""
+
+
+@dataclass(frozen=True)
+class GgufTensor:
+    """One tensor of a GGUF file as its header describes it, with the bytes the file holds for it."""
+
+    name: str
+    # ggml's name of the type, or "type <code>" for a code gguf does not know
+    type_name: str
+    # ggml order: dims[0] = ne[0] is K (the blocks run along it)
+    dims: tuple[int, ...]
+    # bytes the type and shape need; None when not a whole number of blocks
+    expected: int | None
+    # uint8: the bytes from the tensor's offset, at most `expected` (fewer if cut short)
+    data: np.ndarray
+
+    @property
+    def cut_short(self) -> str:
+        """'' when the file holds all of the tensor's bytes, else why not, in one phrase."""
+        if self.expected is None:
+            return ""
+        if self.data.size < self.expected:
+            return f"cut short: {self.data.size} of its {self.expected} bytes are in the file"
+        return ""
+
+
+def _reader_class():
+    from gguf import GGUFReader
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    class Reader(GGUFReader):
+        """GGUFReader with two of its helpers replaced, so that a damaged file is one line and a truncated one
+        still lists: _get refuses to read past the end of the file (GGUFReader's own reads would fail later
+        with numpy's words), and _build_tensors keeps each tensor's bytes flat, as found (GGUFReader reshapes
+        them, which fails on a truncated file before anything can be listed)."""
+
+        def _get(self, offset, dtype, count=1, override_order=None):
+            if int(offset) + np.dtype(dtype).itemsize * int(count) > len(self.data):
+                raise _CutShort()
+            return super()._get(offset, dtype, count, override_order)
+
+        def _build_tensors(self, start_offs, fields):
+            tensors, seen = [], set()
+            for field in fields:
+                _, name_data, _, dims, raw_type, offset = field.parts
+                name = str(bytes(name_data), encoding="utf-8")
+                if name in seen:
+                    raise ValueError(f"tensor {name} appears twice")
+                seen.add(name)
+                dims = tuple(int(d) for d in dims)
+                try:
+                    kind = GGMLQuantizationType(int(raw_type[0]))
+                except ValueError:
+                    kind = None
+                expected = None
+                if kind is not None:
+                    block, size = GGML_QUANT_SIZES[kind]
+                    if dims and dims[0] % block == 0:
+                        expected = math.prod(dims) // block * size
+                at = int(start_offs) + int(offset[0])
+                data = self.data[at : at + (expected or 0)]
+                tensors.append(
+                    GgufTensor(
+                        name,
+                        kind.name if kind is not None else f"type {int(raw_type[0])}",
+                        dims,
+                        expected,
+                        np.asarray(data, dtype=np.uint8),
+                    )
+                )
+            self.tensors = tensors
+
+    return Reader
+
+
 def _reader(path: str | Path):
     try:
-        from gguf import GGUFReader
+        reader = _reader_class()
     except ModuleNotFoundError:
         raise ConfigError(
             "reading GGUF needs the gguf package: pip install gguf (make deps)"
         ) from None
     if not Path(path).is_file():
         raise ConfigError(f"{path}: no such GGUF file")
+    size = Path(path).stat().st_size
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ConfigError(
+            f"{path}: not a GGUF file ({size} bytes; a GGUF file begins with the bytes 'GGUF')"
+        )
     try:
-        return GGUFReader(str(path))
-    except (
-        Exception
-    ) as e:  # the reader's own complaint about a damaged or truncated file
+        return reader(str(path))
+    except _CutShort:
+        raise ConfigError(
+            f"{path}: not a readable GGUF file: its header runs past the end of the file ({size} bytes; "
+            "cut short?)"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"{path}: not a readable GGUF file: its header is damaged (a name that is not UTF-8)"
+        ) from None
+    except Exception as e:
+        # the reader's own complaint about a damaged header (version, alignment, a duplicate name)
         first = (str(e).splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"{path}: not a readable GGUF file ({first})") from None
-
-
-def _type_name(t) -> str:
-    from gguf import GGMLQuantizationType
-
-    try:
-        return GGMLQuantizationType(int(t.tensor_type)).name
-    except ValueError:
-        return f"type {int(t.tensor_type)}"
 
 
 @dataclass(frozen=True)
@@ -92,32 +178,87 @@ class GgufLayer:
     type_name: str  # ggml's name of the tensor type, e.g. MXFP4, Q4_0
     k: int
     n: int
+    # why its data cannot be read (cut short, not whole blocks), or ""
+    unread: str = ""
+    # why the loader refuses the data of a type that runs (a scale), or ""
+    refused: str = ""
 
     @property
     def runs(self) -> bool:
-        """The kernel runs this tensor today (MXFP4, Q4_0)."""
-        return self.type_name in KERNEL_TYPES
+        """The kernel runs this tensor today (MXFP4, Q4_0, its data whole and accepted)."""
+        return self.type_name in KERNEL_TYPES and not (self.unread or self.refused)
 
     @property
     def read_exactly(self) -> bool:
         """load_gguf_layer reads this tensor's values exactly (it may still not run)."""
-        return self.runs or self.type_name in BLOCK_INT_TYPES
+        known = self.type_name in KERNEL_TYPES or self.type_name in BLOCK_INT_TYPES
+        return known and not (self.unread or self.refused)
 
     @property
     def status(self) -> str:
+        if self.unread:
+            return f"not read ({self.unread})"
+        if self.refused:
+            return f"does not run: {self.refused}"
         return gguf_status(self.type_name)
 
 
+@dataclass(frozen=True)
+class GgufContents:
+    """What --list-layers shows of a GGUF file: its 2-D tensors, and the dims of every other tensor."""
+
+    layers: list[GgufLayer]
+    others: list[tuple[int, ...]]
+
+
+def gguf_contents(path: str | Path) -> GgufContents:
+    """Every tensor of a GGUF file from its header: the 2-D ones as GgufLayer with whatever keeps them from
+    being read or run (data cut short; for the types that run, a scale the loader refuses, found by reading
+    the scales alone), the others by their dims."""
+    layers, others = [], []
+    for t in _reader(path).tensors:
+        if len(t.dims) != 2:
+            others.append(t.dims)
+            continue
+        k, n = t.dims
+        unread = refused = ""
+        if t.type_name in KERNEL_TYPES or t.type_name in BLOCK_INT_TYPES:
+            if t.expected is None:
+                block = quant_sizes(t.type_name)[0]
+                unread = f"K = {k} is not a whole number of {block}-value blocks"
+            elif t.cut_short:
+                unread = t.cut_short
+            elif t.type_name in KERNEL_TYPES:
+                refused = _scale_problem(t.type_name, t.data, k, n)
+        layers.append(GgufLayer(t.name, t.type_name, k, n, unread, refused))
+    return GgufContents(layers, others)
+
+
+def _scale_problem(kind: str, raw: np.ndarray, k: int, n: int) -> str:
+    """The loader's refusal of a whole MXFP4 / Q4_0 tensor's scales ('' when it has none): the scales alone,
+    a byte (MXFP4 e) or two (Q4_0 d) of each block, are read."""
+    block, size = quant_sizes(kind)
+    blocks = raw.reshape(n, k // block, size)
+    try:
+        if kind == "MXFP4":
+            check_scales(blocks[:, :, 0].T)
+        else:
+            _check_q4_0_scales(
+                np.ascontiguousarray(blocks[:, :, :2]).view("<f2")[:, :, 0]
+            )
+    except ConfigError as e:
+        return str(e)
+    return ""
+
+
 def list_gguf_layers(path: str | Path) -> list[GgufLayer]:
-    """The 2-D tensors of a GGUF file with their ggml types and [K, N] (from the header; no weight data)."""
-    layers = [
-        GgufLayer(t.name, _type_name(t), int(t.shape[0]), int(t.shape[1]))
-        for t in _reader(path).tensors
-        if len(t.shape) == 2
-    ]
-    if not layers:
-        raise ConfigError(f"{path}: no 2-D tensors")
-    return layers
+    """The 2-D tensors of a GGUF file with their ggml types, [K, N] and status (gguf_contents)."""
+    contents = gguf_contents(path)
+    if not contents.layers:
+        raise ConfigError(
+            f"{path}: no 2-D tensors ({len(contents.others)} tensors of other dimensions)"
+        )
+    return contents.layers
 
 
 def load_gguf_layer(
@@ -129,10 +270,10 @@ def load_gguf_layer(
     tensors = {t.name: t for t in _reader(path).tensors}
     t = tensors.get(name)
     if t is None:
-        known = [n for n, x in tensors.items() if len(x.shape) == 2]
+        known = [n for n, x in tensors.items() if len(x.dims) == 2]
         raise not_found("tensor", name, path, "2-D tensors", known)
-    kind = _type_name(t)
-    shape = [int(d) for d in t.shape]
+    kind = t.type_name
+    shape = list(t.dims)
     if len(shape) != 2:
         raise ConfigError(f"{name}: GGUF {kind} {shape} is not read: 2-D weights only")
     status = gguf_status(kind)
@@ -144,11 +285,12 @@ def load_gguf_layer(
         raise ConfigError(
             f"{name}: K = {k} is not a whole number of {block}-value {kind} blocks"
         )
-    raw = np.asarray(t.data, dtype=np.uint8)
+    # the size check comes before any reshape: a cut file is named here, never in numpy's words
+    raw = t.data
     if raw.size != n * (k // block) * size:
         raise ConfigError(
-            f"{name}: {raw.size} bytes of data, expected {n * (k // block) * size} for {kind} [{k}, {n}] "
-            "(a truncated file?)"
+            f"{name}: GGUF {kind} [{k}, {n}]: {raw.size} bytes of data in the file, expected "
+            f"{n * (k // block) * size} ({n} rows of {k // block} {size}-byte blocks): a truncated file?"
         )
     try:
         if kind in BLOCK_INT_TYPES:
@@ -162,7 +304,7 @@ def load_gguf_layer(
                 np.ascontiguousarray(blocks[:, :, 0].T),
             )
         else:
-            d = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16)[:, :, 0]
+            d = np.ascontiguousarray(blocks[:, :, :2]).view("<f2")[:, :, 0]
             w = _q4_0_weights(codes, d)
         w.validate()
     except ConfigError as e:
@@ -170,11 +312,16 @@ def load_gguf_layer(
     return w
 
 
-def _q4_0_weights(codes: np.ndarray, d: np.ndarray) -> AwqWeights:
-    """codes uint8 [N, K/32, 32] and d fp16 [N, K/32] -> AwqWeights (q - z) * (s + s_lo) == d (q - 8)."""
+def _check_q4_0_scales(d: np.ndarray) -> None:
+    """d fp16 [N, K/32]: every block scale finite."""
     if not np.isfinite(d).all():
         bad = tuple(int(i) for i in np.argwhere(~np.isfinite(d))[0])
         raise ConfigError(f"block {list(bad[::-1])} has scale d = {d[bad]}: not finite")
+
+
+def _q4_0_weights(codes: np.ndarray, d: np.ndarray) -> AwqWeights:
+    """codes uint8 [N, K/32, 32] and d fp16 [N, K/32] -> AwqWeights (q - z) * (s + s_lo) == d (q - 8)."""
+    _check_q4_0_scales(d)
     neg, zero = d < 0, d == 0
     codes = np.where(neg[:, :, None], 15 - codes, codes)
     codes = np.where(zero[:, :, None], 8, codes).astype(np.uint8)

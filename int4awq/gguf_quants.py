@@ -328,17 +328,24 @@ DECODERS = {
 
 
 def decode(type_name: str, raw: np.ndarray, k: int, n: int) -> BlockIntWeights:
-    """Raw blocks uint8 (N, K / block * bytes), as GGUFReader gives a [K, N] tensor -> BlockIntWeights.
+    """Raw blocks of a [K, N] tensor, uint8, N rows of K / block blocks (flat, as gguf_file reads them, or
+    (N, K / block * bytes) as GGUFReader gives them) -> BlockIntWeights.
 
     Not validated here: the caller names the tensor in the error (BlockIntWeights.validate).
     """
     block, size = quant_sizes(type_name)
-    if k % block or np.asarray(raw).size != n * (k // block) * size:
+    if k % block:
         raise ConfigError(
-            f"{type_name} [{k}, {n}]: {np.asarray(raw).size} bytes, expected {n * (k // block) * size} "
-            f"(K a multiple of {block})"
+            f"{type_name} [{k}, {n}]: K = {k} is not a whole number of {block}-value blocks"
         )
-    blocks = np.asarray(raw, dtype=np.uint8).reshape(n, k // block, size)
+    # the size check comes before the reshape, so a short buffer is named here and not in numpy's words
+    raw = np.asarray(raw, dtype=np.uint8)
+    if raw.size != n * (k // block) * size:
+        raise ConfigError(
+            f"{type_name} [{k}, {n}]: {raw.size} bytes of data, expected {n * (k // block) * size} "
+            f"({n} rows of {k // block} {size}-byte blocks): a truncated file?"
+        )
+    blocks = raw.reshape(n, k // block, size)
     v, s, m = DECODERS[type_name](_fields(type_name, blocks))
     gs = TYPES[type_name].gs
 

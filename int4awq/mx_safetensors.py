@@ -24,14 +24,14 @@ Refused with one line: Quark exports of other types or with per-layer configurat
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from .checkpoints import _Checkpoint, _expect
 from .errors import ConfigError, not_found
-from .mxfp4 import MX_BLOCK, Mxfp4Weights
+from .mxfp4 import MX_BLOCK, Mxfp4Weights, check_scales
 
 CT_FORMAT = "mxfp4-pack-quantized"
 
@@ -43,6 +43,32 @@ class MxLayer:
     k: int
     n: int
     experts: int | None  # gpt-oss: experts in the tensor; None for a plain linear layer
+    # why the loader refuses its scales (gpt-oss: those of the first expert refused), or ""
+    refused: str = ""
+    # gpt-oss: the experts whose scales are refused
+    refused_experts: tuple[int, ...] = ()
+
+    @property
+    def runs(self) -> bool:
+        """It runs (gpt-oss: at least one of its experts does)."""
+        return not self.refused or (
+            self.experts is not None and len(self.refused_experts) < self.experts
+        )
+
+    @property
+    def status(self) -> str:
+        if self.experts is None:
+            return f"does not run: {self.refused}" if self.refused else "runs"
+        which = f"--expert 0 to {self.experts - 1}"
+        if not self.refused:
+            return f"runs, one expert at a time ({which})"
+        if not self.runs:
+            return (
+                f"does not run: every expert's scales are refused, e.g. {self.refused}"
+            )
+        bad = ", ".join(str(e) for e in self.refused_experts)
+        plural = "s" if len(self.refused_experts) > 1 else ""
+        return f"runs, one expert at a time ({which}), except expert{plural} {bad}: {self.refused}"
 
 
 def layout(ck: _Checkpoint) -> str | None:
@@ -146,12 +172,36 @@ def _names(ck: _Checkpoint, kind: str) -> list[str]:
     )
 
 
-def list_mx_layers(ck: _Checkpoint, kind: str) -> list[MxLayer]:
-    """The MXFP4 layers of a checkpoint of this layout, from the headers (no weight data)."""
+def list_mx_layers(ck: _Checkpoint, kind: str, scales: bool = False) -> list[MxLayer]:
+    """The MXFP4 layers of a checkpoint of this layout, from the headers; with scales, each layer's scale
+    tensor is read too (1/16 of its codes' bytes) and a scale the loader would refuse is named in it.
+    """
     layers = [_layer(ck, kind, name) for name in _names(ck, kind)]
     if not layers:
         raise ConfigError(f"{ck.path}: no MXFP4 layers ({kind})")
-    return layers
+    return [_with_refusal(ck, t) for t in layers] if scales else layers
+
+
+def _with_refusal(ck: _Checkpoint, t: MxLayer) -> MxLayer:
+    """t with the loader's refusal of its scales, if any (check_scales, as Mxfp4Weights.validate runs it)."""
+    name = f"{t.name}_scales" if t.experts is not None else f"{t.name}.weight_scale"
+    scales = ck.read(ck.entry(name), name)
+    bad = []
+    for e, s in enumerate(scales if t.experts is not None else [scales]):
+        try:
+            check_scales(s.T)  # the loader's orientation: [K/32, N]
+        except ConfigError as err:
+            bad.append((e, str(err)))
+    if not bad:
+        return t
+    return replace(t, refused=bad[0][1], refused_experts=tuple(e for e, _ in bad))
+
+
+def layer_parts(kind: str, name: str) -> tuple[str, ...]:
+    """The tensors that make up MXFP4 layer `name` of this layout."""
+    if kind == "gpt-oss":
+        return f"{name}_blocks", f"{name}_scales"
+    return name + _PACKED[kind], f"{name}.weight_scale"
 
 
 def load_mx_layer(

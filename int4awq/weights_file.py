@@ -8,12 +8,16 @@ in the record format they need, and one line saying what was read, out. Each fil
                                gpt-oss experts
     int4awq/checkpoints.py     int4 safetensors: AutoAWQ, GPTQ, compressed-tensors pack-quantized
 
-so a new format is one new module and a line in each function below. random_format_weights gives seeded
-weights of a record format instead of a file's.
+so a new format is one new module and a branch in each function below: listing (--list-layers: a row per
+layer with its status, the other tensors counted) and load. random_format_weights gives seeded weights of a
+record format instead of a file's.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError
@@ -22,30 +26,174 @@ from .mxfp4 import random_mxfp4
 from .quant import random_weights
 
 
-def list_layers(path: str | Path) -> list[str]:
-    """A line per layer of the file: its name, its type, K and N, and whether it runs."""
-    if is_gguf(path):
-        from .gguf_file import list_gguf_layers
+@dataclass(frozen=True)
+class Row:
+    """One line of --list-layers."""
 
-        return [
-            f"{t.name}  GGUF {t.type_name}  K={t.k} N={t.n}  {t.status}"
-            for t in list_gguf_layers(path)
+    name: str  # what --layer takes
+    type: str  # the file's type of it, e.g. Q4_K, awq-gemm, compressed-tensors MXFP4, BF16
+    shape: str  # K=.. N=.. (int4: GS=..; gpt-oss: experts=..)
+    status: str  # "runs", or why not
+    outcome: str  # one of OUTCOMES
+
+
+# What a row's status comes to, in the summary's order and words (count 1, count > 1).
+OUTCOMES = {
+    "runs": ("runs", "run"),
+    "read": ("read exactly but does not run yet", "read exactly but do not run yet"),
+    "refused": (
+        "refused at load (its status says why)",
+        "refused at load (their status says why)",
+    ),
+    "not read": ("not read", "not read"),
+}
+HEADER = ("name", "type", "shape", "status")
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What --list-layers prints of a weights file: a row per layer and a count of the tensors not listed."""
+
+    rows: list[Row]
+    noun: str  # "tensor" (GGUF) or "layer" (safetensors checkpoints)
+    # the number of dimensions of each tensor not listed (norms, biases, 3-D expert tensors, ...)
+    not_listed: list[int]
+
+    def summary(self) -> str:
+        counts = Counter(r.outcome for r in self.rows)
+        parts = [
+            f"{counts[o]} {words[counts[o] != 1]}"
+            for o, words in OUTCOMES.items()
+            if counts[o]
         ]
-    from .mx_safetensors import list_mx_layers, open_mx
+        s = "s" if len(self.rows) != 1 else ""
+        line = f"{len(self.rows)} {self.noun}{s}: {', '.join(parts)}"
+        dims = Counter(self.not_listed)
+        if dims:
+            line += "; not listed: " + ", ".join(
+                f"{c} {'scalar' if d == 0 else f'{d}-D'} tensor{'s' if c != 1 else ''}"
+                for d, c in sorted(dims.items())
+            )
+        return line
+
+    def table(self) -> list[str]:
+        """A header row, aligned columns (the status last, unpadded), a rule under the header, the summary."""
+        cells = [HEADER] + [(r.name, r.type, r.shape, r.status) for r in self.rows]
+        widths = [max(len(c[i]) for c in cells) for i in range(3)]
+
+        def line(c):
+            return "  ".join([*(x.ljust(w) for x, w in zip(c, widths)), c[3]]).rstrip()
+
+        rule = line(tuple("-" * w for w in widths) + ("-" * len(HEADER[3]),))
+        return [line(cells[0]), rule, *(line(c) for c in cells[1:]), self.summary()]
+
+
+def list_layers(path: str | Path) -> list[str]:
+    """--list-layers: a table of the file's layers (name, type, shape [K, N], status: runs or why not) and a
+    summary line (listing has the rows)."""
+    return listing(path).table()
+
+
+def listing(path: str | Path) -> Listing:
+    """Every layer of a weights file, from its header (and, for the types that run, their scales, so that a
+    scale the loader refuses is named here rather than at the run), with the tensors not listed counted.
+    """
+    if is_gguf(path):
+        from .gguf_file import gguf_contents
+
+        contents = gguf_contents(path)
+        if not contents.layers:
+            raise ConfigError(
+                f"{path}: no 2-D tensors ({len(contents.others)} tensors of other dimensions)"
+            )
+        rows = [
+            Row(t.name, t.type_name, f"K={t.k} N={t.n}", t.status, _gguf_outcome(t))
+            for t in contents.layers
+        ]
+        return Listing(rows, "tensor", [len(d) for d in contents.others])
+    from .mx_safetensors import layer_parts, list_mx_layers, open_mx
+    from .checkpoints import other_tensors
 
     mx = open_mx(path)
     if mx is not None:
-        return [
-            f"{t.name}  {t.layout} MXFP4  K={t.k} N={t.n}"
-            + ("" if t.experts is None else f"  experts={t.experts} (--expert E)")
-            for t in list_mx_layers(*mx)
+        ck, kind = mx
+        layers = list_mx_layers(ck, kind, scales=True)
+        rows = [
+            Row(
+                t.name,
+                f"{t.layout} MXFP4",
+                f"K={t.k} N={t.n}"
+                + ("" if t.experts is None else f" experts={t.experts}"),
+                t.status,
+                "runs" if t.runs else "refused",
+            )
+            for t in layers
         ]
-    from .checkpoints import list_layers as list_int4_layers
+        parts = {p for t in layers for p in layer_parts(kind, t.name)}
+        return _with_others(rows, other_tensors(ck, parts))
+    from .checkpoints import list_contents
+    from .quant import check_group_size
 
-    return [
-        f"{i.name}  {i.format}  K={i.in_features} N={i.out_features} GS={i.group_size}"
-        for i in list_int4_layers(path)
-    ]
+    layers, others = list_contents(path)
+    rows = []
+    for i in layers:
+        try:
+            check_group_size(i.in_features, i.group_size)
+            status, outcome = "runs", "runs"
+        except ConfigError as e:
+            status, outcome = f"does not run: {e}", "refused"
+        rows.append(
+            Row(
+                i.name,
+                i.format,
+                f"K={i.in_features} N={i.out_features} GS={i.group_size}",
+                status,
+                outcome,
+            )
+        )
+    return _with_others(rows, others)
+
+
+def _gguf_outcome(t) -> str:
+    if t.runs:
+        return "runs"
+    if t.refused:
+        return "refused"
+    return "read" if t.read_exactly else "not read"
+
+
+def _with_others(rows: list[Row], others) -> Listing:
+    """A safetensors checkpoint's listing: its layers, then its unquantised 2-D weights (not read), the rest
+    counted."""
+    from .gguf_file import FLOAT_TYPES
+
+    more, not_listed = [], []
+    for t in others:
+        if len(t.shape) == 2 and t.name.endswith(".weight"):
+            n, k = t.shape  # torch's [out_features, in_features]
+            why = (
+                "a float weight, the kernel takes quantised ones"
+                if t.dtype in FLOAT_TYPES
+                else "not part of a layer this reader knows"
+            )
+            name = t.name[: -len(".weight")]
+            more.append(
+                Row(
+                    name,
+                    t.dtype,
+                    f"K={k} N={n}",
+                    f"not read ({t.dtype}: {why})",
+                    "not read",
+                )
+            )
+        else:
+            not_listed.append(len(t.shape))
+    more.sort(key=lambda r: _natural(r.name))
+    return Listing(rows + more, "layer", not_listed)
+
+
+def _natural(s: str):
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
 # A Llama decoder layer's seven projections, by the names each kind of file gives them: Hugging Face
@@ -78,12 +226,19 @@ def decoder_layer_names(path: str | Path, layer: int) -> list[str]:
 
 
 def load(
-    path: str | Path, name: str, *, scale_pair: bool = False, expert: int | None = None
+    path: str | Path,
+    name: str,
+    *,
+    scale_pair: bool = False,
+    expert: int | None = None,
+    fmt: str | None = None,
 ):
-    """(weights, summary line) of layer `name`, in a record format the kernel runs. scale_pair keeps an int4
-    checkpoint's scales exactly as bf16 pairs (format awq_f16); expert picks one expert of a gpt-oss expert
-    tensor. A GGUF tensor that is read exactly but does not run yet (gguf_quants.BlockIntWeights) is refused
-    here with one line; gguf_file.load_gguf_layer gives its values."""
+    """(weights, summary line) of layer `name`, in a record format the kernel runs. The file decides the
+    format: fmt (--format, or None) may only choose between the records a file gives, awq and awq_f16 for an
+    int4 checkpoint (awq_f16, like scale_pair, keeps its scales exactly as bf16 pairs); any other fmt is
+    refused with one line. expert picks one expert of a gpt-oss expert tensor. A GGUF tensor that is read
+    exactly but does not run yet (gguf_quants.BlockIntWeights) is refused here with one line;
+    gguf_file.load_gguf_layer gives its values."""
     if is_gguf(path):
         from .gguf_file import gguf_status, load_gguf_layer
         from .gguf_quants import BlockIntWeights
@@ -103,6 +258,7 @@ def load(
             if w.format == "mxfp4"
             else ("Q4_0", "codes and fp16 scales d as bf16 pairs (format awq_f16)")
         )
+        _check_format(fmt, (w.format,), path, name, f"a GGUF {kind} tensor")
         return w, f"{name}: GGUF {kind} K={w.k} N={w.n}: {held} (exact)"
     from .mx_safetensors import load_mx_layer, open_mx
 
@@ -110,6 +266,7 @@ def load(
     if mx is not None:
         ck, kind = mx
         w = load_mx_layer(ck, kind, name, expert)
+        _check_format(fmt, ("mxfp4",), path, name, f"a {kind} MXFP4 layer")
         which = "" if expert is None else f" expert {expert}"
         return w, (
             f"{name}{which}: {kind} MXFP4 K={w.k} N={w.n}: E2M1 codes and E8M0 scales as the file holds "
@@ -121,8 +278,21 @@ def load(
         )
     from .checkpoints import load_layer
 
-    w, report = load_layer(path, name, scale_pair=scale_pair)
+    w, report = load_layer(path, name, scale_pair=scale_pair or fmt == "awq_f16")
+    _check_format(fmt, ("awq", "awq_f16"), path, name, "an int4 checkpoint's layer")
     return w, report.summary()
+
+
+def _check_format(
+    fmt: str | None, gives: tuple[str, ...], path, name: str, what: str
+) -> None:
+    """--format names a record format the file gives for this layer, or is not given."""
+    if fmt is not None and fmt not in gives:
+        can = " or ".join(f"--format {g}" for g in gives)
+        raise ConfigError(
+            f"--format {fmt} does not match --weights {path}: {name} is {what}, which runs as {can}; "
+            "leave --format out (the file decides)"
+        )
 
 
 def random_format_weights(

@@ -946,3 +946,58 @@ def test_index_json_that_python_cannot_parse(tmp_path, text):
         ConfigError, match="model.safetensors.index.json: not valid JSON"
     ):
         load_layer(path, LAYER)
+
+
+# ---------------------------------------------------------------------------------------------- --list-layers
+
+
+def test_list_layers_is_a_table_that_counts_what_it_does_not_list(tmp_path):
+    """An int4 layer with a bias, a bf16 embedding (listed, not read) and a norm: the bias and the norm are
+    1-D, counted in the summary; a group of 24 breaks the kernel's rule and says so."""
+    from int4awq.weights_file import list_layers as table
+
+    q, z, s = logical(96, 16, 24, seed=13)
+    t = awq_tensors(q, z, s)
+    t[f"{LAYER}.bias"] = st_bytes(np.zeros(16), "F32")
+    t["model.embed_tokens.weight"] = st_bytes(np.zeros((32, 96)), "BF16")
+    t["model.norm.weight"] = st_bytes(np.zeros(96), "BF16")
+    write_dir(tmp_path, t, {**AWQ_CFG, "group_size": 24})
+    gs_rule = (
+        "GS = 24: must be a multiple of 16 (the kernel's dequantisation converts two 8-deep K "
+        "blocks per step)"
+    )
+    assert table(tmp_path) == [
+        "name                             type      shape            status",
+        "-------------------------------  --------  ---------------  ------",
+        f"{LAYER}  awq-gemm  K=96 N=16 GS=24  does not run: {gs_rule}",
+        "model.embed_tokens               BF16      K=96 N=32        not read (BF16: a float weight, "
+        "the kernel takes quantised ones)",
+        "2 layers: 1 refused at load (its status says why), 1 not read; not listed: 2 1-D tensors",
+    ]
+    with pytest.raises(ConfigError) as e:  # what the run says
+        load_layer(tmp_path, LAYER)
+    assert str(e.value) == f"layer {LAYER}: {gs_rule}"
+
+
+def test_a_truncated_safetensors_file_says_so(tmp_path):
+    q, z, s = logical(64, 16, 32, seed=14)
+    path = tmp_path / "m.safetensors"
+    write_safetensors(path, awq_tensors(q, z, s))
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-100])
+    says = (
+        f"{path}: cut short: its header describes {len(whole)} bytes, the file holds "
+        f"{len(whole) - 100} (a truncated download?)"
+    )
+    for call in (list_layers, lambda p: load_layer(p, LAYER)):
+        with pytest.raises(ConfigError) as e:
+            call(path)
+        assert str(e.value) == says
+    path.write_bytes(whole[:20])  # inside the header
+    length = int.from_bytes(whole[:8], "little")
+    with pytest.raises(ConfigError) as e:
+        list_layers(path)
+    assert (
+        str(e.value)
+        == f"{path}: cut short: its header is {length} bytes long, the file holds 20"
+    )

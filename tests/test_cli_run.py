@@ -74,7 +74,7 @@ def npy(tmp_path, name, arr):
         (["--m", "4", *SMALL, "--gs", "100"], "GS = 100: " + GS_RULE),
         (["--m", "4", *SMALL, "--gs", "24"], "GS = 24: " + GS_RULE),
         (["--m", "4", "--k", "256", "--n", "64", "--gs", "8"], "GS = 8: " + GS_RULE),
-        (["--awq", "", "--layer", "x", "--m", "4"], "--awq: the path is empty"),
+        (["--awq", "", "--layer", "x", "--m", "4"], "--weights: the path is empty"),
         (
             ["--awq", "/dev/null", "--layer", "x", "--m", "4"],
             "/dev/null: not a regular file or a directory",
@@ -112,6 +112,61 @@ def npy(tmp_path, name, arr):
 )
 def test_bad_options_are_one_line_and_exit_2(capsys, no_run, args, message):
     assert_bad_input(*main(capsys, *args), message)
+
+
+# the option as --help presents it, whichever of its names was typed
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--layer", "x", "--m", "4"], "error: --layer needs --weights PATH"),
+        (
+            ["--list-layers"],
+            "error: --list-layers and --decoder-layer need --weights PATH",
+        ),
+        (
+            ["--decoder-layer", "0", "--m", "4"],
+            "error: --list-layers and --decoder-layer need --weights PATH",
+        ),
+        (["--m", "4"], "error: give --k and --n (or --weights PATH --layer NAME)"),
+        (
+            ["--awq", "", "--list-layers"],
+            "error: --weights: the path is empty (give a checkpoint directory, a .safetensors file or a "
+            ".gguf file)",
+        ),
+    ],
+)
+def test_messages_name_the_weights_option_as_help_shows_it(
+    capsys, no_run, args, message
+):
+    code, out, err = main(capsys, *args)
+    assert code == 2 and err.strip() == message, out + err
+    assert "--awq" not in err
+
+
+def test_every_option_has_a_help_line_with_its_default():
+    import argparse
+
+    from int4awq.air_run import add_action_arguments
+
+    builder = argparse.ArgumentParser()
+    add_action_arguments(builder)
+    for parser in (host_run.build_parser(), builder):
+        bare = [
+            a.option_strings[0]
+            for a in parser._actions
+            if not (a.help or "").strip() or a.help == argparse.SUPPRESS
+        ]
+        assert bare == [], f"options without help: {bare}"
+    helps = {
+        a.option_strings[0]: a.help
+        for a in host_run.build_parser()._actions
+        if a.option_strings
+    }
+    assert "(default)" in helps["--backend"] and "emu" in helps["--backend"]
+    assert "(default 0)" in helps["--seed"]
+    assert "(default 3;" in helps["--warmup"] and "(default 10;" in helps["--iters"]
+    usage = host_run.build_parser().format_help()
+    assert "untimed NPU iterations before the timed ones" in usage
 
 
 def test_decoder_layer_refuses_options_it_would_ignore(capsys, no_run, tmp_path):
@@ -477,3 +532,30 @@ def test_the_kernel_models_calibration_is_printed_once_per_run():
     first, second = (host_run.modelled_line(cfg, 64, 128) for _ in range(2))
     assert first.splitlines()[-1] == calibration().summary()
     assert calibration().summary() not in second and second.startswith("modelled NPU2:")
+
+
+# ------------------------------------------------------------------------------------------ --format
+def test_a_format_the_weights_file_cannot_give_is_refused(capsys, no_run, tmp_path):
+    from test_checkpoints import AWQ_CFG, LAYER, awq_tensors, logical, write_dir
+
+    from int4awq.weights_file import load
+
+    q, z, s = logical(64, 16, 32, seed=3)
+    ckpt = str(write_dir(tmp_path, awq_tensors(q, z, s), {**AWQ_CFG, "group_size": 32}))
+    assert_bad_input(
+        *main(capsys, "--weights", ckpt, "--layer", LAYER, "--m", "4", "--format", "mxfp4"),
+        f"error: --format mxfp4 does not match --weights {ckpt}: {LAYER} is an int4 checkpoint's "
+        "layer, which runs as --format awq or --format awq_f16; leave --format out (the file decides)",
+    )  # fmt: skip
+    assert_bad_input(
+        *main(capsys, "--weights", ckpt, "--decoder-layer", "0", "--m", "4", "--format", "mxfp4"),
+        "error: --format mxfp4 does not match --weights",
+    )  # fmt: skip
+    assert_bad_input(
+        *main(capsys, "--weights", ckpt, "--list-layers", "--format", "awq_f16"),
+        "--list-layers lists the layers and exits; it cannot be combined with --format awq_f16",
+    )  # fmt: skip
+    # the records an int4 checkpoint gives are still the format's to choose
+    assert load(ckpt, LAYER, fmt="awq_f16")[0].format == "awq_f16"
+    assert load(ckpt, LAYER, fmt="awq")[0].format == "awq"
+    assert load(ckpt, LAYER)[0].format == "awq"

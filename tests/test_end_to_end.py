@@ -164,8 +164,8 @@ def test_emulator_counters_agree_with_the_design():
             "bytes of L1",
         ),
         (["--m", "64"], "give --k and --n"),
-        (["--layer", "x", "--m", "4"], "--layer needs --awq PATH"),
-        (["--decoder-layer", "0", "--m", "4"], "--decoder-layer need --awq PATH"),
+        (["--layer", "x", "--m", "4"], "--layer needs --weights PATH"),
+        (["--decoder-layer", "0", "--m", "4"], "--decoder-layer need --weights PATH"),
         (["--m", "4", "--k", "256", "--n", "64", "--iters", "0"], "need iters >= 1"),
     ],
 )

@@ -176,13 +176,134 @@ def test_a_q4_0_decoder_layer_runs_a_line_per_projection(tmp_path):
     ] and all(line.endswith("PASS") for line in lines)
 
 
-def test_a_truncated_file_is_one_line(model, tmp_path):
+def test_a_file_cut_inside_its_header_is_one_line(model, tmp_path):
     path, _ = model
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(path.read_bytes()[:200])
-    with pytest.raises(ConfigError, match="not a readable GGUF file"):
-        load_gguf_layer(cut, "blk.0.attn_q.weight")
-    code, out, err = run(
-        "--weights", str(cut), "--layer", "blk.0.attn_q.weight", "--m", "8"
+    says = (
+        f"{cut}: not a readable GGUF file: its header runs past the end of the file (200 bytes; "
+        "cut short?)"
     )
-    assert code == 2 and len(err.strip().splitlines()) == 1, out + err
+    with pytest.raises(ConfigError) as e:
+        load_gguf_layer(cut, "blk.0.attn_q.weight")
+    assert str(e.value) == says
+    for args in (["--layer", "blk.0.attn_q.weight", "--m", "8"], ["--list-layers"]):
+        code, out, err = run("--weights", str(cut), *args)
+        assert code == 2 and err.strip() == f"error: {says}", out + err
+
+
+def test_a_file_that_is_not_gguf_is_one_line(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"PK\x03\x04" + bytes(60))
+    code, out, err = run("--weights", str(bad), "--list-layers")
+    assert code == 2 and err.strip() == (
+        f"error: {bad}: not a GGUF file (64 bytes; a GGUF file begins with the bytes 'GGUF')"
+    ), (out + err)
+
+
+# Bytes of a block (ggml-common.h: block_mxfp4 is e and 16 bytes, block_q4_0 an fp16 d and 16 bytes,
+# block_q4_1 fp16 d, fp16 m and 16 bytes).
+MXFP4_BLOCK, Q4_0_BLOCK, Q4_1_BLOCK = 17, 18, 20
+
+
+def test_a_file_cut_in_its_data_still_lists_and_names_the_cut_tensor(model, tmp_path):
+    """A download that stopped early: the header parses, the last tensor (the f32 norm, K * 4 bytes) and
+    the end of the one before it (Q4_1) are missing. The list says so per tensor; loading the cut tensor is
+    one line with the bytes found and expected, never numpy's words."""
+    path, _ = model
+    cut = tmp_path / "cut.gguf"
+    data = path.read_bytes()
+    cut.write_bytes(data[: len(data) - 4 * K - 100])  # the norm and 100 bytes of attn_v
+    q4_1 = N * (K // 32) * Q4_1_BLOCK
+    code, out, err = run("--weights", str(cut), "--list-layers")
+    assert code == 0, out + err
+    rows = {line.split()[0]: line for line in out.splitlines()}
+    assert rows["blk.0.attn_v.weight"].endswith(
+        f"  not read (cut short: {q4_1 - 100} of its {q4_1} bytes are in the file)"
+    )
+    assert rows["blk.0.attn_q.weight"].endswith("  runs")
+    assert (
+        out.splitlines()[-1] == "3 tensors: 2 run, 1 not read; not listed: 1 1-D tensor"
+    )
+    says = (
+        f"blk.0.attn_v.weight: GGUF Q4_1 [{K}, {N}]: {q4_1 - 100} bytes of data in the file, expected "
+        f"{q4_1} ({N} rows of {K // 32} {Q4_1_BLOCK}-byte blocks): a truncated file?"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_gguf_layer(cut, "blk.0.attn_v.weight")
+    assert str(e.value) == says
+    code, out, err = run(
+        "--weights", str(cut), "--layer", "blk.0.attn_v.weight", "--m", "8"
+    )
+    assert code == 2 and err.strip() == f"error: {says}", out + err
+    # the whole tensors before the cut are still read
+    assert load_gguf_layer(cut, "blk.0.attn_q.weight").k == K
+
+
+def test_list_layers_is_a_table_with_a_summary(model):
+    path, _ = model
+    code, out, err = run("--weights", str(path), "--list-layers")
+    assert code == 0, out + err
+    q4_1 = "read exactly (Q4_1: v*s + m); the kernel has no min term yet"
+    assert out.splitlines() == [
+        "name                 type   shape        status",
+        "-------------------  -----  -----------  ------",
+        "blk.0.attn_q.weight  MXFP4  K=256 N=128  runs",
+        "blk.0.attn_k.weight  Q4_0   K=256 N=128  runs",
+        f"blk.0.attn_v.weight  Q4_1   K=256 N=128  {q4_1}",
+        "3 tensors: 2 run, 1 read exactly but does not run yet; not listed: 1 1-D tensor",
+    ]
+
+
+def test_a_scale_the_loader_refuses_does_not_list_as_running(tmp_path):
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((N, K)) / 16).astype(np.float32)
+    mx = gguf.quants.quantize(w, Q.MXFP4).reshape(N, K // 32, MXFP4_BLOCK)
+    mx[7, 2, 0] = 255  # e of column 7's third block: NaN
+    q40 = gguf.quants.quantize(w, Q.Q4_0).reshape(N, K // 32, Q4_0_BLOCK)
+    q40[5, 1, :2] = np.array([np.inf], "<f2").view(
+        np.uint8
+    )  # d of column 5's second block
+    path = tmp_path / "nan.gguf"
+    out = gguf.GGUFWriter(str(path), "llama")
+    out.add_tensor("nan.weight", mx.reshape(N, -1), raw_dtype=Q.MXFP4)
+    out.add_tensor("inf.weight", q40.reshape(N, -1), raw_dtype=Q.Q4_0)
+    out.write_header_to_file()
+    out.write_kv_data_to_file()
+    out.write_tensors_to_file()
+    out.close()
+    code, stdout, err = run("--weights", str(path), "--list-layers")
+    assert code == 0, stdout + err
+    lines = stdout.splitlines()
+    nan = "MXFP4 scale byte 255 (group 2, column 7) is not supported: NaN"
+    inf = "block [1, 5] has scale d = inf: not finite"
+    assert lines[2].startswith("nan.weight") and lines[2].endswith(
+        f"does not run: {nan}"
+    )
+    assert lines[3].startswith("inf.weight") and lines[3].endswith(
+        f"does not run: {inf}"
+    )
+    assert lines[-1] == "2 tensors: 2 refused at load (their status says why)"
+    assert [t.runs for t in list_gguf_layers(path)] == [False, False]
+    for name, why in (("nan.weight", nan), ("inf.weight", inf)):  # what the run says
+        code, stdout, err = run("--weights", str(path), "--layer", name, "--m", "8")
+        assert code == 2 and err.strip() == f"error: {name}: {why}", stdout + err
+
+
+@pytest.mark.parametrize(
+    "layer, given, kind, gives",
+    [
+        ("blk.0.attn_k.weight", "awq", "Q4_0", "awq_f16"),
+        ("blk.0.attn_k.weight", "mxfp4", "Q4_0", "awq_f16"),
+        ("blk.0.attn_q.weight", "awq_f16", "MXFP4", "mxfp4"),
+    ],
+)
+def test_a_format_the_tensor_is_not_is_refused(model, layer, given, kind, gives):
+    path, _ = model
+    code, out, err = run(
+        "--weights", str(path), "--layer", layer, "--m", "8", "--format", given
+    )
+    assert code == 2 and err.strip() == (
+        f"error: --format {given} does not match --weights {path}: {layer} is a GGUF {kind} tensor, "
+        f"which runs as --format {gives}; leave --format out (the file decides)"
+    ), (out + err)

@@ -8,6 +8,7 @@ line and exit 2; a truncated tensor and an inf scale are one line too."""
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from int4awq import gguf_file  # noqa: E402
 from int4awq.errors import ConfigError  # noqa: E402
 from int4awq.gguf_file import list_gguf_layers, load_gguf_layer  # noqa: E402
 from int4awq.gguf_quants import BlockIntWeights, decode  # noqa: E402
-from int4awq.weights_file import list_layers  # noqa: E402
+from int4awq.weights_file import list_layers, listing  # noqa: E402
 
 from host_args import REPO, RUN  # noqa: E402
 
@@ -151,18 +152,38 @@ def test_every_finite_fp16_scale_is_exact_too(kind):
 
 def test_list_layers_names_each_types_status(model):
     path, _ = model
-    lines = list_layers(path)
+    rows = {r.name: r for r in listing(path).rows}
     for kind, (k, n, *_) in TYPES.items():
-        assert f"{name_of(kind)}  GGUF {kind}  K={k} N={n}  {STATUS[kind]}" in lines
-    assert (
-        "blk.9.attn_q.weight  GGUF Q2_K  K=256 N=8  not read (Q2_K: no decoder for this type yet)"
-        in lines
+        r = rows[name_of(kind)]
+        assert (r.type, r.shape, r.status, r.outcome) == (
+            kind,
+            f"K={k} N={n}",
+            STATUS[kind],
+            "read",
+        )
+    q2_k, f16 = rows["blk.9.attn_q.weight"], rows["blk.9.attn_k.weight"]
+    assert (q2_k.type, q2_k.shape, q2_k.status) == (
+        "Q2_K",
+        "K=256 N=8",
+        "not read (Q2_K: no decoder for this type yet)",
+    )
+    assert (f16.type, f16.shape, f16.status) == (
+        "F16",
+        "K=256 N=8",
+        "not read (F16: a float weight, the kernel takes quantised ones)",
     )
     assert (
-        "blk.9.attn_k.weight  GGUF F16  K=256 N=8  not read (F16: a float weight, the kernel takes quantised "
-        "ones)"
-    ) in lines
-    assert len(lines) == len(TYPES) + 2  # the 1-D norm is not a layer
+        len(rows) == len(TYPES) + 2
+    )  # the 1-D norm is not a layer: the summary counts it
+    lines = list_layers(path)
+    assert lines[0].split() == ["name", "type", "shape", "status"]
+    # aligned: every row's type starts where the header's does
+    at = lines[0].index("type")
+    assert all(line[at - 2 : at] == "  " and line[at] != " " for line in lines[2:-1])
+    assert lines[-1] == (
+        f"{len(TYPES) + 2} tensors: {len(TYPES)} read exactly but do not run yet, 2 not read; not "
+        "listed: 1 1-D tensor"
+    )
     flags = {t.name: (t.runs, t.read_exactly) for t in list_gguf_layers(path)}
     assert all(flags[name_of(kind)] == (False, True) for kind in TYPES)
     assert (
@@ -218,16 +239,30 @@ def test_a_decoder_layer_with_a_k_quant_is_refused_in_one_line(model):
 
 
 def test_a_truncated_k_quant_file_is_one_line(tmp_path):
+    """Written by GGUFWriter, then cut inside the tensor's data: the header parses, the tensor is short.
+    The line names the tensor and the bytes found and expected (8 rows of 2 Q4_K blocks of 144 bytes,
+    ggml-common.h), never numpy's words; --list-layers still lists it."""
     rng = np.random.default_rng(22)
     raw = raw_blocks("Q4_K", 512, 8, (0, 2), rng)
     path = write(tmp_path / "q4k.gguf", {"w": (raw, "Q4_K")})
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(path.read_bytes()[:-500])  # inside the tensor's data
-    with pytest.raises(ConfigError, match="not a readable GGUF file") as e:
+    says = (
+        f"w: GGUF Q4_K [512, 8]: {8 * 2 * 144 - 500} bytes of data in the file, expected {8 * 2 * 144} "
+        "(8 rows of 2 144-byte blocks): a truncated file?"
+    )
+    with pytest.raises(ConfigError) as e:
         load_gguf_layer(cut, "w")
-    assert "\n" not in str(e.value)
+    assert str(e.value) == says
     code, out, err = run("--weights", str(cut), "--layer", "w", "--m", "8")
-    assert code == 2 and len(err.strip().splitlines()) == 1, out + err
+    assert code == 2 and err.strip() == f"error: {says}", out + err
+    code, out, err = run("--weights", str(cut), "--list-layers")
+    assert code == 0, out + err
+    assert out.splitlines()[2] == (
+        f"w     Q4_K  K=512 N=8  not read (cut short: {8 * 2 * 144 - 500} of its {8 * 2 * 144} bytes "
+        "are in the file)"
+    )
+    assert out.splitlines()[-1] == "1 tensor: 1 not read"
 
 
 def test_short_tensor_data_is_one_line(tmp_path, monkeypatch):
@@ -240,16 +275,30 @@ def test_short_tensor_data_is_one_line(tmp_path, monkeypatch):
 
     class Short:
         def __init__(self, p):
-            self.tensors = [
-                t._replace(data=np.asarray(t.data).reshape(-1)[:-7])
-                for t in real(p).tensors
-            ]
+            self.tensors = [replace(t, data=t.data[:-7]) for t in real(p).tensors]
 
     monkeypatch.setattr(gguf_file, "_reader", Short)
     with pytest.raises(ConfigError) as e:
         load_gguf_layer(path, "w")
     assert str(e.value) == (
-        "w: 1673 bytes of data, expected 1680 for Q6_K [256, 8] (a truncated file?)"
+        "w: GGUF Q6_K [256, 8]: 1673 bytes of data in the file, expected 1680 (8 rows of 1 210-byte "
+        "blocks): a truncated file?"
+    )
+
+
+def test_decode_checks_the_size_before_shaping_the_bytes():
+    raw = np.zeros(8 * 144 - 1, np.uint8)  # one byte short of 8 rows of a Q4_K block
+    with pytest.raises(ConfigError) as e:
+        decode("Q4_K", raw, 256, 8)
+    assert str(e.value) == (
+        "Q4_K [256, 8]: 1151 bytes of data, expected 1152 (8 rows of 1 144-byte blocks): a truncated "
+        "file?"
+    )
+    with pytest.raises(ConfigError) as e:
+        decode("Q4_K", np.zeros(8 * 144, np.uint8), 128, 8)
+    assert (
+        str(e.value)
+        == "Q4_K [128, 8]: K = 128 is not a whole number of 256-value blocks"
     )
 
 

@@ -32,7 +32,7 @@ from safetensors.numpy import save_file  # noqa: E402
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors  # noqa: E402
 
 from int4awq.errors import ConfigError  # noqa: E402
-from int4awq.weights_file import list_layers, load  # noqa: E402
+from int4awq.weights_file import list_layers, listing, load  # noqa: E402
 
 from host_args import REPO, RUN  # noqa: E402
 
@@ -128,13 +128,30 @@ def test_gpt_oss_expert_is_exactly_what_transformers_dequantises(oss_checkpoint)
 
 def test_list_layers_names_the_layouts(ct_checkpoint, oss_checkpoint):
     assert list_layers(ct_checkpoint[0]) == [  # in natural order
-        "lm_head  compressed-tensors MXFP4  K=128 N=64",
-        "model.layers.0.self_attn.q_proj  compressed-tensors MXFP4  K=256 N=128",
+        "name                             type                      shape        status",
+        "-------------------------------  ------------------------  -----------  ------",
+        "lm_head                          compressed-tensors MXFP4  K=128 N=64   runs",
+        "model.layers.0.self_attn.q_proj  compressed-tensors MXFP4  K=256 N=128  runs",
+        "2 layers: 2 run",
     ]
     d, name, _ = oss_checkpoint
-    assert list_layers(d) == [
-        f"{name}  gpt-oss MXFP4  K={K_OSS} N={N_OSS}  experts={E} (--expert E)"
+    rows = listing(d).rows
+    assert [(r.name, r.type, r.shape, r.status) for r in rows] == [
+        (
+            name,
+            "gpt-oss MXFP4",
+            f"K={K_OSS} N={N_OSS} experts={E}",
+            f"runs, one expert at a time (--expert 0 to {E - 1})",
+        ),
+        # the router is a float weight [E, K]: listed, not read
+        (
+            "model.layers.0.mlp.router",
+            "F32",
+            f"K={K_OSS} N={E}",
+            "not read (F32: a float weight, the kernel takes quantised ones)",
+        ),
     ]
+    assert list_layers(d)[-1] == "2 layers: 1 runs, 1 not read"
 
 
 @pytest.mark.parametrize("which", ["ct", "oss"])
@@ -208,17 +225,62 @@ def test_bad_input_is_one_line_exit_2(ct_checkpoint, oss_checkpoint, tmp_path):
         )
 
 
-def test_a_nan_scale_is_refused_at_load(tmp_path):
+def test_a_nan_scale_is_refused_at_load_and_in_the_list(tmp_path):
     d = tmp_path / "nan"
     d.mkdir()
     scales = np.full((16, 2), 127, np.uint8)
     scales[3, 1] = 255
     save_file(
-        {"l.weight_packed": np.zeros((16, 32), np.uint8), "l.weight_scale": scales},
+        {
+            "l.weight_packed": np.zeros((16, 32), np.uint8),
+            "l.weight_scale": scales,
+            "l.bias": np.zeros(16, np.float32),
+            "norm.weight": np.ones(64, np.float32),
+        },
         str(d / "model.safetensors"),
     )  # no config: the U8 tensors say MXFP4
-    with pytest.raises(ConfigError, match=r"layer l: MXFP4 scale byte 255 .*NaN"):
+    # scales [N, K/32] = [16, 2]: row 3 is output column 3, its second byte group 1
+    why = "MXFP4 scale byte 255 (group 1, column 3) is not supported: NaN"
+    with pytest.raises(ConfigError) as e:
         load(d, "l")
+    assert str(e.value) == f"layer l: {why}"
+    assert list_layers(d)[2:] == [
+        f"l     compressed-tensors MXFP4  K=64 N=16  does not run: {why}",
+        "1 layer: 1 refused at load (its status says why); not listed: 2 1-D tensors",
+    ]
+
+
+def test_a_gpt_oss_expert_with_a_nan_scale_is_named_in_the_list(tmp_path):
+    rng = np.random.default_rng(4)
+    scales = rng.integers(118, 126, (E, N_OSS, K_OSS // 32), dtype=np.uint8)
+    scales[1, 5, 2] = 255  # expert 1, output 5, group 2
+    save_file(
+        {
+            "experts.down_proj_blocks": np.zeros((E, N_OSS, K_OSS // 32, 16), np.uint8),
+            "experts.down_proj_scales": scales,
+        },
+        str(tmp_path / "model.safetensors"),
+    )
+    why = "MXFP4 scale byte 255 (group 2, column 5) is not supported: NaN"
+    [row] = listing(tmp_path).rows
+    assert row.status == (
+        f"runs, one expert at a time (--expert 0 to {E - 1}), except expert 1: {why}"
+    )
+    assert load(tmp_path, "experts.down_proj", expert=0)[0].k == K_OSS
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, "experts.down_proj", expert=1)
+    assert str(e.value) == f"layer experts.down_proj: {why}"
+
+
+def test_a_format_an_mxfp4_checkpoint_is_not_is_refused(ct_checkpoint):
+    d, _ = ct_checkpoint
+    code, out, err = run(
+        "--weights", str(d), "--layer", "lm_head", "--m", "8", "--format", "awq"
+    )
+    assert code == 2 and err.strip() == (
+        f"error: --format awq does not match --weights {d}: lm_head is a compressed-tensors MXFP4 "
+        "layer, which runs as --format mxfp4; leave --format out (the file decides)"
+    ), (out + err)
 
 
 def test_quark_export_is_exactly_what_quark_unpacks(tmp_path):
@@ -253,8 +315,12 @@ def test_quark_export_is_exactly_what_quark_unpacks(tmp_path):
     model = quantizer.freeze(quantizer.quantize_model(model, None))
     export_safetensors(model, str(tmp_path))
     tensors = load_file(str(tmp_path / "model.safetensors"))
-    lines = list_layers(tmp_path)
-    assert len(lines) == 7 and all(" quark MXFP4 " in line for line in lines)
+    rows = listing(
+        tmp_path
+    ).rows  # the seven projections, then the unquantised lm_head and embeddings
+    assert [r.type for r in rows[:7]] == ["quark MXFP4"] * 7
+    assert all(r.status == "runs" for r in rows[:7])
+    assert all(r.status.startswith("not read (BF16: a float weight") for r in rows[7:])
     for name in ("model.layers.0.mlp.down_proj", "model.layers.0.self_attn.q_proj"):
         values = Pack_fp4("per_group", "fp4").unpack(tensors[f"{name}.weight"], False)
         scale = 2.0 ** (tensors[f"{name}.weight_scale"].to(torch.int16) - 127).float()
