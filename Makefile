@@ -8,6 +8,8 @@
 #   make compile print             aircc build for NPU2 / print the AIR module
 #   make aircc-check               every design through the real aircc + aiecc (no NPU needed)
 #   make bench                     every Llama-3.2-1B projection: table, build/bench.csv, build/bench.png
+#   make test-formats              the format tests that call torch / compressed-tensors / transformers live
+#   make fixtures                  rewrite tests/fixtures/ with those libraries (tests/fixtures/PROVENANCE.md)
 #   make bringup                   the hardware bring-up ladder, one risk per step (docs/bringup.md)
 #   make upstream-check AIR_SRC=.. mlir-air's own examples on the emulator
 #   make help                      this list
@@ -162,10 +164,12 @@ $(VENV)/bin/python:
 	python3 -m venv --system-site-packages $(VENV) || { rm -rf $(VENV); echo "make: could not create $(VENV):" \
 	  "install python3-venv (apt-get install python3-venv), or run make inside a virtualenv, or give PYTHON=..." >&2; exit 2; }
 $(DEPS_STAMP): requirements.txt $(USES_VENV)
-	$(PYTHON) -m pip install -q -r requirements.txt
+	@echo "make: installing requirements.txt into $(PYTHON_PREFIX) (once per change of that file; pip shows its progress)"
+	$(PYTHON) -m pip install --disable-pip-version-check -r requirements.txt
 	@mkdir -p build && touch $@
 deps: $(DEPS_STAMP)
-# The formats' own libraries for the loader tests (requirements-formats.txt), installed by `make test` only.
+# The formats' own libraries (requirements-formats.txt: torch, compressed-tensors, transformers), installed by
+# `make test-formats` and `make fixtures` only: `make test` reads the files they wrote (tests/fixtures/).
 FORMAT_DEPS_STAMP := build/.format-deps-$(shell cat requirements-formats.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
 $(FORMAT_DEPS_STAMP): requirements-formats.txt $(DEPS_STAMP)
 	$(PYTHON) -m pip install -q -r requirements-formats.txt
@@ -185,9 +189,18 @@ format: deps
 	@$(PYTHON) -m black -q $(shell git ls-files '*.py')
 	@$(CLANG_FORMAT) -i $(CXX_SOURCES)
 
-test: deps format-deps format-check
+test: deps format-check
 	$(PYTHON) -m pytest -q -n auto --dist loadfile tests emulator/tests
 	$(PYTHON) -c 'from lit.main import main; main()' -sv tests
+
+# The tests marked `formats` (tests/conftest.py), with the formats' own libraries: they write and dequantise
+# the checkpoints again, and check tests/fixtures/ is what they write.
+.PHONY: test-formats fixtures
+test-formats: deps format-deps
+	$(PYTHON) -m pytest -q --formats -m formats tests
+# Rewrites tests/fixtures/ (checkpoints, the libraries' dequantisations, PROVENANCE.md) with those libraries.
+fixtures: deps format-deps
+	$(PYTHON) tests/fixtures/make_fixtures.py
 
 clean:
 	rm -rf build kernels/build

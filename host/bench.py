@@ -403,7 +403,15 @@ def _main(argv) -> int:
     columns = table_columns(PREFILL_TABLE, on_npu or args.emulate)
     print(table_header(columns))
     rows, failures = [], 0
-    for entry in load_table():  # a row per (shape, format): MXFP4 beside AWQ
+    entries, say = load_table(), print
+    # seconds to a minute a row on NPU2 or the emulator: a bar with the count and time left, and each
+    # row's line written above it
+    if on_npu or args.emulate:
+        from tqdm import tqdm
+
+        entries = tqdm(entries, desc="bench rows", unit="row", file=sys.stderr)
+        say = tqdm.write
+    for entry in entries:  # a row per (shape, format): MXFP4 beside AWQ
         m, k, n, fmt = entry["m"], entry["k"], entry["n"], entry.get("format", "awq")
         try:
             cfg, _ = default_config(m, k, n, entry["gs"], fmt)
@@ -420,7 +428,7 @@ def _main(argv) -> int:
                     source=str(e),
                 )
             )
-            print(f"{table_line(_LEAD, rows[-1])} {e}", flush=True)
+            say(f"{table_line(_LEAD, rows[-1])} {e}")
             continue
         est = modelled(cfg, m, n)
         row = dict(
@@ -456,7 +464,7 @@ def _main(argv) -> int:
                 source="modelled; emulator " + ("PASS" if passed else "FAIL"),
             )
         rows.append(row)
-        print(table_line(columns, row), flush=True)
+        say(table_line(columns, row))
     failures += decode_rows(rows, on_npu, args)
     try:
         with open(args.csv, "w", newline="") as f:

@@ -94,7 +94,10 @@ def test_outside_a_virtualenv_deps_makes_and_uses_dot_venv(tmp_path):
     tree = _bare_tree(tmp_path)
     out = dry("deps", cwd=str(tree), env=_env_with_python3(tmp_path / "bin", base))
     assert f"python3 -m venv --system-site-packages {tree}/.venv" in out
-    assert f"{tree}/.venv/bin/python -m pip install -q -r requirements.txt" in out
+    assert (
+        f"{tree}/.venv/bin/python -m pip install --disable-pip-version-check -r requirements.txt"
+        in out
+    )
     assert "PIP_ROOT_USER_ACTION" not in out  # pip's warning about root is not hidden
 
 
@@ -115,13 +118,16 @@ def test_inside_a_virtualenv_deps_uses_it(tmp_path):
         "deps", cwd=str(tree), env=_env_with_python3(venv / "bin")
     )  # as `source v/bin/activate` does
     assert "-m venv" not in out and ".venv" not in out
-    assert "python3 -m pip install -q -r requirements.txt" in out
+    assert (
+        "python3 -m pip install --disable-pip-version-check -r requirements.txt" in out
+    )
 
 
 def test_an_explicit_python_is_used_as_given(tmp_path):
     out = dry("deps", f"PYTHON={sys.executable}", cwd=str(_bare_tree(tmp_path)))
     assert (
-        f"{sys.executable} -m pip install -q -r requirements.txt" in out
+        f"{sys.executable} -m pip install --disable-pip-version-check -r requirements.txt"
+        in out
         and "-m venv" not in out
     )
 

@@ -3,76 +3,116 @@
 Compressor and QuantizationConfig, symmetric and asymmetric, bf16 and fp16 scales), read by
 int4awq/checkpoints.py through the weights-file interface: with the scales kept exactly (format awq_f16) the
 weights equal the package's own decompress, which rounds each (q - z) * s to the scale's dtype, once the host's
-exact product is rounded the same way; the layer runs on the emulator."""
+exact product is rounded the same way; the layer runs on the emulator.
+
+The checkpoints and the package's decompress are committed in tests/fixtures/ (made by `make fixtures`,
+tests/fixtures/PROVENANCE.md): these tests need neither torch nor compressed-tensors. The tests marked
+`formats` (`make test-formats`) make them again with the package and check the fixtures are what it writes.
+"""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from ml_dtypes import bfloat16
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("compressed_tensors")
-from compressed_tensors.compressors.pack_quantized.base import (  # noqa: E402
-    PackedQuantizationCompressor,
-)
-from compressed_tensors.quantization import (  # noqa: E402
-    QuantizationConfig,
-    preset_name_to_scheme,
-)
-from compressed_tensors.quantization.utils import calculate_qparams  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+from int4awq.quant import dequantize
+from int4awq.weights_file import load
 
-from int4awq.quant import dequantize  # noqa: E402
-from int4awq.weights_file import load  # noqa: E402
+from host_args import REPO, RUN
 
-from host_args import REPO, RUN  # noqa: E402
-
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 N, K, GS = 64, 256, 32
 LAYER = "model.layers.0.mlp.down_proj"
+PRESETS = ["W4A16", "W4A16_ASYM"]
+DTYPES = {"bfloat16": bfloat16, "float16": np.float16}
 
 
-def make_checkpoint(d, preset, dtype):
-    """The package's own compression of a seeded [N, K] weight; returns its decompress, [N, K]."""
-    scheme = preset_name_to_scheme(preset, ["Linear"])
-    scheme.weights.group_size = GS
-    w = (torch.randn(N, K, generator=torch.Generator().manual_seed(3)) / 16).to(dtype)
-    groups = w.float().view(N, K // GS, GS)
-    scale, zp = calculate_qparams(groups.amin(-1), groups.amax(-1), scheme.weights)
-    state = {"weight": w, "weight_scale": scale.to(dtype), "weight_zero_point": zp}
-    packed = PackedQuantizationCompressor.compress(state, scheme)
-    ref = PackedQuantizationCompressor.decompress(dict(packed), scheme)["weight"]
-    save_file(
-        {f"{LAYER}.{k}": v.contiguous() for k, v in packed.items()},
-        str(d / "model.safetensors"),
+def make_fixtures():
+    """tests/fixtures/make_fixtures.py as a module (its writers import the libraries, its checks do not)."""
+    spec = importlib.util.spec_from_file_location(
+        "make_fixtures", FIXTURES / "make_fixtures.py"
     )
-    cfg = QuantizationConfig(config_groups={"group_0": scheme}, format="pack-quantized")
-    (d / "config.json").write_text(
-        json.dumps({"quantization_config": cfg.model_dump(mode="json")})
-    )
-    return ref
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.mark.parametrize("preset", ["W4A16", "W4A16_ASYM"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_layer_is_the_packages_decompression(tmp_path, preset, dtype):
-    ref = make_checkpoint(tmp_path, preset, dtype)
-    w, line = load(tmp_path, LAYER, scale_pair=True)
+def reference(path):
+    """A library's own answer committed in tests/fixtures/refs/ (bf16 as its bits, *.bf16.npy)."""
+    a = np.load(FIXTURES / "refs" / path)
+    return a.view(bfloat16) if path.endswith(".bf16.npy") else a
+
+
+def assert_is_the_decompression(d, dtype, ref):
+    """The layer in d, loaded with its scales kept exactly and its exact product rounded to dtype as the
+    package's decompress rounds, equals ref ([N, K] in dtype)."""
+    w, line = load(d, LAYER, scale_pair=True)
     assert w.format == "awq_f16" and (w.k, w.n, w.gs) == (K, N, GS)
     assert "-> bfloat16 pair: 0 of" in line
-    ours = torch.from_numpy(np.ascontiguousarray(dequantize(w).T)).to(dtype)
-    assert torch.equal(ours, ref)
+    ours = np.ascontiguousarray(dequantize(w).T).astype(DTYPES[dtype])
+    assert ref.dtype == ours.dtype and ref.shape == ours.shape == (N, K)
+    assert np.array_equal(ours.astype(np.float32), ref.astype(np.float32))
 
 
-def test_layer_runs_on_the_emulator(tmp_path):
-    make_checkpoint(tmp_path, "W4A16_ASYM", torch.float16)
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_layer_is_the_packages_decompression(preset, dtype):
+    name = f"ct_int4_{preset}_{dtype}"
+    suffix = "bf16" if dtype == "bfloat16" else "f16"
+    ref = reference(f"{name}/{LAYER}.{suffix}.npy")
+    assert_is_the_decompression(FIXTURES / name, dtype, ref)
+
+
+def test_layer_runs_on_the_emulator():
     res = subprocess.run(
-        [sys.executable, RUN, "--weights", str(tmp_path), "--layer", LAYER,
+        [sys.executable, RUN, "--weights", str(FIXTURES / "ct_int4_W4A16_ASYM_float16"), "--layer", LAYER,
          "--format", "awq_f16", "--m", "16", "--backend", "emu"],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.splitlines()[1].startswith("AWQ_F16 ") and "PASS!" in res.stdout
+
+
+def test_fixtures_are_the_files_their_provenance_names():
+    # every fixture file (these and tests/test_mx_safetensors.py's) is in PROVENANCE.md with its sha256:
+    # none was added, changed or removed without `make fixtures`
+    fx = make_fixtures()
+    recorded = fx.provenance_hashes(FIXTURES)
+    assert sorted(recorded) == fx.fixture_files(FIXTURES)
+    assert {f: fx.sha256(FIXTURES / f) for f in recorded} == recorded
+    assert sum((FIXTURES / f).stat().st_size for f in recorded) < 600_000
+
+
+# ---------------------------------------------------------------------------------------------- formats
+# With the package itself (make test-formats).
+
+
+@pytest.mark.formats
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_layer_is_the_packages_decompression_made_now(tmp_path, preset, dtype):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("compressed_tensors")
+    ref = make_fixtures().write_ct_int4(tmp_path, preset, dtype)
+    assert ref.dtype == getattr(torch, dtype)
+    bits = ref.view(torch.int16).numpy().view(np.uint16)
+    ref = bits.view(bfloat16) if dtype == "bfloat16" else ref.numpy()
+    assert_is_the_decompression(tmp_path, dtype, ref)
+
+
+@pytest.mark.formats
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_the_committed_fixture_is_what_the_package_writes(tmp_path, preset, dtype):
+    pytest.importorskip("torch")
+    pytest.importorskip("compressed_tensors")
+    fx = make_fixtures()
+    name = f"ct_int4_{preset}_{dtype}"
+    fx.make(name, tmp_path)
+    assert fx.differences(FIXTURES, tmp_path, name) == [], "run `make fixtures`"

@@ -10,33 +10,34 @@
 * AMD Quark: an OCP_MXFP4Spec export made by Quark, equal to Quark's own unpacking (where amd-quark is
   installed);
 * bad input (a missing or wrong expert, a Quark export of another type, a NaN scale) is one line, exit 2.
+
+The compressed-tensors and gpt-oss checkpoints and the libraries' dequantisations are committed in
+tests/fixtures/ (made by `make fixtures`, tests/fixtures/PROVENANCE.md): these tests need neither torch,
+compressed-tensors nor transformers. The tests marked `formats` (`make test-formats`) make them again with
+the libraries and check the fixtures are what they write; Quark's test is one of them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from ml_dtypes import bfloat16
+from safetensors.numpy import save_file
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("compressed_tensors")
-from compressed_tensors.compressors.mxfp4 import MXFP4PackedCompressor  # noqa: E402
-from compressed_tensors.quantization import (  # noqa: E402
-    QuantizationConfig,
-    preset_name_to_scheme,
-)
-from safetensors.numpy import save_file  # noqa: E402
-from transformers.integrations.mxfp4 import convert_moe_packed_tensors  # noqa: E402
+from int4awq.errors import ConfigError
+from int4awq.weights_file import list_layers, listing, load
 
-from int4awq.errors import ConfigError  # noqa: E402
-from int4awq.weights_file import list_layers, listing, load  # noqa: E402
+from host_args import REPO, RUN
 
-from host_args import REPO, RUN  # noqa: E402
-
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CT_LAYERS = {"model.layers.0.self_attn.q_proj": (128, 256), "lm_head": (64, 128)}
+OSS_NAME = "model.layers.0.mlp.experts.down_proj"
 E, K_OSS, N_OSS = (
     3,
     128,
@@ -44,60 +45,34 @@ E, K_OSS, N_OSS = (
 )  # gpt-oss: experts, hidden (K of down_proj's GEMM here), outputs
 
 
-def write_ct(d, layers):
-    """A compressed-tensors MXFP4 checkpoint of these layers {name: (N, K)} in d: {layer: the package's own
-    dequantisation [N, K]}."""
-    scheme = preset_name_to_scheme("MXFP4A16", ["Linear"])
-    gen = torch.Generator().manual_seed(0)
-    tensors, refs = {}, {}
-    for name, (n, k) in layers.items():
-        w = (torch.randn(n, k, generator=gen) / 16).to(torch.bfloat16)
-        amax = w.float().view(n, k // 32, 32).abs().amax(-1)
-        scale = torch.exp2(torch.ceil(torch.log2(amax / 6))).to(torch.bfloat16)
-        sd = MXFP4PackedCompressor.compress(
-            {"weight": w, "weight_scale": scale}, scheme
-        )
-        tensors[f"{name}.weight_packed"] = sd["weight_packed"].numpy()
-        tensors[f"{name}.weight_scale"] = sd["weight_scale"].numpy()
-        dec = MXFP4PackedCompressor.decompress(dict(sd), scheme)["weight"]
-        refs[name] = dec.float().numpy()
-    save_file(tensors, str(d / "model.safetensors"))
-    cfg = QuantizationConfig(
-        config_groups={"group_0": scheme}, format="mxfp4-pack-quantized"
+def make_fixtures():
+    """tests/fixtures/make_fixtures.py as a module (its writers import the libraries, its checks do not)."""
+    spec = importlib.util.spec_from_file_location(
+        "make_fixtures", FIXTURES / "make_fixtures.py"
     )
-    (d / "config.json").write_text(
-        json.dumps({"quantization_config": cfg.model_dump(mode="json")})
-    )
-    return refs
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reference(path):
+    """A library's own answer committed in tests/fixtures/refs/, bf16 (stored as its bits), as float32."""
+    assert path.endswith(".bf16.npy")
+    return np.load(FIXTURES / "refs" / path).view(bfloat16).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
-def ct_checkpoint(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ct_mxfp4")
-    return d, write_ct(d, CT_LAYERS)
+def ct_checkpoint():
+    """The compressed-tensors MXFP4 checkpoint of CT_LAYERS: {layer: the package's own decompress [N, K]}."""
+    refs = {name: reference(f"ct_mxfp4/{name}.bf16.npy") for name in CT_LAYERS}
+    return FIXTURES / "ct_mxfp4", refs
 
 
 @pytest.fixture(scope="module")
-def oss_checkpoint(tmp_path_factory):
+def oss_checkpoint():
     """A gpt-oss-layout checkpoint with one MXFP4 expert tensor: transformers' dequantisation [E, K, N]."""
-    d = tmp_path_factory.mktemp("gpt_oss")
-    rng = np.random.default_rng(1)
-    name = "model.layers.0.mlp.experts.down_proj"
-    blocks = rng.integers(0, 256, (E, N_OSS, K_OSS // 32, 16), dtype=np.uint8)
-    scales = rng.integers(118, 126, (E, N_OSS, K_OSS // 32), dtype=np.uint8)
-    save_file(
-        {
-            f"{name}_blocks": blocks,
-            f"{name}_scales": scales,
-            "model.layers.0.mlp.router.weight": np.ones((E, K_OSS), np.float32),
-        },
-        str(d / "model.safetensors"),
-    )
-    (d / "config.json").write_text(
-        json.dumps({"quantization_config": {"quant_method": "mxfp4"}})
-    )
-    ref = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales))
-    return d, name, ref.float().numpy()
+    ref = reference(f"gpt_oss/{OSS_NAME}.bf16.npy")
+    return FIXTURES / "gpt_oss", OSS_NAME, ref
 
 
 def run(*args):
@@ -174,17 +149,11 @@ def test_host_program_runs_the_layer_and_saves_its_weights(
     assert np.array_equal(np.load(tmp_path / "out" / "w_dequant.npy"), ref)
 
 
-def test_a_decoder_layer_of_an_mxfp4_checkpoint_runs_a_line_per_projection(tmp_path):
-    h, f = 64, 128
-    shapes = {"q": (h, h), "k": (h, h), "v": (h, h), "o": (h, h)}
-    layers = {f"model.layers.1.self_attn.{p}_proj": s for p, s in shapes.items()}
-    layers.update(
-        {f"model.layers.1.mlp.{p}_proj": (f, h) for p in ("gate", "up")},
-        **{"model.layers.1.mlp.down_proj": (h, f)},
-    )
-    write_ct(tmp_path, layers)
+def test_a_decoder_layer_of_an_mxfp4_checkpoint_runs_a_line_per_projection():
+    # the seven projections of decoder layer 1, q k v o [64, 64], gate and up [N, K] = [128, 64], down [64, 128]
+    d = FIXTURES / "ct_mxfp4_decoder"
     code, out, err = run(
-        "--weights", str(tmp_path), "--decoder-layer", "1", "--m", "16", "--backend", "emu"
+        "--weights", str(d), "--decoder-layer", "1", "--m", "16", "--backend", "emu"
     )  # fmt: skip
     assert code == 0, out + err
     lines = [line for line in out.splitlines() if line.startswith("model.layers.1.")]
@@ -283,10 +252,51 @@ def test_a_format_an_mxfp4_checkpoint_is_not_is_refused(ct_checkpoint):
     ), (out + err)
 
 
+# ---------------------------------------------------------------------------------------------- formats
+# With the libraries themselves (make test-formats).
+
+
+@pytest.mark.formats
+@pytest.mark.parametrize("name", list(CT_LAYERS))
+def test_compressed_tensors_layer_is_the_packages_decompression_made_now(
+    tmp_path, name
+):
+    pytest.importorskip("torch")
+    pytest.importorskip("compressed_tensors")
+    refs = make_fixtures().write_ct_mxfp4(tmp_path, CT_LAYERS)
+    w, _ = load(tmp_path, name)
+    assert np.array_equal(w.dequantize().T, refs[name].float().numpy())
+
+
+@pytest.mark.formats
+def test_gpt_oss_expert_is_what_transformers_dequantises_now(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    ref = make_fixtures().write_gpt_oss(tmp_path).float().numpy()
+    assert ref.shape == (E, K_OSS, N_OSS)
+    for e in range(E):
+        assert np.array_equal(
+            load(tmp_path, OSS_NAME, expert=e)[0].dequantize(), ref[e]
+        )
+
+
+@pytest.mark.formats
+@pytest.mark.parametrize("name", ["ct_mxfp4", "ct_mxfp4_decoder", "gpt_oss"])
+def test_the_committed_fixture_is_what_the_libraries_write(tmp_path, name):
+    pytest.importorskip("torch")
+    pytest.importorskip("compressed_tensors")
+    pytest.importorskip("transformers")
+    fx = make_fixtures()
+    fx.make(name, tmp_path)
+    assert fx.differences(FIXTURES, tmp_path, name) == [], "run `make fixtures`"
+
+
+@pytest.mark.formats
 def test_quark_export_is_exactly_what_quark_unpacks(tmp_path):
     """An AMD Quark OCP_MXFP4Spec export of a small random Llama, made by Quark itself, against Quark's own
     Pack_fp4.unpack times its E8M0 scales. Runs where amd-quark is installed (not in requirements-formats.txt:
     it needs onnx, pandas and a C++ JIT build, about 40 s here); skipped elsewhere."""
+    torch = pytest.importorskip("torch")
     pytest.importorskip("quark.torch")
     from quark.torch import ModelQuantizer, export_safetensors
     from quark.torch.quantization.config.config import (
