@@ -107,7 +107,7 @@ def ranked(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> list[Ranked]:
     Kernel calls the committed profiles lack (a group size or format the table does not cover) are first
     estimated from the nearest profiled call; only the leaders are profiled (about a second each, with a
     progress bar), and the ranking is redone until its PROFILE_LEADERS leaders rest on profiles. Rows further
-    down may keep an estimate: Ranked.profiled says which."""
+    down may keep an estimate (_profiled says which)."""
 
     def rank(rows):
         rows.sort(
@@ -303,6 +303,7 @@ def main(argv=None) -> int:
         print(
             f"{c.tile_m:>6} {c.tile_n:>6} {c.tile_k_l1:>5} {c.tile_k_l2:>5} {c.herd_m}x{c.herd_n:<3} "
             f"{r.est.ddr_bytes / 1e6:>8.2f} {r.est.seconds * 1e6:>9.1f} {r.est.tops:>6.3f} {r.est.bound}"
+            + ("" if _profiled(r) else " (kernel estimated from a nearby profile)")
         )
     return 0
 
