@@ -717,7 +717,11 @@ def main(argv=None) -> int:
         line, ok = check_provenance(PROVENANCE, args.air_src)
         print(line, flush=True)
         bad |= not ok
-    for case in cases:
+    for i, case in enumerate(cases, 1):
+        # a case can run for minutes: say which one is running (stderr, so stdout stays the report)
+        print(
+            f"[{i}/{len(cases)}] running {case.name} ...", file=sys.stderr, flush=True
+        )
         verdict, detail = run_case(case, args.air_src, args.aie_src, args.timeout)
         print(f"{verdict:<13} {case.name}  [{case.note}]  {detail}", flush=True)
         if verdict == "SKIP":

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -122,11 +123,16 @@ def build_host_kernel(obj: KernelObject, target: str = "host") -> Path:
         check_kernel_tiles(obj.tile_m, obj.tile_n, obj.tile_k, obj.gs, fmt=obj.format)
     else:
         check_record_tile(obj.tile_n, obj.tile_k, obj.gs)
-    proc = subprocess.run(
-        ["make", "-s", "-C", str(KERNELS_DIR), target, *obj.make_args()],
-        capture_output=True,
-        text=True,
-    )
+    make = ["make", "-s", "-C", str(KERNELS_DIR), target, *obj.make_args()]
+    # a build takes seconds: say so, once, where one is due (make -q: out of date); the profiling builds run
+    # under their own progress bar
+    if target == "host" and subprocess.run(make[:1] + ["-q"] + make[1:]).returncode:
+        print(
+            f"building the host kernel library {obj.stem} (g++, once per kernel change: a few seconds)",
+            file=sys.stderr,
+            flush=True,
+        )
+    proc = subprocess.run(make, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"kernel host build failed:\n{proc.stdout}{proc.stderr}")
     suffix = "_profile.so" if target == "host-profile" else ".so"

@@ -614,13 +614,19 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
 // 8 bf16 rows (bytes 16 TN mb .. 16 TN (mb + 1)) overlay only f32 blocks of row
 // blocks <= mb (32 TN bytes each), read already; row block 0's rows overlay its
 // own blocks, so every row block goes through the scratch (free between calls:
-// it holds nothing across them) and is then copied into place.
+// it holds nothing across them) and is then copied into place. The copy moves
+// bytes (uint8): a character-typed store may alias the f32 blocks, so no
+// compiler may move a block's f32 load past a store over it (with bf16 stores
+// type-based alias analysis would allow it: a store of row r depends only on
+// the blocks of its own columns). `blocks` and `rows` both derive from c_mem:
+// neither may be marked __restrict.
 void gemm_int4_drain(bfloat16 *__restrict c_mem,
                      uint8_t *__restrict w_scratch) {
   KERNEL_ALIGNED(c_mem);
   KERNEL_ALIGNED(w_scratch);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  bfloat16 *__restrict stage = reinterpret_cast<bfloat16 *>(w_scratch);
+  bfloat16 *stage = reinterpret_cast<bfloat16 *>(w_scratch);
+  const uint8_t *staged = w_scratch; // the same bytes, read back as bytes
   for (unsigned mb = 0; mb < MB; ++mb) {
     const float *blocks =
         reinterpret_cast<const float *>(c_mem) + mb * NB * BLK;
@@ -630,11 +636,11 @@ void gemm_int4_drain(bfloat16 *__restrict c_mem,
       for (unsigned i = 0; i < 8; ++i)
         aie::store_v(stage + i * TN + nb * 8, v.extract<8>(i));
     }
-    bfloat16 *rows = c_mem + mb * 8 * TN;
+    uint8_t *rows = reinterpret_cast<uint8_t *>(c_mem) + mb * 16 * TN;
     KERNEL_MIN_ITERS(2)
-    for (unsigned i = 0; i < 8 * TN; i += 32) {
+    for (unsigned i = 0; i < 16 * TN; i += 64) {
       KERNEL_ITERATION;
-      aie::store_v(rows + i, aie::load_v<32>(stage + i));
+      aie::store_v(rows + i, aie::load_v<64>(staged + i));
     }
   }
 }

@@ -171,8 +171,12 @@ def test_random_operands_within_bfp16_error(kernels, cfg):
     assert np.corrcoef(c.ravel(), ref.ravel())[0, 1] > 0.9999
 
 
-def test_zero_and_drain(kernels):
-    tm, tn, tk, gs = cfg = (64, 64, 64, 128)
+@pytest.mark.parametrize(
+    "cfg", [(64, 64, 64, 128), (64, 128, 32, 128), LARGEST, (16, 16, 32, 32)]
+)
+def test_zero_and_drain(kernels, cfg):
+    """The drain in place, at square, wide (row block 0's rows over other columns' blocks) and narrow tiles."""
+    tm, tn, tk, gs = cfg
     hk = kernels[cfg]
     hk.c_acc[...] = np.nan
     hk.zero()
