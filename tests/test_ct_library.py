@@ -12,10 +12,8 @@ tests/fixtures/PROVENANCE.md): these tests need neither torch nor compressed-ten
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,29 +22,13 @@ from ml_dtypes import bfloat16
 from int4awq.quant import dequantize
 from int4awq.weights_file import load
 
+from fixture_files import FIXTURES, generator, reference  # noqa: E402
 from host_args import REPO, RUN
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 N, K, GS = 64, 256, 32
 LAYER = "model.layers.0.mlp.down_proj"
 PRESETS = ["W4A16", "W4A16_ASYM"]
 DTYPES = {"bfloat16": bfloat16, "float16": np.float16}
-
-
-def make_fixtures():
-    """tests/fixtures/make_fixtures.py as a module (its writers import the libraries, its checks do not)."""
-    spec = importlib.util.spec_from_file_location(
-        "make_fixtures", FIXTURES / "make_fixtures.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def reference(path):
-    """A library's own answer committed in tests/fixtures/refs/ (bf16 as its bits, *.bf16.npy)."""
-    a = np.load(FIXTURES / "refs" / path)
-    return a.view(bfloat16) if path.endswith(".bf16.npy") else a
 
 
 def assert_is_the_decompression(d, dtype, ref):
@@ -82,7 +64,7 @@ def test_layer_runs_on_the_emulator():
 def test_fixtures_are_the_files_their_provenance_names():
     # every fixture file (these and tests/test_mx_safetensors.py's) is in PROVENANCE.md with its sha256:
     # none was added, changed or removed without `make fixtures`
-    fx = make_fixtures()
+    fx = generator()
     recorded = fx.provenance_hashes(FIXTURES)
     assert sorted(recorded) == fx.fixture_files(FIXTURES)
     assert {f: fx.sha256(FIXTURES / f) for f in recorded} == recorded
@@ -99,7 +81,7 @@ def test_fixtures_are_the_files_their_provenance_names():
 def test_layer_is_the_packages_decompression_made_now(tmp_path, preset, dtype):
     torch = pytest.importorskip("torch")
     pytest.importorskip("compressed_tensors")
-    ref = make_fixtures().write_ct_int4(tmp_path, preset, dtype)
+    ref = generator().write_ct_int4(tmp_path, preset, dtype)
     assert ref.dtype == getattr(torch, dtype)
     bits = ref.view(torch.int16).numpy().view(np.uint16)
     ref = bits.view(bfloat16) if dtype == "bfloat16" else ref.numpy()
@@ -112,7 +94,7 @@ def test_layer_is_the_packages_decompression_made_now(tmp_path, preset, dtype):
 def test_the_committed_fixture_is_what_the_package_writes(tmp_path, preset, dtype):
     pytest.importorskip("torch")
     pytest.importorskip("compressed_tensors")
-    fx = make_fixtures()
+    fx = generator()
     name = f"ct_int4_{preset}_{dtype}"
     fx.make(name, tmp_path)
     assert fx.differences(FIXTURES, tmp_path, name) == [], "run `make fixtures`"

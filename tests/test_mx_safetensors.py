@@ -19,23 +19,20 @@ the libraries and check the fixtures are what they write; Quark's test is one of
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from ml_dtypes import bfloat16
 from safetensors.numpy import save_file
 
 from int4awq.errors import ConfigError
 from int4awq.weights_file import list_layers, listing, load
 
+from fixture_files import FIXTURES, generator, reference  # noqa: E402
 from host_args import REPO, RUN
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CT_LAYERS = {"model.layers.0.self_attn.q_proj": (128, 256), "lm_head": (64, 128)}
 OSS_NAME = "model.layers.0.mlp.experts.down_proj"
 E, K_OSS, N_OSS = (
@@ -45,33 +42,20 @@ E, K_OSS, N_OSS = (
 )  # gpt-oss: experts, hidden (K of down_proj's GEMM here), outputs
 
 
-def make_fixtures():
-    """tests/fixtures/make_fixtures.py as a module (its writers import the libraries, its checks do not)."""
-    spec = importlib.util.spec_from_file_location(
-        "make_fixtures", FIXTURES / "make_fixtures.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def reference(path):
-    """A library's own answer committed in tests/fixtures/refs/, bf16 (stored as its bits), as float32."""
-    assert path.endswith(".bf16.npy")
-    return np.load(FIXTURES / "refs" / path).view(bfloat16).astype(np.float32)
-
-
 @pytest.fixture(scope="module")
 def ct_checkpoint():
     """The compressed-tensors MXFP4 checkpoint of CT_LAYERS: {layer: the package's own decompress [N, K]}."""
-    refs = {name: reference(f"ct_mxfp4/{name}.bf16.npy") for name in CT_LAYERS}
+    refs = {
+        name: reference(f"ct_mxfp4/{name}.bf16.npy").astype(np.float32)
+        for name in CT_LAYERS
+    }
     return FIXTURES / "ct_mxfp4", refs
 
 
 @pytest.fixture(scope="module")
 def oss_checkpoint():
     """A gpt-oss-layout checkpoint with one MXFP4 expert tensor: transformers' dequantisation [E, K, N]."""
-    ref = reference(f"gpt_oss/{OSS_NAME}.bf16.npy")
+    ref = reference(f"gpt_oss/{OSS_NAME}.bf16.npy").astype(np.float32)
     return FIXTURES / "gpt_oss", OSS_NAME, ref
 
 
@@ -263,7 +247,7 @@ def test_compressed_tensors_layer_is_the_packages_decompression_made_now(
 ):
     pytest.importorskip("torch")
     pytest.importorskip("compressed_tensors")
-    refs = make_fixtures().write_ct_mxfp4(tmp_path, CT_LAYERS)
+    refs = generator().write_ct_mxfp4(tmp_path, CT_LAYERS)
     w, _ = load(tmp_path, name)
     assert np.array_equal(w.dequantize().T, refs[name].float().numpy())
 
@@ -272,7 +256,7 @@ def test_compressed_tensors_layer_is_the_packages_decompression_made_now(
 def test_gpt_oss_expert_is_what_transformers_dequantises_now(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    ref = make_fixtures().write_gpt_oss(tmp_path).float().numpy()
+    ref = generator().write_gpt_oss(tmp_path).float().numpy()
     assert ref.shape == (E, K_OSS, N_OSS)
     for e in range(E):
         assert np.array_equal(
@@ -286,7 +270,7 @@ def test_the_committed_fixture_is_what_the_libraries_write(tmp_path, name):
     pytest.importorskip("torch")
     pytest.importorskip("compressed_tensors")
     pytest.importorskip("transformers")
-    fx = make_fixtures()
+    fx = generator()
     fx.make(name, tmp_path)
     assert fx.differences(FIXTURES, tmp_path, name) == [], "run `make fixtures`"
 
