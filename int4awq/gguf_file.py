@@ -90,7 +90,18 @@ class GgufTensor:
         return ""
 
 
+# The gguf release whose GGUFReader helpers _reader_class extends (requirements.txt pins it).
+GGUF_VERSION = "0.19.0"
+
+
 def _reader_class():
+    from importlib.metadata import version
+
+    if version("gguf") != GGUF_VERSION:
+        raise ConfigError(
+            f"reading GGUF needs gguf {GGUF_VERSION} (requirements.txt; its reader's helpers are extended "
+            f"here to list truncated files), found {version('gguf')}: pip install gguf=={GGUF_VERSION}"
+        )
     from gguf import GGUFReader
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -262,10 +273,11 @@ def list_gguf_layers(path: str | Path) -> list[GgufLayer]:
 
 
 def load_gguf_layer(
-    path: str | Path, name: str
+    path: str | Path, name: str, kernel: bool = False
 ) -> Mxfp4Weights | AwqWeights | BlockIntWeights:
     """Tensor `name` [K, N], exactly as the file holds it: MXFP4 as Mxfp4Weights, Q4_0 as AwqWeights with
     scale pairs (format awq_f16), the block-integer types (gguf_quants.TYPES) as BlockIntWeights.
+    kernel: for the kernel path, a type it does not run is refused from the header, before any decoding.
     """
     tensors = {t.name: t for t in _reader(path).tensors}
     t = tensors.get(name)
@@ -277,9 +289,11 @@ def load_gguf_layer(
     if len(shape) != 2:
         raise ConfigError(f"{name}: GGUF {kind} {shape} is not read: 2-D weights only")
     status = gguf_status(kind)
-    if status.startswith("not read"):
+    if kind not in KERNEL_TYPES and kind not in BLOCK_INT_TYPES:
         raise ConfigError(f"{name}: GGUF {kind} {shape} is {status}")
     k, n = shape
+    if kernel and kind not in KERNEL_TYPES:
+        raise ConfigError(f"{name}: GGUF {kind} K={k} N={n} does not run: {status}")
     block, size = quant_sizes(kind)
     if k % block:
         raise ConfigError(
@@ -294,7 +308,10 @@ def load_gguf_layer(
         )
     try:
         if kind in BLOCK_INT_TYPES:
-            return decode(kind, raw, k, n).validate()
+            with np.errstate(
+                invalid="ignore", over="ignore"
+            ):  # validate() names a non-finite scale
+                return decode(kind, raw, k, n).validate()
         blocks = raw.reshape(n, k // block, size)
         qs = blocks[:, :, size - 16 :]
         codes = np.concatenate([qs & 15, qs >> 4], axis=2)  # split half: j, then j + 16

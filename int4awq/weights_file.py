@@ -240,19 +240,14 @@ def load(
     exactly but does not run yet (gguf_quants.BlockIntWeights) is refused here with one line;
     gguf_file.load_gguf_layer gives its values."""
     if is_gguf(path):
-        from .gguf_file import gguf_status, load_gguf_layer
-        from .gguf_quants import BlockIntWeights
+        from .gguf_file import load_gguf_layer
 
         if expert is not None:
             raise ConfigError(
                 "--expert: GGUF tensors are read one 2-D weight at a time"
             )
-        w = load_gguf_layer(path, name)
-        # the kernel path starts here: a type it cannot run is refused, never passed on
-        if isinstance(w, BlockIntWeights):
-            raise ConfigError(
-                f"{name}: GGUF {w.type_name} K={w.k} N={w.n} does not run: {gguf_status(w.type_name)}"
-            )
+        # the kernel path starts here: a type it cannot run is refused from the header, never decoded
+        w = load_gguf_layer(path, name, kernel=True)
         kind, held = (
             ("MXFP4", "E2M1 codes and E8M0 scales as the file holds them")
             if w.format == "mxfp4"

@@ -3,30 +3,17 @@
 
 The formats' own libraries (requirements-formats.txt: torch, compressed-tensors, transformers; amd-quark)
 are used only by the tests marked `formats`, which run with `--formats` (`make test-formats`) and are
-deselected otherwise; without `--formats` importing those libraries fails, so that no other test comes
-to depend on them (the others read the committed files in tests/fixtures/)."""
+deselected otherwise; without `--formats` a session that loaded any of them fails, so that no other test
+comes to depend on them (the others read the committed files in tests/fixtures/)."""
 
-import importlib.abc
 import os
 import sys
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FORMAT_LIBRARIES = ("torch", "transformers", "compressed_tensors", "quark")
-
-
-class _NoFormatLibraries(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in FORMAT_LIBRARIES:
-            raise ModuleNotFoundError(
-                f"No module named {name!r} here: the formats' libraries are for the tests marked "
-                "`formats` (pytest --formats, make test-formats)",
-                name=name,
-            )
-        return None
-
-
-_BLOCKER = _NoFormatLibraries()
 
 
 def pytest_addoption(parser):
@@ -43,13 +30,6 @@ def pytest_configure(config):
         "markers",
         "formats: uses the formats' own libraries (requirements-formats.txt); runs with --formats only",
     )
-    if not config.getoption("--formats"):
-        sys.meta_path.insert(0, _BLOCKER)
-
-
-def pytest_unconfigure(config):
-    if _BLOCKER in sys.meta_path:
-        sys.meta_path.remove(_BLOCKER)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,3 +39,18 @@ def pytest_collection_modifyitems(config, items):
     if skipped:
         config.hook.pytest_deselected(items=skipped)
         items[:] = [item for item in items if not item.get_closest_marker("formats")]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Without --formats no test may have pulled in the formats' libraries (imports are left alone: a
+    dependency may probe for them; the check is that none was loaded)."""
+    if session.config.getoption("--formats"):
+        return
+    loaded = sorted(m for m in FORMAT_LIBRARIES if m in sys.modules)
+    if loaded:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(
+            f"\nconftest: {', '.join(loaded)} imported by a test outside the `formats` marker "
+            "(the default tests read tests/fixtures/ instead)",
+            file=sys.stderr,
+        )

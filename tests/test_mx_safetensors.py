@@ -245,8 +245,9 @@ def test_a_format_an_mxfp4_checkpoint_is_not_is_refused(ct_checkpoint):
 def test_compressed_tensors_layer_is_the_packages_decompression_made_now(
     tmp_path, name
 ):
-    pytest.importorskip("torch")
-    pytest.importorskip("compressed_tensors")
+    import torch  # noqa: F401  (the test needs it installed: make test-formats)
+    import compressed_tensors  # noqa: F401  (the test needs it installed: make test-formats)
+
     refs = generator().write_ct_mxfp4(tmp_path, CT_LAYERS)
     w, _ = load(tmp_path, name)
     assert np.array_equal(w.dequantize().T, refs[name].float().numpy())
@@ -254,8 +255,9 @@ def test_compressed_tensors_layer_is_the_packages_decompression_made_now(
 
 @pytest.mark.formats
 def test_gpt_oss_expert_is_what_transformers_dequantises_now(tmp_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    import torch  # noqa: F401  (the test needs it installed: make test-formats)
+    import transformers  # noqa: F401  (the test needs it installed: make test-formats)
+
     ref = generator().write_gpt_oss(tmp_path).float().numpy()
     assert ref.shape == (E, K_OSS, N_OSS)
     for e in range(E):
@@ -267,9 +269,10 @@ def test_gpt_oss_expert_is_what_transformers_dequantises_now(tmp_path):
 @pytest.mark.formats
 @pytest.mark.parametrize("name", ["ct_mxfp4", "ct_mxfp4_decoder", "gpt_oss"])
 def test_the_committed_fixture_is_what_the_libraries_write(tmp_path, name):
-    pytest.importorskip("torch")
-    pytest.importorskip("compressed_tensors")
-    pytest.importorskip("transformers")
+    import torch  # noqa: F401  (the test needs it installed: make test-formats)
+    import compressed_tensors  # noqa: F401  (the test needs it installed: make test-formats)
+    import transformers  # noqa: F401  (the test needs it installed: make test-formats)
+
     fx = generator()
     fx.make(name, tmp_path)
     assert fx.differences(FIXTURES, tmp_path, name) == [], "run `make fixtures`"
@@ -281,7 +284,7 @@ def test_quark_export_is_exactly_what_quark_unpacks(tmp_path):
     Pack_fp4.unpack times its E8M0 scales. Runs where amd-quark is installed (not in requirements-formats.txt:
     it needs onnx, pandas and a C++ JIT build, about 40 s here); skipped elsewhere."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("quark.torch")
+    pytest.importorskip("quark.torch")  # amd-quark is not in requirements-formats.txt
     from quark.torch import ModelQuantizer, export_safetensors
     from quark.torch.quantization.config.config import (
         Config,
