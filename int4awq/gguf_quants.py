@@ -30,17 +30,21 @@ the decoders are vectorised over all blocks at once.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import ConfigError
 
-# ggml-common.h kvalues_iq4nl: the 16 int8 values IQ4_NL and IQ4_XS codes index.
-KVALUES_IQ4 = np.array(
-    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
-    dtype=np.int16,
-)
+
+@functools.cache
+def kvalues_iq4() -> np.ndarray:
+    """The 16 int8 values IQ4_NL and IQ4_XS codes index (ggml-common.h kvalues_iq4nl), as gguf holds them."""
+    from gguf.quants import IQ4_NL
+
+    return np.asarray(IQ4_NL.kvalues, dtype=np.int16)
+
 
 MIN_TERM = "the kernel has no min term yet"
 WIDE = "the kernel takes 4-bit codes only so far"
@@ -54,7 +58,7 @@ class _Type:
     lo: int  # the range of v (for the IQ types, of the table)
     hi: int
     has_min: bool
-    table: bool  # v is one of KVALUES_IQ4
+    table: bool  # v is one of kvalues_iq4()
     algebra: str  # the short form the status line shows
     why: str  # why the kernel does not run it yet
 
@@ -151,7 +155,7 @@ class BlockIntWeights:
                 )
             _first_bad(~np.isfinite(a), a, f"{who} {name}", "not finite")
         if t.table:
-            _first_bad(~np.isin(v, KVALUES_IQ4), v, f"{who} v", "not an IQ4 value")
+            _first_bad(~np.isin(v, kvalues_iq4()), v, f"{who} v", "not an IQ4 value")
         else:
             _first_bad(
                 (v < t.lo) | (v > t.hi), v, f"{who} v", f"outside {t.lo}..{t.hi}"
@@ -236,14 +240,13 @@ def _bit_planes(qh: np.ndarray, planes: int, width: int) -> np.ndarray:
 
 
 def _scale_min_k4(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_K / Q5_K's 12 bytes -> 8 six-bit scales and 8 six-bit mins (..., 8) each. Bytes 0..3 hold the low
-    6 bits of scales 0..3, bytes 4..7 those of mins 0..3; for j = 4..7 byte j + 4 holds the low 4 bits of
-    scale j (low nibble) and min j (high nibble), whose top 2 bits are the spare top bits of bytes j - 4
-    (scale) and j (min)."""
-    lo, hi, mix = scales[..., 0:4], scales[..., 4:8], scales[..., 8:12]
-    sc = np.concatenate([lo & 63, (mix & 15) | ((lo >> 6) << 4)], axis=-1)
-    mn = np.concatenate([hi & 63, (mix >> 4) | ((hi >> 6) << 4)], axis=-1)
-    return sc, mn
+    """Q4_K / Q5_K's 12 bytes (..., 12) -> 8 six-bit scales and 8 six-bit mins (..., 8) each, by gguf's own
+    unpacking (gguf.quants.Q4_K.get_scale_min, llama.cpp's get_scale_min_k4)."""
+    from gguf.quants import Q4_K
+
+    lead = scales.shape[:-1]
+    sc, mn = Q4_K.get_scale_min(np.ascontiguousarray(scales).reshape(-1, 12))
+    return sc.reshape(*lead, 8), mn.reshape(*lead, 8)
 
 
 def _q4_1(f):
@@ -299,7 +302,7 @@ def _q6_k(f):
 
 
 def _iq4_nl(f):
-    return KVALUES_IQ4[_split_halves(f["qs"])], f["d"], None
+    return kvalues_iq4()[_split_halves(f["qs"])], f["d"], None
 
 
 def _iq4_xs(f):
@@ -311,7 +314,7 @@ def _iq4_xs(f):
     top = (sh[..., None] >> (2 * np.arange(8, dtype=np.uint16))) & 3
     ls = (low | (top << 4)).astype(np.int16) - 32
     codes = _split_halves(f["qs"].reshape(*lead, 8, 16))
-    return KVALUES_IQ4[codes], f["d"][..., None] * ls.astype(np.float32), None
+    return kvalues_iq4()[codes], f["d"][..., None] * ls.astype(np.float32), None
 
 
 DECODERS = {

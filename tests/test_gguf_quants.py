@@ -134,9 +134,10 @@ def test_each_type_is_exactly_what_gguf_dequantises(model, kind):
 
 
 @pytest.mark.parametrize("kind", TYPES)
-def test_every_finite_fp16_scale_is_exact_too(kind):
-    """Scale fields drawn from all finite fp16 bit patterns (subnormals, negatives, up to 65504): still bit
-    for bit, because every product before the one final addition is exact in f32."""
+def test_scale_fields_drawn_over_every_finite_fp16_pattern_stay_exact(kind):
+    """Scale fields drawn at random over all finite fp16 bit patterns (subnormals, negatives, up to 65504):
+    still bit for bit, because every product before the one final addition is exact in f32.
+    """
     rng = np.random.default_rng(21)
     k, n, at, *_ = TYPES[kind]
 
