@@ -2,6 +2,8 @@
 """What the host-program tests share: the repository, host/run.py and a small legal design to run."""
 
 import os
+import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, "host", "run.py")
@@ -31,3 +33,11 @@ SMALL = [
 # The GEMM's make targets, and the DesignConfig each runs (read from `make -n`): host/aircc_check.py's.
 from host.aircc_check import MAKE_TARGETS  # noqa: E402,F401
 from host.aircc_check import make_target_config as target_config  # noqa: E402,F401
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    """host/run.py with these arguments, as a user runs it: (exit code, stdout, stderr)."""
+    res = subprocess.run(
+        [sys.executable, RUN, *args], capture_output=True, text=True, cwd=REPO
+    )
+    return res.returncode, res.stdout, res.stderr

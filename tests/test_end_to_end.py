@@ -2,7 +2,6 @@
 """The host program on the emulator: padding, exact mode, saving, counters vs the design, exit codes."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -11,14 +10,7 @@ from ml_dtypes import bfloat16
 
 from int4awq.sweep import load_table
 
-from host_args import REPO, RUN, SMALL
-
-
-def run(*args):
-    res = subprocess.run(
-        [sys.executable, RUN, *args], capture_output=True, text=True, cwd=REPO
-    )
-    return res.returncode, res.stdout, res.stderr
+from host_args import REPO, SMALL, run
 
 
 @pytest.mark.parametrize("m", [1, 7, 20])

@@ -4,10 +4,6 @@ Q4_0 tensors load as exactly the weights gguf.quants dequantises, run through th
 a type read but not run yet (Q4_1 here; tests/test_gguf_quants.py has them all), every other type, a missing
 tensor and a damaged file are one line and exit 2."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -18,7 +14,7 @@ from int4awq.errors import ConfigError  # noqa: E402
 from int4awq.gguf_file import list_gguf_layers, load_gguf_layer  # noqa: E402
 from int4awq.quant import AwqWeights, dequantize  # noqa: E402
 
-from host_args import REPO, RUN  # noqa: E402
+from host_args import run  # noqa: E402
 
 K, N = 256, 128
 
@@ -52,13 +48,6 @@ def model(tmp_path_factory):
         "blk.0.attn_q.weight": gguf.quants.dequantize(mx, Q.MXFP4),
         "blk.0.attn_k.weight": gguf.quants.dequantize(q40, Q.Q4_0),
     }
-
-
-def run(*args):
-    res = subprocess.run(
-        [sys.executable, RUN, *args], capture_output=True, text=True, cwd=REPO
-    )
-    return res.returncode, res.stdout, res.stderr
 
 
 def test_mxfp4_tensor_is_exactly_what_gguf_dequantises(model):

@@ -6,8 +6,6 @@ random code bytes from a seeded RNG with finite fp16 scale fields. Every expecte
 is in BlockIntWeights.dequantize). A type that is read but does not run is refused by the host program with one
 line and exit 2; a truncated tensor and an inf scale are one line too."""
 
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -23,7 +21,7 @@ from int4awq.gguf_file import list_gguf_layers, load_gguf_layer  # noqa: E402
 from int4awq.gguf_quants import BlockIntWeights, decode  # noqa: E402
 from int4awq.weights_file import list_layers, listing  # noqa: E402
 
-from host_args import REPO, RUN  # noqa: E402
+from host_args import run  # noqa: E402
 
 # type: (K, N, byte offsets of its fp16 fields in a block (ggml-common.h), gs, range of v, has a min)
 TYPES = {
@@ -105,13 +103,6 @@ def model(tmp_path_factory):
     )
     tensors["blk.9.attn_norm.weight"] = (np.ones(256, np.float32), None)
     return write(tmp_path_factory.mktemp("gguf") / "quants.gguf", tensors), ref
-
-
-def run(*args):
-    res = subprocess.run(
-        [sys.executable, RUN, *args], capture_output=True, text=True, cwd=REPO
-    )
-    return res.returncode, res.stdout, res.stderr
 
 
 @pytest.mark.parametrize("kind", TYPES)

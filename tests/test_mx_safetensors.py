@@ -20,8 +20,6 @@ the libraries and check the fixtures are what they write; Quark's test is one of
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -31,7 +29,7 @@ from int4awq.errors import ConfigError
 from int4awq.weights_file import list_layers, listing, load
 
 from fixture_files import FIXTURES, generator, reference  # noqa: E402
-from host_args import REPO, RUN
+from host_args import run
 
 CT_LAYERS = {"model.layers.0.self_attn.q_proj": (128, 256), "lm_head": (64, 128)}
 OSS_NAME = "model.layers.0.mlp.experts.down_proj"
@@ -57,13 +55,6 @@ def oss_checkpoint():
     """A gpt-oss-layout checkpoint with one MXFP4 expert tensor: transformers' dequantisation [E, K, N]."""
     ref = reference(f"gpt_oss/{OSS_NAME}.bf16.npy").astype(np.float32)
     return FIXTURES / "gpt_oss", OSS_NAME, ref
-
-
-def run(*args):
-    res = subprocess.run(
-        [sys.executable, RUN, *args], capture_output=True, text=True, cwd=REPO
-    )
-    return res.returncode, res.stdout, res.stderr
 
 
 @pytest.mark.parametrize("name", list(CT_LAYERS))
