@@ -476,6 +476,29 @@ def test_the_table_names_every_tile_and_ends_in_the_verdict():
 
 
 # ------------------------------------------------- memtile and shim placement, memtile locks (aircc's)
+def echo_pe(out, chunks):
+    """A 1x1 herd that takes `chunks` 8-element chunks from channel c and writes each back to L3."""
+
+    @herd(name="h", sizes=[1, 1], operands=[out])
+    def hb(x, y, sx, sy, ho):
+        for j in for_(0, chunks):
+            b = AllocOp(memref([8], space=L1), [], [])
+            ChannelGet("c", b, indices=[0, 0])
+            dma_memcpy_nd(
+                ho, b, dst_offsets=[scaled(j, 8)], dst_sizes=[8], dst_strides=[1]
+            )
+            yield_([])
+
+
+def through_channel_c(chunks, seg):
+    """The design of a segment body that feeds channel c [1, 1] from A[8 * chunks] to echo_pe."""
+    return in_segment(
+        [memref([8 * chunks]), memref([8 * chunks])],
+        seg,
+        channels=lambda: Channel("c", size=[1, 1]),
+    )
+
+
 def pingponged(trips=2):
     """An L2 buffer refilled from L3 in every trip of a segment loop (ping-ponged: two memtile
     buffers) and sent to a PE each trip."""
@@ -489,21 +512,9 @@ def pingponged(trips=2):
             ChannelPut("c", l2, indices=[0, 0])
             yield_([])
 
-        @herd(name="h", sizes=[1, 1], operands=[out])
-        def hb(x, y, sx, sy, ho):
-            for i in for_(0, trips):
-                b = AllocOp(memref([8], space=L1), [], [])
-                ChannelGet("c", b, indices=[0, 0])
-                dma_memcpy_nd(
-                    ho, b, dst_offsets=[scaled(i, 8)], dst_sizes=[8], dst_strides=[1]
-                )
-                yield_([])
+        echo_pe(out, trips)
 
-    return in_segment(
-        [memref([8 * trips]), memref([8 * trips])],
-        seg,
-        channels=lambda: Channel("c", size=[1, 1]),
-    )
+    return through_channel_c(trips, seg)
 
 
 def memtiles(res):
@@ -525,22 +536,9 @@ def chunked_reads(k):
         dma_memcpy_nd(l2, a)
         for j in range(k):
             ChannelPut("c", l2, indices=[0, 0], offsets=[8 * j], sizes=[8], strides=[1])
+        echo_pe(out, k)
 
-        @herd(name="h", sizes=[1, 1], operands=[out])
-        def hb(x, y, sx, sy, ho):
-            for j in for_(0, k):
-                b = AllocOp(memref([8], space=L1), [], [])
-                ChannelGet("c", b, indices=[0, 0])
-                dma_memcpy_nd(
-                    ho, b, dst_offsets=[scaled(j, 8)], dst_sizes=[8], dst_strides=[1]
-                )
-                yield_([])
-
-    return in_segment(
-        [memref([8 * k]), memref([8 * k])],
-        seg,
-        channels=lambda: Channel("c", size=[1, 1]),
-    )
+    return through_channel_c(k, seg)
 
 
 def test_a_memtile_lock_value_is_the_bds_per_fill_of_the_busier_side():
