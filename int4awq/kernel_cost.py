@@ -354,17 +354,34 @@ def known(
     return _call(tm, tn, tk, gs, m, fmt) in _entries()
 
 
+_TILE_INDEX: tuple = (
+    None,
+    0,
+    {},
+)  # (the entries indexed, their count then, tile -> GEMM calls)
+
+
+def _gemm_calls_of(tm: int, tn: int, tk: int) -> list[tuple]:
+    """The profiled GEMM calls of one tile: an index of _entries(), rebuilt when they change (a sweep
+    estimates thousands of calls from it)."""
+    global _TILE_INDEX
+    entries = _entries()
+    if _TILE_INDEX[0] is not entries or _TILE_INDEX[1] != len(entries):
+        index = {}
+        for c in entries:
+            if c[4] is None:
+                index.setdefault(c[:3], []).append(c)
+        _TILE_INDEX = (entries, len(entries), index)
+    return _TILE_INDEX[2].get((tm, tn, tk), [])
+
+
 def estimated_cycles(tm: int, tn: int, tk: int, gs: int, fmt: str = "awq") -> float:
     """Modelled cycles of a gemm_int4_accumulate call without profiling it: the call's own profile when at
     hand, else the profiled call of the same tile and format nearest in group size, else AWQ's (a ranking
     estimate for choosing which configurations to profile, never a reported figure)."""
     if known(tm, tn, tk, gs, None, fmt):
         return kernel_cycles(tm, tn, tk, gs, fmt)
-    same = [
-        c
-        for c in _entries()
-        if c[:3] == (tm, tn, tk) and c[4] is None and c[5] in (fmt, "awq")
-    ]
+    same = [c for c in _gemm_calls_of(tm, tn, tk) if c[5] in (fmt, "awq")]
     if not same:
         return kernel_cycles(tm, tn, tk, gs, fmt)  # nothing near: profile it
     best = min(same, key=lambda c: (c[5] != fmt, abs(c[3] - call_gs(tk, gs, fmt))))
