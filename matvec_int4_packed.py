@@ -33,9 +33,21 @@ Memory plan per level:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import signal
 import sys
+
+if __name__ == "__main__" and importlib.util.find_spec("air") is None:
+    # run as a script where mlir-air is not installed: the emulator's air package beside this file builds
+    # and prints the same module (docs/emulator.md)
+    sys.path.insert(
+        0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulator")
+    )
+    print(
+        "note: mlir-air is not installed: building with the emulator's air package (emulator/air)",
+        file=sys.stderr,
+    )
 
 try:
     from air.dialects import arith
@@ -68,8 +80,7 @@ except (
     if __name__ != "__main__":
         raise
     print(
-        f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine'), or set PYTHONPATH=emulator "
-        "to use the emulator's air package",
+        f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine')",
         file=sys.stderr,
     )
     sys.exit(2)

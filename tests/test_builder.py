@@ -68,3 +68,39 @@ def test_a_bad_configuration_is_one_line_and_exit_2(capsys):
     assert builder.main(SMALL[:-2] + ["--herd-n", "5"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not fit the NPU2 array" in err
+
+
+def test_each_builder_run_as_a_script_prints_its_module_without_mlir_air():
+    """Where mlir-air is not installed, the script builds with the emulator's air package beside it and
+    says so in one line (the module is the one air-opt reads: tests/test_aircc.py)."""
+    import subprocess
+
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = [
+        sys.executable,
+        "-c",
+        "import importlib.util; print(importlib.util.find_spec('air'))",
+    ]
+    if (
+        subprocess.run(probe, capture_output=True, text=True, env=env).stdout.strip()
+        != "None"
+    ):
+        pytest.skip("mlir-air is installed: the scripts build with it")
+    for script, shape in (
+        ("matmul_int4_packed.py", ["--m", "512", "--k", "1024", "--n", "256"]),
+        ("matvec_int4_packed.py", ["--m", "1", "--k", "2048", "--n", "2048"]),
+    ):
+        res = subprocess.run(
+            [sys.executable, os.path.join(REPO, script), *shape, "-p"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.startswith("module {") and "air.herd" in res.stdout
+        assert res.stderr.splitlines() == [
+            "note: mlir-air is not installed: building with the emulator's air package (emulator/air)"
+        ]
