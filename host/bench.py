@@ -392,7 +392,7 @@ def _main(argv) -> int:
     on_npu, why = (False, "--modelled") if args.modelled else npu2_present()
     print(
         f"{'MEASURED on NPU2' if on_npu else 'MODELLED (no NPU2: ' + why + ')'}; "
-        f"model: int4awq/model.py (DDR 42.5 GB/s effective) and int4awq/kernel_cost.py"
+        f"model: int4awq/model.py (DDR {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s effective) and int4awq/kernel_cost.py"
     )
     print(calibration().summary())
     print(numerics_line())
@@ -535,7 +535,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
     print(
         f"{fmt}: one token, 7 projections x {LAYERS} layers ({what}, projections only: no attention, norms, LM head): "
         f"{per_token * 1e3:.2f} ms = {1 / per_token:.1f} tok/s; DDR {LAYERS * token_ddr / 1e6:.0f} MB = "
-        f"{LAYERS * token_ddr / model.DDR_BYTES_PER_S * 1e3:.2f} ms at 42.5 GB/s; the fixed cost of "
+        f"{LAYERS * token_ddr / model.DDR_BYTES_PER_S * 1e3:.2f} ms at {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s; the fixed cost of "
         f"{7 * LAYERS} launches is {LAYERS * token_fixed * 1e3:.2f} ms of it ({100 * token_fixed / token_s:.0f} %)"
     )
     if not on_npu:
@@ -555,7 +555,7 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
     print()
     print(
         f"decode, M = 1: the GEMV design on all 32 PEs (matvec_int4_packed.py); "
-        f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / 42.5 GB/s, compute) + "
+        f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s, compute) + "
         f"{model.FIXED_S * 1e6:.0f} us per launch"
     )
     print(table_header(table_columns(DECODE_TABLE, on_npu or args.emulate)))
