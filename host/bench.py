@@ -75,7 +75,7 @@ COLUMNS = (
 # their headings, so each column reads straight down; the source (last) is not padded.
 _LEAD = (
     ("projection", "projection", "<10"),
-    ("format", "format", "<7"),
+    ("format", "format", "<8"),  # the longest record format: int4_min, int8_min
     ("M", "m", ">5"),
     ("K", "k", ">5"),
     ("N", "n", ">5"),

@@ -58,8 +58,8 @@ class RefillLoops:
 
     def check_even_trips(self) -> None:
         """aircc unrolls a ping-ponged loop by 2; an odd trip count leaves a one-trip epilogue outside
-        the ping-pong ring, which corrupts data on NPU2 (docs/emulator.md#odd-trip-counts).
-        """
+        the ping-pong ring, which corrupts data on NPU2 (docs/emulator.md#odd-trip-counts). One chunk per
+        refill with several refills is refused too (below)."""
         for what, trips in (
             ("tile_k_l2 / tile_k_l1", self.chunks_per_l2),
             ("K / tile_k_l2", self.k_refills),
@@ -70,6 +70,16 @@ class RefillLoops:
                     "one-trip epilogue outside the ping-pong ring (docs/emulator.md#odd-trip-counts); "
                     "use an even count"
                 )
+        # Seen compiling the decode GEMV at K 2048, tile_k_l1 = tile_k_l2 = 256 with aircc e972f29: the
+        # herd's one-trip chunk loop is not folded away but ends up as a loop of K / tile_k_l2 trips in the
+        # herd, and air-label-scf-for-to-ping-pong doubles the A chunk and the record there, which the
+        # design did not count (aiecc: "allocated buffers exceeded available memory").
+        if self.chunks_per_l2 == 1 and self.k_refills > 1:
+            raise ConfigError(
+                f"tile_k_l2 = tile_k_l1 = {self.tile_k_l1} with K = {self.k}: aircc turns the K refills into "
+                "a loop around the PE's one chunk and ping-pongs its L1 buffers there "
+                "(docs/emulator.md#one-chunk-per-refill); use tile_k_l2 = 2 * tile_k_l1 or more"
+            )
 
 
 def default_gs(args) -> int:
@@ -102,9 +112,7 @@ class DesignConfig(record.KernelSizes, RefillLoops):
     herd_n: int
     # The core's stack in L1 (XRTBackend stack_size); None: record.kernel_stack_bytes(), derived.
     stack_size: int | None = None
-    format: str = (
-        "awq"  # the weights' format: "awq" (q, z, s) or "mxfp4" (record.FORMATS)
-    )
+    format: str = "awq"  # the weights' record format (record.FORMATS)
 
     def __post_init__(self):
         check_dims(
@@ -408,15 +416,18 @@ def add_design_arguments(
         "--gs",
         type=int,
         default=None,
-        help="AWQ group size along K (default 128, or the checkpoint's; MXFP4: 32)",
+        help="group size along K (default: awq 128, the other formats 32, or the weights file's)",
     )
     parser.add_argument(
         "--format",
         choices=record.FORMATS,
         default="awq",
-        help="the weights' 4-bit format: awq (q, z, bf16 s per group; also GPTQ and compressed-tensors int4), "
-        "awq_f16 (the same with each scale an exact bf16 pair: fp16 scales kept exactly, GGUF Q4_0) or mxfp4 "
-        "(OCP MX: E2M1 codes, an E8M0 scale per 32 along K; its kernel entries are unproven on NPU2)",
+        help="the weights' record format: awq (q, z, bf16 s per group; also GPTQ and compressed-tensors int4), "
+        "awq_f16 (the same with each scale an exact bf16 pair: fp16 scales kept exactly, GGUF Q4_0), "
+        "int4_min (4-bit codes, scale and min term as exact bf16 triples: GGUF Q4_1, Q4_K), int8 (8-bit codes, "
+        "scale triples: GGUF Q5_0, Q6_K, Q8_0, IQ4_NL, IQ4_XS), int8_min (int8 with a min term: GGUF Q5_1, "
+        "Q5_K) or mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K); all but awq and awq_f16 have "
+        "kernel entries unproven on NPU2",
     )
     for opt in TILE_OPTIONS:
         parser.add_argument(

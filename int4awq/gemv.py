@@ -69,7 +69,7 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
             raise ConfigError(
                 f"M = {self.m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
             )
-        record.check_record_tile(self.tile_n, self.tile_k_l1, self.gs)
+        record.check_record_tile(self.tile_n, self.tile_k_l1, self.gs, self.format)
         record.check_stack_size(self.stack_size)
         for what, size, step, name in (
             ("N", self.n, PES * self.tile_n, f"tile_n * {PES} PEs"),
@@ -173,7 +173,7 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
             "c_out": 2 * self.out_elems,
             "a_chunk": pp * 2 * self.m * self.tile_k_l1,
             "record": pp * self.record_bytes,
-            "w_scratch": record.w_scratch_bytes(self.tile_n, self.tile_k_l1),
+            "w_scratch": self.scratch_bytes,
             "stack": self.stack_bytes,
         }
         b["total"] = sum(b.values())

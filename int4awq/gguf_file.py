@@ -17,9 +17,9 @@ cut tensor is one line naming it. Read so far:
   fold multiplies by both halves). A negative d is folded into the codes, d (q - 8) = |d| ((15 - q) - 7),
   and a block with d = 0 (all values 0) becomes codes 8, zero point 8, scale 1: the values are unchanged.
 
-Read exactly but not run yet (int4awq/gguf_quants.py): Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and
-IQ4_XS become BlockIntWeights, value = v * s + m, equal to gguf.quants.dequantize bit for bit; weights_file.load
-refuses them with one line saying why the kernel cannot take them yet (GgufLayer.status).
+* Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (int4awq/gguf_quants.py) become
+  BlockIntWeights, value = v * s + m, equal to gguf.quants.dequantize bit for bit, which run as the record
+  formats int4_min, int8 and int8_min (gguf_quants.KERNEL_FORMATS).
 
 Refused with one line, naming the type: the other types (Q2_K, Q3_K, the other IQ types, float weights) and
 any tensor that is not a 2-D weight.
@@ -35,22 +35,21 @@ import numpy as np
 
 from .errors import ConfigError, not_found
 from .gguf_quants import TYPES as BLOCK_INT_TYPES
-from .gguf_quants import BlockIntWeights, decode, quant_sizes, read_status
+from .gguf_quants import BlockIntWeights, decode, quant_sizes
 from .mxfp4 import MX_BLOCK, Mxfp4Weights, check_scales
 from .quant import AwqWeights, scale_pair_of
 
-# The types that run on the kernel today (ggml-common.h block_mxfp4, block_q4_0: 32 values a block).
-KERNEL_TYPES = ("MXFP4", "Q4_0")
+# The types that run on the kernel (ggml-common.h block_mxfp4, block_q4_0: 32 values a block; the
+# block-integer types of gguf_quants).
+KERNEL_TYPES = ("MXFP4", "Q4_0", *BLOCK_INT_TYPES)
 FLOAT_TYPES = ("F32", "F16", "BF16", "F64")
 
 
 def gguf_status(type_name: str) -> str:
-    """What happens to a 2-D tensor of this ggml type: 'runs', 'read exactly (...); <why not on the kernel>',
+    """What happens to a 2-D tensor of this ggml type: 'runs',
     or 'not read (...)'."""
     if type_name in KERNEL_TYPES:
         return "runs"
-    if type_name in BLOCK_INT_TYPES:
-        return read_status(type_name)
     if type_name in FLOAT_TYPES:
         return (
             f"not read ({type_name}: a float weight, the kernel takes quantised ones)"
@@ -196,14 +195,8 @@ class GgufLayer:
 
     @property
     def runs(self) -> bool:
-        """The kernel runs this tensor today (MXFP4, Q4_0, its data whole and accepted)."""
+        """The kernel runs this tensor (a KERNEL_TYPES type, its data whole and accepted)."""
         return self.type_name in KERNEL_TYPES and not (self.unread or self.refused)
-
-    @property
-    def read_exactly(self) -> bool:
-        """load_gguf_layer reads this tensor's values exactly (it may still not run)."""
-        known = self.type_name in KERNEL_TYPES or self.type_name in BLOCK_INT_TYPES
-        return known and not (self.unread or self.refused)
 
     @property
     def status(self) -> str:
@@ -233,13 +226,13 @@ def gguf_contents(path: str | Path) -> GgufContents:
             continue
         k, n = t.dims
         unread = refused = ""
-        if t.type_name in KERNEL_TYPES or t.type_name in BLOCK_INT_TYPES:
+        if t.type_name in KERNEL_TYPES:
             if t.expected is None:
                 block = quant_sizes(t.type_name)[0]
                 unread = f"K = {k} is not a whole number of {block}-value blocks"
             elif t.cut_short:
                 unread = t.cut_short
-            elif t.type_name in KERNEL_TYPES:
+            elif t.type_name in ("MXFP4", "Q4_0"):
                 refused = _scale_problem(t.type_name, t.data, k, n)
         layers.append(GgufLayer(t.name, t.type_name, k, n, unread, refused))
     return GgufContents(layers, others)
@@ -273,11 +266,11 @@ def list_gguf_layers(path: str | Path) -> list[GgufLayer]:
 
 
 def load_gguf_layer(
-    path: str | Path, name: str, kernel: bool = False
+    path: str | Path, name: str
 ) -> Mxfp4Weights | AwqWeights | BlockIntWeights:
     """Tensor `name` [K, N], exactly as the file holds it: MXFP4 as Mxfp4Weights, Q4_0 as AwqWeights with
     scale pairs (format awq_f16), the block-integer types (gguf_quants.TYPES) as BlockIntWeights.
-    kernel: for the kernel path, a type it does not run is refused from the header, before any decoding.
+    A type the kernel does not run is refused from the header, before any decoding.
     """
     tensors = {t.name: t for t in _reader(path).tensors}
     t = tensors.get(name)
@@ -289,11 +282,9 @@ def load_gguf_layer(
     if len(shape) != 2:
         raise ConfigError(f"{name}: GGUF {kind} {shape} is not read: 2-D weights only")
     status = gguf_status(kind)
-    if kind not in KERNEL_TYPES and kind not in BLOCK_INT_TYPES:
+    if kind not in KERNEL_TYPES:
         raise ConfigError(f"{name}: GGUF {kind} {shape} is {status}")
     k, n = shape
-    if kernel and kind not in KERNEL_TYPES:
-        raise ConfigError(f"{name}: GGUF {kind} K={k} N={n} does not run: {status}")
     block, size = quant_sizes(kind)
     if k % block:
         raise ConfigError(

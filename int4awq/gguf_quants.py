@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""GGUF's "integer times block scale" types, read exactly into one algebra (host side only).
+"""GGUF's "integer times block scale" types, read exactly into one algebra, and their kernel records.
 
 Every type here stores each weight as a small integer v and each group of gs values along K as a scale s and,
 for the types with a min, an additive term m, so that
@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConfigError
+from .quant import bf16_parts, check_dims
+from .record import FORMAT_SPECS, pack_records
 
 
 @functools.cache
@@ -46,12 +48,6 @@ def kvalues_iq4() -> np.ndarray:
     return np.asarray(IQ4_NL.kvalues, dtype=np.int16)
 
 
-MIN_TERM = "the kernel has no min term yet"
-WIDE = "the kernel takes 4-bit codes only so far"
-TABLE = "the kernel has no IQ4 code table yet"
-MIN_AND_WIDE = "the kernel has no min term yet and takes 4-bit codes only so far"
-
-
 @dataclass(frozen=True)
 class _Type:
     gs: int  # values along K per scale
@@ -59,28 +55,26 @@ class _Type:
     hi: int
     has_min: bool
     table: bool  # v is one of kvalues_iq4()
-    algebra: str  # the short form the status line shows
-    why: str  # why the kernel does not run it yet
+    format: str  # the kernel record format it runs as (int4awq.record.FORMATS)
 
 
+# int4_min: 4-bit codes (zero point 0) with the min term; int8: 8-bit codes v in the record's bfp16 image;
+# int8_min: int8 with the min term. Scales and min terms are exact bf16 pairs (up to 17 significant bits:
+# fp16 fields, d * sc_j and dmin * m_j of 6-bit sc_j, m_j, d * (ls_j - 32)) or, in int8, triples (Q6_K's
+# d * sc_j, an fp16 times an int8, up to 18).
 TYPES = {
-    "Q4_1": _Type(32, 0, 15, True, False, "v*s + m", MIN_TERM),
-    "Q5_0": _Type(32, -16, 15, False, False, "", WIDE),
-    "Q5_1": _Type(32, 0, 31, True, False, "v*s + m", MIN_AND_WIDE),
-    "Q8_0": _Type(32, -128, 127, False, False, "", WIDE),
-    "Q4_K": _Type(32, 0, 15, True, False, "v*s + m", MIN_TERM),
-    "Q5_K": _Type(32, 0, 31, True, False, "v*s + m", MIN_AND_WIDE),
-    "Q6_K": _Type(16, -32, 31, False, False, "", WIDE),
-    "IQ4_NL": _Type(32, -127, 113, False, True, "v = kvalues[q]", TABLE),
-    "IQ4_XS": _Type(32, -127, 113, False, True, "v = kvalues[q]", TABLE),
+    "Q4_1": _Type(32, 0, 15, True, False, "int4_min"),
+    "Q5_0": _Type(32, -16, 15, False, False, "int8"),
+    "Q5_1": _Type(32, 0, 31, True, False, "int8_min"),
+    "Q8_0": _Type(32, -128, 127, False, False, "int8"),
+    "Q4_K": _Type(32, 0, 15, True, False, "int4_min"),
+    "Q5_K": _Type(32, 0, 31, True, False, "int8_min"),
+    "Q6_K": _Type(16, -32, 31, False, False, "int8"),
+    "IQ4_NL": _Type(32, -127, 113, False, True, "int8"),
+    "IQ4_XS": _Type(32, -127, 113, False, True, "int8"),
 }
-
-
-def read_status(type_name: str) -> str:
-    """'read exactly (Q4_K: v*s + m); the kernel has no min term yet' (the type must be in TYPES)."""
-    t = TYPES[type_name]
-    what = f"{type_name}: {t.algebra}" if t.algebra else type_name
-    return f"read exactly ({what}); {t.why}"
+# The type each block-integer record format's seeded weights take (random_block_weights): block 32.
+SEED_TYPES = {"int4_min": "Q4_1", "int8": "Q8_0", "int8_min": "Q5_1"}
 
 
 def quant_sizes(type_name: str) -> tuple[int, int]:
@@ -131,10 +125,9 @@ class BlockIntWeights:
             raise ConfigError(f"{who} v: {got}, expected an int16 [K, N] array")
         if self.gs != t.gs:
             raise ConfigError(f"{who}: gs = {self.gs}, expected {t.gs}")
-        block = quant_sizes(who)[0]
-        if self.k % block:
+        if self.k % self.gs:
             raise ConfigError(
-                f"{who}: K = {self.k} is not a whole number of {block}-value blocks"
+                f"{who}: K = {self.k} is not a whole number of groups of {self.gs}"
             )
         terms = [("s", self.s)]
         if t.has_min != (self.m is not None):
@@ -178,6 +171,54 @@ class BlockIntWeights:
         if self.m is not None:
             out += self.m[:, None, :]
         return out.reshape(self.k, n)
+
+    # ---------------------------------------------------------------------------------- the kernel's view
+    @property
+    def format(self) -> str:
+        """The kernel record format these weights run as (int4awq.record.FORMATS)."""
+        return TYPES[self.type_name].format
+
+    def scale_parts(self) -> list[np.ndarray]:
+        """s as exact bf16 parts, [K / gs, N] each (the record's S section)."""
+        return bf16_parts(self.s, FORMAT_SPECS[self.format].scale_parts)
+
+    def min_parts(self) -> list[np.ndarray] | None:
+        """m as exact bf16 parts (the record's M section), or None."""
+        parts = FORMAT_SPECS[self.format].scale_parts
+        return None if self.m is None else bf16_parts(self.m, parts)
+
+    def padded(self, n: int) -> "BlockIntWeights":
+        """Zero columns up to n (v = 0, s = 1, m = 0): they dequantise to 0 and their C columns are dropped."""
+        extra = n - self.n
+        if not extra:
+            return self
+
+        def pad(a, value=0):
+            return np.pad(a, ((0, 0), (0, extra)), constant_values=value)
+
+        m = None if self.m is None else pad(self.m)
+        return BlockIntWeights(pad(self.v), self.gs, pad(self.s, 1), m, self.type_name)
+
+    def pack(self, tile_n: int, tile_k: int) -> np.ndarray:
+        """uint8 [N / tile_n, K / tile_k, record bytes]: the kernel's records (int4awq.record.pack_records):
+        int4_min as 4-bit codes v with zero point 0, int8 formats as v in the bfp16 image.
+        """
+        fmt = self.format
+        if fmt == "int4_min":
+            codes = self.v.astype(np.uint8)
+            z = np.zeros((self.groups, self.n), np.uint8)
+        else:
+            codes, z = self.v.astype(np.int8), None
+        return pack_records(
+            codes,
+            z,
+            self.scale_parts(),
+            self.min_parts(),
+            self.gs,
+            tile_n,
+            tile_k,
+            fmt,
+        )
 
 
 def _first_bad(bad: np.ndarray, a: np.ndarray, what: str, rule: str) -> None:
@@ -362,3 +403,57 @@ def decode(type_name: str, raw: np.ndarray, k: int, n: int) -> BlockIntWeights:
         None if m is None else by_k(np.asarray(m, np.float32), k // gs),
         type_name,
     )
+
+
+def random_block_weights(
+    fmt: str, k: int, n: int, seed: int, exact: bool = False, gs: int | None = None
+) -> BlockIntWeights:
+    """Seeded weights of a block-integer record format, as its SEED_TYPES type holds them (groups of 32), or
+    with gs the first of the format's types with that group (int8 at 16: Q6_K).
+
+    Default: v uniform over the type's range, s = d * sc with an fp16 d and an sc of 6 bits (7 in int8, whose
+    triples hold Q6_K's 8-bit sc), so s takes every bf16 part the format holds; for the min types
+    m = -(dmin * m_j) likewise; sized so that W is about N(0, 1/K). exact=True: v in -15..15 (0..15 for the unsigned types), s = 2^-e and m = -j 2^-e'
+    (e, e' in 0..3, j in 0..7): with quant.random_activations(exact=True) every product and partial sum is
+    a multiple of 2^-3 below 2^21 (a span's sum G or row sum R is an integer below 2^11), so exact in f32
+    in any order; only C's rounding to bf16 remains.
+    """
+    check_dims(K=k, N=n)
+    type_name = SEED_TYPES[fmt]
+    if gs is not None and gs != TYPES[type_name].gs:
+        same = [x for x, t in TYPES.items() if t.format == fmt and t.gs == gs]
+        if not same:
+            groups = sorted({t.gs for t in TYPES.values() if t.format == fmt})
+            raise ConfigError(
+                f"--format {fmt}: its GGUF types have groups of {' or '.join(map(str, groups))} values "
+                f"along K, not --gs {gs}"
+            )
+        type_name = same[0]
+    t = TYPES[type_name]
+    if k % t.gs:
+        raise ConfigError(
+            f"K = {k}: {fmt} seeds {type_name}-like weights, groups of {t.gs} along K"
+        )
+    rng = np.random.default_rng(seed)
+    g = k // t.gs
+    if exact:
+        v = rng.integers(max(t.lo, -15), min(t.hi, 15) + 1, (k, n)).astype(np.int16)
+        s = np.exp2(-rng.integers(0, 4, (g, n))).astype(np.float32)
+        m = -(rng.integers(0, 8, (g, n)) * np.exp2(-rng.integers(0, 4, (g, n))))
+    else:
+        v = rng.integers(t.lo, t.hi + 1, (k, n)).astype(np.int16)
+        # s = d * sc * 2^-e: an fp16 d in [0.5, 1) (11 significant bits, never subnormal), an sc of 6 bits
+        # (7 where the format holds triples), and a power of two that sizes W to about N(0, 1/K)
+        sc_bits = 7 if FORMAT_SPECS[fmt].scale_parts == 3 else 6
+        d = rng.uniform(0.5, 1.0, (g, n)).astype(np.float16).astype(np.float32)
+        sc = rng.integers(1 << (sc_bits - 1), 1 << sc_bits, (g, n)).astype(np.float32)
+        e = np.round(np.log2(np.sqrt(k) * (t.hi - t.lo) / 2 * 0.75 * (1 << sc_bits)))
+        s = d * sc * np.float32(2.0**-e)
+        # the min types: -(dmin * m_j) with a 6-bit m_j (mean about 40), dmin centring v * s (whose mean is
+        # about (hi + 1) / 2 times s's)
+        dmin = (
+            np.mean(s) * (t.hi + 1) / 2 / 40 * rng.uniform(0.9, 1.1, (g, n))
+        ).astype(np.float16)
+        m = -(dmin.astype(np.float32) * rng.integers(16, 64, (g, n)).astype(np.float32))
+    m = np.asarray(m, np.float32) if t.has_min else None
+    return BlockIntWeights(v, t.gs, s.astype(np.float32), m, type_name).validate()

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import model
+from .record import FORMATS
 from .kernel_profile import (
     ACC_REGISTERS,
     LOAD_FIFOS,
@@ -54,6 +55,7 @@ REPO = os.path.dirname(HERE)
 CALIBRATION = os.path.join(HERE, "kernel_calibration.json")
 TABLE = os.path.join(HERE, "kernel_cycles.json")
 KERNEL_SOURCE = os.path.join(REPO, "kernels", "mv_int4_bf16.cc")
+KERNEL_MAKEFILE = os.path.join(REPO, "kernels", "Makefile")
 HOST_AIE_API = os.path.join(REPO, "emulator", "include", "aie_api")
 CACHE = os.path.join(REPO, "build", "kernel_cycles_cache.json")
 
@@ -242,13 +244,17 @@ def calibration() -> Calibration:
 
 
 def kernel_hash() -> str:
-    """The kernel source's and the host aie_api's (whose profiling layer counts) content hash."""
+    """The content hash of the kernel source, the host aie_api (whose profiling layer counts) and the
+    Makefile's FORMAT_DEFS lines (each record format's -D flags: what a format's objects compile).
+    """
     h = hashlib.sha256()
     for path in [KERNEL_SOURCE] + sorted(
         glob.glob(os.path.join(HOST_AIE_API, "**", "*.hpp"), recursive=True)
     ):
         with open(path, "rb") as f:
             h.update(f.read())
+    with open(KERNEL_MAKEFILE, "rb") as f:
+        h.update(b"".join(line for line in f if b"FORMAT_DEFS :=" in line))
     return h.hexdigest()[:16]
 
 
@@ -276,7 +282,7 @@ def _call(tm: int | None, tn: int, tk: int, gs: int, m: int | None, fmt: str) ->
 def _parse_key(key: str) -> tuple:
     """_key's inverse: (tm, tn, tk, gs, m, fmt)."""
     head, _, rest = key.partition("/")
-    fmt, rest = (head, rest) if head in ("awq_f16", "mxfp4") else ("awq", key)
+    fmt, rest = (head, rest) if head in FORMATS else ("awq", key)
     parts = rest.split("/")
     if parts[0] == "gemv":
         tn, tk = map(int, parts[1].split("x"))
@@ -509,16 +515,18 @@ TABLE_GROUP_SIZES = (
 
 def table_calls():
     """Per group size of TABLE_GROUP_SIZES: every GEMM tile the sweep can choose (record GEMM_TILES,
-    GEMM_K_CHUNKS), and every GEMV record tile (record GEMV_TILE_NS, GEMV_TILE_KS) at 1 to GEMV_MAX_M rows.
+    GEMM_K_CHUNKS), and every GEMV record tile (record GEMV_TILE_NS, GEMV_TILE_KS) at 1 to GEMV_MAX_M rows;
+    then the other formats' objects (_format_calls), int8 also at Q6_K's group of 16.
     """
     for gs in TABLE_GROUP_SIZES:
         yield from _table_calls(gs)
-    for fmt in ("awq_f16", "mxfp4"):
+    for fmt in FORMATS[1:]:
         yield from _format_calls(fmt)
+    yield from _format_calls("int8", 16)  # GGUF Q6_K, in every Q4_K_M file
 
 
 def _format_calls(fmt: str, gs: int = 32):
-    """A format's objects beside AWQ's, at GS 32 (MXFP4's group; GGUF Q4_0's, for awq_f16): every GEMM tile
+    """A format's objects beside AWQ's, at GS 32 (MXFP4's group; GGUF's, for the others): every GEMM tile
     of the sweep its kernel takes, and every GEMV record tile at M = 1 (decode); other row counts and group
     sizes are profiled on demand."""
     from .errors import ConfigError
@@ -535,7 +543,7 @@ def _format_calls(fmt: str, gs: int = 32):
     for tn, tk in itertools.product(GEMV_TILE_NS, GEMV_TILE_KS):
         try:
             KernelObject("gemv", tn, tk, gs, format=fmt)
-            check_record_tile(tn, tk, gs)
+            check_record_tile(tn, tk, gs, fmt)
         except ConfigError:
             continue
         yield None, tn, tk, gs, 1, fmt

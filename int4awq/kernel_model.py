@@ -39,8 +39,7 @@ from .record import (
     check_kernel_tiles,
     check_record_tile,
     check_weight_tiling,
-    pack_weights,
-    record_bytes,
+    pack_format,
     w_scratch_bytes,
 )
 
@@ -65,55 +64,83 @@ def bfp16_blocks(x: np.ndarray) -> np.ndarray:
     return np.where(mx > 0, m * step, 0.0)
 
 
-def _operands(a: np.ndarray, w: AwqWeights):
-    """The kernel's operands: A as bfp16 blocks along K [M, KB, 8], (q - z) as bfp16 blocks along K
-    [KB, N, 8] (exact), and the scales: a list of f32 [groups, N], s (and s_lo for a scale pair).
+def _operands(a: np.ndarray, w):
+    """The kernel's operands: A as bfp16 blocks along K [M, KB, 8]; W's integers as the blocks the mmul
+    takes, [KB, N, 8] (exact: (q - z) of AWQ weights, |q - z| <= 15, through the block conversion; a
+    block-integer type's v, which the record holds as mantissas with exponent byte 133); the scale's bf16
+    parts and the min term's (None without one), f32 [groups, N] each.
     """
     m, k = a.shape
     n, gs = w.n, w.gs
     a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))
-    qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(
-        np.float32
-    )
-    w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
-    halves = [w.s] if w.s_lo is None else [w.s, w.s_lo]
-    return a_bfp, w_bfp, [h.astype(np.float32) for h in halves]
+    if isinstance(w, AwqWeights):
+        qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(
+            np.float32
+        )
+        w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
+        s_parts, m_parts = [w.s] if w.s_lo is None else [w.s, w.s_lo], None
+    else:  # block-integer weights (int4awq.gguf_quants.BlockIntWeights)
+        w_bfp = w.v.astype(np.float64).reshape(k // 8, 8, n).transpose(0, 2, 1)
+        s_parts, m_parts = w.scale_parts(), w.min_parts()
+
+    def f32(parts):
+        return None if parts is None else [p.astype(np.float32) for p in parts]
+
+    return a_bfp, w_bfp, f32(s_parts), f32(m_parts)
+
+
+def _split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """f32 x -> (bf16(x), bf16(x - bf16(x))) as f32, round to nearest even: how the kernel folds G and R."""
+    hi = bf16_rne(x)
+    return hi, bf16_rne(x - hi)
 
 
 def _partial_sum(
     a_bfp: np.ndarray,
     w_bfp: np.ndarray,
     s: list[np.ndarray],
+    m_parts: list[np.ndarray] | None,
     chunks: list[int] | range,
     tile_k: int,
     gs: int,
 ) -> np.ndarray:
     """f32 [M, N]: the sum over these K-chunks, in order: per fold span an f32 group sum G of exact 8-deep
-    block products, then c += bf16(G) * s and c += bf16(G - bf16(G)) * s (see module doc).
+    block products, then for each scale part s_i c += bf16(G) * s_i and c += bf16(G - bf16(G)) * s_i;
+    with a min term, the span's row sums R of A (f32 sums of exact 8-deep block sums) the same way with
+    the min term's parts (see module doc).
     """
     m, n = a_bfp.shape[0], w_bfp.shape[1]
     span = min(tile_k, gs)
     c = np.zeros((m, n), dtype=np.float32)
+
+    def fold(c, x_hi, x_lo, parts, g):
+        for part in parts:
+            sc = part[g][None, :]
+            c = (c + x_hi * sc).astype(np.float32)
+            c = (c + x_lo * sc).astype(np.float32)
+        return c
+
     for kc in chunks:
         for f in range(kc * tile_k // span, (kc + 1) * tile_k // span):
-            g_acc = None
+            g_acc = r_acc = None
             for kb in range(f * span // 8, (f + 1) * span // 8):
                 d = (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)  # exact
                 g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
-            hi = bf16_rne(g_acc)
-            lo = bf16_rne(g_acc - hi)
-            for half in s:  # s, then s_lo for a pair
-                sc = half[(f * span) // gs][None, :]
-                c = (c + hi * sc).astype(np.float32)
-                c = (c + lo * sc).astype(np.float32)
+                r = a_bfp[:, kb, :].sum(axis=1).astype(np.float32)[:, None]  # exact
+                r_acc = r if r_acc is None else (r_acc + r).astype(np.float32)
+            g = (f * span) // gs
+            c = fold(c, *_split(g_acc), s, g)
+            if m_parts is not None:
+                c = fold(c, *_split(r_acc), m_parts, g)
     return c
 
 
-def kernel_gemm_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
-    """bf16 [M, N]: the kernel's result for C = A x dequant(W) with K-chunks of tile_k (see module doc)."""
-    a_bfp, w_bfp, s = _operands(a, w)
+def kernel_gemm_model(a: np.ndarray, w, tile_k: int) -> np.ndarray:
+    """bf16 [M, N]: the kernel's result for C = A x dequant(W) with K-chunks of tile_k (see module doc), for
+    AWQ weights and block-integer ones (int4awq.gguf_quants.BlockIntWeights)."""
+    a_bfp, w_bfp, s, m_parts = _operands(a, w)
     chunks = range(a.shape[1] // tile_k)
-    return _partial_sum(a_bfp, w_bfp, s, chunks, tile_k, w.gs).astype(bfloat16)
+    return _partial_sum(a_bfp, w_bfp, s, m_parts, chunks, tile_k, w.gs).astype(bfloat16)
 
 
 # ------------------------------------------------------------------------------------------ host build
@@ -122,7 +149,7 @@ def build_host_kernel(obj: KernelObject, target: str = "host") -> Path:
     if obj.entries == "gemm":
         check_kernel_tiles(obj.tile_m, obj.tile_n, obj.tile_k, obj.gs, fmt=obj.format)
     else:
-        check_record_tile(obj.tile_n, obj.tile_k, obj.gs)
+        check_record_tile(obj.tile_n, obj.tile_k, obj.gs, obj.format)
     make = ["make", "-s", "-C", str(KERNELS_DIR), target, *obj.make_args()]
     # a build takes seconds: say so, once, where one is due (make -q: out of date); the profiling builds run
     # under their own progress bar
@@ -171,7 +198,7 @@ class _HostObject:
         self.misaligned.argtypes, self.misaligned.restype = [], ctypes.c_ulong
         self.w_buf = aligned_empty((obj.record_bytes,), np.uint8)
         self.scratch = aligned_empty(
-            (w_scratch_bytes(obj.tile_n, obj.tile_k),), np.uint8
+            (w_scratch_bytes(obj.tile_n, obj.tile_k, obj.gs, obj.format),), np.uint8
         )
 
 
@@ -234,7 +261,7 @@ class HostKernel(_HostObject):
         if m % tm:
             raise ConfigError(f"M = {m} is not a multiple of tile_m = {tm}")
         if packed is None:
-            packed = pack_weights(w, tn, tk, self.obj.format)
+            packed = pack_format(w, tn, tk, self.obj.format)
         # A in kernel order, per (M-tile, K-chunk)
         a_blk = a.reshape(m // tm, tm // 8, 8, k // tk, tk // 8, 8).transpose(
             0, 3, 1, 4, 2, 5
@@ -325,7 +352,7 @@ class GemvHostKernel(_HostObject):
             raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
         check_weight_tiling(k, w.n, w.gs, tn, tk)
         if packed is None:
-            packed = pack_weights(w, tn, tk, self.obj.format)
+            packed = pack_format(w, tn, tk, self.obj.format)
         acc = self.g_acc[: gemv_acc_elems(m, tn)]
         c = np.empty((m, w.n), dtype=bfloat16)
         for nt in range(w.n // tn):

@@ -10,7 +10,7 @@ Layout used everywhere on the host (logical, before packing into kernel records)
 
 A scale the source holds in more than bf16's 8 significant bits (an fp16 scale: GGUF Q4_0's d, AWQ / GPTQ
 checkpoints' scales) can be kept exactly as a pair, s + s_lo with s = bf16(scale) and s_lo = bf16(scale - s):
-the record format "awq_f16" (the kernel's -DINT4_SCALE_PAIR).
+the record format "awq_f16" (the kernel's -DINT4_SCALE_PARTS=2).
 
 Groups run along K (the reduction dimension), as in AutoAWQ where K is `in_features`.
 """
@@ -141,19 +141,37 @@ def bf16_rne(x: np.ndarray) -> np.ndarray:
 
 
 def scale_pair_of(scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(s, s_lo) bf16 with s + s_lo == scale exactly, for scales of at most 16 significant bits (every fp16
-    value; a float32 scale with more is refused, naming the first)."""
-    x = np.ascontiguousarray(scale, dtype=np.float32)
-    hi = x.astype(bfloat16)
-    lo = (x - hi.astype(np.float32)).astype(bfloat16)
-    back = hi.astype(np.float64) + lo.astype(np.float64)
-    bad = np.flatnonzero((back != x.astype(np.float64)) & np.isfinite(x))
+    """(s, s_lo) bf16 with s + s_lo == scale exactly, for scales of at most 17 significant bits (every fp16
+    value; a float32 scale that needs more is refused, naming the first)."""
+    hi, lo = bf16_parts(scale, 2)
+    return hi, lo
+
+
+def bf16_parts(x: np.ndarray, parts: int) -> list[np.ndarray]:
+    """bf16 parts p_0, p_1, ... of x (float32) with sum(p) == x exactly: p_0 = bf16(x), p_1 = bf16(x - p_0),
+    and so on (round to nearest even, as the kernel's folds split). Rounding to nearest leaves a remainder of
+    at most half a unit of p_0's last place, so it carries its sign in place of one bit: a pair holds every
+    value of up to 17 significant bits, three parts every float32 whose parts stay normal. A value the parts
+    cannot hold is refused, naming the first."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out, rest = [], x
+    for _ in range(parts):
+        p = rest.astype(bfloat16)
+        out.append(p)
+        rest = rest - p.astype(np.float32)  # exact: the rounding error of p
+    back = sum(p.astype(np.float64) for p in out)
+    tiny = float(np.finfo(np.float32).tiny)
+    lost = (back != x.astype(np.float64)) | np.any(
+        [(p != 0) & (np.abs(p.astype(np.float32)) < tiny) for p in out], axis=0
+    )
+    bad = np.flatnonzero(lost & np.isfinite(x))
     if bad.size:
         idx = tuple(int(i) for i in np.unravel_index(bad[0], x.shape))
         raise ConfigError(
-            f"scale{list(idx)} = {x[idx]!r}: more significant bits than a bf16 pair holds (16)"
+            f"scale{list(idx)} = {x[idx]!r}: more significant bits than {parts} bf16 parts hold "
+            f"({8 * parts})"
         )
-    return hi, lo
+    return out
 
 
 def dequantize(w) -> np.ndarray:

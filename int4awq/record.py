@@ -57,8 +57,10 @@ KERNEL_LIVE_BYTES = {
     "two 64-lane bf16 scale vectors": 2 * 128,
     "fold temporaries: accumulator, hi, lo, c": 256 + 128 + 128 + 256,
 }
-# Scale pairs (format awq_f16) keep the two vectors' low halves live beside them.
-SCALE_PAIR_LIVE_BYTES = 2 * 128
+# Each further bf16 part of a scale (awq_f16: 2, the triples: 3) keeps two more 64-lane vectors live; a min
+# term as many again for its parts, plus the two row blocks' row sums (hi and lo each).
+SCALE_PART_LIVE_BYTES = 2 * 128
+MIN_TERM_LIVE_BYTES = 4 * 128
 # The AIR-generated core function's own frame: 960 B under LLVM 21 and 1216 B under LLVM 22 for mlir-air's
 # cores (mlir-air PR #1980, which raised aircc's default stack_size to 2048 for it).
 CORE_FRAME_BYTES = 1216
@@ -76,15 +78,16 @@ def _pad(x: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------ kernel rules
-def check_record_tile(tile_n: int, tile_k: int, gs: int) -> None:
+def check_record_tile(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> None:
     """Raise ConfigError (naming the numbers) unless the kernel supports this record tile (both designs'
     objects read the same record).
 
     tile_n: a multiple of 16 (2x2 blocks of 8x8 mmul tiles; zero points read 16 columns at once).
     tile_k (the K-chunk per call) and gs: multiples of 16 and one divides the other: a chunk holds whole
     groups (tile_k % gs == 0; the scale is folded once per group) or a group spans whole chunks
-    (gs % tile_k == 0; folded once per chunk). A chunk holding several groups needs gs % 32 == 0 (each
-    group's part of a W pair line is then whole 576-byte periods of the zero-point pattern).
+    (gs % tile_k == 0; folded once per chunk). With 4-bit codes a chunk holding several groups needs
+    gs % 32 == 0 (each group's part of a W pair line is then whole 576-byte periods of the zero-point
+    pattern); 8-bit codes pad each group's part to 64 bytes instead.
     """
     check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
     if tile_n % 16:
@@ -97,7 +100,7 @@ def check_record_tile(tile_n: int, tile_k: int, gs: int) -> None:
         )
     check_group_size(gs, gs)  # the one GS rule (int4awq.quant)
     check_chunk_and_group(tile_k, gs)
-    if tile_k > gs and gs % 32:
+    if tile_k > gs and gs % 32 and FORMAT_SPECS[fmt].codes != "int8":
         raise ConfigError(
             f"tile_k = {tile_k}, gs = {gs}: a K-chunk holding several groups needs gs to be a multiple of "
             f"32 (each group's part of the kernel's W lines must be whole 576-byte zero-point periods)"
@@ -125,7 +128,7 @@ def check_kernel_tiles(
         raise ConfigError(
             f"tile_m = {tile_m}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
         )
-    check_record_tile(tile_n, tile_k, gs)
+    check_record_tile(tile_n, tile_k, gs, fmt)
     budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False, stack=stack, fmt=fmt)
     if budget["total"] > L1_BYTES:
         parts = ", ".join(f"{k} {v}" for k, v in budget.items() if k != "total")
@@ -166,25 +169,63 @@ def check_stack_size(stack_size: int | None) -> None:
 
 # ------------------------------------------------------------------------------------------ record layout
 @dataclass(frozen=True)
+class RecordFormat:
+    """What a record format holds (kernels/Makefile FORMAT): its codes ("int4" nibbles with zero points,
+    "int8" the W lines' image bytes, "e2m1" MXFP4's), the bf16 parts per scale, and a min term.
+    """
+
+    codes: str
+    scale_parts: int = 1
+    min_term: bool = False
+
+
+# The record formats the kernel has entries for: "awq" (q, z, bf16 s), "awq_f16" (q, z, s as an exact bf16
+# pair: fp16 scales, GGUF Q4_0), "int4_min" (q, z = 0, s and a min term m as exact pairs: GGUF Q4_1, Q4_K),
+# "int8" (8-bit codes v, s as an exact triple: GGUF Q5_0, Q6_K, Q8_0, IQ4_NL, IQ4_XS), "int8_min" (8-bit
+# codes with a min term, pairs: GGUF Q5_1, Q5_K) and "mxfp4" (E2M1 codes, E8M0 per 32 along K). A pair split
+# with round to nearest holds 17 significant bits (quant.bf16_parts): every fp16 and every K-quant product
+# d * sc_j of 6-bit sc_j; Q6_K's d * sc_j with an 8-bit sc_j can take 18, so int8 holds three parts.
+FORMAT_SPECS = {
+    "awq": RecordFormat("int4"),
+    "awq_f16": RecordFormat("int4", 2),
+    "int4_min": RecordFormat("int4", 2, True),
+    "int8": RecordFormat("int8", 3),
+    "int8_min": RecordFormat("int8", 2, True),
+    "mxfp4": RecordFormat("e2m1"),
+}
+FORMATS = tuple(FORMAT_SPECS)
+# Each format's usual group size: the default for seeded weights, and the group of its rows in the default
+# configuration table (int4awq.sweep): AWQ checkpoints' 128; GGUF's 32; the MX group, 32.
+FORMAT_GS = {f: 128 if f == "awq" else 32 for f in FORMATS}
+
+
+def fold_span(tile_k: int, gs: int, fmt: str = "awq") -> int:
+    """K covered by one fold of the kernel: a group, or the K-chunk when a group spans chunks (MXFP4: the
+    chunk, it has no fold)."""
+    return tile_k if fmt == "mxfp4" else min(tile_k, gs)
+
+
+@dataclass(frozen=True)
 class RecordLayout:
     tile_n: int
     tile_k: int
     gs: int
-    groups: int  # groups whose S and Z the record holds
+    groups: int  # groups whose S (M, Z) the record holds
     q_offset: int
     q_bytes: int
     s_offset: int
     s_bytes: int  # used bytes (section padded to 64)
+    m_offset: int
+    m_bytes: int
     z_offset: int
     z_bytes: int
     total: int
 
 
-def record_layout(
-    tile_n: int, tile_k: int, gs: int, scale_pair: bool = False
-) -> RecordLayout:
-    """The AWQ record's sections; with scale_pair (format awq_f16) S holds the groups' high halves, then
-    their low halves."""
+def record_layout(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> RecordLayout:
+    """A record's sections for format fmt (not mxfp4, mxfp4_record_bytes): Q, then S (the scale parts, part
+    by part, each groups x tile_n bf16), M (the min term's parts, laid out as S; min formats only), Z
+    (groups x tile_n uint8; 4-bit codes only), each starting on 64 bytes."""
     check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
     if tile_n % 16 or tile_k % 16:
         raise ConfigError(
@@ -192,35 +233,43 @@ def record_layout(
         )
     if tile_k % gs and gs % tile_k:
         raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
+    spec = FORMAT_SPECS[fmt]
     groups = tile_k // gs if tile_k >= gs else 1
-    q_bytes = q_section_bytes(tile_n, tile_k)
+    q_bytes = q_section_bytes(tile_n, tile_k, min(tile_k, gs), spec.codes == "int8")
     s_off = _pad(q_bytes)
-    s_bytes = 2 * groups * tile_n * (2 if scale_pair else 1)
-    z_off = s_off + _pad(s_bytes)
-    z_bytes = groups * tile_n
+    s_bytes = 2 * groups * tile_n * spec.scale_parts
+    m_off = s_off + _pad(s_bytes)
+    m_bytes = s_bytes if spec.min_term else 0
+    z_off = m_off + _pad(m_bytes)
+    z_bytes = 0 if spec.codes == "int8" else groups * tile_n
     return RecordLayout(
-        tile_n,
-        tile_k,
-        gs,
-        groups,
-        0,
-        q_bytes,
-        s_off,
-        s_bytes,
-        z_off,
-        z_bytes,
-        z_off + _pad(z_bytes),
+        tile_n=tile_n,
+        tile_k=tile_k,
+        gs=gs,
+        groups=groups,
+        q_offset=0,
+        q_bytes=q_bytes,
+        s_offset=s_off,
+        s_bytes=s_bytes,
+        m_offset=m_off,
+        m_bytes=m_bytes,
+        z_offset=z_off,
+        z_bytes=z_bytes,
+        total=z_off + _pad(z_bytes),
     )
 
 
 def record_bytes(tile_n: int, tile_k: int, gs: int) -> int:
-    """Bytes of one packed record (a multiple of 64)."""
+    """Bytes of one packed AWQ record (a multiple of 64)."""
     return record_layout(tile_n, tile_k, gs).total
 
 
-def q_section_bytes(tile_n: int, tile_k: int) -> int:
-    """Bytes of a record's nibbles: one per byte of the W pair lines' image (tile_n / 16 lines)."""
-    return tile_n // 16 * w_pair_line_bytes(tile_k) // 2
+def q_section_bytes(
+    tile_n: int, tile_k: int, span: int | None = None, codes8: bool = False
+) -> int:
+    """Bytes of a record's codes: one nibble (codes8: one byte) per byte of the W pair lines' image."""
+    line = tile_n // 16 * w_pair_line_bytes(tile_k, span)
+    return line if codes8 else line // 2
 
 
 def mxfp4_record_bytes(tile_n: int, tile_k: int) -> int:
@@ -233,43 +282,67 @@ def format_record_bytes(fmt: str, tile_n: int, tile_k: int, gs: int) -> int:
     """Bytes of the record a format's accumulate entry reads."""
     if fmt == "mxfp4":
         return mxfp4_record_bytes(tile_n, tile_k)
-    return record_layout(tile_n, tile_k, gs, fmt == "awq_f16").total
+    return record_layout(tile_n, tile_k, gs, fmt).total
 
 
 BFP16_BLOCK_VECTOR_BYTES = (
     72  # aie::block_vector<bfp16ebs8, 64>: 8 blocks of (exponent byte, 8 mantissas)
+)
+BFP16_EXPONENT_ONE = (
+    133  # the block exponent byte of value = mantissa (value = m * 2^(E - 133))
 )
 
 
 W_SCRATCH_STAGE_BYTES = (
     256  # where the kernel stages three block vectors of zero points
 )
+ROW_SUMS_BLOCK_BYTES = (
+    256  # one span's row sums of one 8-row block: bf16 hi, lo, 64 lanes each
+)
 
 
-def w_pair_line_bytes(tile_k: int) -> int:
+def w_pair_line_bytes(tile_k: int, span: int | None = None) -> int:
     """One pair line of the kernel's scratch: the block vectors of two 8-column (or 8-row) blocks interleaved
-    along K, 2 * tile_k / 8 block vectors of 72 bytes, padded to 64 bytes."""
-    return _pad(2 * (tile_k // 8) * BFP16_BLOCK_VECTOR_BYTES)
+    along K, 2 * tile_k / 8 block vectors of 72 bytes, each fold span's part (span: the fold span, default
+    tile_k) starting on 64 bytes. With 4-bit codes a span of a multi-span chunk is whole 576-byte periods,
+    so the line is 18 * tile_k padded to 64 bytes."""
+    span = tile_k if span is None else span
+    return tile_k // span * _pad(2 * (span // 8) * BFP16_BLOCK_VECTOR_BYTES)
 
 
-def w_scratch_bytes(tile_n: int, tile_k: int) -> int:
+def w_scratch_bytes(
+    tile_n: int, tile_k: int, gs: int | None = None, fmt: str = "awq"
+) -> int:
     """Bytes of the kernel's private scratch (w_scratch, u8: the kernel stores bfp16ebs8 blocks in it).
 
-    tile_n / 16 pair lines of dequantised W (one per pair of 8-column blocks, their bfp16ebs8 block vectors
-    interleaved along K), one pair line of A (the two 8-row blocks being swept, interleaved likewise) and
-    256 bytes where the zero-point pattern is staged: (tile_n / 16 + 1) * pad64(18 * tile_k) + 256 bytes.
-    Independent of tile_m.
+    4-bit codes: tile_n / 16 pair lines of dequantised W (one per pair of 8-column blocks, their bfp16ebs8
+    block vectors interleaved along K), one pair line of A (the two 8-row blocks being swept, interleaved
+    likewise) and 256 bytes where the zero-point pattern is staged: (tile_n / 16 + 1) * pad64(18 * tile_k)
+    + 256 bytes. 8-bit codes: the A line only (the streams read W from the record). A min term adds each
+    fold span's row sums of two 8-row blocks (256 bytes each). At least the 16 * tile_n bytes the GEMM's
+    drain stages. Independent of tile_m.
     """
-    return (tile_n // 16 + 1) * w_pair_line_bytes(tile_k) + W_SCRATCH_STAGE_BYTES
+    spec = FORMAT_SPECS[fmt]
+    span = fold_span(tile_k, tile_k if gs is None else gs, fmt)
+    line = w_pair_line_bytes(tile_k, span)
+    if spec.codes == "int8":
+        need = line
+    else:
+        need = (tile_n // 16 + 1) * line + W_SCRATCH_STAGE_BYTES
+    if spec.min_term:
+        need += 2 * (tile_k // span) * ROW_SUMS_BLOCK_BYTES
+    return max(need, 16 * tile_n)
 
 
 def kernel_stack_bytes(fmt: str = "awq") -> int:
     """The design's default stack_size (bytes): the kernel's live set spilled whole plus the core's frame
     (KERNEL_LIVE_BYTES, CORE_FRAME_BYTES), rounded up to 1 KiB. An upper bound derived from the source,
     NOT measured with Peano here; the same for every tile of a format."""
+    spec = FORMAT_SPECS[fmt]
     need = sum(KERNEL_LIVE_BYTES.values()) + CORE_FRAME_BYTES
-    if fmt == "awq_f16":
-        need += SCALE_PAIR_LIVE_BYTES
+    need += (spec.scale_parts - 1) * SCALE_PART_LIVE_BYTES
+    if spec.min_term:
+        need += spec.scale_parts * SCALE_PART_LIVE_BYTES + MIN_TERM_LIVE_BYTES
     return -(-need // 1024) * 1024
 
 
@@ -292,19 +365,22 @@ def l1_budget(
         * tile_n,  # f32; the drain writes bf16 C into its first half
         "a_tile_x2": 2 * 2 * tile_m * tile_k,
         "w_record_x2": 2 * format_record_bytes(fmt, tile_n, tile_k, gs),
-        "w_scratch": w_scratch_bytes(tile_n, tile_k),
+        "w_scratch": w_scratch_bytes(tile_n, tile_k, gs, fmt),
         "stack": kernel_stack_bytes(fmt) if stack is None else stack,
     }
     budget["total"] = sum(budget.values())
     return budget
 
 
-# The record formats the kernel has entries for: "awq" (q, z, bf16 s), "awq_f16" (q, z, s as an exact bf16
-# pair: fp16 scales, GGUF Q4_0) and "mxfp4" (E2M1 codes, E8M0 per 32 along K).
-FORMATS = ("awq", "awq_f16", "mxfp4")
-# Each format's usual group size: the default for seeded weights, and the group of its rows in the default
-# configuration table (int4awq.sweep): AWQ checkpoints' 128; GGUF Q4_0's 32; the MX group, 32.
-FORMAT_GS = {"awq": 128, "awq_f16": 32, "mxfp4": 32}
+# The format's tag in a kernel object's name (kernels/Makefile PREFIX).
+STEM_TAGS = {
+    "awq": "",
+    "awq_f16": "_f16s",
+    "int4_min": "_i4m",
+    "int8": "_i8",
+    "int8_min": "_i8m",
+    "mxfp4": "_mxfp4",
+}
 
 
 @dataclass(frozen=True)
@@ -341,11 +417,8 @@ class KernelObject:
 
     @property
     def stem(self) -> str:
-        prefix, gs = KERNEL_NAME, f"_gs{self.gs}"
-        if self.format == "mxfp4":
-            prefix, gs = f"{KERNEL_NAME}_mxfp4", ""
-        elif self.format == "awq_f16":
-            prefix = f"{KERNEL_NAME}_f16s"
+        prefix = KERNEL_NAME + STEM_TAGS[self.format]
+        gs = "" if self.format == "mxfp4" else f"_gs{self.gs}"
         if self.entries == "gemm":
             stem = f"{prefix}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}{gs}"
         else:
@@ -390,7 +463,7 @@ class KernelSizes:
 
     @property
     def scratch_bytes(self) -> int:
-        return w_scratch_bytes(self.tile_n, self.tile_k_l1)
+        return w_scratch_bytes(self.tile_n, self.tile_k_l1, self.gs, self.kernel.format)
 
     @property
     def stack_bytes(self) -> int:
@@ -415,29 +488,46 @@ def _chunk_groups(k: int, gs: int, tile_k: int) -> np.ndarray:
     return ((np.arange(kc) * tile_k) // gs).reshape(kc, 1)
 
 
-def q_nibble_index(tile_n: int, tile_k: int) -> np.ndarray:
-    """int64 [TK, TN]: the Q nibble that holds element (k, n) of a chunk (module doc)."""
+def image_index(tile_n: int, tile_k: int, span: int | None = None) -> np.ndarray:
+    """int64 [TK, TN]: the byte of the W pair lines' image (tile_n / 16 lines of w_pair_line_bytes) that holds
+    element (k, n) of a chunk (module doc); span: the fold span, each span's part starting on 64 bytes.
+    """
+    span = tile_k if span is None else span
     k = np.arange(tile_k)[:, None]
     n = np.arange(tile_n)[None, :]
-    line = w_pair_line_bytes(tile_k)
+    kk = k % span
     return (
-        (n // 16) * line
-        + (2 * (k // BLOCK) + (n // BLOCK) % 2) * BFP16_BLOCK_VECTOR_BYTES
+        (n // 16) * w_pair_line_bytes(tile_k, span)
+        + (k // span) * _pad(2 * (span // BLOCK) * BFP16_BLOCK_VECTOR_BYTES)
+        + (2 * (kk // BLOCK) + (n // BLOCK) % 2) * BFP16_BLOCK_VECTOR_BYTES
         + (n % BLOCK) * 9
         + 1
-        + k % BLOCK
+        + kk % BLOCK
     )
 
 
+def q_nibble_index(tile_n: int, tile_k: int) -> np.ndarray:
+    """int64 [TK, TN]: the Q nibble that holds element (k, n) of a chunk (module doc): 4-bit codes' spans
+    are whole 576-byte periods, so one span of tile_k gives the same index for every fold span.
+    """
+    return image_index(tile_n, tile_k)
+
+
 def _q_order(
-    q: np.ndarray, tile_n: int, tile_k: int, q_nibbles: int, fill: int = 0
+    q: np.ndarray,
+    tile_n: int,
+    tile_k: int,
+    q_nibbles: int,
+    fill: int = 0,
+    index: np.ndarray | None = None,
 ) -> np.ndarray:
-    """q [K, N] -> [NT, KC, q_nibbles] codes in record nibble order (`fill` where no element lives)."""
+    """q [K, N] -> [NT, KC, q_nibbles] codes in record order (index: image_index, default the nibble
+    order; `fill` where no element lives)."""
     k, n = q.shape
     kc, nt = k // tile_k, n // tile_n
     tiles = q.reshape(kc, tile_k, nt, tile_n).transpose(2, 0, 1, 3)  # [NT, KC, TK, TN]
     out = np.full((nt, kc, q_nibbles), fill, dtype=np.uint8)
-    out[:, :, q_nibble_index(tile_n, tile_k)] = tiles
+    out[:, :, q_nibble_index(tile_n, tile_k) if index is None else index] = tiles
     return out
 
 
@@ -456,15 +546,51 @@ def pack_weights(
             "these weights hold their scales as exact bf16 pairs (fp16 scales): they need the awq_f16 "
             "record (--format awq_f16)"
         )
-    check_weight_tiling(w.k, w.n, w.gs, tile_n, tile_k)
-    lay = record_layout(tile_n, tile_k, w.gs, fmt == "awq_f16")
-    nt, kc = w.n // tile_n, w.k // tile_k
+    parts = [w.s]
+    if fmt == "awq_f16":
+        parts.append(np.zeros_like(w.s) if w.s_lo is None else w.s_lo)
+    return pack_records(w.q, w.z, parts, None, w.gs, tile_n, tile_k, fmt)
+
+
+def pack_records(
+    codes: np.ndarray,
+    z: np.ndarray | None,
+    s_parts: list[np.ndarray],
+    m_parts: list[np.ndarray] | None,
+    gs: int,
+    tile_n: int,
+    tile_k: int,
+    fmt: str,
+) -> np.ndarray:
+    """uint8 [N // tile_n, K // tile_k, record_bytes] records of format fmt (not mxfp4) from validated
+    operands: codes [K, N] (uint8 0..15 for 4-bit formats, int8 for 8-bit ones), z [K / gs, N] uint8 (4-bit
+    formats), the scale's and the min term's bf16 parts, each [K / gs, N], as many as the format holds.
+    """
+    spec = FORMAT_SPECS[fmt]
+    k, n = codes.shape
+    check_weight_tiling(k, n, gs, tile_n, tile_k)
+    lay = record_layout(tile_n, tile_k, gs, fmt)
+    nt, kc = n // tile_n, k // tile_k
     out = np.zeros((nt, kc, lay.total), dtype=np.uint8)
+    if spec.codes == "int8":
+        span = min(tile_k, gs)
+        image = _q_order(
+            codes.view(np.uint8),
+            tile_n,
+            tile_k,
+            lay.q_bytes,
+            0,
+            image_index(tile_n, tile_k, span),
+        )
+        # every block's exponent byte (the byte before its 8 mantissas) is 133: value = mantissa
+        first = image_index(tile_n, tile_k, span)[::BLOCK] - 1
+        image[:, :, first] = BFP16_EXPONENT_ONE
+        out[:, :, : lay.q_bytes] = image
+    else:
+        nib = _q_order(codes, tile_n, tile_k, 2 * lay.q_bytes)
+        out[:, :, : lay.q_bytes] = nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)
 
-    codes = _q_order(w.q, tile_n, tile_k, 2 * lay.q_bytes)
-    out[:, :, : lay.q_bytes] = codes[:, :, 0::2] | (codes[:, :, 1::2] << 4)
-
-    g = _chunk_groups(w.k, w.gs, tile_k)  # [KC, G]
+    g = _chunk_groups(k, gs, tile_k)  # [KC, G]
 
     def per_record(x: np.ndarray) -> np.ndarray:  # [groups, N] -> [NT, KC, G * TN]
         sel = x[g]  # [KC, G, N]
@@ -474,13 +600,18 @@ def pack_weights(
             .reshape(nt, kc, lay.groups * tile_n)
         )
 
-    halves = [w.s]
-    if fmt == "awq_f16":
-        halves.append(np.zeros_like(w.s) if w.s_lo is None else w.s_lo)
-    s_section = np.ascontiguousarray(np.concatenate([per_record(h) for h in halves], 2))
-    # bf16 little-endian
-    out[:, :, lay.s_offset : lay.s_offset + lay.s_bytes] = s_section.view(np.uint8)
-    out[:, :, lay.z_offset : lay.z_offset + lay.z_bytes] = per_record(w.z)
+    sections = [(lay.s_offset, lay.s_bytes, s_parts)]
+    if spec.min_term:
+        sections.append((lay.m_offset, lay.m_bytes, m_parts))
+    for offset, size, parts in sections:
+        if len(parts) != spec.scale_parts:
+            raise ConfigError(
+                f"format {fmt} holds {spec.scale_parts} bf16 parts per term, not {len(parts)}"
+            )
+        part = np.ascontiguousarray(np.concatenate([per_record(h) for h in parts], 2))
+        out[:, :, offset : offset + size] = part.view(np.uint8)  # bf16 little-endian
+    if spec.codes != "int8":
+        out[:, :, lay.z_offset : lay.z_offset + lay.z_bytes] = per_record(z)
     return out
 
 
@@ -495,7 +626,7 @@ def unpack_weights(
 ) -> AwqWeights:
     """Exact inverse of pack_weights (an awq_f16 record gives weights with s_lo)."""
     check_weight_tiling(k, n, gs, tile_n, tile_k)
-    lay = record_layout(tile_n, tile_k, gs, fmt == "awq_f16")
+    lay = record_layout(tile_n, tile_k, gs, fmt)
     nt, kc = n // tile_n, k // tile_k
     if (
         not isinstance(packed, np.ndarray)

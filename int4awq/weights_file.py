@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .gguf_file import is_gguf
+from .gguf_quants import SEED_TYPES, random_block_weights
 from .mxfp4 import random_mxfp4
 from .quant import random_weights
 
@@ -40,7 +41,6 @@ class Row:
 # What a row's status comes to, in the summary's order and words (count 1, count > 1).
 OUTCOMES = {
     "runs": ("runs", "run"),
-    "read": ("read exactly but does not run yet", "read exactly but do not run yet"),
     "refused": (
         "refused at load (its status says why)",
         "refused at load (their status says why)",
@@ -157,9 +157,7 @@ def listing(path: str | Path) -> Listing:
 def _gguf_outcome(t) -> str:
     if t.runs:
         return "runs"
-    if t.refused:
-        return "refused"
-    return "read" if t.read_exactly else "not read"
+    return "refused" if t.refused else "not read"
 
 
 def _with_others(rows: list[Row], others) -> Listing:
@@ -236,9 +234,8 @@ def load(
     """(weights, summary line) of layer `name`, in a record format the kernel runs. The file decides the
     format: fmt (--format, or None) may only choose between the records a file gives, awq and awq_f16 for an
     int4 checkpoint (awq_f16, like scale_pair, keeps its scales exactly as bf16 pairs); any other fmt is
-    refused with one line. expert picks one expert of a gpt-oss expert tensor. A GGUF tensor that is read
-    exactly but does not run yet (gguf_quants.BlockIntWeights) is refused here with one line;
-    gguf_file.load_gguf_layer gives its values."""
+    refused with one line. expert picks one expert of a gpt-oss expert tensor. A GGUF tensor of a type the
+    kernel does not run is refused with one line."""
     if is_gguf(path):
         from .gguf_file import load_gguf_layer
 
@@ -246,13 +243,19 @@ def load(
             raise ConfigError(
                 "--expert: GGUF tensors are read one 2-D weight at a time"
             )
-        # the kernel path starts here: a type it cannot run is refused from the header, never decoded
-        w = load_gguf_layer(path, name, kernel=True)
-        kind, held = (
-            ("MXFP4", "E2M1 codes and E8M0 scales as the file holds them")
-            if w.format == "mxfp4"
-            else ("Q4_0", "codes and fp16 scales d as bf16 pairs (format awq_f16)")
-        )
+        # a type the kernel cannot run is refused from the header, never decoded
+        w = load_gguf_layer(path, name)
+        if w.format == "mxfp4":
+            kind, held = "MXFP4", "E2M1 codes and E8M0 scales as the file holds them"
+        elif w.format == "awq_f16":
+            kind, held = (
+                "Q4_0",
+                "codes and fp16 scales d as bf16 pairs (format awq_f16)",
+            )
+        else:
+            kind = w.type_name
+            terms = "scales and min terms" if w.m is not None else "scales"
+            held = f"value = v * s{' + m' if w.m is not None else ''}, {terms} as exact bf16 triples (format {w.format})"
         _check_format(fmt, (w.format,), path, name, f"a GGUF {kind} tensor")
         return w, f"{name}: GGUF {kind} K={w.k} N={w.n}: {held} (exact)"
     from .mx_safetensors import load_mx_layer, open_mx
@@ -294,7 +297,10 @@ def random_format_weights(
     fmt: str, k: int, n: int, gs: int, seed: int, exact: bool = False
 ):
     """Seeded weights of a record format: quant.random_weights (awq; awq_f16 with fp16 scales as exact
-    pairs) or mxfp4.random_mxfp4 (gs is 32)."""
+    pairs), mxfp4.random_mxfp4 (gs is 32) or gguf_quants.random_block_weights (the GGUF formats: a type of
+    the format with group gs)."""
     if fmt == "mxfp4":
         return random_mxfp4(k, n, seed, exact=exact)
+    if fmt in SEED_TYPES:
+        return random_block_weights(fmt, k, n, seed, exact=exact, gs=gs)
     return random_weights(k, n, gs, seed, exact=exact, scale_pair=fmt == "awq_f16")

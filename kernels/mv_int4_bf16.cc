@@ -14,7 +14,10 @@
 // its first half DIM_M x DIM_N bf16 after the drain (typed bf16 in the design,
 // twice as many elements, so the drain's DMA reads it as it is).
 //
-// dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS.
+// dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS; with a
+// min term (GGUF Q4_1, Q5_1, Q4_K, Q5_K) v[k, n] * s[g, n] + m[g, n]; with
+// byte codes (GGUF Q5_*, Q6_K, Q8_0, IQ4_*) v is any int8 the record holds
+// (the record formats: int4awq/record.py FORMAT_SPECS, kernels/Makefile).
 //
 // How a call works (docs/kernel.md has the byte-exact record and the buffer
 // layouts):
@@ -49,7 +52,9 @@
 //     are multiplied by the bf16 scale (products exact in f32) and added to c
 //     in f32. hi + lo keeps 16 significant bits of G, so integer-valued G below
 //     2^16 (exact-mode operands) survive exactly; upstream's single bf16(G)
-//     does not.
+//     does not. A scale of more than 8 significant bits is held as 2 or 3 bf16
+//     parts (INT4_SCALE_PARTS), each multiplied in turn. A min term adds R * m
+//     the same way, R the span's row sums of the converted A.
 //
 // Roundings, in order: A to bfp16 blocks (exact for exact-mode operands; (q -
 // z) is always exact), one f32 addition per mmul into G, bf16(G) and bf16(G -
@@ -170,10 +175,6 @@ static_assert(GS > 0 && GS % 16 == 0,
 static_assert(TK % GS == 0 || GS % TK == 0,
               "DIM_K_CHUNK and DIM_GS must divide one another: a chunk holds "
               "whole groups, or a group spans whole chunks");
-static_assert(TK <= GS || GS % 32 == 0,
-              "DIM_GS must be a multiple of 32 when a chunk holds several "
-              "groups: each group's part of a W line is then whole 576-byte "
-              "periods of the zero-point pattern");
 static_assert(TN * TK * 2 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
 #if defined(INT4_MXFP4)
@@ -188,16 +189,44 @@ static_assert(GS == MX_GROUP && TK % MX_GROUP == 0,
 #else
 constexpr bool MXFP4 = false;
 #endif
-#if defined(INT4_SCALE_PAIR)
-// Scale pairs (-DINT4_SCALE_PAIR, FORMAT=awq_f16): each scale is held as two
-// bf16 halves s = hi + lo, which holds an fp16 scale (11 significant bits)
-// exactly (GGUF Q4_0's d, AWQ / GPTQ fp16 scales); the fold multiplies G's
-// halves by both (four products, each exact in f32, instead of two).
-constexpr bool SCALE_PAIR = true;
-static_assert(!MXFP4, "MXFP4 has no scale fold: no scale pairs");
+// Scale parts (-DINT4_SCALE_PARTS=P): each scale is held as P bf16 parts s =
+// s_0 + .. + s_{P-1}, split with round to nearest; the fold multiplies G's two
+// halves by every part (2P products, each exact in f32). P = 1: bf16 scales
+// (AWQ). P = 2 holds every value of up to 17 significant bits (the remainder
+// of a round to nearest is at most half an ulp, so its sign stands in for a
+// bit): fp16 scales (FORMAT=awq_f16: GGUF Q4_0, AWQ / GPTQ fp16 scales) and
+// GGUF's d * sc_j of 6-bit sc_j. P = 3 holds any f32: Q6_K's d * sc_j, an fp16
+// times an int8, up to 18 bits.
+#if defined(INT4_SCALE_PARTS)
+constexpr unsigned SCALE_PARTS = INT4_SCALE_PARTS;
 #else
-constexpr bool SCALE_PAIR = false;
+constexpr unsigned SCALE_PARTS = 1;
 #endif
+static_assert(SCALE_PARTS >= 1 && SCALE_PARTS <= 3,
+              "INT4_SCALE_PARTS: 1, 2 or 3 bf16 parts per scale");
+static_assert(!MXFP4 || SCALE_PARTS == 1, "MXFP4 has no scale fold");
+// Min term (-DINT4_MIN_TERM): value = v * s + m (GGUF Q4_1, Q5_1, Q4_K,
+// Q5_K), m per group and column in SCALE_PARTS bf16 parts. Per fold span the
+// kernel adds R * m, R the span's row sums of A as converted to bfp16 (one
+// more 8x8x8 mmul per A block, against a block of ones, in A's conversion
+// loop), held as bf16 hi + lo like G.
+#if defined(INT4_MIN_TERM)
+constexpr bool MIN_TERM = true;
+#else
+constexpr bool MIN_TERM = false;
+#endif
+// Byte codes (-DINT4_CODES8): the record holds the W pair lines' image
+// itself, one signed 8-bit mantissa per value (already v = q - z, q - 16,
+// kvalues[q], ...: GGUF Q5_*, Q6_K, Q8_0, IQ4_*) and exponent byte 133, so
+// the block streams read the record directly: no dequantisation, no zero
+// points, twice the nibble record's bytes.
+#if defined(INT4_CODES8)
+constexpr bool CODES8 = true;
+#else
+constexpr bool CODES8 = false;
+#endif
+static_assert(!MXFP4 || (!MIN_TERM && !CODES8),
+              "MXFP4 has its own codes and no min term");
 
 using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
 using BLOCKS = aie::block_vector<bfp16ebs8, 64>; // one 8x8 mmul operand: 8
@@ -226,35 +255,46 @@ inline MMUL zero_mmul() { return MMUL(aie::zeros<accfloat, 64>()); }
 using BlockIn = aie::block_vector_restrict_input_buffer_stream<bfp16ebs8, 64>;
 using BlockOut = aie::block_vector_restrict_output_buffer_stream<bfp16ebs8, 64>;
 
-// A pair line of w_scratch: the block vectors of two 8-row (A) or 8-column (W)
-// blocks, interleaved along K (block 0 kb, block 1 kb, block 0 kb+1, ...), 144
-// bytes per K block, padded to 64 bytes (a block stream starts at FIFO position
-// 0 of a 512-bit word).
-constexpr unsigned PAIR_LINE = round64(2 * KB * BLOCKS::bytes());
-constexpr unsigned PAIR_WORDS = PAIR_LINE / 64;
-// One fold span's part of a W pair line: 144 * SB bytes, whole 64-byte words
-// (9 per 576 bytes, the period of the zero-point pattern) when there are
-// several spans; the whole padded line when there is one.
+// A pair line: the block vectors of two 8-row (A) or 8-column (W) blocks,
+// interleaved along K (block 0 kb, block 1 kb, block 0 kb+1, ...), 144 bytes
+// per K block. Each fold span's part (144 * SB bytes) starts on 64 bytes (a
+// block stream starts at FIFO position 0 of a 512-bit word): SPAN_STRIDE.
+// With several spans per call the nibble formats' spans are whole 576-byte
+// periods of the zero-point pattern, so their stride is the span itself and
+// the line is unpadded; byte codes pad each span (Q6_K's 16-value groups: 288
+// bytes in a stride of 320).
 constexpr unsigned SPAN_BYTES = 2 * SB * BLOCKS::bytes();
-constexpr unsigned SPAN_WORDS = NF == 1 ? PAIR_WORDS : SPAN_BYTES / 64;
+constexpr unsigned SPAN_STRIDE = round64(SPAN_BYTES);
+constexpr unsigned PAIR_LINE = NF * SPAN_STRIDE;
+static_assert(CODES8 || NF == 1 || SPAN_BYTES % 576 == 0,
+              "DIM_GS must be a multiple of 32 when a chunk holds several "
+              "groups: each group's part of a W line is then whole 576-byte "
+              "periods of the zero-point pattern");
 // The zero-point pattern repeats every 9 words: whole periods, then a tail.
+constexpr unsigned SPAN_WORDS = SPAN_STRIDE / 64;
 constexpr unsigned SPAN_PERIODS = SPAN_WORDS / 9, SPAN_TAIL = SPAN_WORDS % 9;
-static_assert(NF == 1 || SPAN_BYTES % 576 == 0);
 
-// Packed record (see int4awq/record.py, which must agree): Q nibbles in the
-// image order of the W pair lines (PAIR_LINE nibbles per pair), then S (bf16;
-// with scale pairs the NF * TN high halves, then the NF * TN low halves), then
-// Z (uint8), each section starting on a 64-byte boundary. MXFP4
-// (int4awq/mxfp4.py): the E2M1 codes in the same order, then X, per 32-value
-// group and column the bf16 2^(E - 64 - 127) whose block conversion carries
-// the group's exponent byte E = x + 5 (see dequantize).
-constexpr unsigned Q_PAIR_BYTES = PAIR_LINE / 2;
+// Packed record (see int4awq/record.py, which must agree), each section
+// starting on a 64-byte boundary:
+//   Q  nibble formats: the 4-bit codes in the image order of the W pair lines
+//      (PAIR_LINE nibbles per pair); byte codes: the image itself (PAIR_LINE
+//      bytes per pair)
+//   S  SCALE_PARTS x NF x TN bf16 (part i of span f, column n at i * NF * TN
+//      + f * TN + n)
+//   M  (MIN_TERM) the min terms, laid out as S
+//   Z  (nibble formats) NF x TN uint8 zero points
+// MXFP4 (int4awq/mxfp4.py): the E2M1 codes in the nibble order, then X, per
+// 32-value group and column the bf16 2^(E - 64 - 127) whose block conversion
+// carries the group's exponent byte E = x + 5 (see dequantize).
+constexpr unsigned Q_PAIR_BYTES = CODES8 ? PAIR_LINE : PAIR_LINE / 2;
 constexpr unsigned Q_BYTES = NP * Q_PAIR_BYTES;
 constexpr unsigned S_OFFSET = round64(Q_BYTES);
-constexpr unsigned S_LO = SCALE_PAIR ? NF * TN : 0; // low halves, from hi
-constexpr unsigned S_BYTES = round64(NF * TN * 2 * (SCALE_PAIR ? 2 : 1));
-constexpr unsigned Z_OFFSET = S_OFFSET + S_BYTES;
-constexpr unsigned Z_BYTES = round64(NF * TN);
+constexpr unsigned S_PART = NF * TN; // bf16 elements of one part
+constexpr unsigned S_BYTES = round64(S_PART * 2 * SCALE_PARTS);
+constexpr unsigned M_OFFSET = S_OFFSET + S_BYTES;
+constexpr unsigned M_BYTES = MIN_TERM ? S_BYTES : 0;
+constexpr unsigned Z_OFFSET = M_OFFSET + M_BYTES;
+constexpr unsigned Z_BYTES = CODES8 ? 0 : round64(NF * TN);
 constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
 #if defined(INT4_MXFP4)
 constexpr unsigned MX_GROUPS = TK / MX_GROUP; // per record
@@ -263,12 +303,19 @@ constexpr unsigned GROUP_WORDS = 2 * (MX_GROUP / 8) * 72 / 64; // 576 bytes
 static_assert(PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
 #endif
 
-// w_scratch (see int4awq/record.py, w_scratch_bytes): NP W pair lines, one A
-// pair line, then 256 bytes where the zero-point pattern is staged.
-constexpr unsigned A_LINE_OFFSET = NP * PAIR_LINE;
+// w_scratch (see int4awq/record.py, w_scratch_bytes): NP W pair lines (nibble
+// formats), one A pair line, 256 bytes where the zero-point pattern is staged
+// (nibble formats), with MIN_TERM the row sums R of each span's two 8-row
+// blocks (bf16 hi then lo, 64 lanes each: 256 bytes per block), and at least
+// the 16 * TN bytes the GEMM's drain stages.
+constexpr unsigned A_LINE_OFFSET = CODES8 ? 0 : NP * PAIR_LINE;
 constexpr unsigned STAGE_OFFSET = A_LINE_OFFSET + PAIR_LINE;
-constexpr unsigned STAGE_BYTES = 256;
-constexpr unsigned SCRATCH_BYTES = STAGE_OFFSET + STAGE_BYTES;
+constexpr unsigned STAGE_BYTES = CODES8 ? 0 : 256;
+constexpr unsigned R_OFFSET = STAGE_OFFSET + STAGE_BYTES;
+constexpr unsigned R_BLOCK_BYTES = 256;
+constexpr unsigned R_BYTES = MIN_TERM ? 2 * NF * R_BLOCK_BYTES : 0;
+constexpr unsigned SCRATCH_BYTES =
+    R_OFFSET + R_BYTES > 16 * TN ? R_OFFSET + R_BYTES : 16 * TN;
 static_assert(SCRATCH_BYTES % 64 == 0 && SCRATCH_BYTES <= 65536,
               "w_scratch does not fit a PE's L1");
 
@@ -357,8 +404,8 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     const BLOCKS v1 = zero_point_blocks(zz.second.cast_to<bfloat16>());
     const Pattern pz = stage_pattern(v0, v1, c64, scratch);
     const uint8_t *__restrict q =
-        record + p * Q_PAIR_BYTES + f * (SPAN_BYTES / 2);
-    uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_BYTES;
+        record + p * Q_PAIR_BYTES + f * (SPAN_STRIDE / 2);
+    uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_STRIDE;
     // Word w takes pattern word w % 9: walked as whole periods of 9, each
     // unrolled, then the tail, so no modulo is computed at run time (an
     // unsigned remainder is a library call on AIE2P, and a call in a loop stops
@@ -438,46 +485,87 @@ inline BLOCKS to_blocks_on_mac(const bfloat16 *__restrict a,
   return aie::mul(aie::load_v<64>(a), ones).to_vector<bfp16ebs8>();
 }
 
-// The scales of 8 columns at sp, each replicated down the 8 rows of a block;
-// with scale pairs also their low halves (at sp + S_LO).
-struct Scales8 {
-  aie::vector<bfloat16, 64> hi, lo;
+// The scales (or min terms) of 8 columns at sp, each replicated down the 8
+// rows of a block: SCALE_PARTS parts, part i at sp + i * S_PART.
+struct Parts8 {
+  aie::vector<bfloat16, 64> v[SCALE_PARTS];
 };
-inline Scales8 load_scales(const bfloat16 *sp) {
-  Scales8 s;
-  s.hi = replicate_row(aie::load_v<8>(sp));
-  if constexpr (SCALE_PAIR)
-    s.lo = replicate_row(aie::load_v<8>(sp + S_LO));
+inline Parts8 load_parts(const bfloat16 *sp) {
+  Parts8 s;
+  for (unsigned i = 0; i < SCALE_PARTS; ++i)
+    s.v[i] = replicate_row(aie::load_v<8>(sp + i * S_PART));
   return s;
 }
+// A column block's fold terms: its scales, and with MIN_TERM its min terms
+// (the M section follows S, S_BYTES further on).
+struct Terms8 {
+  Parts8 s, m;
+};
+inline Terms8 load_terms(const bfloat16 *sp) {
+  Terms8 t;
+  t.s = load_parts(sp);
+  if constexpr (MIN_TERM)
+    t.m = load_parts(sp + S_BYTES / 2);
+  return t;
+}
 
-// c (one 8x8 f32 block of the accumulator) += G * s, with G split into bf16 hi
-// + lo (and s too, with scale pairs: hi * s.hi, lo * s.hi, hi * s.lo, lo *
-// s.lo, in that order).
-inline void fold(const MMUL &g, const Scales8 &s, float *__restrict c) {
+// acc += (hi + lo) * s, part by part: hi * s_i, then lo * s_i (acc in place:
+// one accumulator register, as a mac chain).
+inline void mac_parts(aie::accum<accfloat, 64> &acc,
+                      const aie::vector<bfloat16, 64> &hi,
+                      const aie::vector<bfloat16, 64> &lo, const Parts8 &s) {
+  for (unsigned i = 0; i < SCALE_PARTS; ++i) {
+    acc = aie::mac(acc, hi, s.v[i]);
+    acc = aie::mac(acc, lo, s.v[i]);
+  }
+}
+
+// MIN_TERM: the row sums R of fold span f's 8-row block j (0, 1: the pair the
+// GEMM sweeps; the GEMV's band is block 0) in w_scratch, as bf16 hi then lo.
+// R is an mmul of the block against a block of ones, so lane 8r + c holds
+// row r's sum in every column c, the layout of the C block it is added to.
+// Without a min term there are none (and no pointer past the scratch).
+inline bfloat16 *row_sums_at(uint8_t *scratch, unsigned f, unsigned j) {
+  if constexpr (!MIN_TERM)
+    return nullptr;
+  return reinterpret_cast<bfloat16 *>(scratch + R_OFFSET +
+                                      (2 * f + j) * R_BLOCK_BYTES);
+}
+inline void store_row_sums(const MMUL &r, bfloat16 *dst) {
+  const aie::accum<accfloat, 64> racc = r.to_accum();
+  const aie::vector<bfloat16, 64> hi = racc.to_vector<bfloat16>();
+  aie::store_v(dst, hi);
+  aie::store_v(dst + 64, aie::sub(racc, hi).to_vector<bfloat16>());
+}
+// The row sums of the A blocks one span converts (MIN_TERM); without a min
+// term, nothing at all.
+template <bool ON>
+struct RowSums {
+  void add(const BLOCKS &) {}
+  void store(bfloat16 *) const {}
+};
+template <>
+struct RowSums<true> {
+  // a block of ones (exact in bfp16) and R += a x ones, one mmul per block
+  BLOCKS ones = aie::accum<accfloat, 64>(aie::broadcast<bfloat16, 64>(1.0f))
+                    .to_vector<bfp16ebs8>();
+  MMUL r = zero_mmul();
+  void add(const BLOCKS &a) { r.mac(a, aie::op_transpose(ones)); }
+  void store(bfloat16 *dst) const { store_row_sums(r, dst); }
+};
+
+// c (one 8x8 f32 block of the accumulator) += G * s (+ R * m with MIN_TERM, R
+// at r), G and R each split into bf16 hi + lo, in the order of mac_parts.
+inline void fold(const MMUL &g, const Terms8 &t, const bfloat16 *r,
+                 float *__restrict c) {
   const aie::accum<accfloat, 64> gacc = g.to_accum();
   const aie::vector<bfloat16, 64> hi = gacc.to_vector<bfloat16>();
   const aie::vector<bfloat16, 64> lo = aie::sub(gacc, hi).to_vector<bfloat16>();
   aie::accum<accfloat, 64> acc(aie::load_v<64>(c));
-  acc = aie::mac(acc, hi, s.hi);
-  acc = aie::mac(acc, lo, s.hi);
-  if constexpr (SCALE_PAIR) {
-    acc = aie::mac(acc, hi, s.lo);
-    acc = aie::mac(acc, lo, s.lo);
-  }
+  mac_parts(acc, hi, lo, t.s);
+  if constexpr (MIN_TERM)
+    mac_parts(acc, aie::load_v<64>(r), aie::load_v<64>(r + 64), t.m);
   aie::store_v(c, acc.to_vector<float>());
-}
-
-// The 2x2 block of C at c00 (blocks (mb, nb), (mb, nb+1), (mb+1, nb), (mb+1,
-// nb+1)) += its four accumulators * the scales of columns 8nb .. 8nb+15 at sp.
-inline void fold_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
-                     const MMUL &g11, const bfloat16 *sp, float *c00) {
-  const Scales8 s0 = load_scales(sp);
-  const Scales8 s1 = load_scales(sp + 8);
-  fold(g00, s0, c00);
-  fold(g01, s1, c00 + BLK);
-  fold(g10, s0, c00 + NB * BLK);
-  fold(g11, s1, c00 + NB * BLK + BLK);
 }
 
 // A span's accumulators: AWQ starts each from zero and folds it into c at the
@@ -489,22 +577,40 @@ inline MMUL span_start(const float *__restrict c) {
   else
     return zero_mmul();
 }
-inline void span_end(const MMUL &g, const bfloat16 *sp, float *__restrict c) {
+// One column block: its terms at sp, the row sums at r.
+inline void span_end(const MMUL &g, const bfloat16 *sp, const bfloat16 *r,
+                     float *__restrict c) {
   if constexpr (MXFP4)
     aie::store_v(c, g.to_accum().to_vector<float>());
   else
-    fold(g, load_scales(sp), c);
+    fold(g, load_terms(sp), r, c);
 }
+// The 2x2 block of C at c00 (blocks (mb, nb), (mb, nb+1), (mb+1, nb), (mb+1,
+// nb+1)): the terms of columns 8nb .. 8nb+15 at sp, the row sums of the two
+// row blocks at r0, r1.
 inline void span_end_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
-                         const MMUL &g11, const bfloat16 *sp, float *c00) {
+                         const MMUL &g11, const bfloat16 *sp,
+                         const bfloat16 *r0, const bfloat16 *r1, float *c00) {
   if constexpr (MXFP4) {
-    span_end(g00, sp, c00);
-    span_end(g01, sp, c00 + BLK);
-    span_end(g10, sp, c00 + NB * BLK);
-    span_end(g11, sp, c00 + NB * BLK + BLK);
+    span_end(g00, sp, r0, c00);
+    span_end(g01, sp, r0, c00 + BLK);
+    span_end(g10, sp, r1, c00 + NB * BLK);
+    span_end(g11, sp, r1, c00 + NB * BLK + BLK);
   } else {
-    fold_2x2(g00, g01, g10, g11, sp, c00);
+    const Terms8 t0 = load_terms(sp);
+    const Terms8 t1 = load_terms(sp + 8);
+    fold(g00, t0, r0, c00);
+    fold(g01, t1, r0, c00 + BLK);
+    fold(g10, t0, r1, c00 + NB * BLK);
+    fold(g11, t1, r1, c00 + NB * BLK + BLK);
   }
+}
+
+// The block stream base of column pair p's W line, span f: the record itself
+// with byte codes, else the line dequantize wrote in w_scratch.
+inline bfp16ebs8 *w_line(uint8_t *record, uint8_t *scratch, unsigned p,
+                         unsigned f) {
+  return blocks_at(CODES8 ? record : scratch, p * PAIR_LINE + f * SPAN_STRIDE);
 }
 
 } // namespace
@@ -552,14 +658,16 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
   ::aie::set_rounding(aie::rounding_mode::INT4_A_ROUNDING);
   float *__restrict c_acc = reinterpret_cast<float *>(c_mem);
   uint8_t *__restrict scratch = w_scratch;
-  dequantize(w_record, scratch);
+  if constexpr (!CODES8)
+    dequantize(w_record, scratch);
 
   const bfloat16 *__restrict scales =
       reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
   const aie::vector<bfloat16, 64> ones = aie::broadcast<bfloat16, 64>(1.0f);
   for (unsigned mb = 0; mb < MB; mb += 2) {
     // A rows 8mb .. 8mb+15 -> the A pair line, in a loop of their own: two
-    // conversions live, one output stream. A is read by index (no pointer
+    // conversions live, one output stream (with MIN_TERM also the two blocks'
+    // row sums: two more mmul accumulators). A is read by index (no pointer
     // walk: mlir-air's mm_bf16_x_bfp16.cc does the same to avoid a Peano
     // post-increment bug).
     {
@@ -569,13 +677,20 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
       for (unsigned f = 0; f < NF; ++f) {
         KERNEL_ITERATION;
         // Streams per span: pushes counted from here (static fills).
-        BlockOut ao(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_BYTES));
+        BlockOut ao(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_STRIDE));
+        RowSums<MIN_TERM> r0, r1;
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           KERNEL_KB_ITERATION;
           const unsigned at = (f * SB + kb) * BLK;
-          ao << to_blocks(pa0 + at) << to_blocks_on_mac(pa1 + at, ones);
+          const BLOCKS a0 = to_blocks(pa0 + at);
+          const BLOCKS a1 = to_blocks_on_mac(pa1 + at, ones);
+          ao << a0 << a1;
+          r0.add(a0);
+          r1.add(a1);
         }
+        r0.store(row_sums_at(scratch, f, 0));
+        r1.store(row_sums_at(scratch, f, 1));
       }
     }
     // Every column pair reads the A pair line: two input streams, pops and
@@ -586,8 +701,8 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
       float *__restrict c00 = c_acc + (mb * NB + 2 * p) * BLK;
       for (unsigned f = 0; f < NF; ++f) {
         // Two streams per span, each walking its interleaved line in K order.
-        BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_BYTES));
-        BlockIn sb(blocks_at(scratch, p * PAIR_LINE + f * SPAN_BYTES));
+        BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_STRIDE));
+        BlockIn sb(w_line(w_record, scratch, p, f));
         MMUL g00 = span_start(c00), g01 = span_start(c00 + BLK),
              g10 = span_start(c00 + NB * BLK),
              g11 = span_start(c00 + NB * BLK + BLK);
@@ -603,7 +718,9 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
           g10.mac(a1, aie::op_transpose(b0));
           g11.mac(a1, aie::op_transpose(b1));
         }
-        span_end_2x2(g00, g01, g10, g11, scales + f * TN + p * 16, c00);
+        span_end_2x2(g00, g01, g10, g11, scales + f * TN + p * 16,
+                     row_sums_at(scratch, f, 0), row_sums_at(scratch, f, 1),
+                     c00);
       }
     }
   }
@@ -708,14 +825,18 @@ void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
   const bfloat16 *__restrict pa = a_rows + r0 * TK;
   for (unsigned f = 0; f < NF; ++f) {
     BlockOut out(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
+    RowSums<MIN_TERM> r;
     KERNEL_MIN_ITERS(2)
     for (unsigned kb = f * SB; kb < (f + 1) * SB; ++kb) {
       KERNEL_ITERATION;
       aie::vector<bfloat16, 64> blk = aie::zeros<bfloat16, 64>();
-      for (unsigned r = 0; r < rows; ++r)
-        blk.insert(r, aie::load_v<8>(pa + r * TK + kb * 8));
-      out << aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
+      for (unsigned i = 0; i < rows; ++i)
+        blk.insert(i, aie::load_v<8>(pa + i * TK + kb * 8));
+      const BLOCKS a = aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
+      out << a;
+      r.add(a);
     }
+    r.store(row_sums_at(scratch, f, 0));
   }
 }
 
@@ -743,7 +864,8 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
   KERNEL_ALIGNED(w_scratch);
   ::aie::set_rounding(aie::rounding_mode::INT4_A_ROUNDING);
   uint8_t *__restrict scratch = w_scratch;
-  dequantize(w_record, scratch);
+  if constexpr (!CODES8)
+    dequantize(w_record, scratch);
 
   const bfloat16 *__restrict scales =
       reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
@@ -758,7 +880,7 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
       float *__restrict c1 = c0 + BLK;
       for (unsigned f = 0; f < NF; ++f) {
         BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
-        BlockIn sb(blocks_at(scratch, p * PAIR_LINE + f * SPAN_BYTES));
+        BlockIn sb(w_line(w_record, scratch, p, f));
         MMUL g0 = span_start(c0), g1 = span_start(c1);
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
@@ -770,8 +892,9 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
           g1.mac(a, aie::op_transpose(b1));
         }
         const bfloat16 *sp = scales + f * TN + p * 16;
-        span_end(g0, sp, c0);
-        span_end(g1, sp + 8, c1);
+        const bfloat16 *r = row_sums_at(scratch, f, 0);
+        span_end(g0, sp, r, c0);
+        span_end(g1, sp + 8, r, c1);
       }
     }
   }

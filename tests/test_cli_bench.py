@@ -62,13 +62,14 @@ def test_modelled_table_is_written(modelled):
     text = path.read_text()
     assert text.startswith("projection,format,m,k,n,config")
     rows = list(csv.DictReader(text.splitlines()))
-    # every prefill row and every decode row once per format: AWQ, then AWQ_F16 and MXFP4 beside it
-    fmts = ["awq", "awq_f16", "mxfp4"]
-    assert [r["format"] for r in rows[:6]] == fmts * 2
+    # every prefill row and every decode row once per format: AWQ, then the others beside it
+    fmts = ["awq", "awq_f16", "int4_min", "int8", "int8_min", "mxfp4"]
+    assert [f for f, _ in sweep.TABLE_FORMATS] == fmts
+    assert [r["format"] for r in rows[:12]] == fmts * 2
     shapes = [
         {(r["projection"], r["m"]) for r in rows if r["format"] == f} for f in fmts
     ]
-    assert shapes[0] == shapes[1] == shapes[2]
+    assert all(s == shapes[0] for s in shapes)
     assert all(f"{f}: one token" in out for f in fmts)
 
 
@@ -124,7 +125,9 @@ def offsets(header: str, headings: list[str]) -> list[tuple[bool, int]]:
 def test_the_tables_have_a_header_and_their_columns_align(modelled):
     code, out, err, _ = modelled
     found = tables(out)
-    assert [len(rows) for _, rows in found] == [84, 21], out  # prefill, then decode
+    # prefill: 4 row counts x 7 projections per format; decode: 7 projections per format
+    formats = len(sweep.TABLE_FORMATS)
+    assert [len(rows) for _, rows in found] == [28 * formats, 7 * formats], out
     for (header, rows), spec in zip(found, (PREFILL, DECODE)):
         assert " DDR MB " in header and " bound " in header
         for row in rows:

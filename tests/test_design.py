@@ -224,7 +224,7 @@ def test_the_sweep_skips_what_the_resource_model_refuses():
         tile_m=64,
         tile_n=128,
         tile_k_l1=16,
-        tile_k_l2=16,
+        tile_k_l2=32,
         herd_m=8,
         herd_n=1,
     )

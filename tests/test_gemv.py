@@ -236,3 +236,13 @@ def test_host_auto_choice():
         "gemm",
         "--design gemm",
     )
+
+
+def test_one_chunk_per_refill_is_refused_where_aircc_ping_pongs_it():
+    """tile_k_l2 = tile_k_l1 < K: aircc doubles the A chunk and the record in a loop of the refills
+    (aiecc found the L1 overflow, docs/emulator.md#one-chunk-per-refill); two chunks per refill, or one
+    chunk in all of K, are built."""
+    with pytest.raises(ConfigError, match="tile_k_l2 = tile_k_l1 = 256 with K = 2048"):
+        GemvConfig(1, 2048, 2048, 32, tile_n=16, tile_k_l1=256, tile_k_l2=256)
+    GemvConfig(1, 2048, 2048, 32, tile_n=16, tile_k_l1=256, tile_k_l2=512)
+    GemvConfig(1, 256, 2048, 32, tile_n=16, tile_k_l1=256, tile_k_l2=256)

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""GGUF files read through the gguf package (int4awq/gguf_file.py), on files written by gguf itself: MXFP4 and
-Q4_0 tensors load as exactly the weights gguf.quants dequantises, run through the host program and save them;
-a type read but not run yet (Q4_1 here; tests/test_gguf_quants.py has them all), every other type, a missing
-tensor and a damaged file are one line and exit 2."""
+"""GGUF files read through the gguf package (int4awq/gguf_file.py), on files written by gguf itself: MXFP4,
+Q4_0 and Q4_1 tensors load as exactly the weights gguf.quants dequantises, run through the host program and save
+them (tests/test_gguf_quants.py has every block-integer type); a type not read, a missing tensor and a damaged
+file are one line and exit 2."""
 
 import numpy as np
 import pytest
@@ -32,13 +32,12 @@ def model(tmp_path_factory):
     w0 = w.copy()
     w0[5, 32:64] = 0
     q40 = gguf.quants.quantize(w0, Q.Q4_0)
+    q41 = gguf.quants.quantize(w, Q.Q4_1)
     path = tmp_path_factory.mktemp("gguf") / "model.gguf"
     out = gguf.GGUFWriter(str(path), "llama")
     out.add_tensor("blk.0.attn_q.weight", mx, raw_dtype=Q.MXFP4)
     out.add_tensor("blk.0.attn_k.weight", q40, raw_dtype=Q.Q4_0)
-    out.add_tensor(
-        "blk.0.attn_v.weight", gguf.quants.quantize(w, Q.Q4_1), raw_dtype=Q.Q4_1
-    )
+    out.add_tensor("blk.0.attn_v.weight", q41, raw_dtype=Q.Q4_1)
     out.add_tensor("blk.0.attn_norm.weight", np.ones(K, np.float32))
     out.write_header_to_file()
     out.write_kv_data_to_file()
@@ -47,6 +46,7 @@ def model(tmp_path_factory):
     return path, {  # gguf's own dequantisation, [N, K] f32
         "blk.0.attn_q.weight": gguf.quants.dequantize(mx, Q.MXFP4),
         "blk.0.attn_k.weight": gguf.quants.dequantize(q40, Q.Q4_0),
+        "blk.0.attn_v.weight": gguf.quants.dequantize(q41, Q.Q4_1),
     }
 
 
@@ -78,7 +78,7 @@ def test_list_names_every_2d_tensor_with_its_type(model):
     assert layers == {
         "blk.0.attn_q.weight": ("MXFP4", K, N, True),
         "blk.0.attn_k.weight": ("Q4_0", K, N, True),
-        "blk.0.attn_v.weight": ("Q4_1", K, N, False),
+        "blk.0.attn_v.weight": ("Q4_1", K, N, True),
     }
 
 
@@ -87,6 +87,7 @@ def test_list_names_every_2d_tensor_with_its_type(model):
     [
         ("blk.0.attn_q.weight", "MXFP4", "MXFP4"),
         ("blk.0.attn_k.weight", "Q4_0", "AWQ_F16"),
+        ("blk.0.attn_v.weight", "Q4_1", "INT4_MIN"),
     ],
 )
 def test_host_program_runs_the_layer_and_saves_ggufs_weights(
@@ -117,11 +118,6 @@ def test_host_program_runs_the_layer_and_saves_ggufs_weights(
 @pytest.mark.parametrize(
     "layer, message",
     [
-        (
-            "blk.0.attn_v.weight",
-            "GGUF Q4_1 K=256 N=128 does not run: read exactly (Q4_1: v*s + m); the kernel has no "
-            "min term yet",
-        ),
         (
             "blk.0.attn_norm.weight",
             "GGUF F32 [256] is not read: 2-D weights only",
@@ -221,14 +217,10 @@ def test_a_file_cut_in_its_data_still_lists_and_names_the_cut_tensor(model, tmp_
     with pytest.raises(ConfigError) as e:
         load_gguf_layer(cut, "blk.0.attn_v.weight")
     assert str(e.value) == says
-    # the run path refuses the type from the header, before the data is looked at
     code, out, err = run(
         "--weights", str(cut), "--layer", "blk.0.attn_v.weight", "--m", "8"
     )
-    assert code == 2 and err.strip() == (
-        f"error: blk.0.attn_v.weight: GGUF Q4_1 K={K} N={N} does not run: read exactly (Q4_1: v*s + m); "
-        "the kernel has no min term yet"
-    ), (out + err)
+    assert code == 2 and err.strip() == f"error: {says}", out + err
     # the whole tensors before the cut are still read
     assert load_gguf_layer(cut, "blk.0.attn_q.weight").k == K
 
@@ -237,14 +229,13 @@ def test_list_layers_is_a_table_with_a_summary(model):
     path, _ = model
     code, out, err = run("--weights", str(path), "--list-layers")
     assert code == 0, out + err
-    q4_1 = "read exactly (Q4_1: v*s + m); the kernel has no min term yet"
     assert out.splitlines() == [
         "name                 type   shape        status",
         "-------------------  -----  -----------  ------",
         "blk.0.attn_q.weight  MXFP4  K=256 N=128  runs",
         "blk.0.attn_k.weight  Q4_0   K=256 N=128  runs",
-        f"blk.0.attn_v.weight  Q4_1   K=256 N=128  {q4_1}",
-        "3 tensors: 2 run, 1 read exactly but does not run yet; not listed: 1 1-D tensor",
+        "blk.0.attn_v.weight  Q4_1   K=256 N=128  runs",
+        "3 tensors: 3 run; not listed: 1 1-D tensor",
     ]
 
 

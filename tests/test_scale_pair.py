@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Scale pairs (record format awq_f16, the kernel's -DINT4_SCALE_PAIR): an fp16 scale held exactly as
+"""Scale pairs (record format awq_f16, the kernel's -DINT4_SCALE_PARTS=2): an fp16 scale held exactly as
 s + s_lo, both bf16, for GGUF Q4_0's d and AWQ / GPTQ fp16 scales.
 
 * every finite fp16 value splits exactly; a float32 scale with more bits than a pair holds is refused;
@@ -50,7 +50,7 @@ def test_every_finite_fp16_value_is_an_exact_pair():
     assert 0.8 < np.count_nonzero(lo.astype(np.float32)) / f16.size < 0.9
 
 
-def test_a_scale_with_more_than_16_significant_bits_is_refused():
+def test_a_scale_a_pair_cannot_hold_is_refused():
     ok = np.float32(
         1 + 2**-15
     )  # 16 significant bits: 1 + 2^-15 = bf16(1) + bf16(2^-15)
@@ -81,7 +81,7 @@ def test_record_holds_high_halves_then_low_halves():
     then 2 x 32 low halves (128 bytes); Z at 1152 + 256 = 1408; total 1472 (awq: 1344).
     """
     tn, tk, gs = 32, 64, 32
-    lay = record.record_layout(tn, tk, gs, scale_pair=True)
+    lay = record.record_layout(tn, tk, gs, "awq_f16")
     assert (lay.s_offset, lay.s_bytes, lay.z_offset, lay.total) == (
         1152,
         256,
