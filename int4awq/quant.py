@@ -169,7 +169,7 @@ def bf16_parts(x: np.ndarray, parts: int) -> list[np.ndarray]:
         idx = tuple(int(i) for i in np.unravel_index(bad[0], x.shape))
         raise ConfigError(
             f"scale{list(idx)} = {x[idx]!r}: more significant bits than {parts} bf16 parts hold "
-            f"({8 * parts})"
+            "(a pair holds 17, three parts any float32 whose parts stay normal)"
         )
     return out
 

@@ -26,6 +26,12 @@ The kernel unpacks 32 bytes to 64 image bytes and subtracts a zero-point word (1
 the mantissas), which writes exponent 133 (value = mantissa) and mantissas q - z: the bfp16 operand without
 any conversion (see w_scratch_bytes).
 
+The other record formats (FORMAT_SPECS) change this layout in three ways: the scale parts (S holds P bf16
+parts per group and column, part by part: awq_f16 and the GGUF formats), a min term (an M section laid out as
+S, between S and Z: int4_min, int8_min), and byte codes (int8, int8_min: the Q section is the W pair lines'
+image itself, one byte per image byte with exponent byte 133, each fold span's part padded to 64 bytes,
+image_index; no Z). MXFP4's record is int4awq/mxfp4.py's.
+
 The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
 name of the kernel object built for a configuration (KernelObject).
 """
