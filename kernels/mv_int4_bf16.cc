@@ -50,19 +50,22 @@
 //  3. Scale fold, once per span: c += G * s. AIE2P has no f32 x f32 vector
 //     multiply, so G is split into hi = bf16(G) and lo = bf16(G - hi) and both
 //     are multiplied by the bf16 scale (products exact in f32) and added to c
-//     in f32. hi + lo keeps 16 significant bits of G, so integer-valued G below
-//     2^16 (exact-mode operands) survive exactly; upstream's single bf16(G)
-//     does not. A scale of more than 8 significant bits is held as 2 or 3 bf16
-//     parts (INT4_SCALE_PARTS), each multiplied in turn. A min term adds R * m
-//     the same way, R the span's row sums of the converted A.
+//     in f32. hi + lo keeps 17 significant bits of G (round to nearest), so
+//     integer-valued G below 2^16 (exact-mode operands) survive exactly;
+//     upstream's single bf16(G) does not. A scale of more than 8 significant
+//     bits is held as 2 or 3 bf16 parts (INT4_SCALE_PARTS), each multiplied in
+//     turn. A min term adds R * m the same way, R the span's row sums of the
+//     converted A.
 //
 // Roundings, in order: A to bfp16 blocks (exact for exact-mode operands; (q -
-// z) is always exact), one f32 addition per mmul into G, bf16(G) and bf16(G -
-// hi), two f32 additions per fold into c, and the final f32 -> bf16
-// round-to-nearest-even in the drain. These are the same roundings, in the same
-// order, as the bf16 mmul built with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16
-// (it converts both operands to bfp16ebs8 on every mac), so the results are
-// bit-identical to that formulation.
+// z) and byte codes are always exact), one f32 addition per mmul into G (and
+// R), bf16(G) and bf16(G - hi), two f32 additions per scale part per fold into
+// c (and as many for the min term), and the final f32 -> bf16
+// round-to-nearest-even in the drain. For AWQ (one part, no min term) these are
+// the same roundings, in the same order, as the bf16 mmul built with
+// AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (it converts both operands to
+// bfp16ebs8 on every mac), so the results are bit-identical to that
+// formulation; the other formats' are int4awq/kernel_model.py's.
 //
 // Block streams: at most two input and one output stream are live at any time
 // (AIE2P has two load FIFOs and one store FIFO); each is opened per fold span,
@@ -195,8 +198,8 @@ constexpr bool MXFP4 = false;
 // (AWQ). P = 2 holds every value of up to 17 significant bits (the remainder
 // of a round to nearest is at most half an ulp, so its sign stands in for a
 // bit): fp16 scales (FORMAT=awq_f16: GGUF Q4_0, AWQ / GPTQ fp16 scales) and
-// GGUF's d * sc_j of 6-bit sc_j. P = 3 holds any f32: Q6_K's d * sc_j, an fp16
-// times an int8, up to 18 bits.
+// GGUF's d * sc_j of 6-bit sc_j. P = 3 holds any f32 whose parts stay normal:
+// Q6_K's d * sc_j, an fp16 times an int8, up to 18 bits.
 #if defined(INT4_SCALE_PARTS)
 constexpr unsigned SCALE_PARTS = INT4_SCALE_PARTS;
 #else
@@ -597,11 +600,15 @@ inline void span_end_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
     span_end(g10, sp, r1, c00 + NB * BLK);
     span_end(g11, sp, r1, c00 + NB * BLK + BLK);
   } else {
-    const Terms8 t0 = load_terms(sp);
+    // one column block's terms live at a time (2P replicated vectors, 4P with
+    // a min term); each fold writes its own C block, so the order is free
+    {
+      const Terms8 t0 = load_terms(sp);
+      fold(g00, t0, r0, c00);
+      fold(g10, t0, r1, c00 + NB * BLK);
+    }
     const Terms8 t1 = load_terms(sp + 8);
-    fold(g00, t0, r0, c00);
     fold(g01, t1, r0, c00 + BLK);
-    fold(g10, t0, r1, c00 + NB * BLK);
     fold(g11, t1, r1, c00 + NB * BLK + BLK);
   }
 }
@@ -784,20 +791,21 @@ void gemm_int4_drain(bfloat16 *__restrict c_mem,
 //              GEMM's accumulator: block (b, nb) at (b * DIM_N/8 + nb) * 64,
 //              row-major inside; rows m .. 8 * bands - 1 stay 0
 //   c_out      m x DIM_N bf16, row-major
-//   w_scratch  record.w_scratch_bytes(DIM_N, DIM_K_CHUNK) bytes, the GEMM's
-//              scratch (W pair lines, the A line, the staging area)
+//   w_scratch  record.w_scratch_bytes(DIM_N, DIM_K_CHUNK, DIM_GS, format)
+//              bytes, the GEMM's scratch
 //
 // A call dequantises the record once into the W pair lines exactly as the GEMM
-// does (dequantize above), then per band of up to 8 rows converts those rows to
-// one bfp16 A line (rows m .. 8 * bands - 1 read as 0) and sweeps the column
-// pairs: two independent 8x8x8 bfp16 mmul accumulators fed by two block streams
-// (the band's A line, the pair's interleaved W line), three pops and two macs
-// per step, the folds in the same loop body. Roundings are the GEMM's, in the
-// GEMM's order, row by row: rows of A are converted to bfp16 in blocks of 8
-// along K (so a row's values do not depend on the other rows), one f32 RNE
-// addition per 8-deep block into the span's G, then c += hi * s, c += lo * s.
-// So for one K sweep (zero, accumulate per chunk, drain) a row of C is
-// bit-identical to the same row of the GEMM.
+// does (dequantize above; byte codes: none), then per band of up to 8 rows
+// converts those rows to one bfp16 A line (rows m .. 8 * bands - 1 read as 0)
+// and sweeps the column pairs: two independent 8x8x8 bfp16 mmul accumulators
+// fed by two block streams (the band's A line, the pair's interleaved W line),
+// three pops and two macs per step, the folds in the same loop body. Roundings
+// are the GEMM's, in the GEMM's order, row by row: rows of A are converted to
+// bfp16 in blocks of 8 along K (so a row's values do not depend on the other
+// rows), one f32 RNE addition per 8-deep block into the span's G, then the
+// GEMM's fold (per scale part c += hi * s_i, c += lo * s_i; with a min term the
+// same of the band's row sums R and m). So for one K sweep (zero, accumulate
+// per chunk, drain) a row of C is bit-identical to the same row of the GEMM.
 //===----------------------------------------------------------------------===//
 
 namespace {

@@ -15,6 +15,9 @@ import sys
 import operator
 from itertools import accumulate
 
+import numpy as np
+from ml_dtypes import bfloat16
+
 from .emu.errors import SymbolicValueError, TraceError, UnsupportedError
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -572,8 +575,6 @@ class FloatAttr(Attribute):
 
 def _to_float_type(value, type):
     """A Python float rounded to float type `type` (round to nearest even), as a Python float."""
-    from .emu.types import np_dtype
-
     return float(np_dtype(type).type(float(value)))
 
 
@@ -588,9 +589,6 @@ def _float_literal(value, type):
         if _to_float_type(float(text), type) == value:
             return text
         return f"{value:.17e}"
-    import numpy as np
-    from .emu.types import np_dtype
-
     dt = np_dtype(type)
     bits = np.array([value], dt).view(f"u{dt.itemsize}")[0]
     return f"0x{int(bits):0{2 * dt.itemsize}X}"
@@ -1722,3 +1720,43 @@ __all__ = [
     "Module",
     "ModuleOp",
 ]
+
+
+# ------------------------------------------------------------------------------------------ numpy types
+_INT = {
+    (8, ""): np.int8,
+    (16, ""): np.int16,
+    (32, ""): np.int32,
+    (64, ""): np.int64,
+    (8, "s"): np.int8,
+    (16, "s"): np.int16,
+    (32, "s"): np.int32,
+    (64, "s"): np.int64,
+    (8, "u"): np.uint8,
+    (16, "u"): np.uint16,
+    (32, "u"): np.uint32,
+    (64, "u"): np.uint64,
+    (1, ""): np.bool_,
+}
+
+
+def np_dtype(t):
+    """numpy dtype of an element type."""
+    if isinstance(t, BF16Type):
+        return np.dtype(bfloat16)
+    if isinstance(t, F32Type):
+        return np.dtype(np.float32)
+    if isinstance(t, F16Type):
+        return np.dtype(np.float16)
+    if isinstance(t, F64Type):
+        return np.dtype(np.float64)
+    if isinstance(t, IndexType):
+        return np.dtype(np.int64)
+    if isinstance(t, IntegerType):
+        key = (t.width, t._sign)
+        if key in _INT:
+            return np.dtype(_INT[key])
+    raise UnsupportedError(
+        f"element type {t} has no numpy equivalent in the emulator "
+        f"(sub-byte types must be carried as i8 / ui8 bytes)"
+    )

@@ -4,57 +4,13 @@
 import numpy as np
 from ml_dtypes import bfloat16
 
-from ..ir import (
-    BF16Type,
-    F16Type,
-    F32Type,
-    F64Type,
-    IndexType,
-    IntegerType,
-    MemRefType,
-)
+# np_dtype lives with the element types (air.ir): imported here for the emulator's modules that take it
+# from here; air.ir imports nothing of this module, so the two do not import each other.
+from ..ir import MemRefType, np_dtype  # noqa: F401
 from .errors import UnsupportedError
 
 L3, L2, L1 = 0, 1, 2
 LEVEL_NAMES = {L3: "L3", L2: "L2", L1: "L1"}
-
-_INT = {
-    (8, ""): np.int8,
-    (16, ""): np.int16,
-    (32, ""): np.int32,
-    (64, ""): np.int64,
-    (8, "s"): np.int8,
-    (16, "s"): np.int16,
-    (32, "s"): np.int32,
-    (64, "s"): np.int64,
-    (8, "u"): np.uint8,
-    (16, "u"): np.uint16,
-    (32, "u"): np.uint32,
-    (64, "u"): np.uint64,
-    (1, ""): np.bool_,
-}
-
-
-def np_dtype(t):
-    """numpy dtype of an element type."""
-    if isinstance(t, BF16Type):
-        return np.dtype(bfloat16)
-    if isinstance(t, F32Type):
-        return np.dtype(np.float32)
-    if isinstance(t, F16Type):
-        return np.dtype(np.float16)
-    if isinstance(t, F64Type):
-        return np.dtype(np.float64)
-    if isinstance(t, IndexType):
-        return np.dtype(np.int64)
-    if isinstance(t, IntegerType):
-        key = (t.width, t._sign)
-        if key in _INT:
-            return np.dtype(_INT[key])
-    raise UnsupportedError(
-        f"element type {t} has no numpy equivalent in the emulator "
-        f"(sub-byte types must be carried as i8 / ui8 bytes)"
-    )
 
 
 def level_of(memref_type):
