@@ -36,8 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConfigError
-from .quant import bf16_parts, check_dims
-from .record import FORMAT_SPECS, pack_records
+from .quant import check_dims
 
 
 @functools.cache
@@ -178,15 +177,6 @@ class BlockIntWeights:
         """The kernel record format these weights run as (int4awq.record.FORMATS)."""
         return TYPES[self.type_name].format
 
-    def scale_parts(self) -> list[np.ndarray]:
-        """s as exact bf16 parts, [K / gs, N] each (the record's S section)."""
-        return bf16_parts(self.s, FORMAT_SPECS[self.format].scale_parts)
-
-    def min_parts(self) -> list[np.ndarray] | None:
-        """m as exact bf16 parts (the record's M section), or None."""
-        parts = FORMAT_SPECS[self.format].scale_parts
-        return None if self.m is None else bf16_parts(self.m, parts)
-
     def padded(self, n: int) -> "BlockIntWeights":
         """Zero columns up to n (v = 0, s = 1, m = 0): they dequantise to 0 and their C columns are dropped."""
         extra = n - self.n
@@ -198,27 +188,6 @@ class BlockIntWeights:
 
         m = None if self.m is None else pad(self.m)
         return BlockIntWeights(pad(self.v), self.gs, pad(self.s, 1), m, self.type_name)
-
-    def pack(self, tile_n: int, tile_k: int) -> np.ndarray:
-        """uint8 [N / tile_n, K / tile_k, record bytes]: the kernel's records (int4awq.record.pack_records):
-        int4_min as 4-bit codes v with zero point 0, int8 formats as v in the bfp16 image.
-        """
-        fmt = self.format
-        if fmt == "int4_min":
-            codes = self.v.astype(np.uint8)
-            z = np.zeros((self.groups, self.n), np.uint8)
-        else:
-            codes, z = self.v.astype(np.int8), None
-        return pack_records(
-            codes,
-            z,
-            self.scale_parts(),
-            self.min_parts(),
-            self.gs,
-            tile_n,
-            tile_k,
-            fmt,
-        )
 
 
 def _first_bad(bad: np.ndarray, a: np.ndarray, what: str, rule: str) -> None:
@@ -444,7 +413,7 @@ def random_block_weights(
         v = rng.integers(t.lo, t.hi + 1, (k, n)).astype(np.int16)
         # s = d * sc * 2^-e: an fp16 d in [0.5, 1) (11 significant bits, never subnormal), an sc of 6 bits
         # (7 where the format holds triples), and a power of two that sizes W to about N(0, 1/K)
-        sc_bits = 7 if FORMAT_SPECS[fmt].scale_parts == 3 else 6
+        sc_bits = 7 if fmt == "int8" else 6  # int8 holds Q6_K's scales as triples
         d = rng.uniform(0.5, 1.0, (g, n)).astype(np.float16).astype(np.float32)
         sc = rng.integers(1 << (sc_bits - 1), 1 << sc_bits, (g, n)).astype(np.float32)
         e = np.round(np.log2(np.sqrt(k) * (t.hi - t.lo) / 2 * 0.75 * (1 << sc_bits)))

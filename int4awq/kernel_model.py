@@ -36,6 +36,7 @@ from .errors import ConfigError
 from .quant import AwqWeights, bf16_rne
 from .record import (
     KernelObject,
+    block_int_parts,
     check_kernel_tiles,
     check_record_tile,
     check_weight_tiling,
@@ -81,7 +82,7 @@ def _operands(a: np.ndarray, w):
         s_parts, m_parts = [w.s] if w.s_lo is None else [w.s, w.s_lo], None
     else:  # block-integer weights (int4awq.gguf_quants.BlockIntWeights)
         w_bfp = w.v.astype(np.float64).reshape(k // 8, 8, n).transpose(0, 2, 1)
-        s_parts, m_parts = w.scale_parts(), w.min_parts()
+        s_parts, m_parts = block_int_parts(w)
 
     def f32(parts):
         return None if parts is None else [p.astype(np.float32) for p in parts]

@@ -30,7 +30,7 @@ The other record formats (FORMAT_SPECS) change this layout in three ways: the sc
 parts per group and column, part by part: awq_f16 and the GGUF formats), a min term (an M section laid out as
 S, between S and Z: int4_min, int8_min), and byte codes (int8, int8_min: the Q section is the W pair lines'
 image itself, one byte per image byte with exponent byte 133, each fold span's part padded to 64 bytes,
-image_index; no Z). MXFP4's record is int4awq/mxfp4.py's.
+image_index; no Z). MXFP4's record is int4awq/mxfp4_record.py's.
 
 The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
 name of the kernel object built for a configuration (KernelObject).
@@ -45,7 +45,14 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from .errors import ConfigError
-from .quant import GS_MULTIPLE, GS_REASON, AwqWeights, check_dims, check_group_size
+from .quant import (
+    GS_MULTIPLE,
+    GS_REASON,
+    AwqWeights,
+    bf16_parts,
+    check_dims,
+    check_group_size,
+)
 
 ALIGN = (
     64  # section alignment: AIE2P's 512-bit vector loads need 64-byte aligned addresses
@@ -279,7 +286,7 @@ def q_section_bytes(
 
 
 def mxfp4_record_bytes(tile_n: int, tile_k: int) -> int:
-    """Bytes of one packed MXFP4 record (int4awq/mxfp4.py): the codes in the W pair lines' image order, then
+    """Bytes of one packed MXFP4 record (int4awq/mxfp4_record.py): the codes in the W pair lines' image order, then
     a bf16 exponent carrier per 32-value group and column; a multiple of 64."""
     return _pad(q_section_bytes(tile_n, tile_k)) + _pad(2 * (tile_k // 32) * tile_n)
 
@@ -703,13 +710,38 @@ def padded_operands(cfg, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.n
 
 
 def pack_format(w, tile_n: int, tile_k: int, fmt: str) -> np.ndarray:
-    """Weights packed into the records of format fmt: AWQ weights by pack_weights; another format's weights
-    (int4awq.mxfp4) pack themselves."""
+    """Weights packed into the records of format fmt: AWQ weights by pack_weights, MXFP4 weights by
+    int4awq.mxfp4_record.pack_mxfp4, GGUF's block-integer weights by pack_block_int."""
     if isinstance(w, AwqWeights):
         return pack_weights(w, tile_n, tile_k, fmt)
     if w.format != fmt:
         raise ConfigError(f"{w.format} weights do not pack into {fmt} records")
-    return w.pack(tile_n, tile_k)
+    if fmt == "mxfp4":
+        from .mxfp4_record import pack_mxfp4
+
+        return pack_mxfp4(w, tile_n, tile_k)
+    return pack_block_int(w, tile_n, tile_k)
+
+
+def block_int_parts(w) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """The scale's and the min term's exact bf16 parts ([K / gs, N] each; None without a min term) of GGUF
+    block-integer weights (int4awq.gguf_quants.BlockIntWeights), as many as their format holds.
+    """
+    parts = FORMAT_SPECS[w.format].scale_parts
+    return bf16_parts(w.s, parts), None if w.m is None else bf16_parts(w.m, parts)
+
+
+def pack_block_int(w, tile_n: int, tile_k: int) -> np.ndarray:
+    """uint8 [N / tile_n, K / tile_k, record bytes]: GGUF block-integer weights in their format's records:
+    int4_min as 4-bit codes v with zero point 0, the int8 formats as v in the bfp16 image.
+    """
+    if w.format == "int4_min":
+        codes = w.v.astype(np.uint8)
+        z = np.zeros((w.groups, w.n), np.uint8)
+    else:
+        codes, z = w.v.astype(np.int8), None
+    s_parts, m_parts = block_int_parts(w)
+    return pack_records(codes, z, s_parts, m_parts, w.gs, tile_n, tile_k, w.format)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,9 @@ from int4awq.kernel_model import (
 )
 from int4awq.quant import bf16_parts, random_activations, scale_pair_of
 from int4awq.record import (
+    block_int_parts,
     check_kernel_tiles,
+    pack_block_int,
     l1_budget,
     record_layout,
     w_scratch_bytes,
@@ -69,7 +71,7 @@ def test_kernel_matches_model_bit_for_bit(kernels, fmt, cfg):
     tm, tn, tk, gs = cfg
     k = 4 * max(tk, gs)
     w = weights(fmt, k, 2 * tn, 30, gs=gs)
-    assert all(p.any() for p in w.scale_parts())  # no vacuous part
+    assert all(p.any() for p in block_int_parts(w)[0])  # no vacuous part
     a = random_activations(2 * tm, k, 31)
     np.testing.assert_array_equal(
         u16(kernels(fmt, cfg).gemm(a, w)), u16(kernel_gemm_model(a, w, tk))
@@ -195,7 +197,7 @@ def test_eight_bit_image_in_the_record():
     v = np.zeros((k, n), np.int16)
     v[21, 19] = -7
     w = BlockIntWeights(v, 16, np.ones((4, n), np.float32), None, "Q6_K")
-    rec = w.pack(32, 64)[0, 0]
+    rec = pack_block_int(w, 32, 64)[0, 0]
     q = rec[:2560]
     assert q[1633] == np.uint8(-7 & 0xFF)
     exps = np.zeros(2560, bool)

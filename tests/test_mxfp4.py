@@ -17,14 +17,12 @@ from int4awq.kernel_model import (
     a_tile_blocked,
     gemv_acc_elems,
 )
-from int4awq.mxfp4 import (
-    Mxfp4Weights,
-    check_scales,
+from int4awq.mxfp4 import Mxfp4Weights, check_scales, random_mxfp4
+from int4awq.mxfp4_record import (
     exponent_carriers,
     kernel_mxfp4_model,
     mantissas,
     pack_mxfp4,
-    random_mxfp4,
     record_bytes,
     weight_blocks,
 )
