@@ -73,7 +73,7 @@ run: deps
 help:
 	@sed -n '4,/^$$/p' $(firstword $(MAKEFILE_LIST)) | sed -n 's/^#   //p'
 
-# One decoder layer of a checkpoint, each projection with its default configuration (int4awq/configs.json;
+# One decoder layer of a checkpoint, each projection with its default configuration (int4awq/design/configs.json;
 # for M <= 8 the decode GEMV's, docs/decode.md).
 run_llama_layer: M = 128
 run_llama_layer: deps
@@ -150,7 +150,7 @@ upstream-check: deps
 
 # The kernel cost model's calibration: the public kernels measured on NPU2, profiled at their measured
 # commits from your clones (full history, or the measured version checked out) into
-# int4awq/kernel_calibration.json (docs/performance.md#the-kernel-cost-model).
+# int4awq/design/kernel_calibration.json (docs/performance.md#the-kernel-cost-model).
 calibrate: deps
 	@test -n "$(AIR_SRC)" -a -n "$(AIE_SRC)" || { echo "calibrate: give AIR_SRC=<a clone of mlir-air> AIE_SRC=<a clone of mlir-aie>"; exit 2; }
 	$(PYTHON) emulator/calibrate_kernels.py --air-src $(AIR_SRC) --aie-src $(AIE_SRC)

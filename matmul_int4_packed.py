@@ -95,7 +95,7 @@ except (
     )
     sys.exit(2)
 
-from int4awq.design import (
+from int4awq.design.design import (
     DesignConfig,
 )  # the example's own host package, beside this file
 
@@ -154,7 +154,7 @@ def build_module(
     herd_n=4,
 ):
     """The AIR module, for plain integers in the order of mlir-air's int4 GEMM builder (tile_k_l2
-    defaults to K), or for a validated int4awq.design.DesignConfig passed as the only argument.
+    defaults to K), or for a validated int4awq.design.design.DesignConfig passed as the only argument.
     """
     cfg = (
         m
@@ -369,9 +369,9 @@ def backend_options(cfg: DesignConfig) -> dict:
 
 
 def main(argv=None) -> int:
-    from int4awq.air_run import act, add_action_arguments
-    from int4awq.design import add_design_arguments, default_gs
-    from int4awq.sweep import config_from_args
+    from int4awq.run.air_run import act, add_action_arguments
+    from int4awq.design.design import add_design_arguments, default_gs
+    from int4awq.design.sweep import config_from_args
     from int4awq.errors import ConfigError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -24,7 +24,7 @@ A launch iterates over blocks of 32 N tiles (tile_n columns each). Each launch i
   DDR in one DMA.
 
 Memory plan per level:
-  L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8 (the GEMM's, int4awq.record), C [M, N] bf16
+  L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8 (the GEMM's, int4awq.kernel.record), C [M, N] bf16
   L2: A [8, 1, M, tile_k_l2] bf16, W [8, 4, tile_k_l2/tile_k_l1, record] u8, C [8, 4, M, tile_n] bf16
   L1 per PE: accumulator f32 (ceil(M/8)*8 x tile_n) and drain bf16 (a slice each of herd-wide buffers),
       the kernel's scratch (likewise), the A chunk and the record (ping-ponged by aircc), the stack.
@@ -86,7 +86,7 @@ except (
     sys.exit(2)
 
 
-from int4awq.gemv import (
+from int4awq.design.gemv import (
     COLUMNS,
     ROWS,
     GemvConfig,
@@ -108,7 +108,7 @@ def kernel_func(name, arg_types, obj):
 @module_builder
 def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=None):
     """The AIR module, for plain integers (M, K, N, group size, the record's tile_n and tile_k_l1, the K
-    per L2 refill), or for a validated int4awq.gemv.GemvConfig passed as the only argument.
+    per L2 refill), or for a validated int4awq.design.gemv.GemvConfig passed as the only argument.
     """
     cfg = (
         m
@@ -275,7 +275,7 @@ def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=
                 # outermost on both sides as the GEMM's C: air-split-l2-memref cuts the block into one
                 # piece per x and tiles this pattern by it. With x second (the earlier [M, 8, 4, tn]),
                 # aircc gave every piece the whole DDR row block at one launch iteration: the compiled
-                # runtime sequence wrote each element of C 8 times (int4awq/runtime_sequence.py).
+                # runtime sequence wrote each element of C 8 times (int4awq/design/runtime_sequence.py).
                 dma_memcpy_nd(
                     l3c_s,
                     l2c,
@@ -302,11 +302,11 @@ def backend_options(cfg: GemvConfig) -> dict:
 
 
 def main(argv=None) -> int:
-    from int4awq.air_run import act, add_action_arguments
+    from int4awq.run.air_run import act, add_action_arguments
     from int4awq.errors import ConfigError
-    from int4awq.design import default_gs
-    from int4awq.gemv import config_from_args
-    from int4awq.record import FORMAT_GS, FORMATS
+    from int4awq.design.design import default_gs
+    from int4awq.design.gemv import config_from_args
+    from int4awq.kernel.record import FORMAT_GS, FORMATS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(

@@ -5,8 +5,8 @@
 
 Each kernel below is built at the commit that was measured, against the host aie_api's profiling build
 (-DAIE_HOST_PROFILE), and called once at the measured tile; what it issued (per slot class, per marked
-loop, live block streams) is written with the measurement to int4awq/kernel_calibration.json, which
-int4awq/kernel_cost.py fits. Sources are taken by their git blob id (any clone that holds the object:
+loop, live block streams) is written with the measurement to int4awq/design/kernel_calibration.json, which
+int4awq/design/kernel_cost.py fits. Sources are taken by their git blob id (any clone that holds the object:
 `git cat-file`), or from the working tree at the same path when its blob id matches; nothing of them is
 kept. Buffers are filled with one byte value (0x3c: bf16 and f32 ~0.0115, small int codes): the kernels'
 instruction streams do not depend on data.
@@ -47,7 +47,7 @@ class Measured:
     cores: int
     calls_per_core: int
     measured_s: float
-    ddr_bytes: int  # the design's DDR traffic as int4awq/model.py counts it
+    ddr_bytes: int  # the design's DDR traffic as int4awq/design/model.py counts it
 
     ddr_note: str
     figure: str  # where the measurement is published
@@ -258,7 +258,7 @@ def source_bytes(root: str, path: str, blob: str | None, commit: str) -> bytes:
 
 
 def profile(k: Measured, root: str, work: str) -> dict:
-    from int4awq.kernel_profile import read_profile
+    from int4awq.design.kernel_profile import read_profile
 
     base = os.path.join(work, k.commit[:10])
     for path, blob in k.files:
@@ -318,7 +318,7 @@ def main(argv=None) -> int:
         json.dump(
             {
                 "note": "Published NPU2 measurements of public kernels and what each kernel issues per call "
-                "(host aie_api profiling build, emulator/calibrate_kernels.py); fitted by int4awq/kernel_cost.py.",
+                "(host aie_api profiling build, emulator/calibrate_kernels.py); fitted by int4awq/design/kernel_cost.py.",
                 "kernels": rows,
             },
             f,

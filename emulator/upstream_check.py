@@ -619,7 +619,7 @@ def aircc_agreement(where: str) -> str:
     passes (air-opt), when the compiler is installed: "aircc agrees", "aircc DISAGREES: ...", or why not
     compared."""
     sys.path.insert(0, REPO)
-    from int4awq import compiled, compiler
+    from int4awq.design import compiled, compiler
 
     mlir, mine = os.path.join(where, "air.mlir"), os.path.join(
         where, "emu-decisions.json"

@@ -4,11 +4,11 @@
 For each design (the GEMM at every make target and format, the decode GEMV, the bring-up probes, and with
 --all every configs.json default), the printed module goes through
 
-1. aircc's AIR pipeline in air-opt (int4awq/compiler.py): what the passes decided (L2 splits, ping-pong,
+1. aircc's AIR pipeline in air-opt (int4awq/design/compiler.py): what the passes decided (L2 splits, ping-pong,
    allocs sunk into loops), compared with what the emulator decided for the same module; and
 2. aircc + aiecc with the design's own XRTBackend options, down to the NPU instruction stream: a design
    that does not compile fails here, naming the tool's first error; the runtime sequence aircc wrote is
-   run against DDR (int4awq/runtime_sequence.py): every element of C written once, A and W read as the
+   run against DDR (int4awq/design/runtime_sequence.py): every element of C written once, A and W read as the
    design means.
 
 Exit status: 0 when every design compiles and agrees, 1 when one does not, 2 when the tools are missing.
@@ -33,7 +33,7 @@ if REPO not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from int4awq import compiled, compiler, runtime_sequence  # noqa: E402
+from int4awq.design import compiled, compiler, runtime_sequence  # noqa: E402
 from int4awq.errors import ConfigError  # noqa: E402
 
 # The GEMM's make targets, and the host/run.py option -> DesignConfig field of the line each runs.
@@ -61,7 +61,7 @@ _INT_OPTIONS = {
 
 def make_target_config(target: str, *variables: str):
     """The DesignConfig a make target runs, from the host/run.py line of `make -n` (nothing is run)."""
-    from int4awq.design import DesignConfig
+    from int4awq.design.design import DesignConfig
 
     res = subprocess.run(
         ["make", "-n", "-C", REPO, target, "BACKEND=emu", *variables],
@@ -110,7 +110,8 @@ def _config_design(name: str, cfg) -> Design:
 def designs(all_configs: bool = False) -> list[Design]:
     """Every design the project builds: make targets (each format at run8x4), the decode GEMV, the bring-up
     probes, and with all_configs every configs.json default."""
-    from int4awq import gemv, record
+    from int4awq.design import gemv
+    from int4awq.kernel import record
     from host import kernel_probe as kp
     from host.bringup import GEMV_PROBE_ROWS, PROBE_GEMM, PROBE_GEMV
 
@@ -142,8 +143,8 @@ def designs(all_configs: bool = False) -> list[Design]:
                 )
             )
     if all_configs:
-        from int4awq.design import DesignConfig
-        from int4awq.sweep import TILE_OPTIONS, load_table
+        from int4awq.design.design import DesignConfig
+        from int4awq.design.sweep import TILE_OPTIONS, load_table
 
         for row in load_table():
             if row.get("none"):

@@ -24,8 +24,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from int4awq.kernel_cost import CLOCK_HZ, calibration  # noqa: E402
-from int4awq.llama import LAYERS  # noqa: E402
+from int4awq.design.kernel_cost import CLOCK_HZ, calibration  # noqa: E402
+from int4awq.design.llama import LAYERS  # noqa: E402
 from int4awq.errors import (
     ConfigError,
     missing_module_line,
@@ -34,12 +34,12 @@ from int4awq.errors import (
 try:
     import numpy as np
 
-    from int4awq.npu import npu2_present, numerics_line
-    from int4awq.quant import random_activations
-    from int4awq import model
-    from int4awq.design import HERD_COLS, HERD_ROWS
-    from int4awq.weights_file import random_format_weights
-    from int4awq.sweep import (
+    from int4awq.run.npu import npu2_present, numerics_line
+    from int4awq.formats.quant import random_activations
+    from int4awq.design import model
+    from int4awq.design.design import HERD_COLS, HERD_ROWS
+    from int4awq.formats.weights_file import random_format_weights
+    from int4awq.design.sweep import (
         LLAMA_PROJECTIONS,
         TABLE_FORMATS,
         default_config,
@@ -118,8 +118,8 @@ PUBLISHED_DECODE = (
 
 def checked_run(cfg, m, k, n, run):
     """Seeded operands for one row, run(padded A, packed W) -> C, checked against the reference."""
-    from int4awq.record import padded_operands
-    from int4awq.reference import check, reference_gemm
+    from int4awq.kernel.record import padded_operands
+    from int4awq.run.reference import check, reference_gemm
 
     w = random_format_weights(cfg.format, k, n, cfg.gs, seed=0)
     a = random_activations(m, k, seed=1)
@@ -303,7 +303,7 @@ def write_roofline(rows: list, path: str, on_npu: bool) -> str:
         [lo, min(hi, ridge)],
         [lo * ddr_roof / 1e12, min(hi, ridge) * ddr_roof / 1e12],
         "k--",
-        label=f"DDR roof: {ddr_roof / 1e9:.1f} GB/s effective (int4awq/model.py)",
+        label=f"DDR roof: {ddr_roof / 1e9:.1f} GB/s effective (int4awq/design/model.py)",
     )
     ax.axhline(
         mac_roof / 1e12,
@@ -320,7 +320,7 @@ def write_roofline(rows: list, path: str, on_npu: bool) -> str:
     what = "MEASURED on NPU2 and MODELLED" if on_npu else "MODELLED"
     ax.set_title(
         f"int4 GEMM / GEMV, Llama-3.2-1B projections: {what}\n"
-        f"model: int4awq/model.py + int4awq/kernel_cost.py (times include {model.FIXED_S * 1e6:.0f} us per launch)",
+        f"model: int4awq/design/model.py + int4awq/design/kernel_cost.py (times include {model.FIXED_S * 1e6:.0f} us per launch)",
         fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.3)
@@ -392,7 +392,7 @@ def _main(argv) -> int:
     on_npu, why = (False, "--modelled") if args.modelled else npu2_present()
     print(
         f"{'MEASURED on NPU2' if on_npu else 'MODELLED (no NPU2: ' + why + ')'}; "
-        f"model: int4awq/model.py (DDR {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s effective) and int4awq/kernel_cost.py"
+        f"model: int4awq/design/model.py (DDR {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s effective) and int4awq/design/kernel_cost.py"
     )
     print(calibration().summary())
     print(numerics_line())
@@ -480,7 +480,7 @@ def _main(argv) -> int:
 
 def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
     """decode_rows for one weight format: a row per projection and the token line."""
-    from int4awq import gemv
+    from int4awq.design import gemv
 
     columns = table_columns(DECODE_TABLE, on_npu or args.emulate)
     failures, token_s, token_ddr, token_fixed = 0, 0.0, 0, 0.0
@@ -550,7 +550,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
 def decode_rows(rows: list, on_npu: bool, args) -> int:
     """The M = 1 rows (one per Llama-3.2-1B projection, the GEMV design) and one token's projections
     over 16 layers; returns the number of emulator failures."""
-    from int4awq import gemv
+    from int4awq.design import gemv
 
     print()
     print(

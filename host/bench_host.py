@@ -24,12 +24,12 @@ import numpy as np  # noqa: E402
 from ml_dtypes import bfloat16  # noqa: E402
 
 from int4awq.errors import ConfigError  # noqa: E402
-from int4awq.kernel_model import HostKernel, a_tile_blocked  # noqa: E402
-from int4awq.quant import random_activations, random_weights  # noqa: E402
-from int4awq.reference import reference_gemm  # noqa: E402
-from int4awq.llama import LAYERS, PROJECTIONS  # noqa: E402
-from int4awq.quant import AwqWeights  # noqa: E402
-from int4awq.record import check_kernel_tiles, pack_weights  # noqa: E402
+from int4awq.kernel.kernel_model import HostKernel, a_tile_blocked  # noqa: E402
+from int4awq.formats.quant import random_activations, random_weights  # noqa: E402
+from int4awq.run.reference import reference_gemm  # noqa: E402
+from int4awq.design.llama import LAYERS, PROJECTIONS  # noqa: E402
+from int4awq.formats.quant import AwqWeights  # noqa: E402
+from int4awq.kernel.record import check_kernel_tiles, pack_weights  # noqa: E402
 
 
 def bench_pack(

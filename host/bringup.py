@@ -38,8 +38,9 @@ try:
 
     import kernel_probe as kp
     import run as host_run
-    from int4awq import compiler, record
-    from int4awq.reference import check, reference_gemm
+    from int4awq.design import compiler
+    from int4awq.kernel import record
+    from int4awq.run.reference import check, reference_gemm
 except ModuleNotFoundError as _missing:
     print(missing_module_line(_missing), file=sys.stderr)
     sys.exit(2)
@@ -144,7 +145,7 @@ def step_environment(ladder: Ladder) -> Outcome:
                     lines + out.splitlines()[-5:],
                 )
         return Outcome("PASS", "emulator: host build of the probe objects", lines)
-    from int4awq.npu import npu2_present
+    from int4awq.run.npu import npu2_present
 
     found, why = npu2_present()
     lines.append(why)
@@ -412,7 +413,7 @@ def step_numerics(ladder: Ladder) -> Outcome:
 
 def save_numerics(lines: list[str]) -> None:
     """build/bringup/numerics.txt, which `make bench` and `host/run.py --report` print."""
-    from int4awq.npu import NUMERICS_FILE
+    from int4awq.run.npu import NUMERICS_FILE
 
     os.makedirs(os.path.dirname(NUMERICS_FILE), exist_ok=True)
     with open(NUMERICS_FILE, "w") as f:
@@ -434,7 +435,7 @@ def _design_args(ladder: Ladder, number: int, build_dir: str):
 
 def _compile(cfg, build_dir: str) -> None:
     """aircc for npu2 into build_dir (Peano object included), unless already there."""
-    from int4awq.air_run import compile_once
+    from int4awq.run.air_run import compile_once
 
     builder = host_run.builder_of(cfg)
     compile_once(
@@ -479,7 +480,7 @@ def step_repeated_dispatch(ladder: Ladder) -> Outcome:
     checked; then once more with the first A, which must give the first result bit for bit.
     """
     args, cfg, _, w, build_dir = _configured(ladder, REPEAT_RUN)
-    from int4awq.quant import random_activations
+    from int4awq.formats.quant import random_activations
 
     a_sets = [
         random_activations(cfg.m, cfg.k, ladder.seed + 10 + i) for i in range(REPEATS)
@@ -488,7 +489,7 @@ def step_repeated_dispatch(ladder: Ladder) -> Outcome:
     packed = [record.padded_operands(cfg, a, w) for a in a_sets]
     buffer_sets = [[ap, wp, np.zeros((cfg.m, cfg.n), bfloat16)] for ap, wp in packed]
     if ladder.npu:
-        from int4awq.npu import run_compiled_each
+        from int4awq.run.npu import run_compiled_each
 
         _compile(cfg, build_dir)
         outs = run_compiled_each(build_dir, buffer_sets)
@@ -680,7 +681,7 @@ def parse_args(argv):
 def choose_backend(requested: str) -> str:
     if requested != "auto":
         return requested
-    from int4awq.npu import npu2_present
+    from int4awq.run.npu import npu2_present
 
     return "npu" if npu2_present()[0] else "emu"
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from ml_dtypes import bfloat16
 
-from int4awq import record
-from int4awq.kernel_model import (
+from int4awq.kernel import record
+from int4awq.kernel.kernel_model import (
     GemvHostKernel,
     HostKernel,
     a_tile_blocked,
@@ -34,7 +34,7 @@ from int4awq.kernel_model import (
     gemv_acc_elems,
     kernel_gemm_model,
 )
-from int4awq.quant import AwqWeights
+from int4awq.formats.quant import AwqWeights
 
 STAGES = ("zero", "accumulate", "drain")
 ENTRY_ARGS = {  # each entry's buffers, in its argument order (then m, for the GEMV's)
@@ -176,7 +176,7 @@ def accumulate_inputs(
     """([record, A in the entry's order], A [rows, tile_k], weights): seeded AWQ weights of one record
     (K = max(tile_k, gs), the record its first K-chunk) and seeded A, or the given A rows.
     """
-    from int4awq.quant import random_activations, random_weights
+    from int4awq.formats.quant import random_activations, random_weights
 
     o = probe.obj
     w = random_weights(max(o.tile_k, o.gs), o.tile_n, o.gs, seed)
@@ -413,7 +413,7 @@ class ProbeRunner:
     def _emulate(self, probe, bufs):
         from air.backend.xrt import XRTBackend
 
-        from int4awq.kernel_model import build_host_kernel
+        from int4awq.kernel.kernel_model import build_host_kernel
 
         os.environ["AIR_EMU_LIB_PATH"] = str(build_host_kernel(probe.obj).parent)
         backend = XRTBackend(**backend_options(probe))
@@ -425,7 +425,7 @@ class ProbeRunner:
 
     def compile(self, probe: Probe) -> None:
         """aircc for npu2 (with the Peano object), unless already compiled."""
-        from int4awq.air_run import compile_once
+        from int4awq.run.air_run import compile_once
 
         compile_once(
             probe,
@@ -435,7 +435,7 @@ class ProbeRunner:
         )
 
     def _npu(self, probe, bufs):
-        from int4awq.npu import run_compiled_each
+        from int4awq.run.npu import run_compiled_each
 
         self.compile(probe)
         return run_compiled_each(self.build_dir(probe), [bufs])[0]

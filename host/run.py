@@ -34,20 +34,20 @@ try:
     import numpy as np
     from ml_dtypes import bfloat16
 
-    from int4awq import record
-    from int4awq import gemv
-    from int4awq.design import (
+    from int4awq.kernel import record
+    from int4awq.design import gemv
+    from int4awq.design.design import (
         DesignConfig,
         add_design_arguments,
         build_host_kernel,
         default_gs,
     )
-    from int4awq.weights_file import random_format_weights
-    from int4awq.sweep import config_from_args
-    from int4awq.gemv import GEMV_AUTO_MAX_M, GemvConfig
-    from int4awq.kernel_model import GEMV_MAX_M
-    from int4awq.quant import AwqWeights, dequantize, random_activations
-    from int4awq.reference import (
+    from int4awq.formats.weights_file import random_format_weights
+    from int4awq.design.sweep import config_from_args
+    from int4awq.design.gemv import GEMV_AUTO_MAX_M, GemvConfig
+    from int4awq.kernel.kernel_model import GEMV_MAX_M
+    from int4awq.formats.quant import AwqWeights, dequantize, random_activations
+    from int4awq.run.reference import (
         BF16_MAX,
         check,
         check_accumulator_range,
@@ -383,7 +383,7 @@ def load_activations(path: str) -> np.ndarray:
 def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
     """(A [M, K] bf16, weights) from the options: a checkpoint layer or seeded random weights."""
     if args.awq is not None:
-        from int4awq.weights_file import load
+        from int4awq.formats.weights_file import load
 
         if not args.layer:
             raise ConfigError("--weights needs --layer NAME (see --list-layers)")
@@ -438,7 +438,7 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
 def choose_backend(requested: str, build_dir: str, quiet: bool = False) -> str:
     if requested != "auto":
         return requested
-    from int4awq.npu import npu2_present
+    from int4awq.run.npu import npu2_present
 
     found, why = npu2_present()
     if found:
@@ -502,7 +502,7 @@ def emulator_backend(cfg):
     sys.path.insert(0, EMULATOR_DIR)  # `import air` now resolves to the emulator
     from air.backend.xrt import XRTBackend
 
-    os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)  # int4awq.design
+    os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)  # int4awq.design.design
     return XRTBackend(**builder_of(cfg).backend_options(cfg))
 
 
@@ -542,8 +542,8 @@ def run_npu(
     iters: int,
     warmup: int,
 ):
-    """(C, [mean us]) on the NPU, through mlir-air's XRTBackend (int4awq.npu.run_compiled)."""
-    from int4awq.npu import run_compiled
+    """(C, [mean us]) on the NPU, through mlir-air's XRTBackend (int4awq.run.npu.run_compiled)."""
+    from int4awq.run.npu import run_compiled
 
     c = np.zeros((cfg.m, cfg.n), bfloat16)
     try:
@@ -672,11 +672,11 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
     if emu.get("stats") is not None:
         sections.append(("", emu["stats"].table().splitlines()))
     if backend == "npu":
-        from int4awq.npu import numerics_line
+        from int4awq.run.npu import numerics_line
 
         sections.append(("", [numerics_line()]))
     if isinstance(cfg, DesignConfig):
-        from int4awq.kernel_cost import kernel_line
+        from int4awq.design.kernel_cost import kernel_line
 
         tiles = (cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs)
         sections.append(("", [kernel_line(*tiles, cfg.format)]))
@@ -747,18 +747,18 @@ def modelled_line(cfg, m: int, n: int) -> str:
             f"{est.bound}-bound"
         )
     else:
-        from int4awq.sweep import modelled
+        from int4awq.design.sweep import modelled
 
         est = modelled(cfg, m, n)
         head = (
             f"modelled NPU2: DDR {est.ddr_bytes / 1e6:.2f} MB, {est.seconds * 1e6:.1f} us, "
             f"{est.tops:.3f} TOPS, {est.bound}-bound"
         )
-    line = _joined(head, "(MODELLED, int4awq/model.py; not measured)")
+    line = _joined(head, "(MODELLED, int4awq/design/model.py; not measured)")
     if not _SHOWN[
         "calibration"
     ]:  # once per run, not once per projection of a decoder layer
-        from int4awq.kernel_cost import calibration
+        from int4awq.design.kernel_cost import calibration
 
         _SHOWN["calibration"] = True
         line += "\n" + calibration().summary()
@@ -815,7 +815,7 @@ def run_gemm(
 
 def run_decoder_layer(args) -> bool:
     """All seven projections of one decoder layer of a checkpoint, a line each; True if all pass."""
-    from int4awq.weights_file import decoder_layer_names, load
+    from int4awq.formats.weights_file import decoder_layer_names, load
 
     if args.m is None:
         raise ConfigError("--decoder-layer needs --m (rows of A)")
@@ -847,7 +847,7 @@ def _main(argv) -> int:
     args = parse_args(argv)
     check_options(args)
     if args.list_layers:
-        from int4awq.weights_file import list_layers
+        from int4awq.formats.weights_file import list_layers
 
         print("\n".join(list_layers(args.awq)))
         return 0

@@ -48,7 +48,7 @@ def probe(cmd):
 
 # ryzen_ai_npu2: `xrt-smi examine` names an XDNA2 part (the host program's own probe).
 sys.path.insert(0, repo_root)
-from int4awq.npu import npu2_present  # noqa: E402
+from int4awq.run.npu import npu2_present  # noqa: E402
 
 if npu2_present()[0]:
     config.available_features.add("ryzen_ai_npu2")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-from int4awq.kernel_model import aligned_empty
+from int4awq.kernel.kernel_model import aligned_empty
 from test_aie_api import (
     INCLUDE,
     OPS_DIR,

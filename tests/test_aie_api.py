@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-from int4awq.kernel_model import aligned_empty
+from int4awq.kernel.kernel_model import aligned_empty
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS_DIR = ROOT / "tests" / "aie_api"

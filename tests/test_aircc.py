@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The real compiler on every design (issue 29): mlir-air's air-opt and aircc, mlir-aie's aiecc.
 
-* int4awq.compiler builds aircc's AIR pipeline: it equals the pipeline aircc itself prints it runs;
+* int4awq.design.compiler builds aircc's AIR pipeline: it equals the pipeline aircc itself prints it runs;
 * every module the project prints parses and runs the pipeline; the emulator's L2 splits and ping-pong
   decisions equal what aircc's passes decide, design by design (host/aircc_check.py);
 * the make targets' designs, the decode GEMV and the probes compile with aircc + aiecc to insts.bin;
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(REPO, "emulator", "tests", "designs"))
 import emu_testlib  # noqa: E402,F401  (the emulated `air` first on sys.path)
 
 from host import aircc_check  # noqa: E402
-from int4awq import compiled, compiler, runtime_sequence  # noqa: E402
+from int4awq.design import compiled, compiler, runtime_sequence  # noqa: E402
 
 MISSING = compiler.tools_missing()
 needs_compiler = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
@@ -332,7 +332,7 @@ def test_an_output_written_twice_or_not_at_all_is_named():
 
 
 def _small_herd(tiling):
-    from int4awq.design import DesignConfig
+    from int4awq.design.design import DesignConfig
 
     # a 1x2 herd over a [2, 1] launch grid: the project runs it at [1, 1] (2 launch iterations)
     cfg = DesignConfig(

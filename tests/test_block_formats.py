@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The kernel's entries for GGUF's block-integer types (record formats int4_min, int8, int8_min): the host
-build of kernels/mv_int4_bf16.cc through ctypes, bit for bit against the numpy model (int4awq.kernel_model),
+build of kernels/mv_int4_bf16.cc through ctypes, bit for bit against the numpy model (int4awq.kernel.kernel_model),
 GEMM and GEMV; exact-mode operands against the f64 reference; the min term and the 8-bit image checked
 against numbers computed here by hand; the record layout, the scratch bound and the tile rules.
 """
@@ -12,15 +12,15 @@ import pytest
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.gguf_quants import BlockIntWeights, random_block_weights
-from int4awq.kernel_model import (
+from int4awq.formats.gguf_quants import BlockIntWeights, random_block_weights
+from int4awq.kernel.kernel_model import (
     GemvHostKernel,
     HostKernel,
     aligned_empty,
     kernel_gemm_model,
 )
-from int4awq.quant import bf16_parts, random_activations, scale_pair_of
-from int4awq.record import (
+from int4awq.formats.quant import bf16_parts, random_activations, scale_pair_of
+from int4awq.kernel.record import (
     block_int_parts,
     check_kernel_tiles,
     pack_block_int,
@@ -28,7 +28,7 @@ from int4awq.record import (
     record_layout,
     w_scratch_bytes,
 )
-from int4awq.reference import check, reference_gemm
+from int4awq.run.reference import check, reference_gemm
 
 FORMATS = ("int4_min", "int8", "int8_min")
 # (tile_m, tile_n, tile_k, gs): one group per chunk; two groups per chunk (several fold spans, with row sums

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(REPO, "host"))
 
 import bringup  # noqa: E402
 import kernel_probe as kp  # noqa: E402
-from int4awq import record  # noqa: E402
+from int4awq.kernel import record  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ rounding
 # The mantissas of bringup.ROUNDING_BLOCKS, by hand: steps (64,) 0.5 1.5 2.5 -0.5 -1.5 -2.5 0.75 and
@@ -84,7 +84,7 @@ def test_decode_blocks_reads_exponent_then_signed_mantissas():
 @pytest.fixture(autouse=True)
 def numerics_file(tmp_path, monkeypatch):
     """The numerics probe's result goes to a temporary file, not the checkout's build/bringup."""
-    from int4awq import npu
+    from int4awq.run import npu
 
     monkeypatch.setattr(npu, "NUMERICS_FILE", str(tmp_path / "numerics.txt"))
 
@@ -164,7 +164,7 @@ def test_numerics_probe_reports_a_rounding_the_model_does_not_assume(
 
 
 def test_numerics_probe_passes_on_the_emulator(ladder):
-    from int4awq import npu
+    from int4awq.run import npu
 
     out = bringup.step_numerics(ladder)
     assert out.status == "PASS"
@@ -234,7 +234,7 @@ def test_a_failing_step_stops_the_ladder_and_is_named(capsys, monkeypatch):
 
 
 def test_environment_on_npu_without_a_device_fails_naming_why(monkeypatch):
-    from int4awq import npu
+    from int4awq.run import npu
 
     monkeypatch.setattr(
         npu,
@@ -250,7 +250,7 @@ def test_environment_on_npu_without_a_device_fails_naming_why(monkeypatch):
 
 def test_a_gemv_probe_of_several_fold_spans_is_refused():
     from int4awq.errors import ConfigError
-    from int4awq.record import KernelObject
+    from int4awq.kernel.record import KernelObject
 
     with pytest.raises(ConfigError, match="one fold span"):
         kp.Probe(KernelObject("gemv", 64, 256, 128), 5, "accumulate")
@@ -260,7 +260,7 @@ def test_a_gemv_probe_of_several_fold_spans_is_refused():
 
 
 def test_compile_step_skips_without_the_compiler(ladder, monkeypatch):
-    from int4awq import compiler
+    from int4awq.design import compiler
 
     monkeypatch.setattr(compiler, "tools_missing", lambda *n: "aircc not found (...)")
     out = bringup.step_compile(ladder)
@@ -269,7 +269,7 @@ def test_compile_step_skips_without_the_compiler(ladder, monkeypatch):
 
 def test_compile_step_names_the_design_the_compiler_refuses(ladder, monkeypatch):
     from host import aircc_check
-    from int4awq import compiler
+    from int4awq.design import compiler
 
     if compiler.tools_missing():
         pytest.skip(compiler.tools_missing())

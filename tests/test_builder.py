@@ -10,7 +10,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "emulator"))
 
 import matmul_int4_packed as builder  # noqa: E402
-from int4awq.design import DesignConfig  # noqa: E402
+from int4awq.design.design import DesignConfig  # noqa: E402
 
 SMALL = [
     "--m",

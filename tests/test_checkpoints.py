@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-from int4awq import checkpoints
-from int4awq.checkpoints import ImportReport, LayerInfo, list_layers, load_layer
+from int4awq.formats import checkpoints
+from int4awq.formats.checkpoints import ImportReport, LayerInfo, list_layers, load_layer
 from int4awq.errors import ConfigError
-from int4awq.quant import dequantize
+from int4awq.formats.quant import dequantize
 
 LAYER = "model.layers.0.self_attn.q_proj"
 AWQ_PACK_ORDER = [
@@ -954,7 +954,7 @@ def test_index_json_that_python_cannot_parse(tmp_path, text):
 def test_list_layers_is_a_table_that_counts_what_it_does_not_list(tmp_path):
     """An int4 layer with a bias, a bf16 embedding (listed, not read) and a norm: the bias and the norm are
     1-D, counted in the summary; a group of 24 breaks the kernel's rule and says so."""
-    from int4awq.weights_file import list_layers as table
+    from int4awq.formats.weights_file import list_layers as table
 
     q, z, s = logical(96, 16, 24, seed=13)
     t = awq_tensors(q, z, s)

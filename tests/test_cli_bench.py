@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from host import bench
-from int4awq import gemv, model, sweep
-from int4awq.kernel_cost import int4_kernel_flops
+from int4awq.design import gemv, model, sweep
+from int4awq.design.kernel_cost import int4_kernel_flops
 
 
 def run(capsys, *argv):

@@ -15,8 +15,8 @@ import pytest
 from ml_dtypes import bfloat16
 
 from host import run as host_run
-from int4awq.quant import random_weights
-from int4awq.reference import bfp16_blocks, bfp16_loss, check, explain_failure
+from int4awq.formats.quant import random_weights
+from int4awq.run.reference import bfp16_blocks, bfp16_loss, check, explain_failure
 
 from host_args import REPO, RUN, SMALL
 
@@ -146,7 +146,7 @@ def test_messages_name_the_weights_option_as_help_shows_it(
 def test_every_option_has_a_help_line_with_its_default():
     import argparse
 
-    from int4awq.air_run import add_action_arguments
+    from int4awq.run.air_run import add_action_arguments
 
     builder = argparse.ArgumentParser()
     add_action_arguments(builder)
@@ -354,7 +354,7 @@ def test_block_flushes_are_named_as_the_cause_of_a_failure():
         w.z[0],
     )  # rows 0 and 8 dequantise alike (same group), so 2^40 cancels
     a = a.astype(bfloat16)
-    from int4awq.quant import dequantize
+    from int4awq.formats.quant import dequantize
 
     c_kernel = (bfp16_blocks(a) @ dequantize(w).astype(np.float64)).astype(np.float32)
     ref = (a.astype(np.float64) @ dequantize(w).astype(np.float64)).astype(np.float32)
@@ -402,7 +402,7 @@ def test_report_tables_fit_for_the_largest_configuration(monkeypatch):
     sys.path.insert(0, os.path.join(REPO, "emulator"))
     from air.backend.xrt import XRTBackend
 
-    from int4awq.design import DesignConfig
+    from int4awq.design.design import DesignConfig
     from matmul_int4_packed import backend_options, build_module
 
     cfg = DesignConfig(
@@ -417,7 +417,7 @@ def test_report_tables_fit_for_the_largest_configuration(monkeypatch):
         herd_m=8,
         herd_n=4,
     )
-    host_run.build_host_kernel(cfg)  # int4awq.design, as host.run uses it
+    host_run.build_host_kernel(cfg)  # int4awq.design.design, as host.run uses it
     monkeypatch.setenv("AIR_EMU_LIB_PATH", host_run.KERNEL_BUILD)
     backend = XRTBackend(**backend_options(cfg))
     backend.compile(build_module(cfg))
@@ -524,8 +524,8 @@ def test_npu_advice_names_the_make_variable_under_make(
 
 
 def test_the_kernel_models_calibration_is_printed_once_per_run():
-    from int4awq.kernel_cost import calibration
-    from int4awq.sweep import default_config
+    from int4awq.design.kernel_cost import calibration
+    from int4awq.design.sweep import default_config
 
     cfg, _ = default_config(64, 256, 128, 128)
     host_run._SHOWN["calibration"] = False
@@ -538,7 +538,7 @@ def test_the_kernel_models_calibration_is_printed_once_per_run():
 def test_a_format_the_weights_file_cannot_give_is_refused(capsys, no_run, tmp_path):
     from test_checkpoints import AWQ_CFG, LAYER, awq_tensors, logical, write_dir
 
-    from int4awq.weights_file import load
+    from int4awq.formats.weights_file import load
 
     q, z, s = logical(64, 16, 32, seed=3)
     ckpt = str(write_dir(tmp_path, awq_tensors(q, z, s), {**AWQ_CFG, "group_size": 32}))

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """compressed-tensors int4 `pack-quantized` checkpoints made by the package itself (its PackedQuantization-
 Compressor and QuantizationConfig, symmetric and asymmetric, bf16 and fp16 scales), read by
-int4awq/checkpoints.py through the weights-file interface: with the scales kept exactly (format awq_f16) the
+int4awq/formats/checkpoints.py through the weights-file interface: with the scales kept exactly (format awq_f16) the
 weights equal the package's own decompress, which rounds each (q - z) * s to the scale's dtype, once the host's
 exact product is rounded the same way; the layer runs on the emulator.
 
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-from int4awq.quant import dequantize
-from int4awq.weights_file import load
+from int4awq.formats.quant import dequantize
+from int4awq.formats.weights_file import load
 
 from fixture_files import FIXTURES, generator, reference  # noqa: E402
 from host_args import REPO, RUN

@@ -5,10 +5,10 @@ import argparse
 
 import pytest
 
-from int4awq import record
-from int4awq.design import TILE_OPTIONS, DesignConfig
+from int4awq.kernel import record
+from int4awq.design.design import TILE_OPTIONS, DesignConfig
 from int4awq.errors import ConfigError
-from int4awq.sweep import (
+from int4awq.design.sweep import (
     config_from_args,
     accepted,
     LLAMA_PROJECTIONS,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-from int4awq.sweep import load_table
+from int4awq.design.sweep import load_table
 
 from host_args import REPO, SMALL, run
 
@@ -78,11 +78,11 @@ def test_emulator_counters_agree_with_the_design():
     sys.path.insert(0, os.path.join(REPO, "emulator"))
     from air.backend.xrt import XRTBackend
 
-    from int4awq.design import build_host_kernel
-    from int4awq import record
-    from int4awq.design import DesignConfig
-    from int4awq.quant import random_activations, random_weights
-    from int4awq.reference import check, reference_gemm
+    from int4awq.design.design import build_host_kernel
+    from int4awq.kernel import record
+    from int4awq.design.design import DesignConfig
+    from int4awq.formats.quant import random_activations, random_weights
+    from int4awq.run.reference import check, reference_gemm
     from matmul_int4_packed import backend_options, build_module
 
     # one K refill of 8 chunks, and 4 refills of 2 chunks (L2 ping-ponged), over a 2x1 launch grid
@@ -281,7 +281,7 @@ DEFAULT_ROWS = list(
 )
 def test_default_configurations_pass_on_the_emulator(row):
     from host.bench import emulate
-    from int4awq.sweep import default_config
+    from int4awq.design.sweep import default_config
 
     cfg, _ = default_config(
         row["m"], row["k"], row["n"], row["gs"], row.get("format", "awq")

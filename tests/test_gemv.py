@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The decode GEMV: its kernel entries, numpy model, design and host program, on the GEMM's packed record.
 
-* the GEMV object's entries, host-built, bit for bit against int4awq.kernel_model.kernel_gemv_model for
+* the GEMV object's entries, host-built, bit for bit against int4awq.kernel.kernel_model.kernel_gemv_model for
   1..32 rows; exact-mode operands bit-identical to the reference;
 * one packed buffer, two objects: each GEMV row is the GEMM's row, bit for bit;
 * the design (matvec_int4_packed.py) on the emulator at K = N = 512: the model's bits (K in one part per
@@ -19,18 +19,19 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-from int4awq import gemv, record
+from int4awq.design import gemv
+from int4awq.kernel import record
 from int4awq.errors import ConfigError
-from int4awq.gemv import GemvConfig
-from int4awq.kernel_model import (
+from int4awq.design.gemv import GemvConfig
+from int4awq.kernel.kernel_model import (
     GemvHostKernel,
     HostKernel,
     kernel_gemm_model,
     kernel_gemv_model,
 )
-from int4awq.llama import PROJECTIONS
-from int4awq.quant import random_activations, random_weights
-from int4awq.reference import reference_gemm
+from int4awq.design.llama import PROJECTIONS
+from int4awq.formats.quant import random_activations, random_weights
+from int4awq.run.reference import reference_gemm
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tiles whose GEMM objects tests/test_kernel.py builds too: (tile_m, tile_n, tile_k, gs), a chunk inside a
@@ -96,7 +97,7 @@ def run_design(cfg, a, w):
     sys.path.insert(0, os.path.join(REPO, "emulator"))
     from air.backend.xrt import XRTBackend
 
-    from int4awq.design import build_host_kernel
+    from int4awq.design.design import build_host_kernel
     from matvec_int4_packed import backend_options, build_module
 
     os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)

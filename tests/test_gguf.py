@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""GGUF files read through the gguf package (int4awq/gguf_file.py), on files written by gguf itself: MXFP4,
+"""GGUF files read through the gguf package (int4awq/formats/gguf_file.py), on files written by gguf itself: MXFP4,
 Q4_0 and Q4_1 tensors load as exactly the weights gguf.quants dequantises, run through the host program and save
 them (tests/test_gguf_quants.py has every block-integer type); a type not read, a missing tensor and a damaged
 file are one line and exit 2."""
@@ -11,8 +11,8 @@ import gguf  # noqa: E402  (a required dependency: requirements.txt)
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 
 from int4awq.errors import ConfigError  # noqa: E402
-from int4awq.gguf_file import list_gguf_layers, load_gguf_layer  # noqa: E402
-from int4awq.quant import AwqWeights, dequantize  # noqa: E402
+from int4awq.formats.gguf_file import list_gguf_layers, load_gguf_layer  # noqa: E402
+from int4awq.formats.quant import AwqWeights, dequantize  # noqa: E402
 
 from host_args import run  # noqa: E402
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""GGUF's block-integer types (int4awq/gguf_quants.py) read through int4awq/gguf_file.py from files written by
+"""GGUF's block-integer types (int4awq/formats/gguf_quants.py) read through int4awq/formats/gguf_file.py from files written by
 gguf's own GGUFWriter. gguf cannot quantise the k-quants or IQ types, so each tensor is made of valid raw blocks:
 random code bytes from a seeded RNG with finite fp16 scale fields. Every expected value is gguf's own
 `gguf.quants.dequantize` of those bytes; the loaded weights must equal it bit for bit (the arithmetic argument
@@ -15,11 +15,11 @@ import gguf  # noqa: E402  (a required dependency: requirements.txt)
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 
-from int4awq import gguf_file  # noqa: E402
+from int4awq.formats import gguf_file  # noqa: E402
 from int4awq.errors import ConfigError  # noqa: E402
-from int4awq.gguf_file import list_gguf_layers, load_gguf_layer  # noqa: E402
-from int4awq.gguf_quants import BlockIntWeights, decode  # noqa: E402
-from int4awq.weights_file import list_layers, listing  # noqa: E402
+from int4awq.formats.gguf_file import list_gguf_layers, load_gguf_layer  # noqa: E402
+from int4awq.formats.gguf_quants import BlockIntWeights, decode  # noqa: E402
+from int4awq.formats.weights_file import list_layers, listing  # noqa: E402
 
 from host_args import run  # noqa: E402
 
@@ -193,7 +193,7 @@ def test_types_not_read_are_one_line(model, layer, message):
 # A GEMM configuration given whole, so that no configuration search runs in the tests.
 TILES = ("--tile-m", "16", "--tile-n", "16", "--tile-k-l1", "32", "--tile-k-l2", "64",
          "--herd-m", "1", "--herd-n", "2")  # fmt: skip
-# The record format each type runs as (the kernel's entries: int4awq/record.py FORMAT_SPECS).
+# The record format each type runs as (the kernel's entries: int4awq/kernel/record.py FORMAT_SPECS).
 FORMAT = {
     "Q4_1": "INT4_MIN", "Q4_K": "INT4_MIN", "Q5_1": "INT8_MIN", "Q5_K": "INT8_MIN", "Q5_0": "INT8",
     "Q8_0": "INT8", "Q6_K": "INT8", "IQ4_NL": "INT8", "IQ4_XS": "INT8",

@@ -7,14 +7,14 @@ from hypothesis import given, settings, strategies as st
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.quant import (
+from int4awq.formats.quant import (
     AwqWeights,
     dequantize,
     quantize_awq,
     random_activations,
     random_weights,
 )
-from int4awq.reference import check, reference_gemm
+from int4awq.run.reference import check, reference_gemm
 
 
 def naive_awq(w, gs):

@@ -2,7 +2,7 @@
 """The int4-AWQ kernel (host build of kernels/mv_int4_bf16.cc) and its packed record.
 
 * the kernel through ctypes on packed records, bit for bit against the numpy model of its arithmetic
-  (int4awq.kernel_model), for 16x16, 64x64 and the largest tile the L1 budget allows, with chunks that
+  (int4awq.kernel.kernel_model), for 16x16, 64x64 and the largest tile the L1 budget allows, with chunks that
   hold whole groups and chunks inside a group;
 * exact-mode operands: C bit-identical to the reference rounded to bf16;
 * random operands: within the documented bfp16 error of the f64 reference;
@@ -17,19 +17,19 @@ import sys
 import numpy as np
 import pytest
 
-from int4awq import record
+from int4awq.kernel import record
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.kernel_model import (
+from int4awq.kernel.kernel_model import (
     KERNELS_DIR,
     HostKernel,
     a_tile_blocked,
     aligned_empty,
     kernel_gemm_model,
 )
-from int4awq.quant import AwqWeights, random_activations, random_weights
-from int4awq.record import (
+from int4awq.formats.quant import AwqWeights, random_activations, random_weights
+from int4awq.kernel.record import (
     check_kernel_tiles,
     KernelObject,
     l1_budget,
@@ -38,7 +38,7 @@ from int4awq.record import (
     record_layout,
     unpack_weights,
 )
-from int4awq.reference import check, reference_gemm
+from int4awq.run.reference import check, reference_gemm
 
 # (tile_m, tile_n, tile_k, gs): 16x16 with whole groups per chunk and with a group spanning 4 chunks;
 # 64x64 with K-chunk 64 inside GS 128 (the configuration that fits L1 with 64x64); 64x64 with 2 groups
@@ -446,7 +446,7 @@ def test_kernel_buffers_are_aligned():
 def test_largest_tile_is_the_largest():
     """No legal tile at GS 128 has a larger C tile (tile_m * tile_n) than LARGEST."""
     from int4awq.errors import ConfigError
-    from int4awq.record import check_kernel_tiles
+    from int4awq.kernel.record import check_kernel_tiles
 
     best = 0
     for tm in range(16, 513, 16):

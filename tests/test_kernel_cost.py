@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The kernel cost model (int4awq/kernel_cost.py): its terms, its fit, its calibration data and the table
+"""The kernel cost model (int4awq/design/kernel_cost.py): its terms, its fit, its calibration data and the table
 of our kernel's profiles."""
 
 import json
@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from int4awq import kernel_cost as kc
-from int4awq import model
+from int4awq.design import kernel_cost as kc
+from int4awq.design import model
 
 
 def loop(line, entries, peak_in=0, peak_out=0, **ops):
@@ -143,7 +143,7 @@ def test_the_committed_table_is_of_this_kernel_and_reproduces():
         table = json.load(f)
     assert (
         table["kernel"] == kc.kernel_hash()
-    ), "kernels/mv_int4_bf16.cc changed: run `python3 -m int4awq.kernel_cost --write-table`"
+    ), "kernels/mv_int4_bf16.cc changed: run `python3 -m int4awq.design.kernel_cost --write-table`"
     assert table["calls"]["64x64x64/gs128"] == kc.measure(64, 64, 64, 128)
     assert table["calls"]["gemv/128x128/gs128/m1"] == kc.measure(None, 128, 128, 128, 1)
 
@@ -180,7 +180,7 @@ def test_the_command_refuses_an_illegal_tile_in_one_line():
     import sys
 
     res = subprocess.run(
-        [sys.executable, "-m", "int4awq.kernel_cost", "--tile-m", "24"],
+        [sys.executable, "-m", "int4awq.design.kernel_cost", "--tile-m", "24"],
         cwd=kc.REPO,
         capture_output=True,
         text=True,
@@ -199,7 +199,7 @@ def test_the_command_prints_a_calls_loops_streams_and_modelled_cycles():
         [
             sys.executable,
             "-m",
-            "int4awq.kernel_cost",
+            "int4awq.design.kernel_cost",
             "--tile-m",
             "32",
             "--tile-n",
@@ -257,7 +257,7 @@ def test_the_sweep_profiles_only_the_leaders_it_lacks(monkeypatch, tmp_path):
     """A format and group size the table does not cover: every legal configuration is ranked on an estimate,
     and only the leaders' calls are profiled (the profile here is the AWQ entry of the same tile, counted).
     """
-    from int4awq import sweep
+    from int4awq.design import sweep
 
     monkeypatch.setattr(kc, "CACHE", str(tmp_path / "cache.json"))
     monkeypatch.setattr(kc, "_ENTRIES", None)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The host aie_api's profiling build (-DAIE_HOST_PROFILE) counts what a kernel issues per AIE2P slot
-class, per marked loop, and the block streams live at once; int4awq.kernel_profile reads it.
+class, per marked loop, and the block streams live at once; int4awq.design.kernel_profile reads it.
 """
 
 import ctypes
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from int4awq.kernel_profile import (
+from int4awq.design.kernel_profile import (
     SLOTS,
     loop_hazards,
     profile_accumulate,

@@ -3,7 +3,7 @@
 
 import pytest
 
-from int4awq.model import DENSE_BF16_FLOPS, dense_gemm_ddr_bytes, estimate
+from int4awq.design.model import DENSE_BF16_FLOPS, dense_gemm_ddr_bytes, estimate
 
 # (M, K, N, tile_m, tile_n, measured GFLOPS on NPU2, herd 8x4): mlir-air
 # programming_examples/matrix_multiplication/bf16_in_fp32_out/README.md and kernel_registry GEMM notes.
@@ -39,25 +39,42 @@ def test_traffic_of_the_reference_point():
     )
 
 
+# int4awq's packages, lowest first: a module imports only from its own package or a lower one.
+PACKAGE_ORDER = ("formats", "kernel", "design", "run")
+
+
 def test_the_host_package_imports_in_one_direction():
-    # Performance models build on configurations and on one another one way: no module of int4awq reaches
-    # itself through its imports (module-level or inside functions).
+    # The four concerns build on one another one way (formats, then the kernel's records and models, then
+    # the designs and their performance models, then running), and no module reaches itself through its
+    # imports (module-level or inside functions).
     import ast
     import os
 
-    pkg = os.path.join(
+    root = os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "int4awq"
     )
-    deps = {}
-    for f in os.listdir(pkg):
-        if f.endswith(".py"):
-            tree = ast.parse(open(os.path.join(pkg, f)).read())
-            deps[f[:-3]] = {
-                (n.module or a.name).split(".")[0]
-                for n in ast.walk(tree)
-                if isinstance(n, ast.ImportFrom) and n.level == 1
-                for a in n.names
-            }
+    modules = _modules(root)
+    deps = {}  # "package.module" (or "errors") -> the same for each int4awq import
+    for name in modules:
+        path = os.path.join(root, *name.split(".")) + ".py"
+        package = ["int4awq"] + name.split(".")[:-1]
+        found = set()
+        for n in ast.walk(ast.parse(open(path).read())):
+            if not isinstance(n, ast.ImportFrom):
+                continue
+            if n.level:
+                parts = package[: len(package) - n.level + 1]
+            else:
+                parts = []
+            parts = parts + (n.module.split(".") if n.module else [])
+            if parts[:1] != ["int4awq"]:
+                continue
+            for a in n.names:
+                for candidate in (parts[1:] + [a.name], parts[1:]):
+                    if ".".join(candidate) in modules:
+                        found.add(".".join(candidate))
+                        break
+        deps[name] = found - {name}
 
     def reaches(src, dst, seen=()):
         return any(
@@ -65,5 +82,27 @@ def test_the_host_package_imports_in_one_direction():
             for d in deps.get(src, ())
         )
 
-    assert deps["kernel_cost"] >= {"model"} and "kernel_cost" in deps["sweep"]
+    def level(name):
+        return PACKAGE_ORDER.index(name.split(".")[0]) if "." in name else -1
+
+    assert deps["design.kernel_cost"] >= {"design.model"}
+    assert "design.kernel_cost" in deps["design.sweep"]
+    assert (
+        "formats.quant" in deps["kernel.record"]
+    )  # the walk sees imports across packages
+    upward = [(m, d) for m in deps for d in deps[m] if level(d) > level(m)]
+    assert upward == []
     assert [m for m in deps if reaches(m, m)] == []
+
+
+def _modules(root: str) -> set[str]:
+    """Every module of int4awq as "package.module" ("errors" at the top)."""
+    import os
+
+    out = set()
+    for dirpath, _, files in os.walk(root):
+        package = os.path.relpath(dirpath, root)
+        for f in files:
+            if f.endswith(".py") and f != "__init__.py":
+                out.add(f[:-3] if package == "." else f"{package}.{f[:-3]}")
+    return out

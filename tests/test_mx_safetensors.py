@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""MXFP4 safetensors checkpoints (int4awq/mx_safetensors.py) through the one weights-file interface
-(int4awq/weights_file.py), on files made by the formats' own libraries:
+"""MXFP4 safetensors checkpoints (int4awq/formats/mx_safetensors.py) through the one weights-file interface
+(int4awq/formats/weights_file.py), on files made by the formats' own libraries:
 
 * compressed-tensors mxfp4-pack-quantized: tensors from the package's MXFP4PackedCompressor.compress, the
   config from its QuantizationConfig; the loaded weights equal MXFP4PackedCompressor.decompress exactly;
@@ -26,7 +26,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from int4awq.errors import ConfigError
-from int4awq.weights_file import list_layers, listing, load
+from int4awq.formats.weights_file import list_layers, listing, load
 
 from fixture_files import FIXTURES, generator, reference  # noqa: E402
 from host_args import run

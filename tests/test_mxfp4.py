@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""MXFP4 weights (int4awq/mxfp4.py) and the kernel's MXFP4 entries (-DINT4_MXFP4): the exact mapping onto
+"""MXFP4 weights (int4awq/formats/mxfp4.py) and the kernel's MXFP4 entries (-DINT4_MXFP4): the exact mapping onto
 bfp16 blocks, the refusals at pack time, the record, and the host build bit for bit against the numpy
 model. Expected values are written out by hand from the OCP MX v1.0 definitions."""
 
@@ -10,24 +10,18 @@ import pytest
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.kernel_model import (
+from int4awq.kernel.kernel_model import (
     KERNELS_DIR,
     GemvHostKernel,
     HostKernel,
     a_tile_blocked,
     gemv_acc_elems,
 )
-from int4awq.mxfp4 import Mxfp4Weights, check_scales, random_mxfp4
-from int4awq.mxfp4_record import (
-    exponent_carriers,
-    kernel_mxfp4_model,
-    mantissas,
-    pack_mxfp4,
-    record_bytes,
-    weight_blocks,
-)
-from int4awq.quant import random_activations
-from int4awq.record import KernelObject, q_nibble_index
+from int4awq.formats.mxfp4 import Mxfp4Weights, check_scales, random_mxfp4
+from int4awq.kernel.kernel_model import kernel_mxfp4_model, mantissas, weight_blocks
+from int4awq.kernel.record import exponent_carriers, mxfp4_record_bytes, pack_mxfp4
+from int4awq.formats.quant import random_activations
+from int4awq.kernel.record import KernelObject, q_nibble_index
 
 # E2M1 codes 0..15 (OCP MX v1.0, table of FP4 values), and twice each: the bfp16 mantissas.
 E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
@@ -104,7 +98,7 @@ def test_the_record_holds_the_offset_nibbles_in_image_order_then_the_carriers():
     w = random_mxfp4(tk, tn, seed=5)
     rec = pack_mxfp4(w, tn, tk)[0, 0]
     # 2 pair lines of 1152 nibbles (576 bytes each), then 2 groups x 32 columns of bf16
-    assert rec.size == record_bytes(tn, tk) == 1152 + 128
+    assert rec.size == mxfp4_record_bytes(tn, tk) == 1152 + 128
     nib = np.empty(2 * 1152, np.uint8)
     nib[0::2], nib[1::2] = rec[:1152] & 15, rec[:1152] >> 4
     # t = +-(c & 7) stored as t + 8: codes 0..7 as 8..15, 8..15 (negative, -0 = 0) as 8, 7, 6, .. 1

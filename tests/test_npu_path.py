@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The NPU path runs through mlir-air's own XRTBackend (int4awq.npu.run_compiled), here against a
+"""The NPU path runs through mlir-air's own XRTBackend (int4awq.run.npu.run_compiled), here against a
 recording stand-in for the three names it uses: what it constructs, loads and invokes, in order.
 """
 
@@ -10,7 +10,7 @@ import pytest
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.npu import run_compiled
+from int4awq.run.npu import run_compiled
 
 
 class StandInError(Exception):
@@ -119,7 +119,7 @@ def test_each_buffer_set_is_one_dispatch_of_one_loaded_design(build_dir):
     """run_compiled_each (the bring-up ladder's repeated dispatch): one backend, one load, then one
     invocation per buffer set in order, every argument returned, the backend unloaded.
     """
-    from int4awq.npu import run_compiled_each
+    from int4awq.run.npu import run_compiled_each
 
     log = []
     sets = [buffers(), buffers()[:2] + [np.zeros((64, 16), bfloat16) + 1]]
@@ -138,7 +138,7 @@ def test_each_buffer_set_is_one_dispatch_of_one_loaded_design(build_dir):
 
 
 def test_each_dispatch_refuses_what_a_single_run_refuses(build_dir, tmp_path):
-    from int4awq.npu import run_compiled_each
+    from int4awq.run.npu import run_compiled_each
 
     with pytest.raises(ConfigError, match="air.xclbin is missing"):
         run_compiled_each(str(tmp_path / "none"), [buffers()], air=stand_in([]))
@@ -157,7 +157,7 @@ def test_each_dispatch_refuses_what_a_single_run_refuses(build_dir, tmp_path):
 def test_numerics_line_shows_the_ladders_last_probe_or_how_to_run_it(
     tmp_path, monkeypatch
 ):
-    from int4awq import npu
+    from int4awq.run import npu
 
     monkeypatch.setattr(npu, "NUMERICS_FILE", str(tmp_path / "numerics.txt"))
     assert npu.numerics_line().startswith(

@@ -16,22 +16,22 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-from int4awq import record
+from int4awq.kernel import record
 from int4awq.errors import ConfigError
-from int4awq.kernel_model import (
+from int4awq.kernel.kernel_model import (
     GemvHostKernel,
     HostKernel,
     kernel_gemm_model,
     kernel_gemv_model,
 )
-from int4awq.quant import (
+from int4awq.formats.quant import (
     AwqWeights,
     dequantize,
     random_activations,
     random_weights,
     scale_pair_of,
 )
-from int4awq.reference import check, reference_gemm
+from int4awq.run.reference import check, reference_gemm
 
 
 def u16(x):

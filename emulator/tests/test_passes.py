@@ -296,11 +296,11 @@ def test_no_split_keeps_the_buffer_whole():
 
 
 def _air_opt():
-    """aircc's own passes (int4awq/compiler.py), or a skip with the reason they cannot run here."""
+    """aircc's own passes (int4awq/design/compiler.py), or a skip with the reason they cannot run here."""
     sys.path.insert(
         0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     )
-    from int4awq import compiled, compiler
+    from int4awq.design import compiled, compiler
 
     missing = compiler.tools_missing("air-opt")
     if missing:
@@ -379,7 +379,7 @@ def test_the_launch_cap_follows_aircc_s_column_count():
     sys.path.insert(
         0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     )
-    from int4awq.compiler import device_columns, target_device
+    from int4awq.design.compiler import device_columns, target_device
 
     for device, cols in (
         ("npu2", 0),

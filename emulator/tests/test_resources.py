@@ -672,7 +672,7 @@ def _compiler():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if repo not in sys.path:
         sys.path.insert(0, repo)
-    from int4awq import compiler
+    from int4awq.design import compiler
 
     missing = compiler.tools_missing()
     if missing is not None:

@@ -36,7 +36,7 @@ from air.emu.engine import Options, Program  # noqa: E402
 from air.emu.split_l2 import Pattern  # noqa: E402
 from air.ir import AffineMap, AffineSymbolExpr, IntegerAttr  # noqa: E402
 from gemm_structures import build as gemm  # noqa: E402
-from int4awq import compiler  # noqa: E402
+from int4awq.design import compiler  # noqa: E402
 
 AIR_OPT_MISSING = compiler.tools_missing("air-opt")
 needs_air_opt = pytest.mark.skipif(

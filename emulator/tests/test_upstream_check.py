@@ -148,7 +148,7 @@ def _compiled_by_the_emulator(where, monkeypatch):
 
 def test_each_case_is_compared_with_aircc_s_passes(tmp_path, monkeypatch):
     sys.path.insert(0, uc.REPO)
-    from int4awq import compiler
+    from int4awq.design import compiler
 
     _compiled_by_the_emulator(tmp_path, monkeypatch)
     if compiler.tools_missing("air-opt"):

@@ -2,11 +2,11 @@
 """Cycles of one kernel call on the AIE2P core: a model of what the call issues, calibrated on published
 NPU2 measurements of public kernels.
 
-    python3 -m int4awq.kernel_cost --tile-m 64 --tile-n 64 --tile-k 64 --gs 128   one call of our kernel
-    python3 -m int4awq.kernel_cost --calibration                                  the calibration table
-    python3 -m int4awq.kernel_cost --write-table                                  regenerate kernel_cycles.json
+    python3 -m int4awq.design.kernel_cost --tile-m 64 --tile-n 64 --tile-k 64 --gs 128   one call of our kernel
+    python3 -m int4awq.design.kernel_cost --calibration                                  the calibration table
+    python3 -m int4awq.design.kernel_cost --write-table                                  regenerate kernel_cycles.json
 
-The counts come from executing the kernel against the host aie_api's profiling build (int4awq.kernel_profile:
+The counts come from executing the kernel against the host aie_api's profiling build (int4awq.design.kernel_profile:
 instructions per AIE2P slot class per marked software-pipelined loop, element moves to the scalar unit,
 live block streams). From them, per call:
 
@@ -22,7 +22,7 @@ live block streams). From them, per call:
 
 The four constants are fitted (non-negative least squares on the relative error of cycles per call) to
 measured whole-design times of public kernels (kernel_calibration.json), combined with the DDR model of
-int4awq/model.py: design time = max(DDR time, calls per core * cycles / clock) + fixed cost. A point whose
+int4awq/design/model.py: design time = max(DDR time, calls per core * cycles / clock) + fixed cost. A point whose
 DDR time explains 90 % of its measurement bounds the kernel from above only: it joins the fit when the
 model would exceed that bound. Every figure this produces is MODELLED; docs/performance.md has the table
 and the leave-one-out error.
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import model
-from .record import FORMATS
+from ..kernel.record import FORMATS
 from .kernel_profile import (
     ACC_REGISTERS,
     LOAD_FIFOS,
@@ -51,7 +51,8 @@ from .kernel_profile import (
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+from ..errors import REPO
+
 CALIBRATION = os.path.join(HERE, "kernel_calibration.json")
 TABLE = os.path.join(HERE, "kernel_cycles.json")
 KERNEL_SOURCE = os.path.join(REPO, "kernels", "mv_int4_bf16.cc")
@@ -492,9 +493,9 @@ def write_table(calls) -> int:
     with open(TABLE, "w") as f:
         json.dump(
             {
-                "note": "per kernel call: the cost model's terms (int4awq/kernel_cost.py TERMS) and the live "
+                "note": "per kernel call: the cost model's terms (int4awq/design/kernel_cost.py TERMS) and the live "
                 "block streams, from the host aie_api profiling build; regenerate with `python3 -m "
-                "int4awq.kernel_cost --write-table` when kernels/mv_int4_bf16.cc or the terms change",
+                "int4awq.design.kernel_cost --write-table` when kernels/mv_int4_bf16.cc or the terms change",
                 "kernel": kernel_hash(),
                 "calls": entries,
             },
@@ -529,9 +530,9 @@ def _format_calls(fmt: str, gs: int = 32):
     """A format's objects beside AWQ's, at GS 32 (MXFP4's group; GGUF's, for the others): every GEMM tile
     of the sweep its kernel takes, and every GEMV record tile at M = 1 (decode); other row counts and group
     sizes are profiled on demand."""
-    from .errors import ConfigError
-    from .record import GEMM_K_CHUNKS, GEMM_TILES, GEMV_TILE_KS, GEMV_TILE_NS
-    from .record import KernelObject, check_kernel_tiles, check_record_tile
+    from ..errors import ConfigError
+    from ..kernel.record import GEMM_K_CHUNKS, GEMM_TILES, GEMV_TILE_KS, GEMV_TILE_NS
+    from ..kernel.record import KernelObject, check_kernel_tiles, check_record_tile
 
     for tm, tn, tk in itertools.product(GEMM_TILES, GEMM_TILES, GEMM_K_CHUNKS):
         try:
@@ -550,9 +551,9 @@ def _format_calls(fmt: str, gs: int = 32):
 
 
 def _table_calls(gs: int):
-    from .errors import ConfigError
-    from .kernel_model import GEMV_MAX_M
-    from .record import (
+    from ..errors import ConfigError
+    from ..kernel.kernel_model import GEMV_MAX_M
+    from ..kernel.record import (
         GEMM_K_CHUNKS,
         GEMM_TILES,
         GEMV_TILE_KS,
@@ -596,7 +597,7 @@ def calibration_table(cal: Calibration) -> str:
 
 
 def main(argv=None) -> int:
-    from .errors import ConfigError
+    from ..errors import ConfigError
     from .kernel_profile import report, profile_accumulate
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from ml_dtypes import bfloat16
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 QMAX = 15
 # The one group-size rule (the kernel's, and so the host's, the checkpoint importer's and the design's):
@@ -177,7 +177,7 @@ def bf16_parts(x: np.ndarray, parts: int) -> list[np.ndarray]:
 def dequantize(w) -> np.ndarray:
     """(q - z) * s as float32 [K, N]; exact, since |q - z| <= 15 needs 4 bits and s has 8 (a pair from
     scale_pair_of at most 16: its product is formed in f64). Other formats' weights
-    (int4awq.mxfp4.Mxfp4Weights) dequantise themselves."""
+    (int4awq.formats.mxfp4.Mxfp4Weights) dequantise themselves."""
     if not isinstance(w, AwqWeights):
         return w.dequantize()
     dt = np.float32 if w.s_lo is None else np.float64

@@ -24,7 +24,8 @@ import shutil
 import subprocess
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ..errors import REPO
+
 PREBUILT_UNPACK = os.path.join(
     os.path.dirname(REPO), "shared", "tools", "aircc", "unpack"
 )

@@ -2,11 +2,11 @@
 """One interface to the weight files the host program reads: a path and a layer name in; the layer's weights,
 in the record format they need, and one line saying what was read, out. Each file format has its module:
 
-    int4awq/gguf_file.py       GGUF (llama.cpp): MXFP4, Q4_0 (run); Q4_1 .. IQ4_XS read exactly
+    int4awq/formats/gguf_file.py       GGUF (llama.cpp): MXFP4, Q4_0 (run); Q4_1 .. IQ4_XS read exactly
                                (gguf_quants.py), refused by load until the kernel takes them
-    int4awq/mx_safetensors.py  MXFP4 safetensors: compressed-tensors mxfp4-pack-quantized, AMD Quark,
+    int4awq/formats/mx_safetensors.py  MXFP4 safetensors: compressed-tensors mxfp4-pack-quantized, AMD Quark,
                                gpt-oss experts
-    int4awq/checkpoints.py     int4 safetensors: AutoAWQ, GPTQ, compressed-tensors pack-quantized
+    int4awq/formats/checkpoints.py     int4 safetensors: AutoAWQ, GPTQ, compressed-tensors pack-quantized
 
 so a new format is one new module and a branch in each function below: listing (--list-layers: a row per
 layer with its status, the other tensors counted) and load. random_format_weights gives seeded weights of a
@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .gguf_file import is_gguf
 from .gguf_quants import SEED_TYPES, random_block_weights
 from .mxfp4 import random_mxfp4

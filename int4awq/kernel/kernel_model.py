@@ -30,10 +30,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from ml_dtypes import bfloat16
+from ml_dtypes import bfloat16, float4_e2m1fn
 
-from .errors import ConfigError
-from .quant import AwqWeights, bf16_rne
+from ..errors import ConfigError
+from ..formats.mxfp4 import E_BIAS, MX_BLOCK, Mxfp4Weights
+from ..formats.quant import AwqWeights, bf16_rne
 from .record import (
     KernelObject,
     block_int_parts,
@@ -44,7 +45,7 @@ from .record import (
     w_scratch_bytes,
 )
 
-KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 
 
 # ------------------------------------------------------------------------------------------ numpy model
@@ -80,7 +81,7 @@ def _operands(a: np.ndarray, w):
         )
         w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
         s_parts, m_parts = [w.s] if w.s_lo is None else [w.s, w.s_lo], None
-    else:  # block-integer weights (int4awq.gguf_quants.BlockIntWeights)
+    else:  # block-integer weights (int4awq.formats.gguf_quants.BlockIntWeights)
         w_bfp = w.v.astype(np.float64).reshape(k // 8, 8, n).transpose(0, 2, 1)
         s_parts, m_parts = block_int_parts(w)
 
@@ -138,10 +139,37 @@ def _partial_sum(
 
 def kernel_gemm_model(a: np.ndarray, w, tile_k: int) -> np.ndarray:
     """bf16 [M, N]: the kernel's result for C = A x dequant(W) with K-chunks of tile_k (see module doc), for
-    AWQ weights and block-integer ones (int4awq.gguf_quants.BlockIntWeights)."""
+    AWQ weights and block-integer ones (int4awq.formats.gguf_quants.BlockIntWeights)."""
     a_bfp, w_bfp, s, m_parts = _operands(a, w)
     chunks = range(a.shape[1] // tile_k)
     return _partial_sum(a_bfp, w_bfp, s, m_parts, chunks, tile_k, w.gs).astype(bfloat16)
+
+
+# ------------------------------------------------------------------------------------------ MXFP4 model
+def mantissas(codes: np.ndarray) -> np.ndarray:
+    """int8: twice each E2M1 code's value, the bfp16 mantissa it becomes."""
+    return (codes.view(float4_e2m1fn).astype(np.float32) * 2).astype(np.int8)
+
+
+def weight_blocks(w: Mxfp4Weights) -> np.ndarray:
+    """float64 [K / 8, N, 8]: W as the kernel's bfp16 blocks along K (exactly its values)."""
+    m = mantissas(w.codes).astype(np.float64)  # [K, N]
+    e = np.repeat(w.scales.astype(np.int64) + E_BIAS - 133, MX_BLOCK, axis=0)  # [K, N]
+    vals = np.ldexp(m, e)
+    return vals.reshape(w.k // 8, 8, w.n).transpose(0, 2, 1)
+
+
+def kernel_mxfp4_model(a: np.ndarray, w: Mxfp4Weights) -> np.ndarray:
+    """bf16 [M, N]: what the MXFP4 entries compute for C = A x W: A in bfp16 blocks of 8 along K (the model
+    of kernel_model), each 8-deep block product exact, added to the f32 accumulator in K order (one
+    round-to-nearest-even addition per block, across K-chunks), C = bf16(c)."""
+    m, k = a.shape
+    a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))
+    w_bfp = weight_blocks(w)
+    c = np.zeros((m, w.n), dtype=np.float32)
+    for kb in range(k // 8):
+        c = c + (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)
+    return c.astype(bfloat16)
 
 
 # ------------------------------------------------------------------------------------------ host build

@@ -14,11 +14,12 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import record
-from .errors import ConfigError
-from .quant import check_dims, check_group_size
+from ..kernel import record
+from ..errors import ConfigError
+from ..formats.quant import check_dims, check_group_size
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ..errors import REPO
+
 EMULATOR_DIR = os.path.join(REPO, "emulator")
 HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
 MEMTILE_BYTES = 512 * 1024
@@ -387,7 +388,7 @@ def build_host_kernel(cfg) -> str:
     """The kernel object of a configuration (DesignConfig or GemvConfig) built for x86-64 for the emulator
     (kernel_model.build_host_kernel: kernels/Makefile host, the same -D macros as for Peano); returns the
     directory holding the library."""
-    from .kernel_model import build_host_kernel as build
+    from ..kernel.kernel_model import build_host_kernel as build
 
     try:
         return str(build(cfg.kernel).parent)
@@ -435,7 +436,7 @@ def add_design_arguments(
             dest=opt,
             type=int,
             default=None,
-            help="default: from int4awq/configs.json or the model's best for the shape",
+            help="default: from int4awq/design/configs.json or the model's best for the shape",
         )
     parser.add_argument(
         "--stack-size",

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """MXFP4 safetensors checkpoints, read as they are: E2M1 codes and E8M0 scale bytes become
-int4awq.mxfp4.Mxfp4Weights with no conversion, so the layer is exact.
+int4awq.formats.mxfp4.Mxfp4Weights with no conversion, so the layer is exact.
 
 Layouts (K = in_features along the 32-value MX groups, N = out_features, one row per output):
 
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoints import _Checkpoint, _expect
-from .errors import ConfigError, not_found
+from ..errors import ConfigError, not_found
 from .mxfp4 import MX_BLOCK, Mxfp4Weights, check_scales
 
 CT_FORMAT = "mxfp4-pack-quantized"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .quant import check_dims
 
 
@@ -54,7 +54,7 @@ class _Type:
     hi: int
     has_min: bool
     table: bool  # v is one of kvalues_iq4()
-    format: str  # the kernel record format it runs as (int4awq.record.FORMATS)
+    format: str  # the kernel record format it runs as (int4awq.kernel.record.FORMATS)
 
 
 # int4_min: 4-bit codes (zero point 0) with the min term; int8: 8-bit codes v in the record's bfp16 image;
@@ -174,7 +174,7 @@ class BlockIntWeights:
     # ---------------------------------------------------------------------------------- the kernel's view
     @property
     def format(self) -> str:
-        """The kernel record format these weights run as (int4awq.record.FORMATS)."""
+        """The kernel record format these weights run as (int4awq.kernel.record.FORMATS)."""
         return TYPES[self.type_name].format
 
     def padded(self, n: int) -> "BlockIntWeights":

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """What one call of the kernel issues on the AIE2P core, from the host aie_api's profiling build.
 
-Printed with the calibrated cycles by `python3 -m int4awq.kernel_cost --tile-m 64 --tile-n 64 --tile-k 64`.
+Printed with the calibrated cycles by `python3 -m int4awq.design.kernel_cost --tile-m 64 --tile-n 64 --tile-k 64`.
 
 Per marked (software-pipelined) loop of gemm_int4_accumulate: its entries and the instructions it issued
 per AIE2P slot class (emulator/include/aie_api/detail/host_profile.hpp), the peak number of block streams
@@ -9,13 +9,12 @@ live at once against the core's FIFO registers (two load, one store), and a LOWE
 a call: each loop as fast as its busiest slot allows (perfect pipelining, no fill or drain), everything
 outside loops one instruction per cycle. Of scalar code only element moves between vector registers
 and the scalar unit are counted (SCALAR); the rest does not go through aie_api. These are counts from the host build, not from Peano's schedule, and the bound is not a prediction: the
-calibrated cycle model built on these counts is int4awq/kernel_cost.py (docs/performance.md#the-kernel-cost-model).
+calibrated cycle model built on these counts is int4awq/design/kernel_cost.py (docs/performance.md#the-kernel-cost-model).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 from dataclasses import dataclass
 
@@ -36,7 +35,6 @@ WIDTH = {"LOAD": 2}
 # (llvm-aie AIE2PRegisterInfo.td).
 LOAD_FIFOS, STORE_FIFOS = 2, 1
 ACC_REGISTERS, ACC_REGISTER_BITS = 5, 2048
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
@@ -166,7 +164,7 @@ def loop_hazards(source: str, line: int) -> list[str]:
 
 def profile_library(obj) -> str:
     """The profiling build of a kernel object (record.KernelObject; kernels/Makefile host-profile)."""
-    from .kernel_model import build_host_kernel
+    from ..kernel.kernel_model import build_host_kernel
 
     return str(build_host_kernel(obj, target="host-profile"))
 
@@ -178,8 +176,8 @@ def _reset(lib: ctypes.CDLL) -> None:
 
 def _first_record(tile_n: int, tile_k: int, gs: int, fmt: str) -> np.ndarray:
     """The first packed record of seeded weights of the format (K = one chunk, or one AWQ group)."""
-    from .record import pack_format
-    from .weights_file import random_format_weights
+    from ..kernel.record import pack_format
+    from ..formats.weights_file import random_format_weights
 
     w = random_format_weights(fmt, max(tile_k, gs), tile_n, gs, seed=0)
     return pack_format(w, tile_n, tile_k, fmt)[0, 0]
@@ -189,9 +187,9 @@ def profile_accumulate(
     tile_m: int, tile_n: int, tile_k: int, gs: int, fmt: str = "awq"
 ) -> Profile:
     """One gemm_int4_accumulate call of the profiling build on seeded operands."""
-    from .kernel_model import HostKernel, a_tile_blocked
-    from .quant import random_activations
-    from .record import KernelObject
+    from ..kernel.kernel_model import HostKernel, a_tile_blocked
+    from ..formats.quant import random_activations
+    from ..kernel.record import KernelObject
 
     obj = KernelObject("gemm", tile_n, tile_k, gs, tile_m, format=fmt)
     k = HostKernel(tile_m, tile_n, tile_k, gs, lib=profile_library(obj), format=fmt)
@@ -206,9 +204,9 @@ def profile_gemv(
     tile_n: int, tile_k: int, gs: int, m: int, fmt: str = "awq"
 ) -> Profile:
     """One gemv_int4_accumulate call of m rows (the GEMV object of the record tile)."""
-    from .kernel_model import GemvHostKernel, gemv_acc_elems
-    from .quant import random_activations
-    from .record import KernelObject
+    from ..kernel.kernel_model import GemvHostKernel, gemv_acc_elems
+    from ..formats.quant import random_activations
+    from ..kernel.record import KernelObject
 
     lib = profile_library(KernelObject("gemv", tile_n, tile_k, gs, format=fmt))
     k = GemvHostKernel(tile_n, tile_k, gs, lib=lib, format=fmt)

@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ..errors import REPO
+
 KERNEL_BUILD = os.path.join(REPO, "kernels", "build")
 
 
@@ -107,7 +108,7 @@ def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> i
 def compile_once(cfg, build_module, backend_options: dict, build_dir: str) -> None:
     """compile_only into build_dir unless it already holds air.xclbin (build_module() makes the module only
     then); a failed compile is a ConfigError."""
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     if os.path.isfile(os.path.join(build_dir, "air.xclbin")):
         return
@@ -120,10 +121,10 @@ def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
     is the full host program (checkpoints, exact mode, padding, reports)."""
     from air.backend.xrt_runner import XRTRunner
 
-    from .design import build_host_kernel
-    from .quant import random_activations
-    from .record import padded_operands
-    from .weights_file import random_format_weights
+    from ..design.design import build_host_kernel
+    from ..formats.quant import random_activations
+    from ..kernel.record import padded_operands
+    from ..formats.weights_file import random_format_weights
     from .reference import reference_gemm
 
     w = random_format_weights(cfg.format, cfg.k, cfg.n, cfg.gs, seed=0)

@@ -7,7 +7,7 @@ integer in {0, 1, 2, 3, 4, 6, 8, 12} (sign apart), so a block of 8 values along 
 mantissas 2 * value and exponent byte E = x + 5 (value = m * 2^(E - 133)): the weights enter the block mmul
 exactly, with no zero point and no scale fold, and the accumulator runs over all of K.
 
-The packed record (int4awq/mxfp4_record.py) of one (N-tile, K-chunk), as the MXFP4 kernel entries read it (kernels/mv_int4_bf16.cc,
+The packed record (int4awq.kernel.record.pack_mxfp4; the numpy model is int4awq.kernel.kernel_model's) of one (N-tile, K-chunk), as the MXFP4 kernel entries read it (kernels/mv_int4_bf16.cc,
 -DINT4_MXFP4): the E2M1 codes as offset nibbles (offset_nibbles: the magnitude index with the code's sign,
 plus 8) in the image order of the W pair lines (record.q_nibble_index; a nibble where an exponent byte lives
 is 8), then X, per 32-value group and column ([K-chunk / 32, tile_n]) the bf16 power of two 2^(x - 58) (bits ((x + 69) mod 256) << 7): its block conversion has exponent
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from ml_dtypes import float4_e2m1fn, float8_e8m0fnu
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .quant import check_dims
 
 MX_BLOCK = 32  # values along K that share one E8M0 scale

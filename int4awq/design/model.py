@@ -3,7 +3,7 @@
 
 time = max(DDR bytes / DDR_BYTES_PER_S, 2*M*N*K / compute rate) + FIXED_S
 
-The compute rate of the int4 GEMM comes from the kernel cost model (int4awq/kernel_cost.py, which builds on
+The compute rate of the int4 GEMM comes from the kernel cost model (int4awq/design/kernel_cost.py, which builds on
 this module: the dependency runs one way).
 
 Every constant is here with its source. The figures it produces are MODELLED, never measured.

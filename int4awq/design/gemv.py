@@ -2,7 +2,7 @@
 """The decode design (matvec_int4_packed.py): one configuration, its rules, budgets, traffic and model.
 
 C[M, N] = A[M, K] x dequant(W)[K, N] for M = 1 .. 32 rows on all 32 compute tiles, reading the same packed
-records as the GEMM (int4awq.record, byte for byte). It is the GEMM's structure (mlir-air's bf16 x bfp16
+records as the GEMM (int4awq.kernel.record, byte for byte). It is the GEMM's structure (mlir-air's bf16 x bfp16
 GEMM: plain L2 fills, a segment-wide accumulator in three same-named herds, a drain through L2) with the
 herd laid over N only: every PE takes all M rows and its own N tile, all of K.
 
@@ -22,13 +22,16 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import design, model, record
+from . import design
+from . import model
+from ..kernel import record
 from .kernel_cost import CLOCK_HZ, TERMS, calibration, gemv_cycles
-from .errors import ConfigError
-from .kernel_model import GEMV_MAX_M, gemv_acc_elems
-from .quant import check_dims, check_group_size
+from ..errors import ConfigError
+from ..kernel.kernel_model import GEMV_MAX_M, gemv_acc_elems
+from ..formats.quant import check_dims, check_group_size
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ..errors import REPO
+
 EMULATOR_DIR = os.path.join(REPO, "emulator")
 COLUMNS, ROWS = (
     design.HERD_COLS,
@@ -253,7 +256,7 @@ def modelled(
 ) -> GemvEstimate:
     """The calibrated model (model.py: DDR bytes / 42.5 GB/s against compute, plus the fixed cost), with
     the busiest PE's cycles as the compute side: its gemv_int4_accumulate calls at the kernel cost model's
-    cycles per call (int4awq/kernel_cost.py) and its tile ends. FLOPs on the real m x n when given.
+    cycles per call (int4awq/design/kernel_cost.py) and its tile ends. FLOPs on the real m x n when given.
     """
     m = cfg.m if m is None else m
     n = cfg.n if n is None else n
@@ -342,7 +345,7 @@ def _default_in_child(m: int, k: int, n: int, gs: int, fmt: str) -> GemvConfig:
         [
             sys.executable,
             "-m",
-            "int4awq.gemv",
+            "int4awq.design.gemv",
             "--m",
             str(m),
             "--k",
@@ -370,7 +373,7 @@ def _default_in_child(m: int, k: int, n: int, gs: int, fmt: str) -> GemvConfig:
 
 
 def main(argv=None) -> int:
-    """python -m int4awq.gemv --m 1 --k 2048 --n 2048: the default decode configuration and its model."""
+    """python -m int4awq.design.gemv --m 1 --k 2048 --n 2048: the default decode configuration and its model."""
     import json
 
     p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])

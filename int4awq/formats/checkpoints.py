@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from ml_dtypes import bfloat16
 
-from .errors import ConfigError, not_found
+from ..errors import ConfigError, not_found
 from .quant import AwqWeights, scale_pair_of
 
 FORMATS = ("awq-gemm", "compressed-tensors", "gptq", "gptq_v2")

@@ -9,7 +9,7 @@ cut tensor is one line naming it. Read so far:
 * MXFP4 (ggml type 39): `block_mxfp4 { u8 e; u8 qs[16]; }`, 17 bytes per 32 values; element j of a block is
   kvalues_mxfp4[qs[j] & 15] * 2^(e - 128), element j + 16 is the same of qs[j] >> 4 (the "split half" nibble
   order). kvalues_mxfp4 is twice the E2M1 table, so the nibble is the E2M1 code and e is the OCP E8M0 byte:
-  the layer is exactly int4awq.mxfp4.Mxfp4Weights(codes, scales = e), no conversion.
+  the layer is exactly int4awq.formats.mxfp4.Mxfp4Weights(codes, scales = e), no conversion.
 
 * Q4_0 (ggml type 2): `block_q4_0 { f16 d; u8 qs[16]; }`, 18 bytes per 32 values, split-half order; value
   d * (q - 8). That is an AWQ record with group 32, zero point 8 and scale d, except that d is fp16 (11
@@ -17,7 +17,7 @@ cut tensor is one line naming it. Read so far:
   fold multiplies by both halves). A negative d is folded into the codes, d (q - 8) = |d| ((15 - q) - 7),
   and a block with d = 0 (all values 0) becomes codes 8, zero point 8, scale 1: the values are unchanged.
 
-* Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (int4awq/gguf_quants.py) become
+* Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (int4awq/formats/gguf_quants.py) become
   BlockIntWeights, value = v * s + m, equal to gguf.quants.dequantize bit for bit, which run as the record
   formats int4_min, int8 and int8_min (gguf_quants.KERNEL_FORMATS).
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError, not_found
+from ..errors import ConfigError, not_found
 from .gguf_quants import TYPES as BLOCK_INT_TYPES
 from .gguf_quants import BlockIntWeights, decode, quant_sizes
 from .mxfp4 import MX_BLOCK, Mxfp4Weights, check_scales

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Reading what the real compiler decided, from the text it prints (int4awq/compiler.py runs it).
+"""Reading what the real compiler decided, from the text it prints (int4awq/design/compiler.py runs it).
 
 * AIR level (air-opt, aircc's pipeline stopped after a pass): the L2 buffers after `air-split-l2-memref`
   (a split buffer's alloc becomes one alloc per piece), the buffers `air-label-scf-for-to-ping-pong`

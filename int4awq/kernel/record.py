@@ -30,7 +30,7 @@ The other record formats (FORMAT_SPECS) change this layout in three ways: the sc
 parts per group and column, part by part: awq_f16 and the GGUF formats), a min term (an M section laid out as
 S, between S and Z: int4_min, int8_min), and byte codes (int8, int8_min: the Q section is the W pair lines'
 image itself, one byte per image byte with exponent byte 133, each fold span's part padded to 64 bytes,
-image_index; no Z). MXFP4's record is int4awq/mxfp4_record.py's.
+image_index; no Z). MXFP4's record is pack_mxfp4's, below (layout: int4awq/formats/mxfp4.py).
 
 The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
 name of the kernel object built for a configuration (KernelObject).
@@ -44,8 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 from ml_dtypes import bfloat16
 
-from .errors import ConfigError
-from .quant import (
+from ..errors import ConfigError
+from ..formats.mxfp4 import MX_BLOCK, Mxfp4Weights
+from ..formats.quant import (
     GS_MULTIPLE,
     GS_REASON,
     AwqWeights,
@@ -78,8 +79,8 @@ MIN_TERM_LIVE_BYTES = 4 * 128
 # cores (mlir-air PR #1980, which raised aircc's default stack_size to 2048 for it).
 CORE_FRAME_BYTES = 1216
 KERNEL_NAME = "mv_int4_bf16"
-# The tiles a configuration search tries (int4awq.sweep for the GEMM, int4awq.gemv for the decode GEMV), and
-# so the tiles the kernel cost model's table covers (int4awq.kernel_cost).
+# The tiles a configuration search tries (int4awq.design.sweep for the GEMM, int4awq.design.gemv for the decode GEMV), and
+# so the tiles the kernel cost model's table covers (int4awq.design.kernel_cost).
 GEMM_TILES = (16, 32, 48, 64, 80, 96, 128)  # tile_m and tile_n
 GEMM_K_CHUNKS = (16, 32, 64, 128, 256)  # tile_k_l1
 GEMV_TILE_NS = (16, 32, 48, 64, 80, 96, 128)
@@ -111,7 +112,7 @@ def check_record_tile(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> No
         raise ConfigError(
             f"tile_k = {tile_k}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})"
         )
-    check_group_size(gs, gs)  # the one GS rule (int4awq.quant)
+    check_group_size(gs, gs)  # the one GS rule (int4awq.formats.quant)
     check_chunk_and_group(tile_k, gs)
     if tile_k > gs and gs % 32 and FORMAT_SPECS[fmt].codes != "int8":
         raise ConfigError(
@@ -208,7 +209,7 @@ FORMAT_SPECS = {
 }
 FORMATS = tuple(FORMAT_SPECS)
 # Each format's usual group size: the default for seeded weights, and the group of its rows in the default
-# configuration table (int4awq.sweep): AWQ checkpoints' 128; GGUF's 32; the MX group, 32.
+# configuration table (int4awq.design.sweep): AWQ checkpoints' 128; GGUF's 32; the MX group, 32.
 FORMAT_GS = {f: 128 if f == "awq" else 32 for f in FORMATS}
 
 
@@ -286,7 +287,7 @@ def q_section_bytes(
 
 
 def mxfp4_record_bytes(tile_n: int, tile_k: int) -> int:
-    """Bytes of one packed MXFP4 record (int4awq/mxfp4_record.py): the codes in the W pair lines' image order, then
+    """Bytes of one packed MXFP4 record (pack_mxfp4): the codes in the W pair lines' image order, then
     a bf16 exponent carrier per 32-value group and column; a multiple of 64."""
     return _pad(q_section_bytes(tile_n, tile_k)) + _pad(2 * (tile_k // 32) * tile_n)
 
@@ -711,21 +712,20 @@ def padded_operands(cfg, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.n
 
 def pack_format(w, tile_n: int, tile_k: int, fmt: str) -> np.ndarray:
     """Weights packed into the records of format fmt: AWQ weights by pack_weights, MXFP4 weights by
-    int4awq.mxfp4_record.pack_mxfp4, GGUF's block-integer weights by pack_block_int."""
+    pack_mxfp4, GGUF's block-integer weights by pack_block_int.
+    """
     if isinstance(w, AwqWeights):
         return pack_weights(w, tile_n, tile_k, fmt)
     if w.format != fmt:
         raise ConfigError(f"{w.format} weights do not pack into {fmt} records")
     if fmt == "mxfp4":
-        from .mxfp4_record import pack_mxfp4
-
         return pack_mxfp4(w, tile_n, tile_k)
     return pack_block_int(w, tile_n, tile_k)
 
 
 def block_int_parts(w) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """The scale's and the min term's exact bf16 parts ([K / gs, N] each; None without a min term) of GGUF
-    block-integer weights (int4awq.gguf_quants.BlockIntWeights), as many as their format holds.
+    block-integer weights (int4awq.formats.gguf_quants.BlockIntWeights), as many as their format holds.
     """
     parts = FORMAT_SPECS[w.format].scale_parts
     return bf16_parts(w.s, parts), None if w.m is None else bf16_parts(w.m, parts)
@@ -742,6 +742,61 @@ def pack_block_int(w, tile_n: int, tile_k: int) -> np.ndarray:
         codes, z = w.v.astype(np.int8), None
     s_parts, m_parts = block_int_parts(w)
     return pack_records(codes, z, s_parts, m_parts, w.gs, tile_n, tile_k, w.format)
+
+
+# ------------------------------------------------------------------------------------------ MXFP4 record
+# (int4awq/formats/mxfp4.py's module doc has the layout)
+# The nibble of an exponent slot: u = 8 is t = 0, mantissa 0 (the slot then holds the pattern's exponent).
+ZERO_NIBBLE = 8
+
+
+def offset_nibbles(codes: np.ndarray) -> np.ndarray:
+    """uint8 nibbles the record stores for E2M1 codes: the magnitude index k = c & 7 with the code's sign,
+    t = +-k (-0 is 0), stored offset as u = t + 8 (1 .. 15). The kernel reads them unsigned and maps u to
+    2 * value + 56 with four min / max and adds (kernels/mv_int4_bf16.cc e2m1_mantissas), the 56 taken
+    back by its pattern word: no signed int4 anywhere, which Peano's aie_api mis-converts (mlir-air
+    fused_decode/kernels/q4_k.h, #1818)."""
+    k = (codes & 7).astype(np.int16)
+    t = np.where(codes >= 8, -k, k)
+    return (t + ZERO_NIBBLE).astype(np.uint8)
+
+
+def exponent_carriers(scales: np.ndarray) -> np.ndarray:
+    """uint16 bf16 bits of 2^(x - 58) for E8M0 bytes x (x + 69 taken mod 256; check_scales first)."""
+    return ((scales.astype(np.uint16) + 69) % 256) << 7
+
+
+def check_mxfp4_tile(tile_n: int, tile_k: int) -> None:
+    if tile_n % 16 or tile_k % MX_BLOCK:
+        raise ConfigError(
+            f"MXFP4 tile_n = {tile_n}, tile_k = {tile_k}: tile_n a multiple of 16, tile_k of 32 (the MX group)"
+        )
+
+
+def pack_mxfp4(w: Mxfp4Weights, tile_n: int, tile_k: int) -> np.ndarray:
+    """uint8 [N // tile_n, K // tile_k, record_bytes]: one record per (N-tile, K-chunk), in L3 order."""
+    w.validate()
+    check_mxfp4_tile(tile_n, tile_k)
+    if w.k % tile_k or w.n % tile_n:
+        raise ConfigError(
+            f"K = {w.k}, N = {w.n}: not multiples of tile_k = {tile_k}, tile_n = {tile_n}"
+        )
+    nt, kc = w.n // tile_n, w.k // tile_k
+    q_bytes = q_section_bytes(tile_n, tile_k)
+    x_off, groups = _pad(q_bytes), tile_k // MX_BLOCK
+    out = np.zeros((nt, kc, mxfp4_record_bytes(tile_n, tile_k)), dtype=np.uint8)
+    nib = _q_order(
+        offset_nibbles(w.codes), tile_n, tile_k, 2 * q_bytes, fill=ZERO_NIBBLE
+    )
+    out[:, :, :q_bytes] = nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)
+    x = (
+        exponent_carriers(w.scales)
+        .reshape(kc, groups, nt, tile_n)
+        .transpose(2, 0, 1, 3)
+    )
+    x = np.ascontiguousarray(x.reshape(nt, kc, groups * tile_n)).astype("<u2")
+    out[:, :, x_off : x_off + 2 * groups * tile_n] = x.view(np.uint8)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from ml_dtypes import bfloat16, finfo
 
-from .errors import ConfigError
-from .quant import AwqWeights, dequantize
+from ..errors import ConfigError
+from ..formats.quant import AwqWeights, dequantize
 
 # bf16 keeps 8 significant bits: round-to-nearest moves a value by at most 2^-8 of itself.
 BF16_REL_ROUNDING = 2.0**-8
@@ -147,7 +147,7 @@ def check_accumulator_range(a: np.ndarray, w: AwqWeights, span: int) -> None:
 
 def mmul_integers(w) -> np.ndarray:
     """int16 [K, N]: the integers the kernel's block mmul takes for W, q - z (AWQ) or v (the block-integer
-    types, int4awq.gguf_quants)."""
+    types, int4awq.formats.gguf_quants)."""
     if isinstance(w, AwqWeights):
         return w.q.astype(np.int16) - np.repeat(w.z, w.gs, axis=0).astype(np.int16)
     return w.v

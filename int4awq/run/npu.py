@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import REPO, ConfigError
 
 KERNEL_NAME = "MLIR_AIE"
 NPU2_MODELS = ("npu4", "npu5", "npu6", "strix", "krackan")
@@ -27,7 +27,7 @@ def emulator_hint() -> str:
 
 # The bring-up ladder's numerics probe result (host/bringup.py step 3), shown beside measured figures.
 NUMERICS_FILE = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    REPO,
     "build",
     "bringup",
     "numerics.txt",

@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+"""int4awq.run: running a design (emulator or NPU) and checking its result."""
