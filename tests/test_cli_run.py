@@ -15,7 +15,7 @@ import pytest
 from ml_dtypes import bfloat16
 
 from host import run as host_run
-from int4awq.formats.quant import random_weights
+from int4awq.formats.quant import AwqWeights, random_weights
 from int4awq.run.reference import bfp16_blocks, bfp16_loss, check, explain_failure
 
 from host_args import REPO, RUN, SMALL
@@ -349,10 +349,9 @@ def test_block_flushes_are_named_as_the_cause_of_a_failure():
     w = random_weights(k, n, 32, seed=3)
     a = np.random.default_rng(5).standard_normal((8, k)).astype(np.float32)
     a[:, 0], a[:, 8] = 2.0**40, -(2.0**40)
-    w.q[8], w.z[0] = (
-        w.q[0],
-        w.z[0],
-    )  # rows 0 and 8 dequantise alike (same group), so 2^40 cancels
+    q = w.q.copy()  # a validated weight is read-only: a changed one is a new value
+    q[8] = q[0]  # rows 0 and 8 dequantise alike (same group), so 2^40 cancels
+    w = AwqWeights(q, w.z, w.s, w.gs).validate()
     a = a.astype(bfloat16)
     from int4awq.formats.quant import dequantize
 
@@ -559,3 +558,36 @@ def test_a_format_the_weights_file_cannot_give_is_refused(capsys, no_run, tmp_pa
     assert load(ckpt, LAYER, fmt="awq_f16")[0].format == "awq_f16"
     assert load(ckpt, LAYER, fmt="awq")[0].format == "awq"
     assert load(ckpt, LAYER)[0].format == "awq"
+
+
+@pytest.mark.parametrize(
+    "fmt, cls",
+    [("awq", "AwqWeights"), ("mxfp4", "Mxfp4Weights"), ("int4_min", "BlockIntWeights")],
+)
+def test_a_weight_is_validated_once_per_run(capsys, monkeypatch, fmt, cls):
+    """The weight is validated where it is made (here the seeded generator) and trusted from there on: the
+    reference, the padding, the packing and the tiling checks take it as it is."""
+    from int4awq.formats.gguf_quants import BlockIntWeights
+    from int4awq.formats.mxfp4 import Mxfp4Weights
+
+    calls = []
+    for kind in (AwqWeights, Mxfp4Weights, BlockIntWeights):
+        real = kind.validate
+
+        def counted(self, real=real):
+            calls.append(type(self).__name__)
+            return real(self)
+
+        monkeypatch.setattr(kind, "validate", counted)
+    tiles = (
+        "--tile-m 16 --tile-n 16 --tile-k-l1 32 --tile-k-l2 64 --herd-m 1 --herd-n 2"
+    )
+    code, out, err = main(
+        capsys, "--format", fmt, "--m", "16", "--k", "128", "--n", "64", "--backend", "emu",
+        *tiles.split(),
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert calls == [cls]
+    # and it is a value: its arrays cannot be changed behind the checks
+    with pytest.raises(ValueError, match="read-only"):
+        random_weights(64, 16, 32, seed=1).q[0, 0] = 1

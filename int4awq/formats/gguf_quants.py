@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from .quant import check_dims
+from .quant import check_dims, frozen
 
 
 @functools.cache
@@ -152,7 +152,7 @@ class BlockIntWeights:
             _first_bad(
                 (v < t.lo) | (v > t.hi), v, f"{who} v", f"outside {t.lo}..{t.hi}"
             )
-        return self
+        return frozen(self, self.v, self.s, self.m)
 
     def dequantize(self) -> np.ndarray:
         """float32 [K, N]: f32(v * s), then + m, each step rounded to f32.

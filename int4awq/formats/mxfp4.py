@@ -27,7 +27,7 @@ import numpy as np
 from ml_dtypes import float4_e2m1fn, float8_e8m0fnu
 
 from ..errors import ConfigError
-from .quant import check_dims
+from .quant import check_dims, frozen
 
 MX_BLOCK = 32  # values along K that share one E8M0 scale
 E8M0_NAN = 0xFF
@@ -57,7 +57,7 @@ class Mxfp4Weights:
 
     format = "mxfp4"
 
-    def validate(self) -> None:
+    def validate(self) -> "Mxfp4Weights":
         c, s = self.codes, self.scales
         if not (isinstance(c, np.ndarray) and c.dtype == np.uint8 and c.ndim == 2):
             raise ConfigError(
@@ -76,6 +76,7 @@ class Mxfp4Weights:
         if (c > 15).any():
             raise ConfigError(f"MXFP4 codes: {int(c.max())} is not a 4-bit E2M1 code")
         check_scales(s)
+        return frozen(self, c, s)
 
     def padded(self, n: int) -> "Mxfp4Weights":
         return pad_columns(self, n)
@@ -126,7 +127,7 @@ def random_mxfp4(k: int, n: int, seed: int, exact: bool = False) -> Mxfp4Weights
         scales = np.full((k // MX_BLOCK, n), 127, np.uint8)
     else:
         scales = rng.integers(118, 123, (k // MX_BLOCK, n), dtype=np.uint8)
-    return Mxfp4Weights(codes, scales)
+    return Mxfp4Weights(codes, scales).validate()
 
 
 def pad_columns(w: Mxfp4Weights, n: int) -> Mxfp4Weights:

@@ -132,7 +132,17 @@ class AwqWeights:
                     f"s_lo{list(idx)} = {self.s_lo[idx]}: a scale pair is (bf16(scale), the rest), and "
                     f"s{list(idx)} = {self.s[idx]} is not bf16(s + s_lo) (see scale_pair_of)"
                 )
-        return self
+        return frozen(self, self.q, self.z, self.s, self.s_lo)
+
+
+def frozen(w, *arrays):
+    """w, with its arrays made read-only: a validated weight is an immutable value, which everything
+    inward trusts without validating it again (a new weight, padded or packed, is a new value).
+    """
+    for a in arrays:
+        if a is not None:
+            a.flags.writeable = False
+    return w
 
 
 def bf16_rne(x: np.ndarray) -> np.ndarray:
@@ -214,8 +224,8 @@ def quantize_awq(w: np.ndarray, gs: int, scale_pair: bool = False) -> AwqWeights
     q, z = q.reshape(k, n).astype(np.uint8), z.astype(np.uint8)
     if scale_pair:
         hi, lo = scale_pair_of(s)
-        return AwqWeights(q, z, hi, gs, lo)
-    return AwqWeights(q, z, s.astype(bfloat16), gs)
+        return AwqWeights(q, z, hi, gs, lo).validate()
+    return AwqWeights(q, z, s.astype(bfloat16), gs).validate()
 
 
 def random_weights(
@@ -246,8 +256,8 @@ def random_weights(
     e = rng.integers(0, 4, size=(k // gs, n))
     if scale_pair:
         hi, lo = scale_pair_of(np.exp2(-e) * (1 + 2.0**-8))
-        return AwqWeights(q, z, hi, gs, lo)
-    return AwqWeights(q, z, np.exp2(-e).astype(bfloat16), gs)
+        return AwqWeights(q, z, hi, gs, lo).validate()
+    return AwqWeights(q, z, np.exp2(-e).astype(bfloat16), gs).validate()
 
 
 def random_activations(m: int, k: int, seed: int, exact: bool = False) -> np.ndarray:

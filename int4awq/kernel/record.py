@@ -550,8 +550,8 @@ def pack_weights(
 ) -> np.ndarray:
     """uint8 [N // tile_n, K // tile_k, record_bytes]: one record per (N-tile, K-chunk), in L3 order, in
     record format fmt ("awq" or "awq_f16"; None: the weights' own). bf16 scales go into an awq_f16 record
-    as pairs with zero low halves; scale pairs do not fit an awq record (refused)."""
-    w.validate()
+    as pairs with zero low halves; scale pairs do not fit an awq record (refused). w is validated where it
+    was made (a reader or generator), so it is trusted here."""
     fmt = w.format if fmt is None else fmt
     if fmt not in ("awq", "awq_f16"):
         raise ConfigError(f"record format {fmt!r}: AWQ weights pack as awq or awq_f16")
@@ -774,8 +774,8 @@ def check_mxfp4_tile(tile_n: int, tile_k: int) -> None:
 
 
 def pack_mxfp4(w: Mxfp4Weights, tile_n: int, tile_k: int) -> np.ndarray:
-    """uint8 [N // tile_n, K // tile_k, record_bytes]: one record per (N-tile, K-chunk), in L3 order."""
-    w.validate()
+    """uint8 [N // tile_n, K // tile_k, record_bytes]: one record per (N-tile, K-chunk), in L3 order (w
+    validated where it was made)."""
     check_mxfp4_tile(tile_n, tile_k)
     if w.k % tile_k or w.n % tile_n:
         raise ConfigError(
