@@ -387,9 +387,8 @@ def main(argv=None) -> int:
         help="the configuration as JSON (GemvConfig fields)",
     )
     args = p.parse_args(argv)
-    from int4awq import (
-        gemv,
-    )  # run as __main__: use the package's module, the one the builder imports
+    # run as __main__: use the package's module, the one the builder imports
+    from int4awq.design import gemv
 
     try:
         cfg = gemv.default_config(args.m, args.k, args.n, args.gs, args.format)
