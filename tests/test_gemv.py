@@ -247,3 +247,10 @@ def test_one_chunk_per_refill_is_refused_where_aircc_ping_pongs_it():
         GemvConfig(1, 2048, 2048, 32, tile_n=16, tile_k_l1=256, tile_k_l2=256)
     GemvConfig(1, 2048, 2048, 32, tile_n=16, tile_k_l1=256, tile_k_l2=512)
     GemvConfig(1, 256, 2048, 32, tile_n=16, tile_k_l1=256, tile_k_l2=256)
+
+
+def test_the_command_line_prints_the_default_configuration(capsys):
+    """python3 -m int4awq.design.gemv: the configuration and its modelled figures (docs/decode.md)."""
+    assert gemv.main(["--m", "1", "--k", "2048", "--n", "2048"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("GEMV M=1 K=2048 N=2048 GS=128") and "MODELLED" in out
