@@ -28,7 +28,7 @@ from upstream_check import Kernel, build
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
-TABLE = os.path.join(REPO, "int4awq", "kernel_calibration.json")
+TABLE = os.path.join(REPO, "int4awq", "design", "kernel_calibration.json")
 EX = "programming_examples"
 INT4 = f"{EX}/matrix_vector_multiplication/int4_awq/mv_int4_bf16.cc"
 

@@ -153,8 +153,11 @@ def test_calibration_sources_are_taken_only_at_the_measured_version(tmp_path):
     import sys
 
     sys.path.insert(0, str(kc.os.path.join(kc.REPO, "emulator")))
-    from calibrate_kernels import KERNELS, git_blob_id, source_bytes
+    from calibrate_kernels import TABLE, KERNELS, git_blob_id, source_bytes
 
+    assert (
+        TABLE == kc.CALIBRATION
+    )  # the calibration writes the file the cost model reads
     data = b"int x;\n"
     # git's blob id of a file: sha1 of "blob <size>\0" + content (`git hash-object`)
     assert git_blob_id(data) == "6d1a0d47b7f73eacb962f3711df06b21ed11f7ca"
