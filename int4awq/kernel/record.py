@@ -153,13 +153,14 @@ def check_kernel_tiles(
 
 
 def check_weight_tiling(k: int, n: int, gs: int, tile_n: int, tile_k: int) -> None:
-    """K and N must be whole numbers of K-chunks and N-tiles; groups must align with chunks."""
-    check_dims(K=k, N=n, gs=gs, tile_n=tile_n, tile_k=tile_k)
+    """K and N must be whole numbers of K-chunks and N-tiles; groups must align with chunks. The weight's
+    own K, N and gs are a validated weight's (int4awq.formats), so only the tiles are checked.
+    """
+    check_dims(tile_n=tile_n, tile_k=tile_k)
     if n % tile_n:
         raise ConfigError(f"N = {n} is not a multiple of tile_n = {tile_n}")
     if k % tile_k:
         raise ConfigError(f"K = {k} is not a multiple of tile_k = {tile_k}")
-    check_group_size(k, gs)
     check_chunk_and_group(tile_k, gs)
 
 
@@ -639,6 +640,10 @@ def unpack_weights(
     fmt: str = "awq",
 ) -> AwqWeights:
     """Exact inverse of pack_weights (an awq_f16 record gives weights with s_lo)."""
+    check_dims(K=k, N=n)
+    check_group_size(
+        k, gs
+    )  # an edge: k, n and gs come from the caller, not from a weight
     check_weight_tiling(k, n, gs, tile_n, tile_k)
     lay = record_layout(tile_n, tile_k, gs, fmt)
     nt, kc = n // tile_n, k // tile_k
