@@ -12,6 +12,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the tests of each package (tests/formats/, ...) import the shared helpers here (host_args, fixture_files)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 FORMAT_LIBRARIES = ("torch", "transformers", "compressed_tensors", "quark")
 

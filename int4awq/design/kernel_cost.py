@@ -271,7 +271,7 @@ def _key(
 def call_gs(tk: int, gs: int, fmt: str = "awq") -> int:
     """The group size as one call sees it: a group spanning whole chunks (gs >= tk) gives the call of one fold
     span per chunk whatever its size (the kernel's SPAN is min(tk, gs)), so those calls are one entry; MXFP4
-    has no fold. Every such pair in kernel_cycles.json has the same terms (tests/test_kernel_cost.py).
+    has no fold. Every such pair in kernel_cycles.json has the same terms (tests/design/test_kernel_cost.py).
     """
     return gs if fmt == "mxfp4" or gs < tk else tk
 

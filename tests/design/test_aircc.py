@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "emulator", "tests", "designs"))
 import emu_testlib  # noqa: E402,F401  (the emulated `air` first on sys.path)
 

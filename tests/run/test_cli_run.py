@@ -535,7 +535,7 @@ def test_the_kernel_models_calibration_is_printed_once_per_run():
 
 # ------------------------------------------------------------------------------------------ --format
 def test_a_format_the_weights_file_cannot_give_is_refused(capsys, no_run, tmp_path):
-    from test_checkpoints import AWQ_CFG, LAYER, awq_tensors, logical, write_dir
+    from formats.test_checkpoints import AWQ_CFG, LAYER, awq_tensors, logical, write_dir
 
     from int4awq.formats.weights_file import load
 

@@ -6,7 +6,7 @@ upstream CLI conventions (-p / --print-module-only, --compile-mode, -v), here on
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "emulator"))
 
 import matmul_int4_packed as builder  # noqa: E402
@@ -72,7 +72,8 @@ def test_a_bad_configuration_is_one_line_and_exit_2(capsys):
 
 def test_each_builder_run_as_a_script_prints_its_module_without_mlir_air():
     """Where mlir-air is not installed, the script builds with the emulator's air package beside it and
-    says so in one line (the module is the one air-opt reads: tests/test_aircc.py)."""
+    says so in one line (the module is the one air-opt reads: tests/design/test_aircc.py).
+    """
     import subprocess
 
     import pytest

@@ -51,7 +51,8 @@ def test_the_host_package_imports_in_one_direction():
     import os
 
     root = os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "int4awq"
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        "int4awq",
     )
     modules = _modules(root)
     deps = {}  # "package.module" (or "errors") -> the same for each int4awq import

@@ -33,8 +33,8 @@ from int4awq.design.llama import PROJECTIONS
 from int4awq.formats.quant import random_activations, random_weights
 from int4awq.run.reference import reference_gemm
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Tiles whose GEMM objects tests/test_kernel.py builds too: (tile_m, tile_n, tile_k, gs), a chunk inside a
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Tiles whose GEMM objects tests/kernel/test_kernel.py builds too: (tile_m, tile_n, tile_k, gs), a chunk inside a
 # group and one holding whole groups; the GEMV object is the record tile's (tile_n, tile_k, gs).
 OBJECTS = [(16, 16, 32, 128), (64, 64, 64, 32)]
 

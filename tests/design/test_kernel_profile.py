@@ -16,7 +16,7 @@ from int4awq.design.kernel_profile import (
     read_profile,
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A kernel of known issue: per call, an entry-marked loop of 4 trips (two 512-bit loads, one add, one
 # store and one element extracted to the scalar unit each), a per-iteration-marked loop (chess style) of 3 trips run twice, a 1024-bit load outside

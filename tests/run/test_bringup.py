@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "host"))
 
 import bringup  # noqa: E402

@@ -62,7 +62,7 @@ def test_layer_runs_on_the_emulator():
 
 
 def test_fixtures_are_the_files_their_provenance_names():
-    # every fixture file (these and tests/test_mx_safetensors.py's) is in PROVENANCE.md with its sha256:
+    # every fixture file (these and tests/formats/test_mx_safetensors.py's) is in PROVENANCE.md with its sha256:
     # none was added, changed or removed without `make fixtures`
     fx = generator()
     recorded = fx.provenance_hashes(FIXTURES)

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """GGUF files read through the gguf package (int4awq/formats/gguf_file.py), on files written by gguf itself: MXFP4,
 Q4_0 and Q4_1 tensors load as exactly the weights gguf.quants dequantises, run through the host program and save
-them (tests/test_gguf_quants.py has every block-integer type); a type not read, a missing tensor and a damaged
+them (tests/formats/test_gguf_quants.py has every block-integer type); a type not read, a missing tensor and a damaged
 file are one line and exit 2."""
 
 import numpy as np

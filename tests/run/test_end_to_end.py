@@ -187,7 +187,7 @@ def test_numerical_failure_is_exit_1_with_figures(monkeypatch, capsys):
 
 
 def test_awq_checkpoint_layer_runs_and_saves_the_formats_dequantisation(tmp_path):
-    from test_checkpoints import (
+    from formats.test_checkpoints import (
         LAYER,
         awq_tensors,
         expected_dequant,
@@ -226,7 +226,7 @@ def test_awq_checkpoint_layer_runs_and_saves_the_formats_dequantisation(tmp_path
 
 
 def test_decoder_layer_runs_seven_projections_a_line_each(tmp_path):
-    from test_checkpoints import awq_tensors, logical, write_dir
+    from formats.test_checkpoints import awq_tensors, logical, write_dir
 
     tensors = {}
     shapes = {
@@ -305,7 +305,7 @@ def test_mxfp4_weights_run_exact_through_both_designs():
         "mxfp4",
         "--exact",
     ]
-    # the kernel objects of tests/test_mxfp4.py (16 x 32 x 256; the GEMV's 64 x 64): no new builds
+    # the kernel objects of tests/kernel/test_mxfp4.py (16 x 32 x 256; the GEMV's 64 x 64): no new builds
     gemm = [
         "--m",
         "32",
