@@ -127,8 +127,8 @@ class DesignConfig(record.KernelSizes, RefillLoops):
             herd_m=self.herd_m,
             herd_n=self.herd_n,
         )
-        self.kernel  # the weight format's rules on the tile (record.KernelObject)
         check_group_size(self.k, self.gs)
+        self.kernel  # the weight format's rules on the tile (record.KernelObject)
         if self.herd_m > HERD_COLS or self.herd_n > HERD_ROWS:
             raise ConfigError(
                 f"herd {self.herd_m}x{self.herd_n} does not fit the NPU2 array: "
@@ -225,7 +225,7 @@ class DesignConfig(record.KernelSizes, RefillLoops):
         )
 
     # Derived sizes (record, scratch, stack and kernel object: record.KernelSizes) -------------------------
-    @property
+    @functools.cached_property
     def kernel(self) -> record.KernelObject:
         """The GEMM's kernel object at this tile."""
         return record.KernelObject(

@@ -66,8 +66,8 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
             tile_k_l1=self.tile_k_l1,
             tile_k_l2=self.tile_k_l2,
         )
-        self.kernel  # the weight format's rules on the tile (record.KernelObject)
         check_group_size(self.k, self.gs)
+        self.kernel  # the weight format's rules on the tile (record.KernelObject)
         if self.m > GEMV_MAX_M:
             raise ConfigError(
                 f"M = {self.m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
@@ -111,7 +111,7 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
         return cls(m, k, -(-n // step) * step, gs, **tiles)
 
     # Derived sizes ---------------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def kernel(self) -> record.KernelObject:
         """The GEMV's kernel object for this record tile."""
         return record.KernelObject(

@@ -240,7 +240,8 @@ class RecordLayout:
 def record_layout(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> RecordLayout:
     """A record's sections for format fmt (not mxfp4, mxfp4_record_bytes): Q, then S (the scale parts, part
     by part, each groups x tile_n bf16), M (the min term's parts, laid out as S; min formats only), Z
-    (groups x tile_n uint8; 4-bit codes only), each starting on 64 bytes."""
+    (groups x tile_n uint8; 4-bit codes only), each starting on 64 bytes. Checks its numbers (an edge);
+    a validated KernelObject takes _layout directly."""
     check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
     if tile_n % 16 or tile_k % 16:
         raise ConfigError(
@@ -248,6 +249,11 @@ def record_layout(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> Record
         )
     if tile_k % gs and gs % tile_k:
         raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
+    return _layout(tile_n, tile_k, gs, fmt)
+
+
+def _layout(tile_n: int, tile_k: int, gs: int, fmt: str) -> RecordLayout:
+    """record_layout's arithmetic, for numbers already checked."""
     spec = FORMAT_SPECS[fmt]
     groups = tile_k // gs if tile_k >= gs else 1
     q_bytes = q_section_bytes(tile_n, tile_k, min(tile_k, gs), spec.codes == "int8")
@@ -294,10 +300,11 @@ def mxfp4_record_bytes(tile_n: int, tile_k: int) -> int:
 
 
 def format_record_bytes(fmt: str, tile_n: int, tile_k: int, gs: int) -> int:
-    """Bytes of the record a format's accumulate entry reads."""
+    """Bytes of the record a format's accumulate entry reads, for a record tile check_record_tile accepted
+    (a KernelObject's, a validated configuration's)."""
     if fmt == "mxfp4":
         return mxfp4_record_bytes(tile_n, tile_k)
-    return record_layout(tile_n, tile_k, gs, fmt).total
+    return _layout(tile_n, tile_k, gs, fmt).total
 
 
 BFP16_BLOCK_VECTOR_BYTES = (
@@ -429,6 +436,8 @@ class KernelObject:
             raise ConfigError(
                 f"MXFP4: tile_k_l1 = {self.tile_k} must be a multiple of 32 (whole MX groups per record)"
             )
+        # a KernelObject is a validated record tile: what derives from it (record_bytes) trusts it
+        check_record_tile(self.tile_n, self.tile_k, self.gs, self.format)
 
     @property
     def stem(self) -> str:
