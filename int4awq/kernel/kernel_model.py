@@ -66,6 +66,14 @@ def bfp16_blocks(x: np.ndarray) -> np.ndarray:
     return np.where(mx > 0, m * step, 0.0)
 
 
+def mmul_integers(w) -> np.ndarray:
+    """int16 [K, N]: the integers the kernel's block mmul takes for W, q - z (AWQ) or v (the block-integer
+    types, int4awq.formats.gguf_quants); every one is exact as a bfp16 mantissa."""
+    if isinstance(w, AwqWeights):
+        return w.q.astype(np.int16) - np.repeat(w.z, w.gs, axis=0).astype(np.int16)
+    return w.v
+
+
 def _operands(a: np.ndarray, w):
     """The kernel's operands: A as bfp16 blocks along K [M, KB, 8]; W's integers as the blocks the mmul
     takes, [KB, N, 8] (exact: (q - z) of AWQ weights, |q - z| <= 15, through the block conversion; a
@@ -73,16 +81,14 @@ def _operands(a: np.ndarray, w):
     parts and the min term's (None without one), f32 [groups, N] each.
     """
     m, k = a.shape
-    n, gs = w.n, w.gs
     a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8))
+    # the integers enter the mmul exactly (AWQ's through the block conversion, block-integer codes as
+    # stored mantissas), so their blocks are their values
+    ints = mmul_integers(w).astype(np.float64)
+    w_bfp = ints.reshape(k // 8, 8, w.n).transpose(0, 2, 1)
     if isinstance(w, AwqWeights):
-        qz = w.q.astype(np.float32).reshape(w.groups, gs, n) - w.z[:, None, :].astype(
-            np.float32
-        )
-        w_bfp = bfp16_blocks(qz.reshape(k // 8, 8, n).transpose(0, 2, 1))
         s_parts, m_parts = [w.s] if w.s_lo is None else [w.s, w.s_lo], None
     else:  # block-integer weights (int4awq.formats.gguf_quants.BlockIntWeights)
-        w_bfp = w.v.astype(np.float64).reshape(k // 8, 8, n).transpose(0, 2, 1)
         s_parts, m_parts = block_int_parts(w)
 
     def f32(parts):
@@ -128,8 +134,9 @@ def _partial_sum(
             for kb in range(f * span // 8, (f + 1) * span // 8):
                 d = (a_bfp[:, kb, :] @ w_bfp[kb].T).astype(np.float32)  # exact
                 g_acc = d if g_acc is None else (g_acc + d).astype(np.float32)
-                r = a_bfp[:, kb, :].sum(axis=1).astype(np.float32)[:, None]  # exact
-                r_acc = r if r_acc is None else (r_acc + r).astype(np.float32)
+                if m_parts is not None:  # a min term's row sums
+                    r = a_bfp[:, kb, :].sum(axis=1).astype(np.float32)[:, None]  # exact
+                    r_acc = r if r_acc is None else (r_acc + r).astype(np.float32)
             g = (f * span) // gs
             c = fold(c, *_split(g_acc), s, g)
             if m_parts is not None:

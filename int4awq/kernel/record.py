@@ -256,7 +256,9 @@ def _layout(tile_n: int, tile_k: int, gs: int, fmt: str) -> RecordLayout:
     """record_layout's arithmetic, for numbers already checked."""
     spec = FORMAT_SPECS[fmt]
     groups = tile_k // gs if tile_k >= gs else 1
-    q_bytes = q_section_bytes(tile_n, tile_k, min(tile_k, gs), spec.codes == "int8")
+    q_bytes = q_section_bytes(
+        tile_n, tile_k, fold_span(tile_k, gs, fmt), spec.codes == "int8"
+    )
     s_off = _pad(q_bytes)
     s_bytes = 2 * groups * tile_n * spec.scale_parts
     m_off = s_off + _pad(s_bytes)
@@ -597,18 +599,10 @@ def pack_records(
     nt, kc = n // tile_n, k // tile_k
     out = np.zeros((nt, kc, lay.total), dtype=np.uint8)
     if spec.codes == "int8":
-        span = min(tile_k, gs)
-        image = _q_order(
-            codes.view(np.uint8),
-            tile_n,
-            tile_k,
-            lay.q_bytes,
-            0,
-            image_index(tile_n, tile_k, span),
-        )
+        index = image_index(tile_n, tile_k, fold_span(tile_k, gs, fmt))
+        image = _q_order(codes.view(np.uint8), tile_n, tile_k, lay.q_bytes, index=index)
         # every block's exponent byte (the byte before its 8 mantissas) is 133: value = mantissa
-        first = image_index(tile_n, tile_k, span)[::BLOCK] - 1
-        image[:, :, first] = BFP16_EXPONENT_ONE
+        image[:, :, index[::BLOCK] - 1] = BFP16_EXPONENT_ONE
         out[:, :, : lay.q_bytes] = image
     else:
         nib = _q_order(codes, tile_n, tile_k, 2 * lay.q_bytes)
@@ -649,10 +643,9 @@ def unpack_weights(
     fmt: str = "awq",
 ) -> AwqWeights:
     """Exact inverse of pack_weights (an awq_f16 record gives weights with s_lo)."""
+    # an edge: k, n and gs come from the caller, not from a validated weight
     check_dims(K=k, N=n)
-    check_group_size(
-        k, gs
-    )  # an edge: k, n and gs come from the caller, not from a weight
+    check_group_size(k, gs)
     check_weight_tiling(k, n, gs, tile_n, tile_k)
     lay = record_layout(tile_n, tile_k, gs, fmt)
     nt, kc = n // tile_n, k // tile_k

@@ -17,6 +17,7 @@ from ml_dtypes import bfloat16, finfo
 
 from ..errors import ConfigError
 from ..formats.quant import AwqWeights, dequantize
+from ..kernel.kernel_model import mmul_integers
 
 # bf16 keeps 8 significant bits: round-to-nearest moves a value by at most 2^-8 of itself.
 BF16_REL_ROUNDING = 2.0**-8
@@ -126,7 +127,8 @@ def check_accumulator_range(a: np.ndarray, w: AwqWeights, span: int) -> None:
         .sum(axis=2)
         .max(axis=0)
     )
-    qz = np.abs(mmul_integers(w))
+    ints = mmul_integers(w)
+    qz = np.abs(ints)
     qz_max = qz.reshape(k // span, span, w.n).max(axis=(1, 2)).astype(np.float64)
     if (a_sum * qz_max).max(initial=0.0) <= F32_MAX:
         return  # no sum can overflow
@@ -135,7 +137,7 @@ def check_accumulator_range(a: np.ndarray, w: AwqWeights, span: int) -> None:
         k // span
     ):  # the sums themselves (one span at a time: M x N f64 each)
         rows = slice(s * span, (s + 1) * span)
-        g = np.abs(a64[:, rows] @ mmul_integers(w)[rows].astype(np.float64))
+        g = np.abs(a64[:, rows] @ ints[rows].astype(np.float64))
         if g.max(initial=0.0) > F32_MAX:
             r, n = (int(i) for i in np.unravel_index(np.argmax(g), g.shape))
             raise ConfigError(
@@ -143,14 +145,6 @@ def check_accumulator_range(a: np.ndarray, w: AwqWeights, span: int) -> None:
                 f" {g[r, n]:.3g} in its f32 accumulator before the scale is applied (f32 max {F32_MAX:.3g});"
                 " scale A down"
             )
-
-
-def mmul_integers(w) -> np.ndarray:
-    """int16 [K, N]: the integers the kernel's block mmul takes for W, q - z (AWQ) or v (the block-integer
-    types, int4awq.formats.gguf_quants)."""
-    if isinstance(w, AwqWeights):
-        return w.q.astype(np.int16) - np.repeat(w.z, w.gs, axis=0).astype(np.int16)
-    return w.v
 
 
 def reference_gemm(
