@@ -425,9 +425,9 @@ def add_design_arguments(
         default="awq",
         help="the weights' record format: awq (q, z, bf16 s per group; also GPTQ and compressed-tensors int4), "
         "awq_f16 (the same with each scale an exact bf16 pair: fp16 scales kept exactly, GGUF Q4_0), "
-        "int4_min (4-bit codes, scale and min term as exact bf16 triples: GGUF Q4_1, Q4_K), int8 (8-bit codes, "
-        "scale triples: GGUF Q5_0, Q6_K, Q8_0, IQ4_NL, IQ4_XS), int8_min (int8 with a min term: GGUF Q5_1, "
-        "Q5_K) or mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K); all but awq and awq_f16 have "
+        "int4_min (4-bit codes, scale and min term as exact bf16 pairs: GGUF Q4_1, Q4_K), int8 (8-bit codes, "
+        "scales as exact bf16 triples: GGUF Q5_0, Q6_K, Q8_0, IQ4_NL, IQ4_XS), int8_min (8-bit codes with a "
+        "min term, pairs: GGUF Q5_1, Q5_K) or mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K); all but awq and awq_f16 have "
         "kernel entries unproven on NPU2",
     )
     for opt in TILE_OPTIONS:

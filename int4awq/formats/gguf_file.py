@@ -19,7 +19,7 @@ cut tensor is one line naming it. Read so far:
 
 * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (int4awq/formats/gguf_quants.py) become
   BlockIntWeights, value = v * s + m, equal to gguf.quants.dequantize bit for bit, which run as the record
-  formats int4_min, int8 and int8_min (gguf_quants.KERNEL_FORMATS).
+  formats int4_min, int8 and int8_min (gguf_quants.TYPES gives each type's).
 
 Refused with one line, naming the type: the other types (Q2_K, Q3_K, the other IQ types, float weights) and
 any tensor that is not a 2-D weight.

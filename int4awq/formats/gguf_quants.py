@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""GGUF's "integer times block scale" types, read exactly into one algebra, and their kernel records.
+"""GGUF's "integer times block scale" types, read exactly into one algebra, and the record format each runs as.
 
 Every type here stores each weight as a small integer v and each group of gs values along K as a scale s and,
 for the types with a min, an additive term m, so that
@@ -382,8 +382,8 @@ def random_block_weights(
 
     Default: v uniform over the type's range, s = d * sc with an fp16 d and an sc of 6 bits (7 in int8, whose
     triples hold Q6_K's 8-bit sc), so s takes every bf16 part the format holds; for the min types
-    m = -(dmin * m_j) likewise; sized so that W is about N(0, 1/K). exact=True: v in -15..15 (0..15 for the unsigned types), s = 2^-e and m = -j 2^-e'
-    (e, e' in 0..3, j in 0..7): with quant.random_activations(exact=True) every product and partial sum is
+    m = -(dmin * m_j) likewise; sized so that W is about N(0, 1/K). exact=True: v in -15..15 (0..15 for
+    the unsigned types), s = 2^-e and m = -j 2^-e' (e, e' in 0..3, j in 0..7): with quant.random_activations(exact=True) every product and partial sum is
     a multiple of 2^-3 below 2^21 (a span's sum G or row sum R is an integer below 2^11), so exact in f32
     in any order; only C's rounding to bf16 remains.
     """

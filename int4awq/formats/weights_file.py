@@ -2,7 +2,7 @@
 """One interface to the weight files the host program reads: a path and a layer name in; the layer's weights,
 in the record format they need, and one line saying what was read, out. Each file format has its module:
 
-    int4awq/formats/gguf_file.py       GGUF (llama.cpp): MXFP4, Q4_0 (run); Q4_1 .. IQ4_XS read exactly
+    int4awq/formats/gguf_file.py       GGUF (llama.cpp): MXFP4, Q4_0, Q4_1 .. IQ4_XS
                                (gguf_quants.py), refused by load until the kernel takes them
     int4awq/formats/mx_safetensors.py  MXFP4 safetensors: compressed-tensors mxfp4-pack-quantized, AMD Quark,
                                gpt-oss experts
@@ -255,7 +255,7 @@ def load(
         else:
             kind = w.type_name
             terms = "scales and min terms" if w.m is not None else "scales"
-            held = f"value = v * s{' + m' if w.m is not None else ''}, {terms} as exact bf16 triples (format {w.format})"
+            held = f"value = v * s{' + m' if w.m is not None else ''}, {terms} as exact bf16 parts (format {w.format})"
         _check_format(fmt, (w.format,), path, name, f"a GGUF {kind} tensor")
         return w, f"{name}: GGUF {kind} K={w.k} N={w.n}: {held} (exact)"
     from .mx_safetensors import load_mx_layer, open_mx
