@@ -38,7 +38,8 @@ import os
 import signal
 import sys
 
-if __name__ == "__main__" and importlib.util.find_spec("air") is None:
+EMULATED_AIR = __name__ == "__main__" and importlib.util.find_spec("air") is None
+if EMULATED_AIR:
     # run as a script where mlir-air is not installed: the emulator's air package beside this file builds
     # and prints the same module (docs/emulator.md)
     sys.path.insert(
@@ -80,7 +81,14 @@ except (
     if __name__ != "__main__":
         raise
     print(
-        f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine')",
+        (
+            (
+                f"error: {e}: the emulator's air package needs the project's Python dependencies: run `make "
+                "deps` and the script with .venv/bin/python (README, 'Prerequisites')"
+            )
+            if EMULATED_AIR
+            else f"error: {e}: install mlir-air (README, 'Running on an NPU2 machine')"
+        ),
         file=sys.stderr,
     )
     sys.exit(2)

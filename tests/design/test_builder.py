@@ -105,3 +105,22 @@ def test_each_builder_run_as_a_script_prints_its_module_without_mlir_air():
         assert res.stderr.splitlines() == [
             "note: mlir-air is not installed: building with the emulator's air package (emulator/air)"
         ]
+        # an interpreter without the project's dependencies is told how to get them, in one line
+        argv = [os.path.join(REPO, script), *shape, "-p"]
+        bare = (
+            "import runpy, sys; sys.modules['ml_dtypes'] = None; "
+            f"sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+        )
+        res = subprocess.run(
+            [sys.executable, "-c", bare],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
+        assert res.returncode == 2 and res.stdout == "", res.stderr
+        assert res.stderr.splitlines()[1:] == [
+            "error: import of ml_dtypes halted; None in sys.modules: the emulator's air package needs the "
+            "project's Python dependencies: run `make deps` and the script with .venv/bin/python (README, "
+            "'Prerequisites')"
+        ]
