@@ -66,8 +66,8 @@ def find_tool(name: str) -> str:
     if pre and os.access(os.path.join(pre, name), os.X_OK):
         return os.path.join(pre, name)
     raise ToolMissing(
-        f"{name} not found ($AIR_OPT, $AIRCC_BIN, PATH, {PREBUILT_UNPACK}); "
-        "its runtime needs `apt-get install mlir-22-tools`"
+        f"{name} not found (looked in $AIR_OPT, $AIRCC_BIN, PATH and the prebuilt binaries "
+        f"{PREBUILT_UNPACK})"
     )
 
 
@@ -83,7 +83,15 @@ def tools_missing(*names: str) -> str | None:
             except OSError as e:
                 return f"{tool} does not run: {e}"
             if r.returncode != 0:
-                return f"{tool} does not run: {(r.stderr or r.stdout).strip()[:200]} (apt-get install mlir-22-tools)"
+                err = (r.stderr or r.stdout).strip()
+                # the binaries load Debian's LLVM 22 libraries (libllvm22, libz3): name the package only
+                # when a library is what is missing
+                hint = (
+                    " (its runtime: apt-get install mlir-22-tools)"
+                    if "shared librar" in err
+                    else ""
+                )
+                return f"{tool} does not run: {err[:200]}{hint}"
     except ToolMissing as e:
         return str(e)
     return None
@@ -219,10 +227,16 @@ def run_air_pipeline(
     return r.stdout, r.stderr
 
 
+CRASHED = "crashed"
+
+
 def first_error(log: str) -> str:
+    """The tool's first error line; a crash (LLVM's stack dump, no error line) says so."""
     for line in log.splitlines():
         if "error" in line.lower():
             return line.strip()
+    if "PLEASE submit a bug report" in log or "Stack dump" in log:
+        return f"{CRASHED} (no error message; LLVM printed a stack dump)"
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
     return lines[0] if lines else "(no message)"
 

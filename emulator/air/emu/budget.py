@@ -24,13 +24,15 @@ air-label-scf-for-to-ping-pong, AIRDependencyScheduleOpt.cpp):
     passed to the compute herd alone lands in its chunk loop, where its first
     access is the call;
   * a loop is labelled (its home allocs are unrolled by 2 and hoisted, i.e. count
-    twice) when: its trip count is not 1 (a one-trip loop is folded away) --
+    twice, three times for an odd trip count: the unroll by 2 keeps a one-trip
+    epilogue with its own copy) when: its trip count is not 1 (a one-trip loop is folded away) --
     unknown trip counts count as > 1; it has home allocs; omit_pingpong does not
     name their memory space ("L1", "L2", "all"); neither it nor a nested loop
     carries "unroll" or "air.disable_ping_pong"; the first access to each home
     alloc in the loop body is a definite write (a dma_memcpy_nd or channel.get
-    into it; a func.call or a herd taking it first makes the loop unsafe); each
-    home alloc is filled at most once per iteration (a fill in a nested loop of
+    into it, or a memref.store; a func.call, a load or a herd taking it first makes
+    the loop unsafe); each home alloc gets at most one channel.get per iteration
+    (a DMA into it counts as one; a store does not; a get in a nested loop of
     more than one trip disqualifies); no nested loop is unsafe; and no nested loop
     qualifies itself (only the deepest qualifying loop is labelled).
 Bank placement (4 x 16 KiB banks), alignment padding and compiler-generated
@@ -102,6 +104,19 @@ def _fills(op, v):
         return op.side.memref is v
     if name == "memref.store":
         return op.operands[1] is v
+    return False
+
+
+def _channel_fill(op, v):
+    """Whether op becomes an `air.channel.get` into v by the time the ping-pong label runs (a DMA into v
+    is one after air-dma-to-channel): the only fills the multi-fill rule counts (isPingPongCandidate,
+    AIRDependencyScheduleOpt.cpp ~1755-1790). A memref.store is a definite first write, never a fill.
+    """
+    name = op.OPERATION_NAME
+    if name == "air.dma_memcpy_nd":
+        return op.dst.memref is v
+    if name == "air.channel.get":
+        return op.side.memref is v
     return False
 
 
@@ -253,7 +268,7 @@ class _PingPong:
             v = a.results[0]
             fills = []
             for op, loops in self.ops:
-                if f not in loops or not _fills(op, v):
+                if f not in loops or not _channel_fill(op, v):
                     continue
                 inner = loops[loops.index(f) + 1 :]
                 for g in inner:
@@ -269,23 +284,59 @@ class _PingPong:
                 return False
         return True
 
-    def factor(self, alloc):
+    @staticmethod
+    def unrolled(f):
+        """Copies of its body a labelled loop leaves: 2, or 3 for an odd trip count, whose one-trip
+        epilogue runLoopUnroll keeps (AIRDependencyScheduleOpt.cpp ~3739-3765)."""
+        trip = getattr(f, "_emu_trip", None)
+        return 3 if trip is not None and trip % 2 else 2
+
+    def pingponged(self, alloc):
+        """Whether aircc labels the alloc hoist_alloc (its home loop is labelled)."""
         f = self.home.get(id(alloc))
-        if f is not None and id(f) in self.labelled:
-            return 2, f"ping-pong (scf.for at {f._loc})"
-        if f is not None and id(f) in self.reason:
-            return 1, f"single ({self.reason[id(f)]})"
-        return 1, ""
+        return f is not None and id(f) in self.labelled
+
+    def factor(self, alloc):
+        """(copies aiecc places, note): a labelled loop's own allocs 2 (3 with the epilogue), and the
+        unroll also copies every nested loop with the allocs it holds ("Labeling a loop unrolls its
+        body by 2, which duplicates a nested loop and everything that loop allocates per trip",
+        isPingPongCandidate's comment)."""
+        f = self.home.get(id(alloc))
+        if f is None:
+            return 1, ""
+        outer = [g for g in self.loops_of.get(id(f), []) if id(g) in self.labelled]
+        copies = 1
+        for g in outer:
+            copies *= self.unrolled(g)
+        nested = (
+            f", copied {copies} times by the unroll of the scf.for at {outer[-1]._loc}"
+            if outer
+            else ""
+        )
+        if id(f) in self.labelled:
+            n = self.unrolled(f)
+            what = (
+                f"ping-pong (scf.for at {f._loc})"
+                if n == 2
+                else f"ping-pong and a one-trip epilogue ({f._emu_trip} trips, scf.for at {f._loc})"
+            )
+            return n * copies, what + nested
+        if id(f) in self.reason:
+            return copies, f"single ({self.reason[id(f)]}){nested}"
+        return copies, nested.lstrip(", ")
 
 
 class Entry:
-    def __init__(self, loc, type_str, nbytes, factor, note):
+    def __init__(self, loc, type_str, nbytes, factor, note, pingpong=False):
         self.loc, self.type, self.bytes, self.factor, self.note = (
             loc,
             type_str,
             nbytes,
             factor,
             note,
+        )
+        self.pingpong = (
+            pingpong  # labelled hoist_alloc by air-label-scf-for-to-ping-pong
         )
 
     @property
@@ -402,7 +453,9 @@ def analyse(compiler, options):
             for a in _all_allocs(op):
                 t = a.results[0].type
                 f, note = pp.factor(a) if a in pp.allocs else (1, "")
-                entries.append(Entry(a._loc, str(t), _nbytes(t), f, note))
+                entries.append(
+                    Entry(a._loc, str(t), _nbytes(t), f, note, pp.pingponged(a))
+                )
             sunk_here = {a.results[0]._uid: a for a in sunk.get(id(op), ())}
             npe = 1
             for z in sizes:
@@ -426,7 +479,12 @@ def analyse(compiler, options):
                     note += "; sunk into this herd by air-fuse-alloc-dealloc" + (
                         f", {why}" if why else ""
                     )
-                entries.append(Entry(where, str(t), _nbytes(t) // npe, f, note))
+                pingponged = arg._uid in sunk_here and pp.pingponged(
+                    sunk_here[arg._uid]
+                )
+                entries.append(
+                    Entry(where, str(t), _nbytes(t) // npe, f, note, pingponged)
+                )
         op, sizes = members[0]
         name = op.sym_name or "herd"
         if len(members) > 1:
@@ -459,7 +517,7 @@ def analyse(compiler, options):
                     f"L2 buffer at {a._loc} ({nb} B) is larger than one memtile; aircc must split "
                     f"it across memtiles (air-split-l2-memref): the resource model checks that it does"
                 )
-            entries.append(Entry(a._loc, str(t), nb, f, note))
+            entries.append(Entry(a._loc, str(t), nb, f, note, pp.pingponged(a)))
         segments.append(
             Budget("segment", op.sym_name or "segment", op._loc, l2_limit, entries)
         )

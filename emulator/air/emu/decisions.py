@@ -2,8 +2,8 @@
 """What the emulator decided for a design, in the terms aircc's own passes print them, so the two can be
 compared allocation by allocation (the project's host/aircc_check.py and emulator/upstream_check.py do):
 
-* `l2`: the L2 alloc types after `air-split-l2-memref` ({type: count}); a split buffer is its pieces, the
-  split dimension divided by the piece count;
+* `l2`: the L2 alloc types after `air-split-l2-memref` ({type: count}); a split buffer is its pieces
+  (also a split the model refuses as moving the wrong data: aircc makes it all the same);
 * `doubled`: the allocs `air-label-scf-for-to-ping-pong` doubles ({"L1 type" / "L2 type": count}); a
   ping-ponged L2 buffer counts each of its pieces.
 
@@ -27,20 +27,22 @@ def _type_text(shape, elem, space: int) -> str:
 def decisions(program) -> dict:
     pieces, l2 = {}, Counter()
     for root, dec in program.resources.splits:
-        shape = list(root.type.shape)
-        if dec.split:
-            shape[dec.dim] //= dec.factor
+        shape, factor = list(root.type.shape), 1
+        if (
+            dec.pieces is not None
+        ):  # as aircc cuts it (also where the model refuses the cut)
+            shape, factor = dec.pieces
         t = _type_text(shape, root.type.element_type, 1)
-        pieces[str(root.type)] = (t, dec.factor)
-        l2[t] += dec.factor
+        pieces[str(root.type)] = (t, factor)
+        l2[t] += factor
     doubled = Counter()
     for budget in program.budget.herds:
         for e in budget.entries:
-            if e.factor == 2:
+            if e.pingpong:
                 doubled[f"L1 {e.type}"] += 1
     for budget in program.budget.segments:
         for e in budget.entries:
-            if e.factor == 2 and e.type in pieces:
+            if e.pingpong and e.type in pieces:
                 t, n = pieces[e.type]
                 doubled[f"L2 {t}"] += n
     return {"l2": dict(l2), "doubled": dict(doubled)}

@@ -38,6 +38,7 @@ from .errors import (
     ChannelError,
     DesignError,
     DmaBoundsError,
+    DmaLimitError,
     HerdShapeError,
     TraceError,
     UnsupportedError,
@@ -110,7 +111,9 @@ class Options:
         progress=None,
         entry=None,
         link=True,
+        collect=False,
     ):
+        self.collect = collect
         self.link = (
             link  # False: check the design statically, without loading kernel libraries
         )
@@ -294,6 +297,9 @@ class Compiler:
         )  # id(herd op) -> enclosing air.segment op (None outside one)
         self.segment_ops = []
         self.launch_ops = []  # (op, sizes)
+        # Options.collect: the DMA limit errors found while tracing, kept instead of raised (a report of
+        # everything a design breaks, not only the first)
+        self.collected = []
         for op in module.body.operations:
             if op.OPERATION_NAME == "func.func":
                 self.funcs[op.sym_name] = op
@@ -1041,9 +1047,19 @@ class Compiler:
                 if s < 0:
                     raise DesignError(f"{what}: negative size in {plan['sizes']}")
             dims = P.canonical(plan["sizes"], plan["strides"])
-            P.check_limits(
-                dims, plan["sizes"], plan["strides"], lv, what, plan["dtype"].itemsize
-            )
+            try:
+                P.check_limits(
+                    dims,
+                    plan["sizes"],
+                    plan["strides"],
+                    lv,
+                    what,
+                    plan["dtype"].itemsize,
+                )
+            except DmaLimitError as e:
+                if not self.opt.collect:
+                    raise
+                self.collected.append(e)
             plan["dims"] = dims
         else:
             plan["dims"] = None

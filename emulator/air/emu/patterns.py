@@ -24,6 +24,7 @@ Limits applied to one side of a transfer, by the level of that side's memref
     on both, a zero stride is allowed only in the outermost dimension, which
     then is a repeat (task repeat count) and does not take a descriptor
     dimension; unless linear, every size <= 1023 (10-bit wrap fields).
+  L1 and L2: one BD moves at most 16383 / 131071 32-bit words (the BD's length field).
   Every level: every stride, in 32-bit words (stride x element bytes / 4), at
   most 2^(step bits) of that tile's BD (mlir-aie AIETargetModel getDmaBdStepBits;
   mlir-air's loop folding bounds the same in words, foldForLoopNestAsExtendedSizesAndStrides
@@ -44,7 +45,16 @@ from .types import L1, L2, L3, LEVEL_NAMES
 MAX_STRIDE = {L3: 1 << 20, L2: 1 << 17, L1: 1 << 13}
 SHIM_WRAP_BOUNDS = (64, 1024, 1024, 1024)
 BD_WRAP_MAX = {L2: 1023, L1: 255}
+# The largest dimension size aie.dma_bd's verifier lets through on a BD with dimensions: its check is
+# `size >= 2^9 + 1` under the message "Size may not exceed 1023" (mlir-aie AIEDialect.cpp at 7e00b57;
+# a later mlir-aie raises it to 1023 with a hardware measurement); generated designs at 512 compile,
+# at 513 and 600 they do not. The core tile keeps its 8-bit wrap.
+BD_SIZE_MAX = {L2: 512, L1: 255}
 MAX_DIMS = {L3: 4, L2: 4, L1: 3}
+# A BD's length field, in 32-bit words: 14 bits on a compute tile, 17 on a memtile (mlir-aie's
+# aie.dma_bd verifier against the target model's BD length; its lit test dma_bd_len_limits.mlir holds
+# 131071 / 131072 on a memtile; aiecc refuses a 16384-word compute-tile BD, seen here).
+MAX_BD_WORDS = {L2: (1 << 17) - 1, L1: (1 << 14) - 1}
 ENGINE = {L3: "shim DMA", L2: "memtile DMA", L1: "core-tile DMA"}
 
 
@@ -76,7 +86,9 @@ def _linear(dims):
     return len(dims) == 2 and dims[0][1] == 0 and dims[1][1] == 1
 
 
-def check_limits(dims, sizes, strides, level, what, itemsize=4, check_strides=True):
+def check_limits(
+    dims, sizes, strides, level, what, itemsize=4, check_strides=True, verifier=True
+):
     """Raise DmaLimitError if the canonical pattern `dims` cannot be one BD of
     the DMA engine at `level`.  `what` names the op and side; `itemsize` is the
     element size in bytes (strides are bounded in 32-bit words)."""
@@ -124,6 +136,15 @@ def check_limits(dims, sizes, strides, level, what, itemsize=4, check_strides=Tr
     # memtile / core tile
     repeat = dims[0][1] == 0
     core = dims[1:] if repeat else dims
+    # (a memtile's BD length is checked after air-split-l2-memref, in resources.py: a buffer's
+    # pieces have BDs of their own)
+    length = -(-count(core) * itemsize // 4)
+    if level == L1 and length > MAX_BD_WORDS[level]:
+        fail(
+            f"one BD moves {length} 32-bit words, the {ENGINE[level]}'s BD length field holds at most "
+            f"{MAX_BD_WORDS[level]} (aie.dma_bd verifier: 'buffer descriptor length ... exceeds the "
+            f"maximum of {MAX_BD_WORDS[level]} words supported by this tile type')"
+        )
     for sz, st in core:
         if st == 0:
             fail(
@@ -137,23 +158,58 @@ def check_limits(dims, sizes, strides, level, what, itemsize=4, check_strides=Tr
             f"{' (plus a repeat)' if repeat else ''}; the {ENGINE[level]} supports {limit}"
         )
     if not linear:
-        # A size over the wrap field is split into two dimensions (AIR's wrap-and-stride
-        # canonicalisation caps each wrap, maxSize 1023): one more dimension, if it factors.
-        wrap = BD_WRAP_MAX[level]
-        extra = 0
-        for sz, st in core:
-            if sz > wrap:
-                if not any(sz % a == 0 and sz // a <= wrap for a in range(2, wrap + 1)):
-                    fail(
-                        f"size {sz} in {dims} exceeds the {ENGINE[level]} wrap limit {wrap} and does not "
-                        f"factor into two sizes within it"
-                    )
-                extra += 1
-        if len(core) + extra > limit:
-            fail(
-                f"sizes over the {ENGINE[level]} wrap limit {wrap} in {dims}: splitting them needs "
-                f"{len(core) + extra} > {limit} buffer-descriptor dimensions"
+        why = wrap_problem(core, level, verifier)
+        if why:
+            fail(why)
+
+
+def air_wrap_split(size: int, wrap: int) -> list[int] | None:
+    """AIR's wrap-and-stride canonicalisation of one size over the wrap field: [a, size / a] with the
+    smallest a that brings size / a within it (maxSize 1023), None when none does. Inferred from aiecc's
+    verdicts on generated designs: 1024 -> 2 x 512 and 2048 -> 4 x 512 compile, 1536 -> 2 x 768 does not
+    (host/aircc_fuzz.py; tests/design/test_aircc_fuzz.py)."""
+    return next(
+        (
+            [a, size // a]
+            for a in range(2, wrap + 1)
+            if size % a == 0 and size // a <= wrap
+        ),
+        None,
+    )
+
+
+def wrap_problem(core, level, verifier=True) -> str | None:
+    """Why a non-linear BD pattern `core` ([(size, stride)], no repeat) cannot be one BD of `level`:
+    a size over the wrap field is split in two by AIR (one more dimension), within the dimensions the
+    BD has; with `verifier`, each dimension must then also pass aie.dma_bd's verifier (AIR's loop
+    folding decides on the first two alone)."""
+    wrap, limit = BD_WRAP_MAX[level], MAX_DIMS[level]
+    bound = BD_SIZE_MAX[level] if verifier else wrap
+    sizes = []
+    for sz, _ in core:
+        if sz <= wrap:
+            sizes.append(sz)
+            continue
+        parts = air_wrap_split(sz, wrap)
+        if parts is None:
+            return (
+                f"size {sz} in {core} exceeds the {ENGINE[level]} wrap limit {wrap} and does not factor "
+                f"into two sizes within it"
             )
+        sizes += parts
+    if len(sizes) > limit:
+        return (
+            f"sizes over the {ENGINE[level]} wrap limit {wrap} in {core}: splitting them needs "
+            f"{len(sizes)} > {limit} buffer-descriptor dimensions"
+        )
+    over = [sz for sz in sizes if sz > bound]
+    if over:
+        return (
+            f"dimension size {over[0]} (of {core}, sizes {sizes} once AIR splits those over {wrap}) is "
+            f"over {bound}: aie.dma_bd's verifier refuses it ('Size may not exceed 1023', which it "
+            f"enforces as at most {bound} at mlir-aie 7e00b57: 512 compiles, 513 and 600 do not)"
+        )
+    return None
 
 
 def words(stride, itemsize):

@@ -267,6 +267,7 @@ def _fits(dims, level):
             level,
             "",
             check_strides=False,
+            verifier=False,
         )
     except DesignError:
         return False
@@ -285,7 +286,10 @@ class _Chain:
 
 
 def _chain(w, end, loops, pp_loop, dims=None):
-    """The BD chain of `end` (its own pattern, or `dims`: a piece's copy after air-split-l2-memref)."""
+    """The BD chain of `end` (its own pattern, or `dims`: a piece's copy after air-split-l2-memref),
+    once per buffer aiecc places for its memory (w.copies: two for a ping-pong pair, three with an odd
+    count's epilogue, and every copy a labelled loop's unroll makes of a nested loop).
+    """
     dims = w.pattern(end) if dims is None else dims
     bds, folding = 1, True
     for loop in reversed(loops):
@@ -294,8 +298,7 @@ def _chain(w, end, loops, pp_loop, dims=None):
             continue
         if (
             loop is pp_loop
-        ):  # two buffers alternate: two BDs each step, the loop is their cycle
-            bds *= 2
+        ):  # the buffers alternate, a BD each (counted below); their cycle
             folding = False
             continue
         lo = w.value(loop.operands[0], {})
@@ -323,13 +326,40 @@ def _chain(w, end, loops, pp_loop, dims=None):
         elif coef != 0:
             bds *= trip  # it moves a pattern that is already a chain
         # coef == 0 after the chain: the whole chain again, the DMA's own repeat, no new BD
-    return _Chain(bds, dims)
+    return _Chain(bds * w.copies(end), dims)
 
 
 def _check_strides(w, end, chain, tile):
     """The folded BD's strides against the tile's step field, in 32-bit words (see patterns.py)."""
     limit = P.MAX_STRIDE[end.level]
     isz = end.dtype.itemsize
+    if end.level in P.MAX_BD_WORDS:
+        dims = list(chain.dims)
+        while (
+            dims and dims[0][1] == 0
+        ):  # a leading repeat is the task's, not the BD's length
+            dims.pop(0)
+        why = P.wrap_problem(dims, end.level) if len(dims) > 1 else None
+        if why:
+            w.problems.append(
+                (
+                    f"BD size on the {tile} ({end.where()})",
+                    f"{end.where()}: the {tile} BD of its {LEVEL_NAMES[end.level]} side, once the "
+                    f"surrounding loops are folded into it: {why}",
+                )
+            )
+        length = -(-P.count(dims) * isz // 4)
+        if length > P.MAX_BD_WORDS[end.level]:
+            w.problems.append(
+                (
+                    f"BD length {length} words > {P.MAX_BD_WORDS[end.level]} on the {tile} ({end.where()})",
+                    f"{end.where()}: the {tile} BD of its {LEVEL_NAMES[end.level]} side moves {length} "
+                    f"32-bit words {[list(d) for d in dims]}, the BD length field holds at most "
+                    f"{P.MAX_BD_WORDS[end.level]} (aie.dma_bd verifier: 'buffer descriptor length ... "
+                    f"exceeds the maximum of {P.MAX_BD_WORDS[end.level]} words supported by this tile "
+                    f"type')",
+                )
+            )
     for size, stride in chain.dims:
         if size > 1 and P.words(stride, isz) > limit:
             w.problems.append(
@@ -456,6 +486,9 @@ def analyse(compiler, options, check=True):
     w = _Walk(compiler.entry)
     w.compiler = compiler
     pp_l1, pp_l2, labelled = {}, {}, []
+    copies_of = (
+        {}
+    )  # id(alloc) -> the buffers aiecc places for it (ping-pong, epilogue, unrolled nests)
     sunk = sunk_herd_operands(compiler)
     for scopes, level, homes in (
         ([op for op, _ in compiler.herd_ops], L1, pp_l1),
@@ -473,6 +506,7 @@ def analyse(compiler, options, check=True):
                 f = pp.home.get(id(a))
                 if f is not None and id(f) in pp.labelled:
                     homes[id(a)] = f
+                copies_of[id(a)] = pp.factor(a)[0]
 
     def pp_loop(end):
         root, _ = w.root(end.side.memref)
@@ -481,10 +515,18 @@ def analyse(compiler, options, check=True):
             return None
         return (pp_l1 if end.level == L1 else pp_l2).get(id(o))
 
+    def copies(end):
+        root, _ = w.root(end.side.memref)
+        return 1 if isinstance(root.owner, Block) else copies_of.get(id(root.owner), 1)
+
+    w.copies = copies
+
     columns = getattr(options, "columns", COLUMNS)
     w.end_index = {id(e): i for i, e in enumerate(w.ends)}
     w.herd_x = _herd_columns(compiler, columns)
     w.segment_tiles = _check_total_pes(w, compiler)
+    _check_segments_per_launch(w, compiler)
+    _check_packet_upgrade(w, compiler)
     w.refeeds = annotate_refeed(w, lambda e: e.where())
     w.problems += w.refeeds.problems
     _check_fill_once_read_many(w)
@@ -533,6 +575,93 @@ def _check_total_pes(w, compiler):
                 )
             )
     return {seg: sum(n for n, _ in groups.values()) for seg, groups in per_seg.items()}
+
+
+PLACEMENT_ATTRS = ("x_loc", "y_loc", "x_size", "y_size")
+
+
+def _check_segments_per_launch(w, compiler):
+    """Several segments in one launch: air-place-herds gives a segment without its own placement the
+    whole device from its options (8 x 6 anchored at column 0, row 2: AIRHerdPlacementPass.cpp
+    ~228-245, segment by segment), so the herds of every such segment take the same tiles from column
+    0, and air-to-aie then finds no shim channel for the second one's L3 transfers ("failed to get
+    S2MM tile for L3 allocation", "failed to link to any shim dma allocation": seen on every such
+    design of host/generated_designs.py)."""
+    for launch_op, _ in compiler.launch_ops:
+        segs = [s for s in compiler.segment_ops if _inside(s, launch_op)]
+        unplaced = [
+            s for s in segs if not all(a in s.attributes for a in PLACEMENT_ATTRS)
+        ]
+        if len(segs) > 1 and unplaced:
+            names = ", ".join(f"@{s.sym_name or 'segment'}" for s in segs)
+            w.problems.append(
+                (
+                    f"{len(segs)} segments in one launch",
+                    f"{len(segs)} segments in one launch: the air.launch at {launch_op._loc} holds "
+                    f"{names} without "
+                    f"their own placement (x_loc, y_loc, x_size, y_size): air-place-herds places each "
+                    f"on the whole device from column 0 (AIRHerdPlacementPass.cpp ~228-245), so their "
+                    f"herds take the same tiles and air-to-aie finds no shim channel for the second "
+                    f"segment's L3 transfers. Use one segment per launch, or one launch per segment",
+                )
+            )
+
+
+# aircc's shim DMA channels per column and direction (AIRDmaToChannel.cpp clShimDmaChannelsPerCol).
+SHIM_CHANNELS_PER_COLUMN = 2
+
+
+def _check_packet_upgrade(w, compiler):
+    """air-dma-to-channel upgrades a segment's herd <-> L3 channels to packet-switched flows when more
+    of them go one way than a shim column has channels (AIRDmaToChannel.cpp ~1570-1745: a DMA between
+    a herd and L3 is one channel whose L3 side moves to the launch, and so does the L3 side of an
+    explicit channel put or got in a segment (seen in aircc's output): each counts; the upgrade is per
+    direction). Packet flows time-share one DMA channel
+    per tile and direction and draw 5-bit packet ids; the model does not lower them, so it refuses the
+    design as not modelled rather than count channels aircc does not use. Broadcast channels, which
+    the pass counts by their column span, are counted one each here: the model may name an upgrade
+    aircc would not make, never miss one."""
+    by_segment = {}
+    for e in w.ends:
+        if e.level != L1 or e.herd is None or e.segment is None:
+            continue
+        if e.chan is None:
+            other = e.op.src if e.direction == "s2mm" else e.op.dst
+            if level_of(other.memref.type) != L3:
+                continue
+            key = ("dma", id(e.op))
+        else:
+            far = "mm2s" if e.direction == "s2mm" else "s2mm"
+            if not any(
+                o.chan == e.chan
+                and o.direction == far
+                and o.level == L3
+                and o.herd is None
+                for o in w.ends
+            ):
+                continue
+            key = ("chan", e.chan)
+        way = "input" if e.direction == "s2mm" else "output"
+        by_segment.setdefault(
+            id(e.segment), (e.segment, {"input": set(), "output": set()})
+        )
+        by_segment[id(e.segment)][1][way].add(key)
+    for seg, ways in by_segment.values():
+        for way, keys in ways.items():
+            if len(keys) > SHIM_CHANNELS_PER_COLUMN:
+                w.problems.append(
+                    (
+                        f"not modelled: {len(keys)} {way} channels of @{seg.sym_name or 'segment'} "
+                        f"become packet flows",
+                        f"not modelled: segment @{seg.sym_name or 'segment'} at {seg._loc} moves "
+                        f"{len(keys)} {way} channels between its herds and L3, more than the "
+                        f"{SHIM_CHANNELS_PER_COLUMN} shim channels of a column: aircc upgrades them to "
+                        f"packet-switched flows (air-dma-to-channel, AIRDmaToChannel.cpp ~1570-1745), "
+                        f"which time-share one DMA channel per tile and take 5-bit packet ids. The "
+                        f"emulator does not model that lowering: check the design with aircc "
+                        f"(make aircc-check), or stage the transfers through L2",
+                    )
+                )
 
 
 def _segment_loops(end):
@@ -929,6 +1058,7 @@ def _memtiles(w, pp_loop, columns):
                 piece_bytes=root.type.num_elements
                 * np_dtype(root.type.element_type).itemsize,
                 note="refused: " + r.short,
+                pieces=r.pieces,
             )
         w.splits.append((root, dec))
         tiled.update(dec.tiled)

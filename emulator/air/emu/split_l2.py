@@ -127,6 +127,9 @@ class Decision:
     piece_of: dict = field(default_factory=dict)
     # id(end) -> [canonical dims of each piece's copy]: the tiled single side (and its L3 partner)
     tiled: dict = field(default_factory=dict)
+    # (piece shape, count) aircc makes, set once the pieces are known, also when the model then refuses
+    # the split as moving the wrong data (the buffer is then counted whole)
+    pieces: tuple | None = None
 
     @property
     def split(self):
@@ -139,6 +142,9 @@ class Refusal(Exception):
     def __init__(self, short, detail):
         super().__init__(detail)
         self.short, self.detail = short, detail
+        self.pieces = (
+            None  # (piece shape, count) when the pass gets as far as cutting the buffer
+        )
 
 
 def partners(w, end):
@@ -147,6 +153,10 @@ def partners(w, end):
     if end.chan is None:
         return [e for e in w.ends if e.op is end.op and e is not end]
     return [e for e in w.ends if e.chan == end.chan and e.direction != end.direction]
+
+
+def _launch_of(end):
+    return next((h for h in end.hier if h.OPERATION_NAME == "air.launch"), None)
 
 
 def _row_major(shape):
@@ -291,10 +301,12 @@ class SplitModel:
         links = [self._partner(s.end) for s in single]
         if any(p is not None and p.level == L3 for p in links):
             direction = links[0].direction
+            # the cap is a launch's: each launch is a device of its own
+            here = _launch_of(links[0])
             total = sum(
                 f
                 for e in self.w.ends
-                if e.level == L3 and e.direction == direction
+                if e.level == L3 and e.direction == direction and _launch_of(e) is here
                 for f in [self.launch[id(e)]]
             )
             now = sum(self.launch[id(p)] for p in links)
@@ -319,15 +331,59 @@ class SplitModel:
                 f"{first.strides[pos]} of the offset its endpoints differ in"
             )
             return d
-        self._rewrite(d, root, shape, rs, dim, factor, multi, single, links)
-        for p in links:
-            if p is not None and p.level == L3:
-                self.launch[id(p)] = factor
+        try:
+            self._rewrite(d, root, shape, rs, dim, factor, multi, single, links)
+        except Refusal as r:
+            r.pieces = d.pieces
+            raise
+        finally:
+            # aircc makes the split whether or not the model refuses it: its L3 side takes the channels
+            for p in links:
+                if p is not None and p.level == L3:
+                    self.launch[id(p)] = factor
         return d
 
     def _partner(self, end):
         others = partners(self.w, end)
         return others[0] if len(others) == 1 else None
+
+    def _mixed_offset(self, ep, pos):
+        """The affine.apply giving `ep`'s offset at pattern position `pos` when it takes both a herd id
+        the split's unroll makes constant and another value (None otherwise)."""
+        side, end = ep.end.side, ep.end
+        if side.implicit or end.herd is None:
+            return None
+        i = pos - (len(side.sizes) - len(side.offsets))
+        v = side.offsets[i] if 0 <= i < len(side.offsets) else 0
+        o = getattr(v, "owner", None)
+        if o is None or isinstance(o, Block) or o.OPERATION_NAME != "affine.apply":
+            return None
+        # the herd ids the unroll fixes: those all of the endpoint's PEs share
+        fixed = {
+            a._uid
+            for d, a in enumerate(end.herd.ids)
+            if len({env.get(a._uid) for env in ep.envs}) == 1
+        }
+        kinds = {x._uid in fixed for x in self._leaves(v)}
+        return o if kinds == {True, False} else None
+
+    def _leaves(self, v):
+        """The values an offset depends on once canonicalize has run: through affine.apply chains,
+        without constants and the counters of one-trip loops (folded away before the split).
+        """
+        o = v.owner
+        if isinstance(o, Block):
+            loop = self.w.loop_of_iv.get(v._uid)
+            return (
+                []
+                if loop is not None and getattr(loop, "_emu_trip", None) == 1
+                else [v]
+            )
+        if o.OPERATION_NAME == "affine.apply":
+            return [x for y in o.operands for x in self._leaves(y)]
+        if o.OPERATION_NAME == "arith.constant":
+            return []
+        return [v]
 
     def _non_channel_user(self, root, ends):
         """A use of the buffer other than a DMA or channel op (dealloc and hierarchy operands
@@ -390,6 +446,19 @@ class SplitModel:
                     f"stride to rebase into its piece (AIRMiscPasses.cpp dereferences the missing "
                     f"dimension: undefined behaviour). Give the access a dimension of stride "
                     f"{split_stride}, or keep the buffer whole with air.no_split",
+                )
+            mixed = self._mixed_offset(ep, pos)
+            if mixed is not None:
+                raise Refusal(
+                    f"split of {name}: {ep.end.where()} offsets by an affine.apply of the herd id "
+                    f"and other values",
+                    f"{ep.end.where()}: air-split-l2-memref splits the {name} along dimension {dim} "
+                    f"and unrolls the herd's transfers into one per piece, which turns the herd id "
+                    f"into a constant inside the affine.apply at {mixed._loc} that also takes other "
+                    f'values; the pass then stops with "found constant operands to affine map, which '
+                    f"aren't canonicalized away\" (AIRMiscPasses.cpp ~1999-2006). Index that dimension "
+                    f"by the herd id alone (the offset of the other values in another dimension), "
+                    f"or keep the buffer whole with air.no_split",
                 )
             keys.setdefault(p.offsets[pos], []).append(ep)
         # the single side: `factor` tiled copies, and the same for its other end
@@ -458,6 +527,8 @@ class SplitModel:
             piece_extent = extent
         item = np_dtype(root.type.element_type).itemsize
         d.piece_bytes = root.type.num_elements // extent * piece_extent * item
+        # what aircc makes, whether or not the model then refuses it
+        d.pieces = (shape[:dim] + [piece_extent] + shape[dim + 1 :], factor)
         # check: every op stays inside its piece, and the tiled single side moves what it moved
         for ep in multi:
             p = ep.pattern

@@ -33,6 +33,12 @@ void fill_i32_16(int32_t *p, int32_t v) {
     p[i] = v;
 }
 
+// p[i] = v for n int32 values (host/generated_designs.py's `call` buffers).
+void fill_i32(int32_t *p, int32_t n, int32_t v) {
+  for (int i = 0; i < n; i++)
+    p[i] = v;
+}
+
 // p[i] += 1 for 64 int32 values.
 void inc_i32_64(int32_t *p) {
   for (int i = 0; i < 64; i++)
