@@ -7,6 +7,7 @@
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make compile print             aircc build for NPU2 / print the AIR module
 #   make aircc-check               every design through the real aircc + aiecc (no NPU needed)
+#   make fuzz-aircc N=1000         the compiler judges the emulator on N generated designs
 #   make bench                     every Llama-3.2-1B projection: table, build/bench.csv, build/bench.png
 #   make test-formats              the format tests that call torch / compressed-tensors / transformers live
 #   make fixtures                  rewrite tests/fixtures/ with those libraries (tests/fixtures/PROVENANCE.md)
@@ -64,7 +65,7 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: help format format-check aircc-check upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
+.PHONY: help format format-check aircc-check fuzz-aircc upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -143,17 +144,24 @@ compile: deps
 aircc-check: deps
 	$(PYTHON) host/aircc_check.py $(RUN_ARGS)
 
+# The compiler judges the emulator on N generated designs (host/aircc_fuzz.py, docs/emulator.md#judged-by-the-compiler):
+# each through the emulator, aircc's AIR passes and aircc + aiecc; prints every disagreement and the tally.
+N ?= 1000
+SEED ?= 0
+fuzz-aircc: deps
+	$(PYTHON) host/aircc_fuzz.py -n $(N) --seed $(SEED) $(RUN_ARGS)
+
 # mlir-air's own hardware-tested examples, unchanged, on the emulator (docs/emulator.md#the-acceptance-corpus).
 upstream-check: deps
 	@test -n "$(AIR_SRC)" || { echo "upstream-check: give AIR_SRC=<a checkout of mlir-air> [AIE_SRC=<a checkout of mlir-aie>]"; exit 2; }
-	$(PYTHON) emulator/upstream_check.py --air-src $(AIR_SRC) $(if $(AIE_SRC),--aie-src $(AIE_SRC))
+	$(PYTHON) host/upstream_check.py --air-src $(AIR_SRC) $(if $(AIE_SRC),--aie-src $(AIE_SRC))
 
 # The kernel cost model's calibration: the public kernels measured on NPU2, profiled at their measured
 # commits from your clones (full history, or the measured version checked out) into
 # int4awq/design/kernel_calibration.json (docs/performance.md#the-kernel-cost-model).
 calibrate: deps
 	@test -n "$(AIR_SRC)" -a -n "$(AIE_SRC)" || { echo "calibrate: give AIR_SRC=<a clone of mlir-air> AIE_SRC=<a clone of mlir-aie>"; exit 2; }
-	$(PYTHON) emulator/calibrate_kernels.py --air-src $(AIR_SRC) --aie-src $(AIE_SRC)
+	$(PYTHON) host/calibrate_kernels.py --air-src $(AIR_SRC) --aie-src $(AIE_SRC)
 
 # Installs the Python dependencies once per requirements.txt change and interpreter (.venv first, if used).
 # --system-site-packages: what the system python already has (e.g. mlir-air wheels) stays visible.

@@ -113,7 +113,7 @@ def designs(all_configs: bool = False) -> list[Design]:
     from int4awq.design import gemv
     from int4awq.kernel import record
     from host import kernel_probe as kp
-    from host.bringup import GEMV_PROBE_ROWS, PROBE_GEMM, PROBE_GEMV
+    from host.kernel_probe import GEMV_PROBE_ROWS, PROBE_GEMM, PROBE_GEMV
 
     out = []
     for target, variables in (
@@ -391,6 +391,13 @@ def main(argv=None) -> int:
         if r.compiled:
             insts = ", ".join(f"{n} {b} B" for n, b in r.compiled.insts.items())
             print(f"  compiled ({' '.join(r.compiled.flags)}): insts {insts}")
+        if r.compiled:
+            for text, n in compiler.warnings_in(r.compiled.outdir).items():
+                meaning = compiler.warning_meaning(text)
+                print(
+                    f"  warning ({n} x): {text}"
+                    + (f"\n    {meaning}" if meaning else "")
+                )
         if r.compiled and not r.traffic:
             print(
                 "  runtime sequence: every C element written once, inputs read as the model counts"

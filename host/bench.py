@@ -24,6 +24,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from int4awq.design import compiler  # noqa: E402
 from int4awq.design.kernel_cost import CLOCK_HZ, calibration  # noqa: E402
 from int4awq.design.llama import LAYERS  # noqa: E402
 from int4awq.errors import (
@@ -400,6 +401,14 @@ def _main(argv) -> int:
         f"bound: the larger of the model's two times, DDR (bytes / {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s) "
         "or compute (the kernel model)"
     )
+    if args.emulate and not on_npu:
+        missing = compiler.tools_missing()
+        print(
+            f"--emulate: not compiled with aircc + aiecc ({missing}): the emulator's own model decides"
+            if missing
+            else "--emulate: each row compiles with aircc + aiecc first (build/aircc-runs/); a row the "
+            "compiler refuses stops the bench with its error"
+        )
     columns = table_columns(PREFILL_TABLE, on_npu or args.emulate)
     print(table_header(columns))
     rows, failures = [], 0

@@ -11,8 +11,9 @@ accessed in one of five ways, and sent back to DDR from there:
 * `get`:   filled by `air.channel.get`, fed by one `air.channel.put` per PE at segment level;
 * `store`: every element written by `memref.store` in a loop of its own (the buffer holds `value`);
 * `call`:  written by a `func.call` of the host kernel `fill_i32` (the buffer holds `value`);
-* `load`:  a `memref.load` reads it before its fill: a read of memory nothing wrote (a design error no
-           compiler pass sees; the emulator refuses to run it), kept for the ping-pong decision.
+* `load`:  a `memref.load` reads it before its fill (what the buffer held, stored back into it, then
+           overwritten by the fill): a first access that is not a definite write, for the ping-pong
+           decision.
 
 A filled buffer takes `fills` transfers per iteration, one per equal piece, either one after the other in
 the loop body or in an inner loop of `fills` trips (`fill_nested`). The pieces' sizes are what brings the

@@ -35,7 +35,7 @@ try:
     from ml_dtypes import bfloat16
 
     from int4awq.kernel import record
-    from int4awq.design import gemv
+    from int4awq.design import compiler, gemv
     from int4awq.design.design import (
         DesignConfig,
         add_design_arguments,
@@ -144,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--save",
         metavar="DIR",
         help="write a.npy [M, K], c.npy [M, N] (bf16 values as float32) and w_dequant.npy [K, N] float32",
+    )
+    p.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="emulate without compiling the design with aircc + aiecc first (by default a run compiles "
+        "it where the compiler is installed, and stops with the compiler's first error)",
     )
     p.add_argument(
         "--report",
@@ -507,15 +513,34 @@ def emulator_backend(cfg):
 
 
 def run_emulator(
-    cfg: DesignConfig, a: np.ndarray, w_packed: np.ndarray, report, quiet: bool
+    cfg: DesignConfig,
+    a: np.ndarray,
+    w_packed: np.ndarray,
+    report,
+    quiet: bool,
+    compile_first: bool = True,
 ) -> np.ndarray:
     """C from the emulator. report: a dict to receive the emulator's "budget", "resources" and "stats"
-    (or falsy)."""
+    (or falsy). compile_first: aircc + aiecc compile the design first, where they are installed, and
+    what they refuse is refused (ConfigError, exit 2) before anything is emulated."""
     backend = emulator_backend(cfg)
     from air.emu import EmulatorError
 
+    module = builder_of(cfg).build_module(cfg)
+    if compile_first:
+        try:
+            line = compiler.compile_first(
+                cfg.name,
+                str(module),
+                builder_of(cfg).backend_options(cfg),
+                os.path.join(REPO, "build", "aircc-runs"),
+            )
+        except compiler.CompileError as e:
+            raise ConfigError(str(e)) from None
+        if not quiet:
+            print(line)
     try:
-        invoke = backend.compile_and_load(builder_of(cfg).build_module(cfg))
+        invoke = backend.compile_and_load(module)
         if isinstance(report, dict):
             report["budget"] = backend.emu_budget
             report["resources"] = backend.emu_resources
@@ -802,7 +827,12 @@ def run_gemm(
     a_padded, w_packed = record.padded_operands(cfg, a, w)
     if backend == "emu":
         c = run_emulator(
-            cfg, a_padded, w_packed, emu if emu is not None else False, quiet
+            cfg,
+            a_padded,
+            w_packed,
+            emu if emu is not None else False,
+            quiet,
+            compile_first=not args.no_compile,
         )
     else:
         c, _ = run_npu(cfg, a_padded, w_packed, build_dir, args.iters, args.warmup)

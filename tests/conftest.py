@@ -56,3 +56,29 @@ def pytest_sessionfinish(session, exitstatus):
             "(the default tests read tests/fixtures/ instead)",
             file=sys.stderr,
         )
+
+
+@pytest.fixture
+def compiler_required():
+    """The real compiler must run: skip without it (naming what is missing), fail in CI."""
+    import compiler_tools
+
+    compiler_tools.require()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many designs aircc + aiecc compiled in this session (tests record each with the property
+    `aircc_compiled`; `air_opt_only`: aircc's AIR passes alone)."""
+    props = [
+        p
+        for rep in terminalreporter.stats.get("passed", [])
+        for p in getattr(rep, "user_properties", ())
+    ]
+    compiled = sum(1 for k, _ in props if k == "aircc_compiled")
+    passes = sum(1 for k, _ in props if k == "air_opt_only")
+    generated = sum(v for k, v in props if k == "aircc_generated")
+    if compiled or passes or generated:
+        terminalreporter.write_line(
+            f"the real compiler: {compiled} of the project's designs compiled with aircc + aiecc, "
+            f"{passes} more through aircc's AIR passes only; {generated} generated designs judged"
+        )

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 from ..errors import REPO
 
@@ -381,3 +382,74 @@ def compile_module(
     if r.returncode != 0:
         raise CompileError(f"aiecc: {first_error(r.stdout + r.stderr)}")
     return Compiled(outdir, flags)
+
+
+# -- runs compile first ------------------------------------------------------------------------------
+
+
+def compile_first(name: str, module_text: str, options: dict, cache_dir: str) -> str:
+    """Compile a design with aircc + aiecc before it is emulated, as a run on NPU2 would: the line to
+    print when it compiles (or when the compiler is not installed here), CompileError naming the design
+    when it does not. A module compiled before (same text, same flags) is not compiled again: its
+    folder under cache_dir keeps the outputs."""
+    missing = tools_missing()
+    if missing:
+        return f"not compiled with aircc + aiecc ({missing}): the emulator's own model of aircc decides"
+    import hashlib
+
+    flags = aircc_flags(options)
+    key = hashlib.sha256((module_text + "\0" + " ".join(flags)).encode()).hexdigest()
+    outdir = os.path.join(cache_dir, key[:16])
+    done = os.path.join(outdir, "compiled")
+    if os.path.exists(done):
+        return f"compiled with aircc + aiecc (earlier, same module: {outdir})"
+    t0 = time.perf_counter()
+    try:
+        compile_module(module_text, options, outdir)
+    except CompileError as e:
+        raise CompileError(f"{name}: the compiler refuses it: {e}") from None
+    open(done, "w").close()
+    return f"compiled with aircc + aiecc in {time.perf_counter() - t0:.1f} s ({outdir})"
+
+
+# What the compiler's warnings mean, for the ones this project's designs meet (make aircc-check prints
+# each with its line here).
+WARNING_MEANINGS = {
+    "Bank-aware allocation failed": (
+        "aiecc's buffer placement (AIEAssignBufferAddresses, mlir-aie) first starts each buffer in a "
+        "memory bank of its own, round the 16 KiB banks of a core (64 KiB of a memtile); when that "
+        "leaves a buffer no room it falls back to placing them one after the other: the design fits, "
+        "and buffers then share banks, where a core's loads and a DMA meet (cycles, not correctness)"
+    ),
+    "Not all requested buffers fit": "the same fallback's first line",
+    "Failed to allocate buffer": "the same fallback: the buffer the bank-by-bank placement found no room for",
+    "auto-upgrading": (
+        "air-dma-to-channel turns the named channels into packet flows (more herd <-> L3 channels one "
+        "way than a shim column's 2)"
+    ),
+}
+
+
+def warnings_in(outdir: str) -> dict[str, int]:
+    """The distinct warnings aircc and aiecc printed for a compile in outdir (location prefixes and
+    buffer names dropped), with how many times each was printed."""
+    import re
+    from collections import Counter
+
+    out = Counter()
+    for log in ("aircc.log", "aiecc.log"):
+        path = os.path.join(outdir, log)
+        if not os.path.exists(path):
+            continue
+        for line in open(path):
+            if "warning:" not in line:
+                continue
+            text = line.split("warning:", 1)[1].strip()
+            text = re.sub(r'"[^"]*"', '"..."', text)
+            text = re.sub(r"\d+ bytes", "N bytes", text)
+            out[text] += 1
+    return dict(out)
+
+
+def warning_meaning(text: str) -> str:
+    return next((m for k, m in WARNING_MEANINGS.items() if k in text), "")

@@ -174,11 +174,19 @@ def check_chunk_and_group(tile_k: int, gs: int) -> None:
         )
 
 
+# aiecc keeps the stack at address 0 and the buffers from the second 16 KiB bank (docs/design.md)
+STACK_MAX = 16 * 1024
+
+
 def check_stack_size(stack_size: int | None) -> None:
-    """A stack_size override: at least 1 KiB (the toolchains' default) and 16-byte aligned."""
-    if stack_size is not None and (stack_size < 1024 or stack_size % 16):
+    """A stack_size override: at least 1 KiB (the toolchains' default), 16-byte aligned, and within the
+    first 16 KiB bank of L1, where aiecc keeps it."""
+    if stack_size is not None and (
+        stack_size < 1024 or stack_size % 16 or stack_size > STACK_MAX
+    ):
         raise ConfigError(
-            f"stack_size = {stack_size}: must be a multiple of 16 and at least 1024 bytes"
+            f"stack_size = {stack_size}: must be a multiple of 16, at least 1024 bytes and at most "
+            f"{STACK_MAX} (aiecc places buffers from 0x4000: a larger stack overlaps them)"
         )
 
 

@@ -73,7 +73,7 @@ QPROJ = dict(
         (dict(tile_m=128, tile_n=128, m=1024, n=512), "needs .* bytes of L1"),
         (
             dict(stack_size=1000),
-            "stack_size = 1000: must be a multiple of 16 and at least 1024 bytes",
+            "stack_size = 1000: must be a multiple of 16, at least 1024 bytes and at most 16384",
         ),
         (
             dict(tile_n=128, tile_k_l1=32, tile_k_l2=256, stack_size=16384),

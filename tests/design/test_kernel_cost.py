@@ -152,8 +152,7 @@ def test_calibration_sources_are_taken_only_at_the_measured_version(tmp_path):
     import subprocess
     import sys
 
-    sys.path.insert(0, str(kc.os.path.join(kc.REPO, "emulator")))
-    from calibrate_kernels import TABLE, KERNELS, git_blob_id, source_bytes
+    from host.calibrate_kernels import TABLE, KERNELS, git_blob_id, source_bytes
 
     assert (
         TABLE == kc.CALIBRATION
@@ -167,7 +166,7 @@ def test_calibration_sources_are_taken_only_at_the_measured_version(tmp_path):
     with pytest.raises(LookupError, match="not the measured version"):
         source_bytes(str(tmp_path), path, blob, KERNELS[0].commit)
     res = subprocess.run(
-        [sys.executable, "emulator/calibrate_kernels.py", "--air-src", str(tmp_path)]
+        [sys.executable, "host/calibrate_kernels.py", "--air-src", str(tmp_path)]
         + ["--aie-src", str(tmp_path), "--out", str(tmp_path / "out.json")],
         cwd=kc.REPO,
         capture_output=True,

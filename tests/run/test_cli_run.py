@@ -5,9 +5,11 @@ result within 100 columns. In-process calls of main(argv) unless the case is abo
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -18,6 +20,8 @@ from host import run as host_run
 from int4awq.formats.quant import AwqWeights, random_weights
 from int4awq.run.reference import bfp16_blocks, bfp16_loss, check, explain_failure
 
+import compiler_tools
+import host_args
 from host_args import REPO, RUN, SMALL
 
 GS_RULE = "must be a multiple of 16 (the kernel's dequantisation converts two 8-deep K blocks per step)"
@@ -591,3 +595,52 @@ def test_a_weight_is_validated_once_per_run(capsys, monkeypatch, fmt, cls):
     # and it is a value: its arrays cannot be changed behind the checks
     with pytest.raises(ValueError, match="read-only"):
         random_weights(64, 16, 32, seed=1).q[0, 0] = 1
+
+
+# -- runs compile first (issue 40) ---------------------------------------------------------------------
+RUN1X1 = ["--m", "64", "--k", "512", "--n", "64", "--tile-m", "64", "--tile-n", "64"]
+RUN1X1 += ["--tile-k-l1", "64", "--tile-k-l2", "512", "--herd-m", "1", "--herd-n", "1"]
+RUN1X1 += ["--backend", "emu"]
+
+
+def test_a_run_compiles_first_and_says_so():
+    compiler_tools.require()
+    code, out, err = host_args.run(*RUN1X1)
+    assert code == 0, out + err
+    assert re.search(
+        r"^compiled with aircc \+ aiecc (in [\d.]+ s|\(earlier)", out, re.M
+    )
+    assert out.rstrip().endswith("PASS!")
+
+
+def test_a_design_the_compiler_refuses_exits_2_with_its_error_and_the_design():
+    # a 16400-byte stack: within the L1 budget, but aiecc keeps the stack at 0 and buffers from 0x4000
+    compiler_tools.require()
+    # the host rule refuses it first (record.check_stack_size, which follows aiecc); a design that
+    # slipped past the host rules meets the compile-first step itself
+    code, out, err = host_args.run(*RUN1X1, "--stack-size", "16400")
+    assert code == 2 and "at most 16384" in err
+    from int4awq.design import compiler
+
+    good = host_args.target_config("run1x1")
+    import matmul_int4_packed as builder
+
+    with pytest.raises(
+        compiler.CompileError, match=r"m64_k512.*refuses it: .*overlaps with stack"
+    ):
+        compiler.compile_first(
+            good.name,
+            str(builder.build_module(good)),
+            dict(builder.backend_options(good), stack_size=16400),
+            tempfile.mkdtemp(),
+        )
+
+
+def test_no_compile_skips_the_compiler_and_without_it_one_line_says_so(monkeypatch):
+    code, out, err = host_args.run(*RUN1X1, "--no-compile")
+    assert code == 0 and "compiled" not in out
+    from int4awq.design import compiler
+
+    monkeypatch.setattr(compiler, "tools_missing", lambda *n: "aircc not found (...)")
+    line = compiler.compile_first("x", "module {}", {}, tempfile.mkdtemp())
+    assert line.startswith("not compiled with aircc + aiecc (aircc not found")

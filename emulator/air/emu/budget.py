@@ -45,6 +45,11 @@ from .types import L1, L2, level_of
 
 L1_BYTES = 64 * 1024
 MEMTILE_BYTES = 512 * 1024
+# aiecc (mlir-aie 7e00b57) keeps a core's stack at address 0 and places buffers from the start of the
+# second 16 KiB bank (0x4000) whichever allocator runs (bank-aware, then basic sequential): a stack over
+# one bank overlaps them, "buffer ... at address 0x4000 overlaps with stack". Generated designs with any
+# buffers compile at 16384 and fail at 16400, 20480, 24576 and 32768 (host/aircc_fuzz.py).
+STACK_MAX = 16 * 1024
 
 _HIER = ("air.launch", "air.segment", "air.herd")
 
@@ -397,8 +402,18 @@ class BudgetReport:
         self.notes = notes
 
     @property
+    def stack_problem(self):
+        if self.herds and self.stack_size > STACK_MAX:
+            return (
+                f"stack_size {self.stack_size} is over one 16 KiB bank ({STACK_MAX} bytes): aiecc keeps "
+                f"the stack at address 0 and places the buffers from 0x4000, so they overlap ('buffer "
+                f"... at address 0x4000 overlaps with stack')"
+            )
+        return None
+
+    @property
     def ok(self):
-        return all(b.ok for b in self.herds + self.segments)
+        return not self.stack_problem and all(b.ok for b in self.herds + self.segments)
 
     def table(self):
         lines = [
@@ -415,6 +430,8 @@ class BudgetReport:
     __str__ = table
 
     def raise_if_over(self):
+        if self.stack_problem:
+            raise BudgetError(f"{self.stack_problem}\n{self.table()}")
         over = [b for b in self.herds + self.segments if not b.ok]
         if not over:
             return

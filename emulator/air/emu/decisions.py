@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """What the emulator decided for a design, in the terms aircc's own passes print them, so the two can be
-compared allocation by allocation (the project's host/aircc_check.py and emulator/upstream_check.py do):
+compared allocation by allocation (the project's host/aircc_check.py and host/upstream_check.py do):
 
 * `l2`: the L2 alloc types after `air-split-l2-memref` ({type: count}); a split buffer is its pieces
   (also a split the model refuses as moving the wrong data: aircc makes it all the same);

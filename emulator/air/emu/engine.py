@@ -714,11 +714,14 @@ class Compiler:
             )
         ncols, nrows = self.opt.columns, self.opt.compute_rows
         if cols > ncols or rows > nrows:
-            raise HerdShapeError(
+            error = HerdShapeError(
                 f"{self.where(op)}: herd sizes [{cols}, {rows}] ([x, y] = [columns, rows]) do not fit the "
                 f"{ncols} x {nrows} compute array of {self.opt.target_device}"
                 f"{' confined to ' + str(self.opt.num_device_cols) + ' columns' if self.opt.num_device_cols else ''}"
             )
+            if not self.opt.collect:
+                raise error
+            self.collected.append(error)
         xl = op.attributes.get("x_loc")
         yl = op.attributes.get("y_loc")
         if xl is not None and (xl.value < 0 or xl.value + cols > ncols):

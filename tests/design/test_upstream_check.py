@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The harness of `make upstream-check` (emulator/upstream_check.py), on stand-in examples of our own:
+"""The harness of `make upstream-check` (host/upstream_check.py), on stand-in examples of our own:
 it reports a pass, a failure, a documented failure rejected and one not rejected, and refuses bad input.
 """
 
@@ -8,10 +8,7 @@ import sys
 
 import pytest
 
-sys.path.insert(
-    0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)  # emulator/
-import upstream_check as uc  # noqa: E402
+from host import upstream_check as uc  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -134,9 +131,7 @@ def test_the_provenance_table_is_checked_against_the_checkout(tmp_path, capsys):
 def _compiled_by_the_emulator(where, monkeypatch):
     """A small design compiled by the emulator's XRTBackend with AIR_EMU_AIRCC_DIR set: it leaves the module
     and its decisions there, as it does for each upstream case."""
-    sys.path.insert(
-        0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "designs")
-    )
+    sys.path.insert(0, os.path.join(uc.EMULATOR_DIR, "tests", "designs"))
     import emu_testlib  # noqa: F401  (the emulated air first)
     import passthrough
     from air.backend.xrt import XRTBackend

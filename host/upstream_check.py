@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Run mlir-air's own hardware-tested examples, unchanged, on this emulator: the acceptance corpus.
 
-    python3 emulator/upstream_check.py --air-src <mlir-air checkout> [--aie-src <mlir-aie checkout>]
+    python3 host/upstream_check.py --air-src <mlir-air checkout> [--aie-src <mlir-aie checkout>]
     make upstream-check AIR_SRC=<mlir-air checkout> [AIE_SRC=<mlir-aie checkout>]
 
 Each case is an example's own builder script, run as its Makefile and lit test run it (same options), with
@@ -27,8 +27,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMULATOR_DIR = os.path.join(
+    REPO, "emulator"
+)  # the emulator's air package and host aie_api
 EX = "programming_examples"
 
 
@@ -537,7 +539,7 @@ def build(kernel: Kernel, roots: dict, out_dir: str) -> str | None:
         "-shared",
         "-w",
         "-I",
-        os.path.join(HERE, "include"),
+        os.path.join(EMULATOR_DIR, "include"),
         *kernel.flags,
         *paths,
         "-o",
@@ -576,7 +578,7 @@ def run_case(
     script = os.path.join(air_src, case.script)
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(script)]),
+        PYTHONPATH=os.pathsep.join([EMULATOR_DIR, os.path.dirname(script)]),
         AIR_EMU_AIRCC_DIR=os.path.join(
             work, "aircc"
         ),  # the module and the emulator's decisions

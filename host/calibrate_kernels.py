@@ -23,11 +23,11 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
-from upstream_check import Kernel, build
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+
+from host.upstream_check import Kernel, build  # noqa: E402
+
 TABLE = os.path.join(REPO, "int4awq", "design", "kernel_calibration.json")
 EX = "programming_examples"
 INT4 = f"{EX}/matrix_vector_multiplication/int4_awq/mv_int4_bf16.cc"
@@ -318,7 +318,7 @@ def main(argv=None) -> int:
         json.dump(
             {
                 "note": "Published NPU2 measurements of public kernels and what each kernel issues per call "
-                "(host aie_api profiling build, emulator/calibrate_kernels.py); fitted by int4awq/design/kernel_cost.py.",
+                "(host aie_api profiling build, host/calibrate_kernels.py); fitted by int4awq/design/kernel_cost.py.",
                 "kernels": rows,
             },
             f,
