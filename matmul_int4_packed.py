@@ -132,10 +132,13 @@ def anchor_at_herd_scope(scratch_pe):
     Used by the compute phase alone, the scratch would be sunk by air-fuse-alloc-dealloc into the chunk
     loop, where its first access is the kernel call, and air-label-scf-for-to-ping-pong would leave the
     loop single-buffered (AIRDependencyScheduleOpt.cpp at e972f29, ~7796 and ~1634). A use in another
-    phase keeps it at herd scope, so the chunk loop's A chunk and record are ping-ponged; the store goes
-    through the same subview as the call, so air-shrink-memref-sizes-by-access still shrinks the buffer
-    to the PE's slice (a store on the herd-wide buffer leaves the call's strided type un-normalised, and
-    aircc fails). docs/design.md#ping-pong."""
+    phase keeps it at herd scope, so the chunk loop's A chunk and record are ping-ponged. The decode GEMV
+    needs it: nothing else but its compute phase takes the scratch. This GEMM's drain call takes it too,
+    so air-opt labels its chunk loop with or without the store, which the GEMM keeps for one shape of
+    the two builders. The store goes through the same subview as the call, so
+    air-shrink-memref-sizes-by-access still shrinks the buffer to the PE's slice (a store on the
+    herd-wide buffer leaves the call's strided type un-normalised, and aircc fails).
+    docs/design.md#ping-pong."""
     byte = arith.ConstantOp(IntegerType.get_signless(8), 0)
     zero = arith.ConstantOp.create_index(0)
     store(byte, scratch_pe, [zero, zero, zero])

@@ -395,7 +395,7 @@ def main(argv=None) -> int:
             for text, n in compiler.warnings_in(r.compiled.outdir).items():
                 meaning = compiler.warning_meaning(text)
                 print(
-                    f"  warning ({n} x): {text}"
+                    f"  warning ({n} place{'s' if n > 1 else ''} of the design): {text}"
                     + (f"\n    {meaning}" if meaning else "")
                 )
         if r.compiled and not r.traffic:

@@ -449,9 +449,9 @@ def random_spec(rng: random.Random) -> Spec:
             ),
         )
         buffers.append(b)
-    spec = Spec(
-        herd_, trips, tuple(buffers), segments, launches, rng.choice((1024, 1024, 4096))
-    )
+    # stacks of 1 and 4 KiB, and at and just over the one bank aiecc keeps it in
+    stack = rng.choice((1024, 1024, 1024, 4096, 4096, 16384, 16400))
+    spec = Spec(herd_, trips, tuple(buffers), segments, launches, stack)
     return _affordable(spec)
 
 

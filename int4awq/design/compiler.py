@@ -431,12 +431,12 @@ WARNING_MEANINGS = {
 
 
 def warnings_in(outdir: str) -> dict[str, int]:
-    """The distinct warnings aircc and aiecc printed for a compile in outdir (location prefixes and
-    buffer names dropped), with how many times each was printed."""
+    """The distinct warnings aircc and aiecc printed for a compile in outdir (buffer names and sizes
+    dropped), with how many places of the design (a tile op's line) each was printed for: aircc's own
+    aiecc step and the aiecc run print the same ones, counted once."""
     import re
-    from collections import Counter
 
-    out = Counter()
+    places = {}
     for log in ("aircc.log", "aiecc.log"):
         path = os.path.join(outdir, log)
         if not os.path.exists(path):
@@ -444,11 +444,12 @@ def warnings_in(outdir: str) -> dict[str, int]:
         for line in open(path):
             if "warning:" not in line:
                 continue
-            text = line.split("warning:", 1)[1].strip()
-            text = re.sub(r'"[^"]*"', '"..."', text)
+            where, text = line.split("warning:", 1)
+            text = re.sub(r'"[^"]*"', '"..."', text.strip())
             text = re.sub(r"\d+ bytes", "N bytes", text)
-            out[text] += 1
-    return dict(out)
+            at = re.search(r"[\w.]+\.mlir:\d+:\d+", where)
+            places.setdefault(text, set()).add(at.group(0) if at else where.strip())
+    return {text: len(p) for text, p in places.items()}
 
 
 def warning_meaning(text: str) -> str:

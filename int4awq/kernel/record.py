@@ -174,7 +174,9 @@ def check_chunk_and_group(tile_k: int, gs: int) -> None:
         )
 
 
-# aiecc keeps the stack at address 0 and the buffers from the second 16 KiB bank (docs/design.md)
+# A stack over the first 16 KiB bank compiles only where aiecc's bank-aware placement fails and places
+# the buffers after the stack instead; where it succeeds it puts buffers at 0x4000, over the stack
+# (docs/design.md): the product keeps to one bank.
 STACK_MAX = 16 * 1024
 
 
@@ -186,7 +188,7 @@ def check_stack_size(stack_size: int | None) -> None:
     ):
         raise ConfigError(
             f"stack_size = {stack_size}: must be a multiple of 16, at least 1024 bytes and at most "
-            f"{STACK_MAX} (aiecc places buffers from 0x4000: a larger stack overlaps them)"
+            f"{STACK_MAX} (beyond one bank aiecc may place buffers from 0x4000, over the stack)"
         )
 
 

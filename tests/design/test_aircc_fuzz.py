@@ -127,10 +127,16 @@ CASES = {
         "run",
         None,
     ),
-    "stack 16400": (
+    "stack 16400, small buffers: the bank-aware placement puts them at 0x4000": (
         Spec((1, 1), (2,), (Buffer(64, 0, "dma"),), stack=16400),
         "overlaps with stack",
         "overlaps with stack",
+        None,
+    ),
+    "stack 16400, a 20 KiB buffer: no bank holds it, placed after the stack": (
+        Spec((2, 1), (1,), (Buffer(5120, 0, "store"),), stack=16400),
+        None,
+        "run",
         None,
     ),
     # air-split-l2-memref rebases a flat L2 buffer's herd-side offsets (AIRMiscPasses.cpp ~1999-2006)

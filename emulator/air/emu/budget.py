@@ -45,11 +45,34 @@ from .types import L1, L2, level_of
 
 L1_BYTES = 64 * 1024
 MEMTILE_BYTES = 512 * 1024
-# aiecc (mlir-aie 7e00b57) keeps a core's stack at address 0 and places buffers from the start of the
-# second 16 KiB bank (0x4000) whichever allocator runs (bank-aware, then basic sequential): a stack over
-# one bank overlaps them, "buffer ... at address 0x4000 overlaps with stack". Generated designs with any
-# buffers compile at 16384 and fail at 16400, 20480, 24576 and 32768 (host/aircc_fuzz.py).
-STACK_MAX = 16 * 1024
+# aiecc's buffer placement (mlir-aie AIEAssignBufferAddresses, bank-aware by default): four 16 KiB banks
+# on a core, the stack at address 0 so that bank 0's first free byte is the stack's end, the buffers
+# largest first, each into the next bank round-robin that still holds it whole; when one fits no bank it
+# warns and places them all one after the other from the stack's end instead (basic sequential). A stack
+# over one bank leaves bank 0 full and the bank-aware placement puts buffers at 0x4000, over the stack:
+# "buffer ... at address 0x4000 overlaps with stack" (generated designs with small buffers at stacks of
+# 16400 to 32768); when a buffer fits no bank, the sequential placement after the stack compiles.
+BANKS, BANK_BYTES = 4, 16 * 1024
+STACK_MAX = BANK_BYTES
+
+
+def bank_aware_fits(sizes, stack):
+    """Whether aiecc's bank-aware placement places every buffer (sizes in bytes) of a core whose stack
+    takes `stack` bytes of bank 0; False means it falls back to the sequential placement.
+    """
+    nxt = [stack] + [BANK_BYTES * b for b in range(1, BANKS)]
+    bank = 0
+    for size in sorted(sizes, reverse=True):
+        for i in range(BANKS):
+            b = (bank + i) % BANKS
+            if nxt[b] + size <= BANK_BYTES * (b + 1):
+                nxt[b] += size
+                bank = (b + 1) % BANKS
+                break
+        else:
+            return False
+    return True
+
 
 _HIER = ("air.launch", "air.segment", "air.herd")
 
@@ -403,12 +426,18 @@ class BudgetReport:
 
     @property
     def stack_problem(self):
-        if self.herds and self.stack_size > STACK_MAX:
-            return (
-                f"stack_size {self.stack_size} is over one 16 KiB bank ({STACK_MAX} bytes): aiecc keeps "
-                f"the stack at address 0 and places the buffers from 0x4000, so they overlap ('buffer "
-                f"... at address 0x4000 overlaps with stack')"
-            )
+        """A stack over one bank on a core whose buffers aiecc's bank-aware placement takes: they land at
+        0x4000, over the stack (bank_aware_fits)."""
+        if self.stack_size <= STACK_MAX:
+            return None
+        for b in self.herds:
+            sizes = [e.bytes for e in b.entries for _ in range(e.factor)]
+            if sizes and bank_aware_fits(sizes, self.stack_size):
+                return (
+                    f"stack_size {self.stack_size} is over one 16 KiB bank ({STACK_MAX} bytes) and "
+                    f"aiecc's bank-aware placement puts the buffers of @{b.name} from 0x4000, over the "
+                    f"stack ('buffer ... at address 0x4000 overlaps with stack')"
+                )
         return None
 
     @property
