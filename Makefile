@@ -7,6 +7,8 @@
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make compile print             aircc build for NPU2 / print the AIR module
 #   make aircc-check               every design through the real aircc + aiecc (no NPU needed)
+#   make sim                       run8x4 through the simulator of the compiled design (BACKEND=sim: any run)
+#   make sim-all                   every default design simulated from its compiled form, against the emulator
 #   make fuzz-aircc N=1000         the compiler judges the emulator on N generated designs
 #   make bench                     every Llama-3.2-1B projection: table, build/bench.csv, build/bench.png
 #   make test-formats              the format tests that call torch / compressed-tensors / transformers live
@@ -15,7 +17,7 @@
 #   make upstream-check AIR_SRC=.. mlir-air's own examples on the emulator
 #   make help                      this list
 # Variables (command line overrides the target's own): M K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2
-# HERD_M HERD_N STACK_SIZE BACKEND=auto|npu|emu PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
+# HERD_M HERD_N STACK_SIZE BACKEND=auto|npu|emu|sim PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
 # PYTHON (default: python3 inside a virtualenv, else ./.venv/bin/python, which `make deps` creates).
 
 # The interpreter: PYTHON when given; else python3 when it runs in a virtualenv or conda environment;
@@ -65,7 +67,7 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: help format format-check aircc-check fuzz-aircc upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
+.PHONY: help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -120,6 +122,13 @@ run_llama_down: TILE_N = 128
 run_llama_down: TILE_K_L1 = 32
 run_llama_down: TILE_K_L2 = 256
 run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down: run
+
+# run8x4 through the simulator of the design aircc + aiecc compile (emulator/aiesim, docs/verification.md);
+# BACKEND=sim does the same for any run target. sim-all: every default design, compared with the emulator.
+sim:
+	$(MAKE) run8x4 BACKEND=sim
+sim-all: deps
+	$(PYTHON) host/sim_check.py $(RUN_ARGS)
 
 # The hardware bring-up ladder, one risk per step (docs/bringup.md): BACKEND=npu on NPU2, the emulator elsewhere;
 # RUN_ARGS=--keep-going runs every step after a FAIL, RUN_ARGS='--steps 2,3' only those.

@@ -90,10 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backend",
-        choices=("auto", "npu", "emu"),
+        choices=("auto", "npu", "emu", "sim"),
         default="auto",
-        help="npu: NPU2 through XRT (needs `make compile`'s air.xclbin); emu: the CPU emulator; auto "
-        "(default): npu when an NPU2, pyxrt and the xclbin are all present, else emu",
+        help="npu: NPU2 through XRT (needs `make compile`'s air.xclbin); emu: the CPU emulator; sim: the "
+        "simulator of the design aircc + aiecc compile (needs the compiler); auto (default): npu when "
+        "an NPU2, pyxrt and the xclbin are all present, else emu",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="with --backend sim: write the simulated timeline (MODELLED) as a Chrome / Perfetto trace",
     )
     p.add_argument(
         "--seed",
@@ -192,6 +198,14 @@ def check_options(args) -> None:
         )
     if args.seed < 0:
         raise ConfigError(f"--seed {args.seed}: must be a non-negative integer")
+    if args.trace is not None and args.backend != "sim":
+        raise ConfigError(
+            "--trace writes the simulator's timeline: give it with --backend sim"
+        )
+    if args.backend == "sim" and args.no_compile:
+        raise ConfigError(
+            "--backend sim runs the design the compiler writes: it cannot take --no-compile"
+        )
     if args.awq == "":
         raise ConfigError(
             "--weights: the path is empty (give a checkpoint directory, a .safetensors file or a .gguf "
@@ -512,6 +526,68 @@ def emulator_backend(cfg):
     return XRTBackend(**builder_of(cfg).backend_options(cfg))
 
 
+def compile_design(cfg, module, quiet: bool) -> str | None:
+    """aircc + aiecc on the design's module, where they are installed: the folder of their outputs (None
+    without the compiler, which one line says); what they refuse is a ConfigError (exit 2) naming the
+    design and the compiler's first error."""
+    try:
+        line, outdir = compiler.compile_first(
+            cfg.name,
+            str(module),
+            builder_of(cfg).backend_options(cfg),
+            os.path.join(REPO, "build", "aircc-runs"),
+        )
+    except compiler.CompileError as e:
+        raise ConfigError(str(e)) from None
+    if not quiet:
+        print(line)
+    return outdir
+
+
+def run_sim(
+    cfg, a: np.ndarray, w_packed: np.ndarray, quiet: bool, trace: str | None = None
+):
+    """C from the simulator of the compiled design (emulator/aiesim): the design aircc + aiecc place and
+    route, with the kernel built on the host on its cores. trace: write the timeline there (Chrome /
+    Perfetto JSON). A hang is a failed run (exit 1) with the simulator's report."""
+    emulator_backend(cfg)  # the emulator's air package and the host kernel library
+    module = builder_of(cfg).build_module(cfg)
+    outdir = compile_design(cfg, module, quiet)
+    if outdir is None:
+        raise ConfigError(
+            "--backend sim runs the design aircc + aiecc compile, and they are not installed here "
+            f"({compiler.tools_missing()})"
+        )
+    import aiesim
+    from int4awq.run import sim_costs
+
+    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
+    t0 = time.perf_counter()
+    try:
+        with _Heartbeat("simulating"):
+            outs, sim = aiesim.simulate(
+                text,
+                [a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16)],
+                costs=sim_costs.costs(cfg),
+                trace=trace is not None,
+            )
+    except aiesim.Hang as h:
+        raise RunFailure(
+            "the compiled design hangs: nothing can move and the runtime sequence has not ended\n  "
+            + "\n  ".join(h.report)
+        ) from None
+    except (aiesim.SimError, aiesim.DesignError) as e:
+        raise RunFailure(f"simulator: {e}") from None
+    if trace is not None:
+        sim_costs.write_trace(sim, trace)
+    if not quiet:
+        print(
+            f"simulated the compiled design in {time.perf_counter() - t0:.1f} s (CPU): "
+            f"{sim_costs.timed_line(cfg, sim)}"
+        )
+    return np.asarray(outs[2]).reshape(cfg.m, cfg.n)
+
+
 def run_emulator(
     cfg: DesignConfig,
     a: np.ndarray,
@@ -528,17 +604,7 @@ def run_emulator(
 
     module = builder_of(cfg).build_module(cfg)
     if compile_first:
-        try:
-            line = compiler.compile_first(
-                cfg.name,
-                str(module),
-                builder_of(cfg).backend_options(cfg),
-                os.path.join(REPO, "build", "aircc-runs"),
-            )
-        except compiler.CompileError as e:
-            raise ConfigError(str(e)) from None
-        if not quiet:
-            print(line)
+        compile_design(cfg, module, quiet)
     try:
         invoke = backend.compile_and_load(module)
         if isinstance(report, dict):
@@ -825,7 +891,9 @@ def run_gemm(
     if emu is not None:
         emu["backend"] = backend
     a_padded, w_packed = record.padded_operands(cfg, a, w)
-    if backend == "emu":
+    if backend == "sim":
+        c = run_sim(cfg, a_padded, w_packed, quiet, args.trace)
+    elif backend == "emu":
         c = run_emulator(
             cfg,
             a_padded,

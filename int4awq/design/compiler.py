@@ -387,14 +387,20 @@ def compile_module(
 # -- runs compile first ------------------------------------------------------------------------------
 
 
-def compile_first(name: str, module_text: str, options: dict, cache_dir: str) -> str:
-    """Compile a design with aircc + aiecc before it is emulated, as a run on NPU2 would: the line to
-    print when it compiles (or when the compiler is not installed here), CompileError naming the design
-    when it does not. A module compiled before (same text, same flags) is not compiled again: its
-    folder under cache_dir keeps the outputs."""
+def compile_first(
+    name: str, module_text: str, options: dict, cache_dir: str
+) -> tuple[str, str | None]:
+    """Compile a design with aircc + aiecc before it is emulated or simulated, as a run on NPU2 would:
+    (the line to print, the folder of the compiler's outputs) when it compiles, (the line, None) when
+    the compiler is not installed here, CompileError naming the design when it does not compile. A
+    module compiled before (same text, same flags) is not compiled again: its folder under cache_dir
+    keeps the outputs."""
     missing = tools_missing()
     if missing:
-        return f"not compiled with aircc + aiecc ({missing}): the emulator's own model of aircc decides"
+        return (
+            f"not compiled with aircc + aiecc ({missing}): the emulator's own model of aircc decides",
+            None,
+        )
     import hashlib
 
     flags = aircc_flags(options)
@@ -402,14 +408,17 @@ def compile_first(name: str, module_text: str, options: dict, cache_dir: str) ->
     outdir = os.path.join(cache_dir, key[:16])
     done = os.path.join(outdir, "compiled")
     if os.path.exists(done):
-        return f"compiled with aircc + aiecc (earlier, same module: {outdir})"
+        return f"compiled with aircc + aiecc (earlier, same module: {outdir})", outdir
     t0 = time.perf_counter()
     try:
         compile_module(module_text, options, outdir)
     except CompileError as e:
         raise CompileError(f"{name}: the compiler refuses it: {e}") from None
     open(done, "w").close()
-    return f"compiled with aircc + aiecc in {time.perf_counter() - t0:.1f} s ({outdir})"
+    return (
+        f"compiled with aircc + aiecc in {time.perf_counter() - t0:.1f} s ({outdir})",
+        outdir,
+    )
 
 
 # What the compiler's warnings mean, for the ones this project's designs meet (make aircc-check prints
@@ -454,3 +463,17 @@ def warnings_in(outdir: str) -> dict[str, int]:
 
 def warning_meaning(text: str) -> str:
     return next((m for k, m in WARNING_MEANINGS.items() if k in text), "")
+
+
+def generic_form(path: str) -> str:
+    """An MLIR file of the compiler's, printed in MLIR's generic op form by aie-opt (what the simulator
+    reads)."""
+    r = subprocess.run(
+        [find_tool("aie-opt"), "--mlir-print-op-generic", path],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise CompileError(f"aie-opt: {first_error(r.stderr)}")
+    return r.stdout

@@ -642,5 +642,6 @@ def test_no_compile_skips_the_compiler_and_without_it_one_line_says_so(monkeypat
     from int4awq.design import compiler
 
     monkeypatch.setattr(compiler, "tools_missing", lambda *n: "aircc not found (...)")
-    line = compiler.compile_first("x", "module {}", {}, tempfile.mkdtemp())
+    line, outdir = compiler.compile_first("x", "module {}", {}, tempfile.mkdtemp())
+    assert outdir is None
     assert line.startswith("not compiled with aircc + aiecc (aircc not found")

@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: MIT
+"""A simulator of the design aiecc compiles for NPU2: it runs input_physical.mlir (every tile, buffer at
+its address, lock, DMA BD chain, stream route and core body, and the runtime sequence) with the kernel
+built on the host from the same source on its cores. generic.py reads the MLIR, design.py builds the
+physical design, engine.py runs it; `simulate` puts them together."""
+
+from __future__ import annotations
+
+import ctypes
+
+from .design import Design, DesignError, load
+from .engine import Costs, Hang, SimError, Simulator
+from .generic import ParseError, parse
+
+__all__ = [
+    "Costs",
+    "Design",
+    "DesignError",
+    "Hang",
+    "ParseError",
+    "SimError",
+    "Simulator",
+    "host_kernels",
+    "load",
+    "parse",
+    "simulate",
+]
+
+
+def _ctype(type_text: str):
+    t = type_text.strip()
+    if t.startswith("memref<"):
+        return ctypes.c_void_p
+    return {
+        "index": ctypes.c_int64,
+        "i64": ctypes.c_int64,
+        "i32": ctypes.c_int32,
+        "i16": ctypes.c_int16,
+        "i8": ctypes.c_int8,
+        "f32": ctypes.c_float,
+    }[t]
+
+
+def host_kernels(callee: str, func):
+    """The host build of a core's kernel: the library its link_with names (found as the emulator finds
+    it: the working directory, then AIR_EMU_LIB_PATH), the symbol `callee`."""
+    from air.emu.kernels import resolve_library
+
+    if not func.library:
+        raise DesignError(f"@{callee} has no link_with: no kernel library to load")
+    lib = ctypes.CDLL(resolve_library(func.library, f"func.call @{callee}"))
+    fn = getattr(lib, callee)
+    fn.argtypes = [_ctype(t) for t in func.arg_types]
+    fn.restype = None
+    return fn
+
+
+def simulate(
+    generic_text: str, arrays, costs: Costs | None = None, trace=False, device: int = 0
+):
+    """Run a compiled module (generic MLIR text) on host arrays: (outputs, the Simulator)."""
+    design = load(parse(generic_text))[device]
+    sim = Simulator(design, host_kernels, costs, trace)
+    return sim.run(arrays), sim

@@ -1,0 +1,712 @@
+# SPDX-License-Identifier: MIT
+"""Running a compiled design (design.py): every core, DMA channel and the runtime sequence as agents that
+act on locks, streams and memory, until the runtime sequence ends, or nothing can move (a hang, reported
+agent by agent), or a step budget runs out.
+
+The semantics, with where each is defined:
+
+* Locks (AIE2P, AM020 "Lock" and mlir-aie AIE2 `aie.use_lock`): a semaphore of 0..63; AcquireGreaterEqual
+  v waits until the value is at least v and subtracts v; Acquire v (equal) waits until it equals v and
+  sets 0... modelled as waiting for value == v, then subtracting v; Release v adds v (above 63 is an
+  error here: the hardware's 6-bit lock would wrap).
+* A DMA channel walks its BD chain (mlir-aie `aie.dma_start` / `aie.dma_bd` / `aie.next_bd`): for each BD
+  acquire its locks, move its data, release its locks, go to the next; a chain that ends runs
+  repeat_count + 1 times; one that loops runs forever.
+* A stream (the circuit the switchboxes route, design.py) carries the words an MM2S BD reads to every S2MM
+  port it reaches (a broadcast reaches several). An MM2S BD completes when every receiver has taken its
+  words; an S2MM BD completes when it has received its length, whichever MM2S BDs they came from. When
+  the two sides' lengths disagree the receiver takes what its BD needs and the rest goes to its next BD.
+* Shim DMA tasks (mlir-aie `aiex.dma_configure_task_for` / `dma_start_task` / `dma_await_task`): a started
+  task runs on its allocation's channel after the tasks started before it there, repeat_count + 1 times;
+  an MM2S task reads the host array of its argument, an S2MM task writes it; a BD with four dimensions
+  takes the outermost as its execution dimension (execution k starts stride x (k mod size) further).
+* Cores run their body: control flow (`cf`), integer arithmetic (`arith`), `memref.load` / `store` on
+  placed buffers, `aie.use_lock`, and `func.call` into the kernel built on the host from the same source,
+  through ctypes, on the bytes of the buffers at their placed addresses.
+
+Time (the timed mode) is MODELLED: each agent keeps its own clock; moving n bytes over a stream costs
+n / STREAM_BYTES_PER_CYCLE cycles (AM020: a stream switch port moves 32 bits a cycle), a BD's setup,
+a lock operation and a kernel call cost what `Costs` gives; an agent blocked on a lock or a stream resumes
+at the time the other side acted. Contention in the switch and DDR bandwidth are not modelled.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import heapq
+
+import numpy as np
+
+from .design import (
+    ACQUIRE,
+    MM2S,
+    S2MM,
+    BD,
+    Channel,
+    Core,
+    Design,
+    DesignError,
+    Lock,
+    Task,
+    make_bd,
+)
+from .generic import memref_shape
+
+MAX_LOCK_VALUE = 63  # AIE2 locks are 6-bit (mlir-aie AIE2TargetModel::getMaxLockValue)
+STREAM_BYTES_PER_CYCLE = 4  # a stream switch port moves 32 bits per cycle (AM020)
+
+
+@dataclasses.dataclass
+class Costs:
+    """Cycles of what the timed mode prices (MODELLED): a BD's setup, a lock operation, and a kernel
+    call (a function of the callee's name; 0 when None)."""
+
+    bd_setup: int = 0
+    lock: int = 0
+    call: object = None  # callable(name) -> cycles
+    ddr_bytes_per_cycle: float | None = (
+        None  # what all shim channels share (None: not limited)
+    )
+
+
+class Hang(Exception):
+    """Nothing can move and the runtime sequence has not finished: `report` names every blocked agent,
+    the BD it is on, and the lock or stream it waits for."""
+
+    def __init__(self, report: list[str], steps: int):
+        super().__init__("\n".join(report))
+        self.report = report
+        self.steps = steps
+
+
+class SimError(Exception):
+    """The design did something the hardware would not allow (a lock past 63, an access outside a
+    buffer): the message says what."""
+
+
+# -- streams --------------------------------------------------------------------------------------------
+
+
+class Segment:
+    """The words one MM2S BD execution sends: each receiver takes them in order."""
+
+    def __init__(
+        self, data: np.ndarray, source: str, receivers: int, t: float, ready_t=None
+    ):
+        self.data = data
+        self.source = source
+        self.pending = receivers
+        self.t = t  # when the first word can leave
+        self.ready_t = (
+            t if ready_t is None else ready_t
+        )  # when the last word can leave (DDR reads)
+        self.done_t = t  # when the last receiver took the last word
+
+
+class Port:
+    """An S2MM port: the segments on their way to it, oldest first."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.queue: collections.deque = collections.deque()  # [segment, bytes taken]
+
+
+# -- agents -------------------------------------------------------------------------------------------------
+
+
+class Agent:
+    name = "agent"
+
+    def __init__(self, sim):
+        self.sim = sim
+        self.t = 0.0
+        self.waiting = ""  # what it waits for, when blocked
+        self.done = False
+
+    def step(self) -> bool:
+        """Make progress at self.t; False when blocked (self.waiting says on what)."""
+        raise NotImplementedError
+
+
+class DmaAgent(Agent):
+    """One tile DMA channel walking its BD chain, or a shim channel running the tasks started on it."""
+
+    def __init__(self, sim, ch: Channel):
+        super().__init__(sim)
+        self.ch = ch
+        self.name = ch.name
+        self.bd: BD | None = ch.first
+        self.runs_left = ch.repeat
+        self.stage = "acquire"
+        self.segment: Segment | None = None
+        self.received = 0  # S2MM: bytes of the current BD written
+        self.target: np.ndarray | None = (
+            None  # S2MM: byte indices the current BD writes
+        )
+        self.tasks: collections.deque = collections.deque()  # shim: started tasks
+        self.task = None
+        self.execution = 0
+        self.task_bd = 0
+        self.bds_done = 0
+        if ch.first is None:
+            self.bd = None
+        self.port = (
+            sim.ports.get((ch.tile.col, ch.tile.row, ch.index))
+            if ch.direction == S2MM
+            else None
+        )
+
+    # the BD to work on next (tile chains and shim tasks alike)
+    def current(self) -> BD | None:
+        if self.ch.first is not None:
+            return self.bd
+        if self.task is None:
+            if not self.tasks:
+                return None
+            self.task, self.execution, self.task_bd = self.tasks.popleft(), 0, 0
+        return self.task.bds[self.task_bd]
+
+    def finish_bd(self):
+        self.bds_done += 1
+        self.sim.trace_event(self, "bd", self.bd_start, self.t, self.bd_name)
+        if self.ch.first is not None:
+            nxt = self.bd.next
+            if nxt is None:
+                self.runs_left -= 1
+                nxt = self.ch.first if self.runs_left > 0 else None
+            self.bd = nxt
+            if nxt is None:
+                self.done = True
+            return
+        task = self.task
+        self.task_bd += 1
+        if self.task_bd == len(task.bds):
+            self.task_bd = 0
+            self.execution += 1
+            if self.execution > task.repeat:
+                self.sim.task_done(task, self.t)
+                self.task = None
+
+    def step(self) -> bool:
+        bd = self.current()
+        if bd is None:
+            self.waiting = (
+                "idle (no BD to run)" if self.ch.first is None else "its chain ended"
+            )
+            return False
+        sim = self.sim
+        if self.stage == "acquire":
+            for lock, value, action in bd.acquires:
+                ok = lock.value == value if action == ACQUIRE else lock.value >= value
+                if not ok:
+                    self.waiting = f"on {bd.describe()}: acquire {lock.describe()} >= {value}, it holds {lock.value}"
+                    sim.wait_lock(self, lock)
+                    return False
+            for lock, value, _ in bd.acquires:
+                lock.value -= value
+                self.t = max(self.t, sim.lock_time(lock)) + sim.costs.lock
+            self.bd_start = self.t
+            self.bd_name = bd.describe()
+            self.t += sim.costs.bd_setup
+            self.stage = "move"
+            if self.ch.direction == MM2S:
+                data = self.read(bd)
+                receivers = sim.routes.get(
+                    (self.ch.tile.col, self.ch.tile.row, self.ch.index), []
+                )
+                if not receivers:
+                    raise SimError(
+                        f"{self.name} sends {bd.describe()} but no stream leaves it"
+                    )
+                ready = sim.ddr(self.t, data.size) if self.ch.tile.row == 0 else self.t
+                self.segment = Segment(
+                    data, f"{self.name} {bd.describe()}", len(receivers), self.t, ready
+                )
+                for p in receivers:
+                    p.queue.append([self.segment, 0])
+                    sim.wake_port(p)
+            else:
+                self.received = 0
+                self.target = self.write_indices(bd)
+        if self.stage == "move":
+            if self.ch.direction == MM2S:
+                if self.segment.pending:
+                    self.waiting = (
+                        f"on {bd.describe()}: {self.segment.data.size} bytes sent, not all taken by "
+                        f"the receivers of its stream"
+                    )
+                    sim.wait_segment(self, self.segment)
+                    return False
+                self.t = max(self.t, self.segment.done_t)
+                self.segment = None
+            else:
+                if not self.receive(bd):
+                    return False
+                if self.ch.tile.row == 0:  # into DDR
+                    self.t = sim.ddr(self.t, self.received)
+            self.stage = "release"
+        for lock, value in bd.releases:
+            lock.value += value
+            if lock.value > MAX_LOCK_VALUE:
+                raise SimError(
+                    f"{self.name} {bd.describe()}: release of {value} takes {lock.describe()} to "
+                    f"{lock.value}, past the 6-bit lock's 63"
+                )
+            self.t += sim.costs.lock
+            sim.lock_released(lock, self.t)
+        self.stage = "acquire"
+        self.finish_bd()
+        return True
+
+    def read(self, bd: BD) -> np.ndarray:
+        arr = self.sim.view(bd.buffer)
+        idx = bd.indices(self.execution)
+        if idx.size and (idx.min() < 0 or idx.max() >= arr.size):
+            raise SimError(
+                f"{self.name} {bd.describe()} reads outside {bd.buffer.name}"
+            )
+        return np.ascontiguousarray(arr[idx]).view(np.uint8).copy()
+
+    def write_indices(self, bd: BD) -> np.ndarray:
+        arr = self.sim.view(bd.buffer)
+        idx = bd.indices(self.execution)
+        if idx.size and (idx.min() < 0 or idx.max() >= arr.size):
+            raise SimError(
+                f"{self.name} {bd.describe()} writes outside {bd.buffer.name}"
+            )
+        e = arr.dtype.itemsize
+        return (idx[:, None] * e + np.arange(e)[None, :]).ravel()
+
+    def receive(self, bd: BD) -> bool:
+        sim, need = self.sim, self.target.size
+        raw = sim.view(bd.buffer).view(np.uint8)
+        while self.received < need:
+            if not self.port.queue:
+                self.waiting = (
+                    f"on {bd.describe()}: {self.received} of {need} bytes received, waiting for "
+                    f"words on its stream"
+                )
+                sim.wait_port(self, self.port)
+                return False
+            entry = self.port.queue[0]
+            seg, taken = entry
+            n = min(need - self.received, seg.data.size - taken)
+            raw[self.target[self.received : self.received + n]] = seg.data[
+                taken : taken + n
+            ]
+            start = max(self.t, seg.t)
+            self.t = start + n / STREAM_BYTES_PER_CYCLE
+            self.received += n
+            entry[1] += n
+            if entry[1] == seg.data.size:
+                self.t = max(self.t, seg.ready_t)
+                self.port.queue.popleft()
+                seg.pending -= 1
+                seg.done_t = max(seg.done_t, self.t)
+                if seg.pending == 0:
+                    sim.segment_done(seg)
+        return True
+
+
+class CoreAgent(Agent):
+    """A core running its body."""
+
+    def __init__(self, sim, core: Core):
+        super().__init__(sim)
+        self.core = core
+        self.name = f"core {core.tile.name}"
+        self.blocks = {b.label: b for b in core.op.regions[0]}
+        self.block = core.op.regions[0][0]
+        self.pc = 0
+        self.env: dict[str, object] = {}
+        self.calls = 0
+
+    def value(self, name):
+        if name in self.env:
+            return self.env[name]
+        return self.sim.design.values[name]
+
+    def jump(self, label, args):
+        block = self.blocks[label]
+        for (name, _), v in zip(block.args, args):
+            self.env[name] = v
+        self.block, self.pc = block, 0
+
+    def step(self) -> bool:
+        sim = self.sim
+        while True:
+            ops = self.block.ops
+            if self.pc >= len(ops):
+                raise SimError(
+                    f"{self.name}: fell off the end of block {self.block.label}"
+                )
+            op = ops[self.pc]
+            n = op.name
+            if n == "aie.use_lock":
+                lock = self.value(op.operands[0])
+                v = (
+                    self.value(op.operands[1])
+                    if len(op.operands) > 1
+                    else (op.attr("value") or 1)
+                )
+                action = op.attr("action")
+                if action == 1:  # release
+                    lock.value += v
+                    if lock.value > MAX_LOCK_VALUE:
+                        raise SimError(
+                            f"{self.name}: release takes {lock.describe()} past 63"
+                        )
+                    self.t += sim.costs.lock
+                    sim.lock_released(lock, self.t)
+                else:
+                    ok = lock.value == v if action == ACQUIRE else lock.value >= v
+                    if not ok:
+                        self.waiting = (
+                            f"at line {op.line}: acquire {lock.describe()} >= {v}, it holds "
+                            f"{lock.value}"
+                        )
+                        sim.wait_lock(self, lock)
+                        return False
+                    lock.value -= v
+                    self.t = max(self.t, sim.lock_time(lock)) + sim.costs.lock
+                self.pc += 1
+                return True
+            if n == "cf.br":
+                self.jump(op.successors[0], [self.value(x) for x in op.operands])
+                continue
+            if n == "cf.cond_br":
+                seg = op.attr("operandSegmentSizes") or [1, 0, 0]
+                cond = self.value(op.operands[0])
+                a = op.operands[1 : 1 + seg[1]]
+                b = op.operands[1 + seg[1] :]
+                if cond:
+                    self.jump(op.successors[0], [self.value(x) for x in a])
+                else:
+                    self.jump(op.successors[1], [self.value(x) for x in b])
+                continue
+            if n == "aie.end":
+                self.done = True
+                self.waiting = "its body ended"
+                return False
+            if n == "func.call":
+                self.call(op)
+                self.pc += 1
+                return True
+            self.compute(op)
+            self.pc += 1
+
+    def compute(self, op):
+        n = op.name
+        if n == "arith.constant":
+            v = op.attr("value")
+            if not isinstance(v, int):
+                raise DesignError(
+                    f"{self.name}: constant {op.attrs.get('value')} not simulated"
+                )
+            self.env[op.results[0]] = v
+        elif n in _ARITH:
+            a, b = (self.value(x) for x in op.operands)
+            self.env[op.results[0]] = _ARITH[n](a, b)
+        elif n == "arith.cmpi":
+            a, b = (self.value(x) for x in op.operands)
+            self.env[op.results[0]] = _CMP[op.attr("predicate")](a, b)
+        elif n in ("arith.index_cast", "arith.extsi", "arith.extui", "arith.trunci"):
+            self.env[op.results[0]] = self.value(op.operands[0])
+        elif n in ("memref.store", "memref.load"):
+            is_store = n == "memref.store"
+            mem = op.operands[1] if is_store else op.operands[0]
+            idx = op.operands[2:] if is_store else op.operands[1:]
+            buf = self.value(mem)
+            flat = 0
+            for size, i in zip(buf.shape, (self.value(x) for x in idx)):
+                flat = flat * size + i
+            arr = self.sim.view(buf)
+            if is_store:
+                arr[flat] = self.value(op.operands[0])
+            else:
+                self.env[op.results[0]] = arr[flat].item()
+        else:
+            raise DesignError(f"{self.name}: {n} (line {op.line}) is not simulated")
+
+    def call(self, op):
+        sim = self.sim
+        callee = op.attr("callee")
+        fn = sim.kernel(callee, op)
+        args = []
+        for x in op.operands:
+            v = self.value(x)
+            args.append(
+                v.tile.memory.ctypes.data + v.address if hasattr(v, "address") else v
+            )
+        t0 = self.t
+        fn(*args)
+        self.calls += 1
+        self.t += sim.costs.call(callee) if sim.costs.call else 0
+        sim.trace_event(self, "call", t0, self.t, callee)
+
+
+_ARITH = {
+    "arith.addi": lambda a, b: a + b,
+    "arith.subi": lambda a, b: a - b,
+    "arith.muli": lambda a, b: a * b,
+    "arith.divsi": lambda a, b: int(a / b),
+    "arith.divui": lambda a, b: a // b,
+    "arith.remsi": lambda a, b: a - int(a / b) * b,
+    "arith.remui": lambda a, b: a % b,
+    "arith.andi": lambda a, b: a & b,
+    "arith.ori": lambda a, b: a | b,
+    "arith.maxsi": max,
+    "arith.minsi": min,
+}
+# arith.cmpi predicates (mlir ArithBase.td): eq 0, ne 1, slt 2, sle 3, sgt 4, sge 5, ult 6, ule 7, ugt 8, uge 9
+_CMP = {
+    0: lambda a, b: a == b,
+    1: lambda a, b: a != b,
+    2: lambda a, b: a < b,
+    3: lambda a, b: a <= b,
+    4: lambda a, b: a > b,
+    5: lambda a, b: a >= b,
+    6: lambda a, b: a < b,
+    7: lambda a, b: a <= b,
+    8: lambda a, b: a > b,
+    9: lambda a, b: a >= b,
+}
+
+
+class SequenceAgent(Agent):
+    """The runtime sequence: configures, starts and awaits the shim tasks, in order."""
+
+    def __init__(self, sim, seq):
+        super().__init__(sim)
+        self.seq = seq
+        self.name = f"runtime sequence @{seq.name}"
+        self.ops = seq.op.regions[0][0].ops
+        self.pc = 0
+        self.tasks: dict[str, Task] = {}
+
+    def step(self) -> bool:
+        sim = self.sim
+        while self.pc < len(self.ops):
+            op = self.ops[self.pc]
+            n = op.name
+            if n == "aiex.dma_configure_task_for":
+                ch = sim.design.allocations[op.attr("alloc")]
+                bds = []
+                for o in op.body:
+                    if o.name == "aie.dma_bd":
+                        bds.append(
+                            make_bd(o, sim.args[o.operands[0]], [], [], shim=True)
+                        )
+                    elif o.name not in ("aie.end", "aie.next_bd"):
+                        raise DesignError(
+                            f"{o.name} in a shim task (line {o.line}) is not simulated"
+                        )
+                self.tasks[op.results[0]] = Task(
+                    ch,
+                    bds,
+                    op.attr("repeat_count", 0) or 0,
+                    bool(op.attr("issue_token")),
+                    op.results[0],
+                )
+            elif n == "aiex.dma_start_task":
+                task = self.tasks[op.operands[0]]
+                task.started_t = self.t
+                agent = sim.dma[id(task.channel)]
+                agent.tasks.append(task)
+                agent.t = max(agent.t, self.t)
+                sim.ready(agent)
+            elif n == "aiex.dma_await_task":
+                task = self.tasks[op.operands[0]]
+                if not getattr(task, "done", False):
+                    self.waiting = f"awaits task {task.name} on {task.channel.name}"
+                    sim.wait_task(self, task)
+                    return False
+                self.t = max(self.t, task.done_t)
+            elif n == "aiex.dma_free_task":
+                pass
+            elif n in ("aie.end",):
+                pass
+            else:
+                raise DesignError(
+                    f"{n} in the runtime sequence (line {op.line}) is not simulated"
+                )
+            self.pc += 1
+        self.done = True
+        self.waiting = "finished"
+        return False
+
+
+# -- the simulator -----------------------------------------------------------------------------------------
+
+
+class Simulator:
+    """One design, one runtime sequence, run on host arrays."""
+
+    def __init__(
+        self, design: Design, kernels=None, costs: Costs | None = None, trace=False
+    ):
+        """kernels(callee, func) -> a ctypes function; costs: the timed mode's prices."""
+        self.design = design
+        self.costs = costs or Costs()
+        self.kernels = kernels
+        self._fns = {}
+        self.ports = {}
+        for (col, row, d, idx), ch in design.channels.items():
+            if d == S2MM:
+                self.ports[(col, row, idx)] = Port(ch.name)
+        self.routes = {}
+        for src, dsts in design.routes.items():
+            missing = [d for d in dsts if d not in self.ports]
+            if missing:
+                raise DesignError(
+                    f"the stream from {src} reaches {missing}, where no S2MM channel is started"
+                )
+            self.routes[src] = [self.ports[d] for d in dsts]
+        self.dma = {id(ch): DmaAgent(self, ch) for ch in design.channels.values()}
+        self.cores = [CoreAgent(self, c) for c in design.cores]
+        self.lock_waiters = collections.defaultdict(list)
+        self.lock_t = {}
+        self.port_waiters = collections.defaultdict(list)
+        self.segment_waiters = collections.defaultdict(list)
+        self.task_waiters = collections.defaultdict(list)
+        self._heap = []
+        self._queued = set()
+        self._seq = 0
+        self.trace = [] if trace else None
+        self.steps = 0
+        self.ddr_free = 0.0
+
+    # scheduling
+    def ready(self, agent):
+        if id(agent) in self._queued or agent.done:
+            return
+        self._queued.add(id(agent))
+        self._seq += 1
+        heapq.heappush(self._heap, (agent.t, self._seq, agent))
+
+    def _wake(self, agents, t):
+        for a in agents:
+            a.t = max(a.t, t)
+            self.ready(a)
+        agents.clear()
+
+    def wait_lock(self, agent, lock):
+        self.lock_waiters[id(lock)].append(agent)
+
+    def lock_time(self, lock) -> float:
+        return self.lock_t.get(id(lock), 0.0)
+
+    def lock_released(self, lock, t):
+        self.lock_t[id(lock)] = max(self.lock_t.get(id(lock), 0.0), t)
+        self._wake(self.lock_waiters[id(lock)], t)
+
+    def wait_port(self, agent, port):
+        self.port_waiters[id(port)].append(agent)
+
+    def wake_port(self, port):
+        self._wake(self.port_waiters[id(port)], 0.0)
+
+    def wait_segment(self, agent, seg):
+        self.segment_waiters[id(seg)].append(agent)
+
+    def segment_done(self, seg):
+        self._wake(self.segment_waiters.pop(id(seg), []), seg.done_t)
+
+    def wait_task(self, agent, task):
+        self.task_waiters[id(task)].append(agent)
+
+    def task_done(self, task, t):
+        task.done, task.done_t = True, t
+        self._wake(self.task_waiters.pop(id(task), []), t)
+
+    def ddr(self, t: float, nbytes: int) -> float:
+        """When n bytes reach or leave DDR for a shim channel ready at t: the channels share
+        costs.ddr_bytes_per_cycle, first come first served (MODELLED)."""
+        rate = self.costs.ddr_bytes_per_cycle
+        if not rate:
+            return t
+        start = max(t, self.ddr_free)
+        self.ddr_free = start + nbytes / rate
+        return self.ddr_free
+
+    def trace_event(self, agent, kind, t0, t1, what):
+        if self.trace is not None:
+            self.trace.append((agent.name, kind, t0, t1, what))
+
+    def kernel(self, callee, op):
+        fn = self._fns.get(callee)
+        if fn is None:
+            func = self.design.funcs.get(callee)
+            if func is None or self.kernels is None:
+                raise DesignError(
+                    f"func.call @{callee} (line {op.line}): no kernel to call"
+                )
+            fn = self._fns[callee] = self.kernels(callee, func)
+        return fn
+
+    def view(self, buffer):
+        if buffer.tile is None:
+            return self.host[buffer.name]
+        return buffer.view()
+
+    # running
+    def run(self, arrays, sequence: int = 0, max_steps: int = 50_000_000):
+        """Run the runtime sequence on the host arrays (one per argument, in order); returns them as
+        the device left them. Hang when nothing can move; SimError past max_steps."""
+        from .design import Buffer
+
+        seq = self.design.sequences[sequence]
+        if len(arrays) != len(seq.args):
+            raise DesignError(
+                f"@{seq.name} takes {len(seq.args)} arguments, got {len(arrays)}"
+            )
+        self.host, self.args = {}, {}
+        for (name, shape, dtype), a in zip(seq.args, arrays):
+            raw = np.frombuffer(
+                np.ascontiguousarray(a).tobytes(), dtype=np.uint8
+            ).copy()
+            need = int(np.prod(shape)) * dtype.itemsize
+            if raw.size != need:
+                raise DesignError(f"argument {name} needs {need} bytes, got {raw.size}")
+            self.host[name] = raw.view(dtype)
+            self.args[name] = Buffer(name, None, 0, shape, dtype)
+        main = SequenceAgent(self, seq)
+        agents = [main, *self.cores, *self.dma.values()]
+        for a in agents:
+            self.ready(a)
+        while not main.done:
+            if not self._heap:
+                raise Hang(self.report(agents), self.steps)
+            _, _, agent = heapq.heappop(self._heap)
+            self._queued.discard(id(agent))
+            self.steps += 1
+            if self.steps > max_steps:
+                raise SimError(
+                    f"no end after {max_steps} steps (the time-out): "
+                    + "; ".join(self.report(agents)[:4])
+                )
+            if agent.step():
+                self.ready(agent)
+        self.end_t = main.t
+        return [
+            self.host[name].view(a.dtype).reshape(np.shape(a))
+            for (name, _, _), a in zip(seq.args, arrays)
+        ]
+
+    def report(self, agents) -> list[str]:
+        lines = []
+        for a in agents:
+            if a.done and not isinstance(a, SequenceAgent):
+                continue
+            if isinstance(a, DmaAgent) and a.waiting.startswith("idle"):
+                continue
+            lines.append(f"{a.name}: {a.waiting or 'ready'}")
+        for p in self.ports.values():
+            if p.queue:
+                seg, taken = p.queue[0]
+                lines.append(
+                    f"stream into {p.name}: {sum(s.data.size - t for s, t in p.queue)} bytes "
+                    f"waiting, first from {seg.source}"
+                )
+        return lines

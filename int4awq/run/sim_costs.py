@@ -1,0 +1,106 @@
+# SPDX-License-Identifier: MIT
+"""What the simulator of the compiled design (emulator/aiesim) charges in its timed mode, for this
+project's designs, and how its timeline is shown. Every figure it produces is MODELLED.
+
+* A kernel call costs the kernel cost model's cycles (int4awq/design/kernel_cost.py): the accumulate
+  entries their profiled and calibrated figure; the zero and drain entries, which the model does not
+  profile, one 64-byte store a cycle over the accumulator (zero) and one 64-byte load and 32-byte store a
+  cycle (drain): a floor, labelled so.
+* A stream moves 4 bytes a cycle (the simulator's STREAM_BYTES_PER_CYCLE, AM020's 32-bit stream port).
+* DDR: all shim channels share DDR_BYTES_PER_S (int4awq/design/model.py, fitted to mlir-air's measured
+  GEMMs), at the clock the kernel model uses (CLOCK_HZ).
+* BD setup and lock operations: the figures below, estimates (AM020 gives no cycle counts for them).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..design import model
+from ..design.kernel_cost import CLOCK_HZ, gemv_cycles, kernel_cycles
+
+BD_SETUP_CYCLES = 8  # estimate: a BD's fetch and start (not published)
+LOCK_CYCLES = 1  # estimate: one lock request (not published)
+
+
+def costs(cfg):
+    """The simulator's Costs for one design configuration."""
+    import aiesim
+
+    gemv = type(cfg).__name__ == "GemvConfig"
+    if gemv:
+        acc_bytes = 8 * cfg.tile_n * 4 * -(-cfg.m // 8)
+        accumulate = gemv_cycles(cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.m, cfg.format)
+    else:
+        acc_bytes = cfg.tile_m * cfg.tile_n * 4
+        accumulate = kernel_cycles(
+            cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.format
+        )
+    per_call = {
+        "zero": acc_bytes / 64,
+        "accumulate": accumulate,
+        "drain": acc_bytes / 64,
+    }
+
+    def call(name: str) -> float:
+        return next((c for k, c in per_call.items() if name.endswith(k)), 0.0)
+
+    return aiesim.Costs(
+        bd_setup=BD_SETUP_CYCLES,
+        lock=LOCK_CYCLES,
+        call=call,
+        ddr_bytes_per_cycle=model.DDR_BYTES_PER_S / CLOCK_HZ,
+    )
+
+
+def seconds(sim) -> float:
+    return sim.end_t / CLOCK_HZ
+
+
+def timed_line(cfg, sim) -> str:
+    us = seconds(sim) * 1e6
+    return (
+        f"{sim.steps} steps; MODELLED NPU2 time {us:.1f} us for the compiled schedule "
+        f"(+ {model.FIXED_S * 1e6:.0f} us per dispatch: {us + model.FIXED_S * 1e6:.1f} us)"
+    )
+
+
+def write_trace(sim, path: str) -> None:
+    """The simulated timeline as Chrome / Perfetto trace JSON (chrome://tracing, ui.perfetto.dev): one
+    track per core and DMA channel, a slice per kernel call and per BD, in microseconds (MODELLED).
+    """
+    tracks = {}
+    events = []
+    for name, kind, t0, t1, what in sim.trace:
+        tid = tracks.setdefault(name, len(tracks) + 1)
+        events.append(
+            {
+                "name": what,
+                "cat": kind,
+                "ph": "X",
+                "ts": t0 / CLOCK_HZ * 1e6,
+                "dur": max(t1 - t0, 0) / CLOCK_HZ * 1e6,
+                "pid": 1,
+                "tid": tid,
+            }
+        )
+    for name, tid in tracks.items():
+        events.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": 1,
+                "tid": tid,
+                "args": {"name": name},
+            }
+        )
+    events.append(
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": 1,
+            "args": {"name": "compiled design, simulated (MODELLED times)"},
+        }
+    )
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
