@@ -26,6 +26,8 @@ ACQUIRE, RELEASE, ACQUIRE_GE = 0, 1, 2
 # NPU2 (AIE2P) data memory: 64 KiB per compute tile, 512 KiB per memtile (mlir-aie AIETargetModel,
 # NPU2TargetModel getLocalMemorySize / getMemTileSize).
 MEMORY_BYTES = {"compute": 64 * 1024, "memtile": 512 * 1024, "shim": 0}
+# NaN bit patterns of the float element types, as the element type's own word.
+FLOAT_NAN = {"bf16": 0x7FC0, "f16": 0x7E00, "f32": np.float32(np.nan), "f64": np.float64(np.nan)}
 DTYPES = {
     "bf16": np.uint16,  # moved as bits: the simulator never computes on them
     "f16": np.uint16,
@@ -80,6 +82,16 @@ class Buffer:
     address: int
     shape: tuple[int, ...]
     dtype: np.dtype
+    elem: str = ""  # the MLIR element type (bf16 is moved as 16-bit words)
+
+    def poison(self) -> None:
+        """Fill the buffer as the emulator fills a fresh one (NaN for floats, 0xA5 bytes otherwise), so
+        that a byte nothing writes shows, and a run compares with the emulator's bit for bit."""
+        v = self.view()
+        if self.elem in FLOAT_NAN:
+            v[...] = FLOAT_NAN[self.elem]
+        else:
+            v.view(np.uint8)[...] = 0xA5
 
     @property
     def elements(self) -> int:
@@ -251,7 +263,9 @@ def _device(dev: Op) -> Design:
                 op.attr("address"),
                 shape,
                 np.dtype(DTYPES[elem]),
+                elem,
             )
+            b.poison()
             buffers.append(b)
             values[op.results[0]] = b
         elif n in ("aie.mem", "aie.memtile_dma", "aie.shim_dma"):
@@ -404,8 +418,32 @@ def _dma_channels(op: Op, tile: Tile, values) -> list[Channel]:
             return None
         bd = make_bd(bd_op, values[bd_op.operands[0]], acquires, releases)
         bd_of_block[label] = bd
-        next_of[id(bd)] = nxt
+        next_of[id(bd)] = (nxt, bd_op.attr("next_bd_id"))
         return bd
+
+    # every BD of the tile's DMA, by its id: the hardware chains BDs by next_bd_id (the BD's register),
+    # which the lowering writes from the next_bd successor; where they disagree the id is what runs
+    by_id = {}
+    for b in op.regions[0]:
+        bd = bd_block(b.label)
+        if bd is not None and bd.bd_id is not None:
+            if bd.bd_id in by_id:
+                raise DesignError(
+                    f"{tile.name}: BD id {bd.bd_id} is used twice (lines {by_id[bd.bd_id].line} and "
+                    f"{bd.line})"
+                )
+            by_id[bd.bd_id] = bd
+    for bd in bd_of_block.values():
+        label, nid = next_of[id(bd)]
+        if nid is not None:
+            if nid not in by_id:
+                raise DesignError(
+                    f"{tile.name}: BD {bd.bd_id} (line {bd.line}) chains to BD id {nid}, which no BD of "
+                    f"the tile has"
+                )
+            bd.next = by_id[nid]
+        else:
+            bd.next = bd_block(label) if label is not None else None
 
     out = []
     label = op.regions[0][0].label
@@ -421,13 +459,6 @@ def _dma_channels(op: Op, tile: Tile, values) -> list[Channel]:
             repeat=(start.attr("repeat_count", 0) or 0) + 1,
         )
         ch.first = bd_block(first_label)
-        # resolve the chain
-        seen, bd = set(), ch.first
-        while bd is not None and id(bd) not in seen:
-            seen.add(id(bd))
-            nl = next_of.get(id(bd))
-            bd.next = bd_block(nl) if nl is not None else None
-            bd = bd.next
         out.append(ch)
         label = then
     return out

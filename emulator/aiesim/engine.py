@@ -215,10 +215,12 @@ class DmaAgent(Agent):
                 receivers = sim.routes.get(
                     (self.ch.tile.col, self.ch.tile.row, self.ch.index), []
                 )
-                if not receivers:
-                    raise SimError(
-                        f"{self.name} sends {bd.describe()} but no stream leaves it"
+                if not receivers:  # the hardware stalls: nothing takes the words
+                    self.waiting = (
+                        f"on {bd.describe()}: its stream reaches no S2MM channel (no route from "
+                        f"this MM2S port through the switchboxes)"
                     )
+                    return False  # holding its locks, for good
                 ready = sim.ddr(self.t, data.size) if self.ch.tile.row == 0 else self.t
                 self.segment = Segment(
                     data, f"{self.name} {bd.describe()}", len(receivers), self.t, ready
@@ -693,6 +695,19 @@ class Simulator:
             self.host[name].view(a.dtype).reshape(np.shape(a))
             for (name, _, _), a in zip(seq.args, arrays)
         ]
+
+    def leftovers(self) -> list[str]:
+        """After a run: words still on their way to a port (on hardware they would meet the next
+        dispatch)."""
+        out = []
+        for p in self.ports.values():
+            if p.queue:
+                n = sum(s.data.size - t for s, t in p.queue)
+                out.append(f"{n} bytes left in the stream into {p.name}")
+        for a in self.dma.values():
+            if a.ch.direction == S2MM and a.stage == "move" and a.received:
+                out.append(f"{a.name} holds {a.received} bytes of a BD that never completes")
+        return out
 
     def report(self, agents) -> list[str]:
         lines = []

@@ -1,0 +1,189 @@
+# SPDX-License-Identifier: MIT
+"""`make sim-all`: every default design run twice, by the emulator (the builder's AIR, interpreted) and by
+the simulator of the design aircc + aiecc compile (emulator/aiesim: the placed buffers, locks, BD chains,
+routes and the runtime sequence, with the same host-built kernel on the cores), on the same inputs. The
+outputs must be equal bit for bit: the same kernel computes on the same bytes, so any difference is the
+data movement or the synchronisation the compiler produced.
+
+The designs: the GEMM at each make target and format, the decode GEMV in each format, and the bring-up
+probes (host/aircc_check.py's list). `--only TEXT` runs those whose name holds TEXT; `--small` the ones
+`make test` runs. Exit status: 0 all equal, 1 a difference, a hang or a failure, 2 no compiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMULATOR_DIR = os.path.join(REPO, "emulator")
+for _p in (REPO, EMULATOR_DIR):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import numpy as np  # noqa: E402
+from ml_dtypes import bfloat16  # noqa: E402
+
+from int4awq.design import compiler  # noqa: E402
+
+# The designs `make test` simulates (seconds each); sim-all runs every one.
+SMALL = ("make run1x1", "make run2x4", "bring-up probe")
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    build: object  # () -> the AIR module
+    options: dict  # XRTBackend keyword arguments
+    inputs: object  # () -> the host arrays, inputs and outputs
+    outputs: tuple[int, ...]  # which of them the design writes
+    library_dir: object  # () -> the folder of the host kernel library
+
+
+def cases() -> list[Case]:
+    from host import aircc_check
+    from host import kernel_probe as kp
+    from int4awq.design import gemv
+    from int4awq.formats.quant import random_activations
+    from int4awq.formats.weights_file import random_format_weights
+    from int4awq.kernel import record
+    from int4awq.kernel.kernel_model import build_host_kernel
+    from host.run import build_host_kernel as build_config_kernel
+
+    out = []
+
+    def config_case(name, cfg):
+        import matmul_int4_packed
+        import matvec_int4_packed
+
+        builder = matvec_int4_packed if type(cfg).__name__ == "GemvConfig" else matmul_int4_packed
+
+        def inputs():
+            w = random_format_weights(cfg.format, cfg.k, cfg.n, cfg.gs, seed=1)
+            a = random_activations(cfg.m, cfg.k, 2)
+            a_p, w_p = record.padded_operands(cfg, a, w)
+            return [a_p, w_p, np.zeros((cfg.m, cfg.n), bfloat16)]
+
+        return Case(
+            name,
+            lambda: builder.build_module(cfg),
+            builder.backend_options(cfg),
+            inputs,
+            (2,),
+            lambda: build_config_kernel(cfg),
+        )
+
+    for target, variables in (
+        [(t, ()) for t in aircc_check.MAKE_TARGETS]
+        + [("run8x4", (f"FORMAT={fmt}",)) for fmt in record.FORMATS if fmt != "awq"]
+    ):
+        name = " ".join(["make", target, *variables])
+        out.append(config_case(name, aircc_check.make_target_config(target, *variables)))
+    for fmt, gs in record.FORMAT_GS.items():
+        cfg = gemv.default_config(1, 2048, 2048, gs, fmt)
+        out.append(config_case(f"make run_llama_decode FORMAT={fmt}", cfg))
+    for obj, rows in ((kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m), (kp.PROBE_GEMV, kp.GEMV_PROBE_ROWS)):
+        for stage in kp.STAGES:
+            probe = kp.Probe(obj, rows, stage)
+
+            def inputs(p=probe):
+                rng = np.random.default_rng(3)
+                arrays = []
+                for name, shape, dtype in p.args()[: p.n_inputs]:
+                    if np.dtype(dtype) == np.uint8:
+                        arrays.append(rng.integers(0, 256, shape, dtype=np.uint8))
+                    else:
+                        arrays.append(rng.standard_normal(shape).astype(dtype))
+                return p.buffers(arrays)
+
+            out.append(
+                Case(
+                    f"bring-up probe {probe.name}",
+                    lambda p=probe: kp.build_module(p),
+                    kp.backend_options(probe),
+                    inputs,
+                    tuple(range(probe.n_inputs, len(probe.args()))),
+                    lambda p=probe: str(build_host_kernel(p.obj).parent),
+                )
+            )
+    return out
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    equal: bool | None = None
+    detail: str = ""
+    emulated_s: float = 0.0
+    simulated_s: float = 0.0
+    modelled_us: float = 0.0
+
+
+def check(case: Case) -> Result:
+    """One design through the emulator and the simulator of its compiled form."""
+    import aiesim
+    from air.backend.xrt import XRTBackend
+
+    res = Result(case.name)
+    os.environ["AIR_EMU_LIB_PATH"] = case.library_dir()
+    module = case.build()
+    _, outdir = compiler.compile_first(
+        case.name, str(module), case.options, os.path.join(REPO, "build", "aircc-runs")
+    )
+    bufs = case.inputs()
+    t0 = time.perf_counter()
+    emulated = XRTBackend(**case.options).compile_and_load(module)(*[b.copy() for b in bufs])
+    res.emulated_s = time.perf_counter() - t0
+    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
+    t0 = time.perf_counter()
+    try:
+        simulated, sim = aiesim.simulate(text, [b.copy() for b in bufs])
+    except aiesim.Hang as h:
+        res.equal, res.detail = False, "hangs:\n    " + "\n    ".join(h.report)
+        return res
+    res.simulated_s = time.perf_counter() - t0
+    diffs = []
+    for i in case.outputs:
+        e = np.asarray(emulated[i]).view(np.uint8).reshape(-1)
+        s = np.asarray(simulated[i]).view(np.uint8).reshape(-1)
+        if not np.array_equal(e, s):
+            bad = np.flatnonzero(e != s)
+            diffs.append(f"output {i}: {bad.size} of {e.size} bytes differ, the first at byte {bad[0]}")
+    res.equal = not diffs
+    res.detail = "; ".join(diffs) or "bit for bit"
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="only the designs whose name holds this")
+    ap.add_argument("--small", action="store_true", help="only the designs make test runs")
+    args = ap.parse_args(argv)
+    missing = compiler.tools_missing()
+    if missing:
+        print(f"sim-all: the simulator runs what aircc + aiecc compile: {missing}", file=sys.stderr)
+        return 2
+    todo = [
+        c
+        for c in cases()
+        if (not args.only or args.only in c.name)
+        and (not args.small or c.name.startswith(SMALL))
+    ]
+    failed = 0
+    for i, c in enumerate(todo, 1):
+        r = check(c)
+        failed += not r.equal
+        print(
+            f"[{i}/{len(todo)}] {'ok  ' if r.equal else 'FAIL'} {c.name}: {r.detail} "
+            f"(emulated {r.emulated_s:.1f} s, simulated {r.simulated_s:.1f} s)",
+            flush=True,
+        )
+    print(f"{len(todo) - failed} equal, {failed} not")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
