@@ -70,6 +70,7 @@ COLUMNS = (
     "compute_us",
     "gbps",
     "bound",  # new columns go last: readers that index the CSV by position keep working
+    "sim_us",
 )
 
 # The printed tables: (heading, row key, format spec). Text is left-aligned and numbers right-aligned under
@@ -211,6 +212,22 @@ def measure_gemv(cfg, m, k, n, iters, warmup):
     return timed_npu_run(cfg, m, k, n, iters, warmup)
 
 
+def simulated_us(cfg) -> float:
+    """The design's time as compiled (MODELLED): aircc + aiecc compile it, the simulator of the compiled
+    design runs it on zeros with the kernel calls charged by the kernel cost model, not computed
+    (emulator/aiesim, int4awq/run/sim_costs.py); plus the per-dispatch fixed cost."""
+    import aiesim
+
+    from host.run import builder_of, compile_design, emulator_backend
+    from int4awq.run import sim_costs
+
+    emulator_backend(cfg)
+    outdir = compile_design(cfg, builder_of(cfg).build_module(cfg), quiet=True)
+    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
+    _, sim = aiesim.simulate(text, None, costs=sim_costs.costs(cfg), run_kernels=False)
+    return (sim_costs.seconds(sim) + model.FIXED_S) * 1e6
+
+
 def emulate(cfg, m, k, n):
     """(correlation, passed) of one configuration on the emulator."""
     from host.run import run_emulator
@@ -236,12 +253,34 @@ def table_header(columns) -> str:
 
 
 def table_line(columns, row: dict) -> str:
-    return " ".join(f"{row[key]:{spec}}" for _, key, spec in columns).rstrip()
+    """A row under the columns' headings; an empty cell (a figure the row has not) as blanks."""
+    return " ".join(
+        f"{row[key]:{spec if row[key] != '' else spec.split('.')[0]}}"
+        for _, key, spec in columns
+    ).rstrip()
 
 
-def table_columns(table, with_correlation: bool):
-    """A table's columns: the correlation only when rows have one (NPU2 or --emulate), the source last."""
-    return table + (_CORRELATION if with_correlation else ()) + _SOURCE
+_SIMULATED = (("sim us", "sim_us", ">8.1f"), ("sim/model", "sim_ratio", ">9.2f"))
+
+
+def table_columns(table, with_correlation: bool, with_sim: bool = False):
+    """A table's columns: the correlation only when rows have one (NPU2 or --emulate), the simulated
+    time as compiled with --sim, the source last."""
+    return (
+        table
+        + (_CORRELATION if with_correlation else ())
+        + (_SIMULATED if with_sim else ())
+        + _SOURCE
+    )
+
+
+def add_simulated(row: dict, cfg, fmt: str, args) -> None:
+    """With --sim, the AWQ row's time as compiled and its ratio to the analytic model (MODELLED both)."""
+    if not args.sim or fmt != "awq":
+        row.update(sim_us="", sim_ratio="")
+        return
+    us = simulated_us(cfg)
+    row.update(sim_us=round(us, 1), sim_ratio=round(us / row["modelled_us"], 2))
 
 
 def roofline_point(row: dict, ddr_bytes: int, modelled_s: float, measured_s=None):
@@ -383,7 +422,17 @@ def _main(argv) -> int:
         action="store_true",
         help="without an NPU2: also run and check every row on the emulator",
     )
+    p.add_argument(
+        "--sim",
+        action="store_true",
+        help="also time the AWQ rows as compiled: the simulator of the design aircc + aiecc write "
+        "(MODELLED; needs the compiler; seconds to a minute a row)",
+    )
     args = p.parse_args(argv)
+    if args.sim and compiler.tools_missing():
+        raise ConfigError(
+            f"--sim simulates the compiled design: {compiler.tools_missing()}"
+        )
     if args.iters < 1 or args.warmup < 0:
         raise ConfigError(
             f"--iters {args.iters} / --warmup {args.warmup}: need iters >= 1, warmup >= 0"
@@ -409,7 +458,7 @@ def _main(argv) -> int:
             else "--emulate: each row compiles with aircc + aiecc first (build/aircc-runs/); a row the "
             "compiler refuses stops the bench with its error"
         )
-    columns = table_columns(PREFILL_TABLE, on_npu or args.emulate)
+    columns = table_columns(PREFILL_TABLE, on_npu or args.emulate, args.sim)
     print(table_header(columns))
     rows, failures = [], 0
     entries, say = load_table(), print
@@ -472,6 +521,7 @@ def _main(argv) -> int:
                 correlation=f"{corr:.6f}",
                 source="modelled; emulator " + ("PASS" if passed else "FAIL"),
             )
+        add_simulated(row, cfg, fmt, args)
         rows.append(row)
         say(table_line(columns, row))
     failures += decode_rows(rows, on_npu, args)
@@ -491,7 +541,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
     """decode_rows for one weight format: a row per projection and the token line."""
     from int4awq.design import gemv
 
-    columns = table_columns(DECODE_TABLE, on_npu or args.emulate)
+    columns = table_columns(DECODE_TABLE, on_npu or args.emulate, args.sim)
     failures, token_s, token_ddr, token_fixed = 0, 0.0, 0, 0.0
     for name, (k, n) in LLAMA_PROJECTIONS.items():
         cfg = gemv.default_config(1, k, n, gs, fmt)
@@ -534,6 +584,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
                 correlation=f"{corr:.6f}",
                 source=row["source"] + "; emulator " + ("PASS" if passed else "FAIL"),
             )
+        add_simulated(row, cfg, fmt, args)
         token_s += seconds
         token_ddr += est.ddr_bytes
         token_fixed += model.FIXED_S
@@ -567,7 +618,7 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
         f"{'MEASURED on NPU2' if on_npu else 'MODELLED'}: time = max(DDR / {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s, compute) + "
         f"{model.FIXED_S * 1e6:.0f} us per launch"
     )
-    print(table_header(table_columns(DECODE_TABLE, on_npu or args.emulate)))
+    print(table_header(table_columns(DECODE_TABLE, on_npu or args.emulate, args.sim)))
     failures = 0
     for fmt, gs in TABLE_FORMATS:
         failures += _decode_format(fmt, gs, rows, on_npu, args)

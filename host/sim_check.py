@@ -59,7 +59,11 @@ def cases() -> list[Case]:
         import matmul_int4_packed
         import matvec_int4_packed
 
-        builder = matvec_int4_packed if type(cfg).__name__ == "GemvConfig" else matmul_int4_packed
+        builder = (
+            matvec_int4_packed
+            if type(cfg).__name__ == "GemvConfig"
+            else matmul_int4_packed
+        )
 
         def inputs():
             w = random_format_weights(cfg.format, cfg.k, cfg.n, cfg.gs, seed=1)
@@ -76,16 +80,20 @@ def cases() -> list[Case]:
             lambda: build_config_kernel(cfg),
         )
 
-    for target, variables in (
-        [(t, ()) for t in aircc_check.MAKE_TARGETS]
-        + [("run8x4", (f"FORMAT={fmt}",)) for fmt in record.FORMATS if fmt != "awq"]
-    ):
+    for target, variables in [(t, ()) for t in aircc_check.MAKE_TARGETS] + [
+        ("run8x4", (f"FORMAT={fmt}",)) for fmt in record.FORMATS if fmt != "awq"
+    ]:
         name = " ".join(["make", target, *variables])
-        out.append(config_case(name, aircc_check.make_target_config(target, *variables)))
+        out.append(
+            config_case(name, aircc_check.make_target_config(target, *variables))
+        )
     for fmt, gs in record.FORMAT_GS.items():
         cfg = gemv.default_config(1, 2048, 2048, gs, fmt)
         out.append(config_case(f"make run_llama_decode FORMAT={fmt}", cfg))
-    for obj, rows in ((kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m), (kp.PROBE_GEMV, kp.GEMV_PROBE_ROWS)):
+    for obj, rows in (
+        (kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m),
+        (kp.PROBE_GEMV, kp.GEMV_PROBE_ROWS),
+    ):
         for stage in kp.STAGES:
             probe = kp.Probe(obj, rows, stage)
 
@@ -135,7 +143,9 @@ def check(case: Case) -> Result:
     )
     bufs = case.inputs()
     t0 = time.perf_counter()
-    emulated = XRTBackend(**case.options).compile_and_load(module)(*[b.copy() for b in bufs])
+    emulated = XRTBackend(**case.options).compile_and_load(module)(
+        *[b.copy() for b in bufs]
+    )
     res.emulated_s = time.perf_counter() - t0
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     t0 = time.perf_counter()
@@ -151,7 +161,9 @@ def check(case: Case) -> Result:
         s = np.asarray(simulated[i]).view(np.uint8).reshape(-1)
         if not np.array_equal(e, s):
             bad = np.flatnonzero(e != s)
-            diffs.append(f"output {i}: {bad.size} of {e.size} bytes differ, the first at byte {bad[0]}")
+            diffs.append(
+                f"output {i}: {bad.size} of {e.size} bytes differ, the first at byte {bad[0]}"
+            )
     res.equal = not diffs
     res.detail = "; ".join(diffs) or "bit for bit"
     return res
@@ -160,11 +172,16 @@ def check(case: Case) -> Result:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="only the designs whose name holds this")
-    ap.add_argument("--small", action="store_true", help="only the designs make test runs")
+    ap.add_argument(
+        "--small", action="store_true", help="only the designs make test runs"
+    )
     args = ap.parse_args(argv)
     missing = compiler.tools_missing()
     if missing:
-        print(f"sim-all: the simulator runs what aircc + aiecc compile: {missing}", file=sys.stderr)
+        print(
+            f"sim-all: the simulator runs what aircc + aiecc compile: {missing}",
+            file=sys.stderr,
+        )
         return 2
     todo = [
         c

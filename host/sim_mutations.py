@@ -36,7 +36,9 @@ def _lines(text):
 def _core_tile(lines) -> str:
     """The SSA name of the first compute tile (row >= 2)."""
     for ln in lines:
-        m = re.match(r'\s*(%\w+) = "aie.tile"\(\) <\{col = \d+ : i32, row = (\d+) : i32\}>', ln)
+        m = re.match(
+            r'\s*(%\w+) = "aie.tile"\(\) <\{col = \d+ : i32, row = (\d+) : i32\}>', ln
+        )
         if m and int(m.group(2)) >= 2:
             return m.group(1)
     raise ValueError("no compute tile")
@@ -50,7 +52,9 @@ def lock_init(delta: int, init: int):
         tile = _core_tile(lines)
         for i, ln in enumerate(lines):
             if f'"aie.lock"({tile})' in ln and f"init = {init} : i32" in ln:
-                lines[i] = ln.replace(f"init = {init} : i32", f"init = {init + delta} : i32")
+                lines[i] = ln.replace(
+                    f"init = {init} : i32", f"init = {init + delta} : i32"
+                )
                 return "\n".join(lines)
         raise ValueError(f"no lock with init {init}")
 
@@ -78,7 +82,9 @@ def bd_length(delta: int, nth: int = 1):
         lines = _lines(text)
         i, _ = _mem_bds(lines)[nth]
         lines[i] = re.sub(
-            r"static_len = (\d+)", lambda m: f"static_len = {int(m.group(1)) + delta}", lines[i]
+            r"static_len = (\d+)",
+            lambda m: f"static_len = {int(m.group(1)) + delta}",
+            lines[i],
         )
         return "\n".join(lines)
 
@@ -108,8 +114,12 @@ def swap_bd_ids(text):
     lines = _lines(text)
     bds = _mem_bds(lines)
     (i, a), (j, b) = bds[1], bds[2]
-    lines[i] = lines[i].replace(f"bd_id = {a} : i32, next", f"bd_id = {b} : i32, next", 1)
-    lines[j] = lines[j].replace(f"bd_id = {b} : i32, next", f"bd_id = {a} : i32, next", 1)
+    lines[i] = lines[i].replace(
+        f"bd_id = {a} : i32, next", f"bd_id = {b} : i32, next", 1
+    )
+    lines[j] = lines[j].replace(
+        f"bd_id = {b} : i32, next", f"bd_id = {a} : i32, next", 1
+    )
     return "\n".join(lines)
 
 
@@ -130,7 +140,11 @@ def overlap_buffers(text):
     lines = _lines(text)
     tile = _core_tile(lines)
     bufs = [
-        (i, re.search(r"address = (\d+)", ln), re.search(r"-> (memref<[^>]*>)", ln).group(1))
+        (
+            i,
+            re.search(r"address = (\d+)", ln),
+            re.search(r"-> (memref<[^>]*>)", ln).group(1),
+        )
         for i, ln in enumerate(lines)
         if f'"aie.buffer"({tile})' in ln
     ]
@@ -143,14 +157,22 @@ def overlap_buffers(text):
 
 
 MUTATIONS = [
-    Mutation("a lock's initial value +1 (2 -> 3: an input ring's free slots)", lock_init(+1, 2), "wrong C"),
+    Mutation(
+        "a lock's initial value +1 (2 -> 3: an input ring's free slots)",
+        lock_init(+1, 2),
+        "wrong C",
+    ),
     Mutation(
         "a lock's initial value -1 (2 -> 1: an input ring's free slots)",
         lock_init(-1, 2),
         "harmless: the ping-pong pair runs one buffer at a time (the DMA waits for the core's release "
         "before each fill); the same data arrive in the same order, later",
     ),
-    Mutation("a lock's initial value -1 (1 -> 0: the accumulator's)", lock_init(-1, 1), "hang"),
+    Mutation(
+        "a lock's initial value -1 (1 -> 0: the accumulator's)",
+        lock_init(-1, 1),
+        "hang",
+    ),
     Mutation(
         "a BD's length -1 (the first input's)",
         bd_length(-1),
@@ -162,11 +184,27 @@ MUTATIONS = [
         bd_length(+1),
         "refused: the BD writes one element past its buffer (on hardware, into the next buffer)",
     ),
-    Mutation("a next_bd cut (the input ring ends after one pass)", next_bd_to("end"), "hang"),
-    Mutation("a next_bd pointed elsewhere (the pong BD chains to itself)", next_bd_to("self"), "wrong C"),
-    Mutation("two BD ids swapped (the input ring's ping and pong)", swap_bd_ids, "wrong C"),
-    Mutation("a switchbox connection removed (into the core's input DMA)", drop_connect, "hang"),
-    Mutation("a buffer's address moved onto another's (the input's pong onto its ping)", overlap_buffers, "wrong C"),
+    Mutation(
+        "a next_bd cut (the input ring ends after one pass)", next_bd_to("end"), "hang"
+    ),
+    Mutation(
+        "a next_bd pointed elsewhere (the pong BD chains to itself)",
+        next_bd_to("self"),
+        "wrong C",
+    ),
+    Mutation(
+        "two BD ids swapped (the input ring's ping and pong)", swap_bd_ids, "wrong C"
+    ),
+    Mutation(
+        "a switchbox connection removed (into the core's input DMA)",
+        drop_connect,
+        "hang",
+    ),
+    Mutation(
+        "a buffer's address moved onto another's (the input's pong onto its ping)",
+        overlap_buffers,
+        "wrong C",
+    ),
 ]
 
 
@@ -221,7 +259,10 @@ def table() -> list[tuple[str, str, str]]:
 
     text, arrays, out = run1x1_case()
     baseline = aiesim.simulate(text, [a.copy() for a in arrays])[0][out]
-    return [(m.name, m.expect, outcome(m.mutate(text), arrays, out, baseline)) for m in MUTATIONS]
+    return [
+        (m.name, m.expect, outcome(m.mutate(text), arrays, out, baseline))
+        for m in MUTATIONS
+    ]
 
 
 if __name__ == "__main__":

@@ -56,9 +56,15 @@ def host_kernels(callee: str, func):
 
 
 def simulate(
-    generic_text: str, arrays, costs: Costs | None = None, trace=False, device: int = 0
+    generic_text: str,
+    arrays,
+    costs: Costs | None = None,
+    trace=False,
+    device: int = 0,
+    run_kernels=True,
 ):
-    """Run a compiled module (generic MLIR text) on host arrays: (outputs, the Simulator)."""
+    """Run a compiled module (generic MLIR text) on host arrays: (outputs, the Simulator).
+    run_kernels=False: a timing run, the cores' calls charged but not computed."""
     design = load(parse(generic_text))[device]
-    sim = Simulator(design, host_kernels, costs, trace)
+    sim = Simulator(design, host_kernels, costs, trace, run_kernels)
     return sim.run(arrays), sim

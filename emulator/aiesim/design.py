@@ -27,7 +27,12 @@ ACQUIRE, RELEASE, ACQUIRE_GE = 0, 1, 2
 # NPU2TargetModel getLocalMemorySize / getMemTileSize).
 MEMORY_BYTES = {"compute": 64 * 1024, "memtile": 512 * 1024, "shim": 0}
 # NaN bit patterns of the float element types, as the element type's own word.
-FLOAT_NAN = {"bf16": 0x7FC0, "f16": 0x7E00, "f32": np.float32(np.nan), "f64": np.float64(np.nan)}
+FLOAT_NAN = {
+    "bf16": 0x7FC0,
+    "f16": 0x7E00,
+    "f32": np.float32(np.nan),
+    "f64": np.float64(np.nan),
+}
 DTYPES = {
     "bf16": np.uint16,  # moved as bits: the simulator never computes on them
     "f16": np.uint16,
@@ -83,10 +88,23 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: np.dtype
     elem: str = ""  # the MLIR element type (bf16 is moved as 16-bit words)
+    layout: tuple | None = (
+        None  # a view's element strides (memref.subview); None: row-major
+    )
+
+    def strides(self) -> tuple[int, ...]:
+        if self.layout is not None:
+            return self.layout
+        out, step = [], 1
+        for d in reversed(self.shape):
+            out.append(step)
+            step *= d
+        return tuple(reversed(out))
 
     def poison(self) -> None:
         """Fill the buffer as the emulator fills a fresh one (NaN for floats, 0xA5 bytes otherwise), so
-        that a byte nothing writes shows, and a run compares with the emulator's bit for bit."""
+        that a byte nothing writes shows, and a run compares with the emulator's bit for bit.
+        """
         v = self.view()
         if self.elem in FLOAT_NAN:
             v[...] = FLOAT_NAN[self.elem]
@@ -101,7 +119,8 @@ class Buffer:
         """The buffer's elements, flat, as a view of its memory (or of the host array for DDR)."""
         if self.tile is None:
             return host.view(self.dtype).reshape(-1)
-        nbytes = self.elements * self.dtype.itemsize
+        span = 1 + sum((d - 1) * st for d, st in zip(self.shape, self.strides()))
+        nbytes = span * self.dtype.itemsize
         return self.tile.memory[self.address : self.address + nbytes].view(self.dtype)
 
 
@@ -210,6 +229,7 @@ class Design:
     allocations: dict[str, Channel]  # shim_dma_allocation symbol -> its channel
     sequences: list[Sequence]
     values: dict[str, object]  # SSA name -> Tile / Lock / Buffer (device level)
+    cascade_out: dict = dataclasses.field(default_factory=dict)
 
 
 def _const_values(ops) -> dict[str, int]:
@@ -236,6 +256,9 @@ def _device(dev: Op) -> Design:
     channels: dict[tuple[int, int, int, int], Channel] = {}
     switchboxes, muxes = {}, {}
     dma_ops = []
+    cascade_out = (
+        {}
+    )  # (col, row) -> the direction its cascade output goes (WireBundle numbering)
     for op in dev.body:
         n = op.name
         if n == "aie.tile":
@@ -292,6 +315,9 @@ def _device(dev: Op) -> Design:
             switchboxes[values[op.operands[0]]] = _connects(op)
         elif n == "aie.shim_mux":
             muxes[values[op.operands[0]]] = _connects(op)
+        elif n == "aie.configure_cascade":
+            t = values[op.operands[0]]
+            cascade_out[(t.col, t.row)] = op.attr("outputDir")
         elif n == "aie.packet_flow":
             src = next(o for o in op.body if o.name == "aie.packet_source")
             if src.attr("bundle") == DMA:
@@ -315,6 +341,7 @@ def _device(dev: Op) -> Design:
         allocations,
         sequences,
         values,
+        cascade_out,
     )
 
 

@@ -25,7 +25,7 @@ The semantics, with where each is defined:
   through ctypes, on the bytes of the buffers at their placed addresses.
 
 Time (the timed mode) is MODELLED: each agent keeps its own clock; moving n bytes over a stream costs
-n / STREAM_BYTES_PER_CYCLE cycles (AM020: a stream switch port moves 32 bits a cycle), a BD's setup,
+n / STREAM_BYTES_PER_CYCLE cycles (AM027: AIE-ML v2 streams are 64 bits wide), a BD's setup,
 a lock operation and a kernel call cost what `Costs` gives; an agent blocked on a lock or a stream resumes
 at the time the other side acted. Contention in the switch and DDR bandwidth are not modelled.
 """
@@ -54,7 +54,12 @@ from .design import (
 from .generic import memref_shape
 
 MAX_LOCK_VALUE = 63  # AIE2 locks are 6-bit (mlir-aie AIE2TargetModel::getMaxLockValue)
-STREAM_BYTES_PER_CYCLE = 4  # a stream switch port moves 32 bits per cycle (AM020)
+# AIE-ML v2's stream interconnect and DMA channels are 64 bits wide (AM027, "AIE-ML v2 Memory Tile
+# Features": "the DMA MM2S and S2MM channels that are 64-bit wide"; AIE-ML's, AM020, were 32). NPU2's
+# AIE2P is taken to be that architecture: its memtile as AM027 describes it (512 KB in eight 256-bit
+# banks, six channels each way) is the one mlir-aie's NPU2 target model gives (an inference, not a
+# statement of AMD's).
+STREAM_BYTES_PER_CYCLE = 8
 
 
 @dataclasses.dataclass
@@ -395,6 +400,21 @@ class CoreAgent(Agent):
                 self.call(op)
                 self.pc += 1
                 return True
+            if n == "aie.put_cascade":
+                sim.cascade_put(self, self.value(op.operands[0]))
+                self.pc += 1
+                continue
+            if n == "aie.get_cascade":
+                queue = sim.cascade_in(self.core.tile)
+                if not queue:
+                    self.waiting = f"at line {op.line}: get_cascade, nothing has come down the cascade"
+                    sim.wait_cascade(self, self.core.tile)
+                    return False
+                vec, t = queue.popleft()
+                self.t = max(self.t, t)
+                self.env[op.results[0]] = vec
+                self.pc += 1
+                continue
             self.compute(op)
             self.pc += 1
 
@@ -415,14 +435,26 @@ class CoreAgent(Agent):
             self.env[op.results[0]] = _CMP[op.attr("predicate")](a, b)
         elif n in ("arith.index_cast", "arith.extsi", "arith.extui", "arith.trunci"):
             self.env[op.results[0]] = self.value(op.operands[0])
+        elif n == "vector.load":
+            buf = self.value(op.operands[0])
+            at = self._flat(buf, op.operands[1:])
+            count = _vector_length(op.result_types[0])
+            self.env[op.results[0]] = self.sim.view(buf)[at : at + count].copy()
+        elif n == "vector.store":
+            buf = self.value(op.operands[1])
+            at = self._flat(buf, op.operands[2:])
+            vec = self.value(op.operands[0])
+            self.sim.view(buf)[at : at + vec.size] = vec
+        elif n == "memref.subview":
+            self.env[op.results[0]] = self.subview(op)
+        elif n == "memref.cast":
+            self.env[op.results[0]] = self.value(op.operands[0])
         elif n in ("memref.store", "memref.load"):
             is_store = n == "memref.store"
             mem = op.operands[1] if is_store else op.operands[0]
             idx = op.operands[2:] if is_store else op.operands[1:]
             buf = self.value(mem)
-            flat = 0
-            for size, i in zip(buf.shape, (self.value(x) for x in idx)):
-                flat = flat * size + i
+            flat = self._flat(buf, idx)
             arr = self.sim.view(buf)
             if is_store:
                 arr[flat] = self.value(op.operands[0])
@@ -431,21 +463,61 @@ class CoreAgent(Agent):
         else:
             raise DesignError(f"{self.name}: {n} (line {op.line}) is not simulated")
 
+    def _flat(self, buf, idx) -> int:
+        return sum(i * st for i, st in zip((self.value(x) for x in idx), buf.strides()))
+
+    def subview(self, op):
+        """A view of a placed buffer: its first element offset in, its own sizes and strides."""
+        import dataclasses as dc
+
+        src = self.value(op.operands[0])
+        seg = op.attr("operandSegmentSizes") or [1, 0, 0, 0]
+        dyn = iter(self.value(x) for x in op.operands[1:])
+
+        def fill(
+            static,
+        ):  # MLIR's kDynamic marks a value taken from the operands, in order
+            return [next(dyn) if v == -(2**63) else v for v in static]
+
+        offsets = fill(op.attr("static_offsets") or [])
+        sizes = fill(op.attr("static_sizes") or [])
+        steps = fill(op.attr("static_strides") or [])
+        if seg[1:] and sum(seg[1:]) and len(offsets) + len(sizes) + len(steps) == 0:
+            raise DesignError(
+                f"{self.name}: memref.subview at line {op.line} is not simulated"
+            )
+        base = src.strides()
+        first = sum(o * b for o, b in zip(offsets, base))
+        return dc.replace(
+            src,
+            address=src.address + first * src.dtype.itemsize,
+            shape=tuple(sizes),
+            layout=tuple(b * s for b, s in zip(base, steps)),
+        )
+
     def call(self, op):
         sim = self.sim
         callee = op.attr("callee")
-        fn = sim.kernel(callee, op)
-        args = []
-        for x in op.operands:
-            v = self.value(x)
-            args.append(
-                v.tile.memory.ctypes.data + v.address if hasattr(v, "address") else v
-            )
         t0 = self.t
-        fn(*args)
+        if sim.run_kernels:
+            fn = sim.kernel(callee, op)
+            args = []
+            for x in op.operands:
+                v = self.value(x)
+                args.append(
+                    v.tile.memory.ctypes.data + v.address
+                    if hasattr(v, "address")
+                    else v
+                )
+            fn(*args)
         self.calls += 1
         self.t += sim.costs.call(callee) if sim.costs.call else 0
         sim.trace_event(self, "call", t0, self.t, callee)
+
+
+def _vector_length(type_text: str) -> int:
+    """vector<32xbf16> -> 32."""
+    return int(type_text.split("<", 1)[1].split("x", 1)[0])
 
 
 _ARITH = {
@@ -546,10 +618,18 @@ class Simulator:
     """One design, one runtime sequence, run on host arrays."""
 
     def __init__(
-        self, design: Design, kernels=None, costs: Costs | None = None, trace=False
+        self,
+        design: Design,
+        kernels=None,
+        costs: Costs | None = None,
+        trace=False,
+        run_kernels=True,
     ):
-        """kernels(callee, func) -> a ctypes function; costs: the timed mode's prices."""
+        """kernels(callee, func) -> a ctypes function; costs: the timed mode's prices; run_kernels=False
+        charges the calls' cycles without computing (a timing run: the data still move).
+        """
         self.design = design
+        self.run_kernels = run_kernels
         self.costs = costs or Costs()
         self.kernels = kernels
         self._fns = {}
@@ -576,6 +656,7 @@ class Simulator:
         self._queued = set()
         self._seq = 0
         self.trace = [] if trace else None
+        self.cascades, self.cascade_waiters = {}, {}
         self.steps = 0
         self.ddr_free = 0.0
 
@@ -632,6 +713,27 @@ class Simulator:
         self.ddr_free = start + nbytes / rate
         return self.ddr_free
 
+    # cascades: a core's put goes to the neighbour its tile's configure_cascade names; the get waits
+    def cascade_in(self, tile):
+        return self.cascades.setdefault((tile.col, tile.row), collections.deque())
+
+    def cascade_put(self, agent, vec):
+        tile = agent.core.tile
+        d = self.design.cascade_out.get((tile.col, tile.row))
+        if d is None:
+            raise SimError(
+                f"{agent.name}: put_cascade with no configure_cascade output on its tile"
+            )
+        dx, dy = {3: (0, -1), 4: (-1, 0), 5: (0, 1), 6: (1, 0)}[d]
+        dest = (tile.col + dx, tile.row + dy)
+        self.cascades.setdefault(dest, collections.deque()).append(
+            (np.array(vec), agent.t)
+        )
+        self._wake(self.cascade_waiters.pop(dest, []), agent.t)
+
+    def wait_cascade(self, agent, tile):
+        self.cascade_waiters.setdefault((tile.col, tile.row), []).append(agent)
+
     def trace_event(self, agent, kind, t0, t1, what):
         if self.trace is not None:
             self.trace.append((agent.name, kind, t0, t1, what))
@@ -659,6 +761,8 @@ class Simulator:
         from .design import Buffer
 
         seq = self.design.sequences[sequence]
+        if arrays is None:  # zeros of the arguments' types (a timing run)
+            arrays = [np.zeros(shape, dtype) for _, shape, dtype in seq.args]
         if len(arrays) != len(seq.args):
             raise DesignError(
                 f"@{seq.name} takes {len(seq.args)} arguments, got {len(arrays)}"
@@ -706,7 +810,9 @@ class Simulator:
                 out.append(f"{n} bytes left in the stream into {p.name}")
         for a in self.dma.values():
             if a.ch.direction == S2MM and a.stage == "move" and a.received:
-                out.append(f"{a.name} holds {a.received} bytes of a BD that never completes")
+                out.append(
+                    f"{a.name} holds {a.received} bytes of a BD that never completes"
+                )
         return out
 
     def report(self, agents) -> list[str]:

@@ -319,6 +319,10 @@ def compile_module(
     with open(os.path.join(outdir, "air.mlir"), "w") as f:
         f.write(module_text)
     env = dict(os.environ)
+    # no core code is built here: a PEANO_INSTALL_DIR that names no folder (upstream's bfp16 script wants
+    # the variable set) would only make aiecc stop ("--peano directory does not exist")
+    if not os.path.isdir(env.get("PEANO_INSTALL_DIR", "")):
+        env.pop("PEANO_INSTALL_DIR", None)
     # aircc looks aiecc up on PATH before it does anything else (aircc.cpp ~1043-1052)
     env["PATH"] = os.path.dirname(aiecc) + os.pathsep + env.get("PATH", "")
     flags = aircc_flags(options)

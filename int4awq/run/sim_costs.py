@@ -6,7 +6,8 @@ project's designs, and how its timeline is shown. Every figure it produces is MO
   entries their profiled and calibrated figure; the zero and drain entries, which the model does not
   profile, one 64-byte store a cycle over the accumulator (zero) and one 64-byte load and 32-byte store a
   cycle (drain): a floor, labelled so.
-* A stream moves 4 bytes a cycle (the simulator's STREAM_BYTES_PER_CYCLE, AM020's 32-bit stream port).
+* A stream moves 8 bytes a cycle (the simulator's STREAM_BYTES_PER_CYCLE: AM027's 64-bit AIE-ML v2
+  streams).
 * DDR: all shim channels share DDR_BYTES_PER_S (int4awq/design/model.py, fitted to mlir-air's measured
   GEMMs), at the clock the kernel model uses (CLOCK_HZ).
 * BD setup and lock operations: the figures below, estimates (AM020 gives no cycle counts for them).

@@ -140,7 +140,8 @@ def test_lengths_that_disagree_name_the_bd_that_stalls():
     with pytest.raises(aiesim.Hang) as e:
         run(tiny(length=5))
     assert any(
-        "tile (0, 0) S2MM 0: on a BD on %arg0 (offset 0, len 5): 16 of 20 bytes received" in ln
+        "tile (0, 0) S2MM 0: on a BD on %arg0 (offset 0, len 5): 16 of 20 bytes received"
+        in ln
         for ln in e.value.report
     )
 
@@ -158,15 +159,22 @@ def test_the_time_out_counts_steps():
 
 def test_the_timed_mode_prices_streams_and_locks():
     _, sim = run(tiny(), costs=aiesim.Costs(bd_setup=10, lock=1), trace=True)
-    # 16 bytes at 4 a cycle on each of the two BDs' streams, their setups and the locks
-    assert 4 + 10 <= sim.end_t <= 4 + 2 * 10 + 8
+    # 16 bytes at 8 a cycle on each of the two BDs' streams, their setups and the locks
+    assert 2 + 10 <= sim.end_t <= 2 * 2 + 2 * 10 + 8
     kinds = {(name, kind) for name, kind, *_ in sim.trace}
-    assert ("tile (0, 2) MM2S 0", "bd") in kinds and ("tile (0, 0) S2MM 0", "bd") in kinds
+    assert ("tile (0, 2) MM2S 0", "bd") in kinds and (
+        "tile (0, 0) S2MM 0",
+        "bd",
+    ) in kinds
 
 
 def test_text_that_is_not_the_generic_form_is_refused_with_the_line():
-    with pytest.raises(aiesim.ParseError, match="line 2: expected an op name in quotes"):
-        aiesim.parse('"builtin.module"() ({\n  aie.device(npu2) {\n    %0 = aie.tile(0, 2)\n')
+    with pytest.raises(
+        aiesim.ParseError, match="line 2: expected an op name in quotes"
+    ):
+        aiesim.parse(
+            '"builtin.module"() ({\n  aie.device(npu2) {\n    %0 = aie.tile(0, 2)\n'
+        )
 
 
 # -- the compiled designs ----------------------------------------------------------------------------
