@@ -216,12 +216,11 @@ def simulated_us(cfg) -> float:
     """The design's time as compiled (MODELLED): aircc + aiecc compile it, the simulator of the compiled
     design runs it on zeros with the kernel calls charged by the kernel cost model, not computed
     (emulator/aiesim, int4awq/run/sim_costs.py); plus the per-dispatch fixed cost."""
-    import aiesim
-
     from host.run import builder_of, compile_design, emulator_backend
     from int4awq.run import sim_costs
 
-    emulator_backend(cfg)
+    emulator_backend(cfg)  # the emulator's packages (air, aiesim) first on the path
+    import aiesim
     outdir = compile_design(cfg, builder_of(cfg).build_module(cfg), quiet=True)
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     _, sim = aiesim.simulate(text, None, costs=sim_costs.costs(cfg), run_kernels=False)
