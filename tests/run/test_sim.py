@@ -203,3 +203,36 @@ def test_every_mutation_of_a_compiled_design_is_caught():
             assert got.startswith("same C"), (name, got)
         else:
             assert got.startswith(expect.split(":")[0]), (name, expect, got)
+
+
+def test_backend_sim_runs_a_make_target_and_writes_its_trace(tmp_path):
+    compiler_tools.require()
+    import json
+
+    import host_args
+
+    trace = tmp_path / "t.json"
+    code, out, err = host_args.run(
+        *"--m 64 --k 512 --n 64 --tile-m 64 --tile-n 64 --tile-k-l1 64 --tile-k-l2 512".split(),
+        *"--herd-m 1 --herd-n 1 --backend sim --trace".split(),
+        str(trace),
+    )
+    assert code == 0, out + err
+    assert "simulated the compiled design" in out and "MODELLED NPU2 time" in out
+    assert out.rstrip().endswith("PASS!")
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert "core tile (0, 2)" in tracks and "tile (0, 0) S2MM 0" in tracks
+    calls = [e for e in events if e.get("cat") == "call"]
+    assert {e["name"] for e in calls} == {
+        "gemm_int4_zero",
+        "gemm_int4_accumulate",
+        "gemm_int4_drain",
+    }
+
+
+def test_trace_without_the_simulator_is_one_line_and_exit_2():
+    import host_args
+
+    code, out, err = host_args.run("--backend", "emu", "--trace", "x.json")
+    assert code == 2 and "--trace writes the simulator's timeline" in err
