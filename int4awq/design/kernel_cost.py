@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
+import re
 import itertools
 import json
 import os
@@ -244,16 +245,27 @@ def calibration() -> Calibration:
 # (kernels/Makefile host-profile, about a second per new tile) and cached in build/.
 
 
+_CODE = re.compile(r'"(?:\\.|[^"\\\n])*"|//[^\n]*|/\*.*?\*/', re.S)
+
+
+def code_tokens(text: str) -> str:
+    """C++ source as its code alone: comments dropped, whitespace runs made one space (string literals
+    kept), so that a comment or a reformatting does not change what the hash keys."""
+    text = _CODE.sub(lambda m: m.group(0) if m.group(0).startswith('"') else " ", text)
+    return " ".join(text.split())
+
+
 def kernel_hash() -> str:
-    """The content hash of the kernel source, the host aie_api (whose profiling layer counts) and the
-    Makefile's FORMAT_DEFS lines (each record format's -D flags: what a format's objects compile).
+    """The hash of the code (code_tokens) of the kernel source and of the host aie_api (whose profiling
+    layer counts), and the Makefile's FORMAT_DEFS lines (each record format's -D flags: what a format's
+    objects compile): a comment or whitespace edit keeps the table valid, a code edit does not.
     """
     h = hashlib.sha256()
     for path in [KERNEL_SOURCE] + sorted(
         glob.glob(os.path.join(HOST_AIE_API, "**", "*.hpp"), recursive=True)
     ):
-        with open(path, "rb") as f:
-            h.update(f.read())
+        with open(path, encoding="utf-8") as f:
+            h.update(code_tokens(f.read()).encode())
     with open(KERNEL_MAKEFILE, "rb") as f:
         h.update(b"".join(line for line in f if b"FORMAT_DEFS :=" in line))
     return h.hexdigest()[:16]

@@ -274,3 +274,22 @@ def test_the_sweep_profiles_only_the_leaders_it_lacks(monkeypatch, tmp_path):
     assert 1 <= len(profiled) <= 2 * sweep.PROFILE_LEADERS
     assert all(sweep._profiled(r) for r in rows[: sweep.PROFILE_LEADERS])
     assert sum(not sweep._profiled(r) for r in rows) > len(profiled)
+
+
+def test_a_comment_or_whitespace_edit_keeps_the_table_a_code_edit_does_not(
+    tmp_path, monkeypatch
+):
+    src = open(kc.KERNEL_SOURCE).read()
+    before = kc.kernel_hash()
+    edited = tmp_path / "kernel.cc"
+    monkeypatch.setattr(kc, "KERNEL_SOURCE", str(edited))
+    edited.write_text(
+        "// a new comment line\n"
+        + src.replace("\n", "  \n", 3)
+        + "\n/* and a block */\n"
+    )
+    assert kc.kernel_hash() == before
+    edited.write_text(src + "\nstatic int added_code = 1;\n")
+    assert kc.kernel_hash() != before
+    # a "//" inside a string literal is code
+    assert kc.code_tokens('f("a//b"); // c') == 'f("a//b");'
