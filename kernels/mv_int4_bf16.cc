@@ -253,10 +253,16 @@ constexpr unsigned round64(unsigned x) { return (x + 63u) / 64u * 64u; }
 // default-constructed mmul carries a run-time "zero" flag into every mac.
 inline MMUL zero_mmul() { return MMUL(aie::zeros<accfloat, 64>()); }
 
-// Block streams with restrict semantics: their loads, pops and pushes do not
-// alias each other or the entry's other buffers, so they may overlap.
+// Input block streams with restrict semantics: their pops do not alias each
+// other or the entry's other buffers, so they may overlap. Every block the
+// kernel pushes (the A line, the zero-point staging) is read back in the same
+// call, so the output streams are the plain ones: a restrict stream promises
+// that nothing else touches its bytes, and llvm-aie's alias analysis takes FIFO
+// and ordinary accesses as non-aliasing on that promise (llvm-aie PR #327).
+// mlir-aie PR #3650's mm_bfp_mixed.cc pushes its re-read A staging the same
+// way.
 using BlockIn = aie::block_vector_restrict_input_buffer_stream<bfp16ebs8, 64>;
-using BlockOut = aie::block_vector_restrict_output_buffer_stream<bfp16ebs8, 64>;
+using BlockOut = aie::block_vector_output_buffer_stream<bfp16ebs8, 64>;
 
 // A pair line: the block vectors of two 8-row (A) or 8-column (W) blocks,
 // interleaved along K (block 0 kb, block 1 kb, block 0 kb+1, ...), 144 bytes
@@ -390,37 +396,62 @@ inline void dequantize_word(const uint8_t *__restrict q,
   aie::store_v(dst + 64 * w, aie::sub(u, pattern));
 }
 
+// Column pair p, fold span f: the W pair line's span from the record's codes
+// and the two column blocks' zero-point block vectors.
+inline void dequantize_pair(const uint8_t *__restrict record,
+                            uint8_t *__restrict scratch, unsigned p, unsigned f,
+                            const BLOCKS &v0, const BLOCKS &v1,
+                            const aie::vector<uint8, 64> &c64) {
+  const Pattern pz = stage_pattern(v0, v1, c64, scratch);
+  const uint8_t *__restrict q =
+      record + p * Q_PAIR_BYTES + f * (SPAN_STRIDE / 2);
+  uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_STRIDE;
+  // Word w takes pattern word w % 9: walked as whole periods of 9, each
+  // unrolled, then the tail, so no modulo is computed at run time (an
+  // unsigned remainder is a library call on AIE2P, and a call in a loop stops
+  // it from pipelining).
+  for (unsigned r = 0; r < SPAN_PERIODS; ++r) {
+    KERNEL_UNROLL
+    for (unsigned j = 0; j < 9; ++j)
+      dequantize_word(q, dst, 9 * r + j, pz.w[j]);
+  }
+  KERNEL_UNROLL
+  for (unsigned j = 0; j < SPAN_TAIL; ++j)
+    dequantize_word(q, dst, 9 * SPAN_PERIODS + j, pz.w[j]);
+}
+
+// The zero points are read 64 at a time (their section is whole 64-byte words):
+// 0x80 + 2z on 512-bit vectors, zipped with 0x5D into the bf16 bits 0x5D80 + 2z
+// of 64 columns. No 8-bit arithmetic on 128-bit vectors: 128-bit values live
+// only in AIE2P's q registers, and an int8 x 16 add that LLVM turned into a
+// shift crashed llvm-aie's legalizer (llvm-aie #480); upstream's kernels work
+// on 64 lanes. Zero point i = f * TN + 16 p + c is column 16 p + c of span f.
+constexpr unsigned Z_COUNT = NF * TN;
+constexpr unsigned Z_WORDS = (Z_COUNT + 63) / 64;
+
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const uint8_t *__restrict zp = record + Z_OFFSET;
-  const aie::vector<uint8, 16> c80 = aie::broadcast<uint8, 16>(0x80);
-  const aie::vector<uint8, 16> c5d = aie::broadcast<uint8, 16>(0x5D);
+  const aie::vector<uint8, 64> c80 = aie::broadcast<uint8, 64>(0x80);
+  const aie::vector<uint8, 64> c5d = aie::broadcast<uint8, 64>(0x5D);
   const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
   KERNEL_MIN_ITERS(1)
-  for (unsigned it = 0; it < NP * NF; ++it) {
+  for (unsigned c = 0; c < Z_WORDS; ++c) {
     KERNEL_ITERATION;
-    const unsigned p = it / NF, f = it - p * NF; // no remainder in a loop
-    // z of columns 16p .. 16p+15 -> 0x80 + 2z, zipped with 0x5D: bf16 bits.
-    const aie::vector<uint8, 16> z16 = aie::load_v<16>(zp + f * TN + p * 16);
-    const auto zz =
-        aie::interleave_zip(aie::add(aie::add(z16, z16), c80), c5d, 1);
-    const BLOCKS v0 = zero_point_blocks(zz.first.cast_to<bfloat16>());
-    const BLOCKS v1 = zero_point_blocks(zz.second.cast_to<bfloat16>());
-    const Pattern pz = stage_pattern(v0, v1, c64, scratch);
-    const uint8_t *__restrict q =
-        record + p * Q_PAIR_BYTES + f * (SPAN_STRIDE / 2);
-    uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_STRIDE;
-    // Word w takes pattern word w % 9: walked as whole periods of 9, each
-    // unrolled, then the tail, so no modulo is computed at run time (an
-    // unsigned remainder is a library call on AIE2P, and a call in a loop stops
-    // it from pipelining).
-    for (unsigned r = 0; r < SPAN_PERIODS; ++r) {
-      KERNEL_UNROLL
-      for (unsigned j = 0; j < 9; ++j)
-        dequantize_word(q, dst, 9 * r + j, pz.w[j]);
-    }
+    const aie::vector<uint8, 64> z = aie::load_v<64>(zp + 64 * c);
+    const auto zz = aie::interleave_zip(aie::add(aie::add(z, z), c80), c5d, 1);
+    const aie::vector<bfloat16, 32> bits[2] = {zz.first.cast_to<bfloat16>(),
+                                               zz.second.cast_to<bfloat16>()};
     KERNEL_UNROLL
-    for (unsigned j = 0; j < SPAN_TAIL; ++j)
-      dequantize_word(q, dst, 9 * SPAN_PERIODS + j, pz.w[j]);
+    for (unsigned s = 0; s < 4; ++s) {
+      const unsigned i = 64 * c + 16 * s;
+      if (i >= Z_COUNT)
+        break;
+      const unsigned f = i / TN, p = (i - f * TN) / 16;
+      const BLOCKS v0 = zero_point_blocks(bits[s / 2].extract<8>(2 * (s % 2)));
+      const BLOCKS v1 =
+          zero_point_blocks(bits[s / 2].extract<8>(2 * (s % 2) + 1));
+      dequantize_pair(record, scratch, p, f, v0, v1, c64);
+    }
   }
 }
 #else
