@@ -859,6 +859,20 @@ static_assert(NF * A_SPAN_BYTES <= PAIR_LINE);
 // Rows r0 .. r0 + rows - 1 of a_rows (row-major, DIM_K_CHUNK long) -> the A
 // line of w_scratch, one block vector per 8-deep K block; the rows past `rows`
 // of the 8-row block are 0.
+//
+// Always eight row loads at fixed lanes, concatenated: no insert at a run-time
+// lane and no loop whose trip count is the row count, so the K-block loop keeps
+// one body. A row past `rows` loads row 0 (inside the m-row buffer) and is
+// replaced by zeros. Padding the L1 buffer to 8 zeroed rows instead would cost
+// 7 x tile_k_l1 x 2 bytes per A buffer at m = 1, more than decode has free.
+inline aie::vector<bfloat16, 8> gemv_row_block(const bfloat16 *__restrict pa,
+                                               unsigned i, unsigned rows,
+                                               unsigned kb) {
+  const aie::vector<bfloat16, 8> v =
+      aie::load_v<8>(pa + (i < rows ? i : 0u) * TK + kb * 8);
+  return i < rows ? v : aie::zeros<bfloat16, 8>();
+}
+
 void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
                     unsigned rows, uint8_t *__restrict scratch) {
   const bfloat16 *__restrict pa = a_rows + r0 * TK;
@@ -868,9 +882,11 @@ void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
     KERNEL_MIN_ITERS(2)
     for (unsigned kb = f * SB; kb < (f + 1) * SB; ++kb) {
       KERNEL_ITERATION;
-      aie::vector<bfloat16, 64> blk = aie::zeros<bfloat16, 64>();
-      for (unsigned i = 0; i < rows; ++i)
-        blk.insert(i, aie::load_v<8>(pa + i * TK + kb * 8));
+      const aie::vector<bfloat16, 64> blk = aie::concat(
+          gemv_row_block(pa, 0, rows, kb), gemv_row_block(pa, 1, rows, kb),
+          gemv_row_block(pa, 2, rows, kb), gemv_row_block(pa, 3, rows, kb),
+          gemv_row_block(pa, 4, rows, kb), gemv_row_block(pa, 5, rows, kb),
+          gemv_row_block(pa, 6, rows, kb), gemv_row_block(pa, 7, rows, kb));
       const BLOCKS a = aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
       out << a;
       r.add(a);
