@@ -234,8 +234,85 @@ def _probe_checks(
     return checks
 
 
+# The one rule of the core's accfloat -> bfp16ebs8 conversion that the nibble formats' dequantisation stands
+# on: a block's exponent byte E is its largest magnitude's biased exponent, so that largest magnitude's
+# mantissa lies in 64 .. 127 (-64 .. -127). The AWQ zero-point pattern (eight copies of bf16 0x5D80 + 2z per
+# block: mantissas 64 + z under E 187) and the MXFP4 exponent pattern (eight copies of a power of two:
+# mantissas 64) are exact only under it. Each block below: (what, its 8 values as bf16 bits, the exponent
+# byte and mantissas the rule gives, written out by hand). Two other rules a block converter might follow are
+# told apart: E one higher (mantissas 32 .. 63, headroom for rounding) halves every mantissa below, and using
+# -128 for a negative power of two gives block "max -1.0" E 126 and mantissa -128.
+def _bf16_bits(*values: float) -> tuple[int, ...]:
+    return tuple(
+        int(b) for b in np.array(values, np.float32).astype(bfloat16).view(np.uint16)
+    )
+
+
+CONVERSION_RULE_BLOCKS = (
+    ("zero point 0 (0x5D80 x 8)", (0x5D80,) * 8, 187, (64,) * 8),
+    ("zero point 15 (0x5D9E x 8)", (0x5D9E,) * 8, 187, (79,) * 8),
+    ("zero point 7 (0x5D8E x 8)", (0x5D8E,) * 8, 187, (71,) * 8),
+    ("MXFP4 scale 2^-20 (x 8)", _bf16_bits(*[2.0**-20] * 8), 107, (64,) * 8),
+    ("MXFP4 scale 2^100 (x 8)", _bf16_bits(*[2.0**100] * 8), 227, (64,) * 8),
+    (
+        "max 1.0",
+        _bf16_bits(1.0, 0.5, -0.25, 0.125, 0.75, -0.5, 0.0, 0.015625),
+        127,
+        (64, 32, -16, 8, 48, -32, 0, 1),
+    ),
+    (
+        "max 1.984375",
+        _bf16_bits(1.984375, -1.0, 0.5, 0.0, -1.984375, 1.5, 0.25, -0.015625),
+        127,
+        (127, -64, 32, 0, -127, 96, 16, -1),
+    ),
+    (
+        "max -1.0",
+        _bf16_bits(-1.0, 0.5, 0.25, 0.0, -0.5, 0.125, 0.0, 0.0),
+        127,
+        (-64, 32, 16, 0, -32, 8, 0, 0),
+    ),
+)
+
+
+def conversion_rule_rows() -> np.ndarray:
+    """[8, tile_k] bf16 for the GEMV probe: K block 0 of row r is CONVERSION_RULE_BLOCKS[r], the rest 0."""
+    a = np.zeros((8, PROBE_GEMV.tile_k), np.uint16)
+    for r, (_, bits, _, _) in enumerate(CONVERSION_RULE_BLOCKS):
+        a[r, :8] = bits
+    return a.view(bfloat16)
+
+
+def check_conversion_rule(ladder: Ladder) -> tuple[str, bool, str]:
+    """One accumulate call of the GEMV probe on conversion_rule_rows(): the A line's first 8 blocks (K
+    block 0, rows 0 .. 7) against the rule's exponent bytes and mantissas."""
+    p = kp.Probe(PROBE_GEMV, 8, "accumulate")
+    inputs, _, _ = kp.accumulate_inputs(p, ladder.seed, a_rows=conversion_rule_rows())
+    _, scratch = ladder.probes.run(p, inputs)
+    exps, mants = kp.a_line(scratch, PROBE_GEMV.tile_n, PROBE_GEMV.tile_k, 1)
+    for r, (what, _, e, m) in enumerate(CONVERSION_RULE_BLOCKS):
+        if exps[r] != e or tuple(mants[r]) != m:
+            return (
+                CONVERSION_RULE,
+                False,
+                f"block '{what}': exponent byte {exps[r]}, mantissas {mants[r].tolist()}; the rule gives {e}, "
+                f"{list(m)}: the nibble formats' dequantisation is wrong on this core (docs/kernel.md"
+                "#the-conversion-rule-the-nibble-formats-stand-on)",
+            )
+    return CONVERSION_RULE, True, ""
+
+
+CONVERSION_RULE = "conversion rule: E = the block maximum's biased exponent"
+
+
 def step_kernel_harness(ladder: Ladder) -> Outcome:
     lines, failed = [], []
+    what, ok, detail = check_conversion_rule(
+        ladder
+    )  # first: every nibble format stands on it
+    lines.append(f"{'ok  ' if ok else 'FAIL'} {what}" + ("" if ok else f" ({detail})"))
+    if not ok:
+        failed.append(what)
     for obj, rows in (
         (PROBE_GEMM, PROBE_GEMM.tile_m),
         (PROBE_GEMM_K16, PROBE_GEMM_K16.tile_m),

@@ -140,7 +140,70 @@ def test_kernel_harness_checks_the_a_line_tail_at_tile_k_16(ladder, monkeypatch)
 
 def test_kernel_harness_passes_clean_runs(ladder):
     out = bringup.step_kernel_harness(ladder)
-    assert out.status == "PASS" and len(out.lines) == 21
+    assert out.status == "PASS" and len(out.lines) == 22
+    assert out.lines[0] == f"ok   {bringup.CONVERSION_RULE}"
+
+
+def test_conversion_rule_blocks_decode_to_their_values_under_the_rule():
+    """The hand-written exponent bytes and mantissas are each block's exact values, with the largest
+    magnitude's mantissa in 64 .. 127 (the rule), and no two rules tell the same story: E + 1 would halve them.
+    """
+    for what, bits, e, m in bringup.CONVERSION_RULE_BLOCKS:
+        values = np.array(bits, np.uint16).view(bfloat16).astype(np.float64)
+        np.testing.assert_array_equal(np.ldexp(np.array(m, float), e - 133), values)
+        assert 64 <= max(abs(x) for x in m) <= 127, what
+
+
+def _converting_as(ladder, monkeypatch, rule):
+    """The GEMV probe's A line rewritten as a core following another exponent rule would write it."""
+    real = ladder.probes.run
+
+    def run(probe, inputs):
+        outs = real(probe, inputs)
+        if probe.stage == "accumulate" and probe.obj == bringup.PROBE_GEMV:
+            o = probe.obj
+            start = o.tile_n // 16 * record.w_pair_line_bytes(o.tile_k)
+            blocks = outs[1][start : start + 8 * kp.BLOCK_BYTES].reshape(8, 9)
+            for b in blocks:
+                e, m = int(b[0]), b[1:].view(np.int8).astype(int)
+                b[0], b[1:] = rule(e, m)
+        return outs
+
+    monkeypatch.setattr(ladder.probes, "run", run)
+
+
+def _headroom(e, m):  # E one higher, mantissas halved (32 .. 63)
+    return e + 1, (m // 2).astype(np.int8).view(np.uint8)
+
+
+def _minus_128(e, m):  # a negative power of two as -128 under E - 1
+    if m.min() == -64 and m.max() < 64:
+        return e - 1, (m * 2).astype(np.int8).view(np.uint8)
+    return e, m.astype(np.int8).view(np.uint8)
+
+
+@pytest.mark.parametrize(
+    "rule, block, got",
+    [
+        (
+            _headroom,
+            "zero point 0 (0x5D80 x 8)",
+            "exponent byte 188, mantissas [32, 32",
+        ),
+        (_minus_128, "max -1.0", "exponent byte 126, mantissas [-128, 64"),
+    ],
+    ids=["headroom", "minus-128"],
+)
+def test_kernel_harness_fails_first_on_another_conversion_rule(
+    ladder, monkeypatch, rule, block, got
+):
+    _converting_as(ladder, monkeypatch, rule)
+    out = bringup.step_kernel_harness(ladder)
+    assert out.status == "FAIL"
+    assert out.lines[0].startswith(
+        f"FAIL {bringup.CONVERSION_RULE} (block '{block}': {got}"
+    )
+    assert out.figures.endswith(f"first: {bringup.CONVERSION_RULE}")
 
 
 def test_numerics_probe_reports_a_rounding_the_model_does_not_assume(
