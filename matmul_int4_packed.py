@@ -25,8 +25,10 @@ Each launch iteration is one segment:
   re-laid into the kernel's 8x8 mmul blocks (a 6-D pattern on the memtile's read side), one brings its
   weight record (Q, scales and zeros in one contiguous record), one kernel call accumulates. aircc
   double-buffers the chunk and the record (the zero phase's store keeps the scratch out of the loop).
-* The drain converts the accumulator to bf16 (round to nearest even) in place, into the first half of
-  the accumulator's own memory, DMAs that to the L2 C block, and the block goes to DDR in one DMA.
+* The drain converts the accumulator's 8x8 blocks to bf16 (round to nearest even) in place, block for
+  block into the first half of the accumulator's own memory; the DMA to the L2 C block un-blocks them
+  (bf16_x_bfp16's C read: column-block-outer blocks, so its pattern folds into 3 BD dimensions), and the
+  block goes to DDR in one DMA.
 
 Memory plan per level:
   L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8, C [M, N] bf16
@@ -132,10 +134,8 @@ def anchor_at_herd_scope(scratch_pe):
     Used by the compute phase alone, the scratch would be sunk by air-fuse-alloc-dealloc into the chunk
     loop, where its first access is the kernel call, and air-label-scf-for-to-ping-pong would leave the
     loop single-buffered (AIRDependencyScheduleOpt.cpp at e972f29, ~7796 and ~1634). A use in another
-    phase keeps it at herd scope, so the chunk loop's A chunk and record are ping-ponged. The decode GEMV
-    needs it: nothing else but its compute phase takes the scratch. This GEMM's drain call takes it too,
-    so air-opt labels its chunk loop with or without the store, which the GEMM keeps for one shape of
-    the two builders. The store goes through the same subview as the call, so
+    phase keeps it at herd scope, so the chunk loop's A chunk and record are ping-ponged. Both builders
+    need it: nothing but the compute phase takes the scratch. The store goes through the same subview as the call, so
     air-shrink-memref-sizes-by-access still shrinks the buffer to the PE's slice (a store on the
     herd-wide buffer leaves the call's strided type un-normalised, and aircc fails).
     docs/design.md#ping-pong."""
@@ -211,17 +211,23 @@ def build_module(
     c_l2 = MemRefType.get([hm, hn, tm, tn], bf16, memory_space=l2)
     # L1: herd-wide accumulator (a slice per PE), and each PE's own buffers. The accumulator is typed as
     # the bf16 C the drain leaves in its first half (2 * tile elements: tile f32 during the K sweep; the
-    # kernel takes the bytes as f32, as mm_bf16_x_bfp16.cc takes its i8 B as bfp16 blocks).
-    acc_herd = MemRefType.get([hm, hn, 2 * tile], bf16, memory_space=l1)
+    # kernel takes the bytes as f32, as mm_bf16_x_bfp16.cc takes its i8 B as bfp16 blocks), in 8x8
+    # blocks, column-block outer: [hm, hn, 2 * tn/8, tm/8, 8, 8], bf16_x_bfp16's C_l1 shape with twice
+    # the column blocks. The drain DMA's offsets must name these dimensions one for one: aircc shrinks
+    # the buffer to the PE's slice by its dimensions, and keeps the herd-wide offset of a pattern whose
+    # offsets do not match them (a 6-D read of a 3-D accumulator compiled to an offset past its end).
+    acc_shape = [2 * tn // MMUL, tm // MMUL, MMUL, MMUL]
+    acc_herd = MemRefType.get([hm, hn] + acc_shape, bf16, memory_space=l1)
     a_l1 = MemRefType.get([tm // MMUL, tk1 // MMUL, MMUL, MMUL], bf16, memory_space=l1)
     w_l1 = MemRefType.get([rec], u8, memory_space=l1)
     scratch_herd = MemRefType.get([hm, hn, cfg.scratch_bytes], u8, memory_space=l1)
     # A PE's slice of a herd-wide buffer, as memref.subview types it: dynamic offset, parent strides.
     slice_layout = StridedLayoutAttr.get(
-        ShapedType.get_dynamic_size(), [hn * 2 * tile, 2 * tile, 1]
+        ShapedType.get_dynamic_size(),
+        [hn * 2 * tile, 2 * tile, tm * MMUL, MMUL * MMUL, MMUL, 1],
     )
     acc_pe = MemRefType.get(
-        [1, 1, 2 * tile], bf16, memory_space=l1, layout=slice_layout
+        [1, 1] + acc_shape, bf16, memory_space=l1, layout=slice_layout
     )
     scratch_layout = StridedLayoutAttr.get(
         ShapedType.get_dynamic_size(), [hn * cfg.scratch_bytes, cfg.scratch_bytes, 1]
@@ -235,10 +241,18 @@ def build_module(
     accumulate = kernel_func(
         "gemm_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe], obj
     )
-    drain = kernel_func("gemm_int4_drain", [acc_pe, scratch_pe], obj)
+    drain = kernel_func("gemm_int4_drain", [acc_pe], obj)
 
     def pe_slice(buf, x, y, size=2 * tile):
         return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])
+
+    def acc_slice(buf, x, y):
+        return subview(
+            buf,
+            offsets=[x, y, 0, 0, 0, 0],
+            sizes=[1, 1] + acc_shape,
+            strides=[1] * 6,
+        )
 
     @FuncOp.from_py_func(a_l3, w_l3, c_l3)
     def matmul_int4_packed(arg_a, arg_w, arg_c):
@@ -258,7 +272,7 @@ def build_module(
                 # Segment-wide f32 accumulator, zeroed by a same-named herd (bf16_x_bfp16 herd_init).
                 @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch])
                 def herd_zero(x, y, _sx, _sy, acc_h, scratch_h):
-                    CallOp(zero, [pe_slice(acc_h, x, y)])
+                    CallOp(zero, [acc_slice(acc_h, x, y)])
                     anchor_at_herd_scope(pe_slice(scratch_h, x, y, cfg.scratch_bytes))
 
                 for kr in for_(0, k // tk2):
@@ -318,7 +332,7 @@ def build_module(
                                 [
                                     w_rec,
                                     a_chunk,
-                                    pe_slice(acc_h, x, y),
+                                    acc_slice(acc_h, x, y),
                                     pe_slice(scratch_h, x, y, cfg.scratch_bytes),
                                 ],
                             )
@@ -329,25 +343,29 @@ def build_module(
                     yield_([])
 
                 # bf16_x_bfp16 herd_drain: convert in L1, each PE's tile to its slice of the L2 C block;
-                # here in place, the DMA reading the first half of the PE's accumulator slice
-                @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch, l2c])
-                def herd_drain(x, y, _sx, _sy, acc_h, scratch_h, l2c_h):
-                    CallOp(
-                        drain,
-                        [
-                            pe_slice(acc_h, x, y),
-                            pe_slice(scratch_h, x, y, cfg.scratch_bytes),
-                        ],
-                    )
+                # here in place, which no upstream example does (novel: docs/design.md#provenance). The DMA reads the first half of the PE's accumulator slice, whose 8x8
+                # bf16 blocks lie column-block outer (block (mb, nb) at (nb * tm/8 + mb) * 64), in C's
+                # row order: (mb, row) folds into one dimension of tm rows, 8 elements apart, so the
+                # read is 3 BD dimensions (bf16_x_bfp16's drain read, its strides exactly).
+                @herd(name=HERD, sizes=[hm, hn], operands=[acc, l2c])
+                def herd_drain(x, y, _sx, _sy, acc_h, l2c_h):
+                    CallOp(drain, [acc_slice(acc_h, x, y)])
                     dma_memcpy_nd(
                         l2c_h,
                         acc_h,
                         dst_offsets=[x, y, 0],
                         dst_sizes=[1, 1, tile],
                         dst_strides=[hn * tile, tile, 1],
-                        src_offsets=[x, y, 0],
-                        src_sizes=[1, 1, tile],
-                        src_strides=[hn * 2 * tile, 2 * tile, 1],
+                        src_offsets=[x, y, 0, 0, 0, 0],
+                        src_sizes=[1, 1, tm // MMUL, MMUL, tn // MMUL, MMUL],
+                        src_strides=[
+                            hn * 2 * tile,
+                            2 * tile,
+                            MMUL * MMUL,
+                            MMUL,
+                            tm * MMUL,
+                            1,
+                        ],
                     )
 
                 # [hm, hn, tm, tn] -> C[row0 : +hm*tm, bn*hn*tn : +hn*tn] in one DMA (bf16_x_bfp16's C)

@@ -77,7 +77,7 @@ COLUMNS = (
 # their headings, so each column reads straight down; the source (last) is not padded.
 _LEAD = (
     ("projection", "projection", "<10"),
-    ("format", "format", "<8"),  # the longest record format: int4_min, int8_min
+    ("format", "format", "<11"),  # the longest record format: int8_triple
     ("M", "m", ">5"),
     ("K", "k", ">5"),
     ("N", "n", ">5"),

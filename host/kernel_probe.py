@@ -53,7 +53,7 @@ ENTRY_ARGS = {  # each entry's buffers, in its argument order (then m, for the G
     "accumulate": ("record", "a", "acc", "scratch"),
     "drain": ("acc", "c"),  # the GEMV's; the GEMM drains in place (GEMM_DRAIN_ARGS)
 }
-GEMM_DRAIN_ARGS = ("acc", "scratch")  # bf16 C into the accumulator's first half
+GEMM_DRAIN_ARGS = ("acc",)  # bf16 C blocks into the accumulator's first half
 BLOCK_BYTES = 9  # bfp16ebs8: the exponent byte, then 8 mantissas
 BFP16_BIAS = 133  # value = mantissa * 2^(E - 133)
 
@@ -130,9 +130,9 @@ class Probe:
 
     def l1_buffers(self) -> list[tuple[str, tuple[int], type]]:
         """(name, shape, dtype) of the probe's L1 buffers: one per argument (the in-place drain's C is
-        read out of the accumulator), and the scratch the in-place drain stages in."""
+        read out of the accumulator)."""
         if self.drains_in_place:
-            return [self.args()[0], self._scratch()]
+            return [self.args()[0]]
         return self.args()
 
     def entry_args(self, entry: str) -> tuple[str, ...]:
@@ -172,7 +172,10 @@ def host_outputs(probe: Probe, inputs: list[np.ndarray]) -> list[np.ndarray]:
     hk = HostKernel(o.tile_m, o.tile_n, o.tile_k, o.gs, rounding=o.rounding)
     if probe.stage == "drain":
         hk.c_acc[...] = inputs[0].view(np.float32)
-        return [hk.drain().reshape(-1)]
+        hk.lib.gemm_int4_drain(
+            hk.c_acc.ctypes.data
+        )  # C blocks, as the probe reads them
+        return [hk.c_acc.view(bfloat16)[: probe.rows * o.tile_n].copy()]
     hk.zero()
     if probe.stage == "zero":
         return [hk.c_acc.copy()]
@@ -213,12 +216,19 @@ def drain_input(probe: Probe, seed: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ independent expectations
-def acc_to_rows(acc: np.ndarray, rows: int, tile_n: int) -> np.ndarray:
-    """The kernel's accumulator (8x8 blocks (mb, nb) at (mb * tile_n/8 + nb) * 64, row-major inside) as
-    [rows, tile_n]; rows past `rows` (a GEMV band's padding) dropped."""
-    bands = acc.size // (8 * tile_n)
-    blocks = acc.reshape(bands, tile_n // 8, 8, 8).transpose(0, 2, 1, 3)
-    return blocks.reshape(bands * 8, tile_n)[:rows]
+def acc_to_rows(probe: Probe, acc: np.ndarray) -> np.ndarray:
+    """The kernel's accumulator as C rows [rows, tile_n]. The GEMV's: 8x8 blocks (b, nb) at
+    (b * tile_n/8 + nb) * 64, row-major inside, rows past `rows` (a band's padding) dropped; the GEMM's:
+    blocks (mb, nb) at (nb * tile_m/8 + mb) * 64 (column-block outer)."""
+    tn = probe.obj.tile_n
+    acc = np.asarray(acc).reshape(-1)
+    if probe.gemv:
+        bands = acc.size // (8 * tn)
+        blocks = acc.reshape(bands, tn // 8, 8, 8).transpose(0, 2, 1, 3)
+        return blocks.reshape(bands * 8, tn)[: probe.rows]
+    mbs = probe.rows // 8
+    blocks = acc[: probe.rows * tn].reshape(tn // 8, mbs, 8, 8).transpose(1, 2, 0, 3)
+    return blocks.reshape(probe.rows, tn)
 
 
 def expected_c(probe: Probe, a: np.ndarray, w: AwqWeights) -> np.ndarray:
@@ -290,11 +300,11 @@ def a_line_expected(probe: Probe, a: np.ndarray) -> np.ndarray:
 
 
 def drain_expected(probe: Probe, acc: np.ndarray) -> np.ndarray:
-    return (
-        bf16_rne(acc_to_rows(acc, probe.rows, probe.obj.tile_n))
-        .astype(bfloat16)
-        .reshape(-1)
-    )
+    """What the drain writes: the GEMV's C rows; the GEMM's bf16 blocks in the accumulator's own order
+    (in place, one block for one block)."""
+    if probe.gemv:
+        acc = acc_to_rows(probe, acc)
+    return bf16_rne(np.asarray(acc).reshape(-1)).astype(bfloat16)
 
 
 # ------------------------------------------------------------------------------------------ the AIR design

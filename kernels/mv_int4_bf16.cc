@@ -8,11 +8,12 @@
 //   gemm_int4_accumulate(w_record, a_tile, c_mem, w_scratch)
 //                                                  c += a_tile x
 //                                                  dequant(w_record)
-//   gemm_int4_drain(c_mem, w_scratch)              bf16(c), in place
+//   gemm_int4_drain(c_mem)                         bf16(c), in place
 //
-// c_mem is the accumulator's memory: DIM_M x DIM_N f32 during the K sweep,
-// its first half DIM_M x DIM_N bf16 after the drain (typed bf16 in the design,
-// twice as many elements, so the drain's DMA reads it as it is).
+// c_mem is the accumulator's memory: DIM_M x DIM_N f32 during the K sweep in
+// 8x8 blocks, column-block outer; its first half the same blocks in bf16 after
+// the drain (typed bf16 in the design, twice as many elements, so the drain's
+// DMA reads it as it is and un-blocks C on its way to L2).
 //
 // dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS; with a
 // min term (GGUF Q4_1, Q5_1, Q4_K, Q5_K) v[k, n] * s[g, n] + m[g, n]; with
@@ -104,6 +105,15 @@
   _Pragma(KERNEL_STR_(clang loop min_iteration_count(n)))
 #else
 #define KERNEL_MIN_ITERS(n) AIE_HOST_LOOP_ENTRY
+#endif
+// Hands a loop to llvm-aie's post-pipeliner instead of the machine pipeliner,
+// as mlir-aie PR #3650's ATB GEMM does with its 64-mmul loop (II 77, ResMII
+// 68, with kernels/Makefile's raised post-pipeliner limits). Nothing on the
+// host.
+#if defined(__AIECC__)
+#define KERNEL_POSTPIPELINE _Pragma("clang loop pipeline(disable)")
+#else
+#define KERNEL_POSTPIPELINE
 #endif
 // The first statement of a marked loop's body: nothing on the core; on the
 // host, one iteration of the loop for the profile (what one iteration issues
@@ -315,16 +325,14 @@ static_assert(PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
 // w_scratch (see int4awq/record.py, w_scratch_bytes): NP W pair lines (nibble
 // formats), one A pair line, 256 bytes where the zero-point pattern is staged
 // (nibble formats), with MIN_TERM the row sums R of each span's two 8-row
-// blocks (bf16 hi then lo, 64 lanes each: 256 bytes per block), and at least
-// the 16 * TN bytes the GEMM's drain stages.
+// blocks (bf16 hi then lo, 64 lanes each: 256 bytes per block).
 constexpr unsigned A_LINE_OFFSET = CODES8 ? 0 : NP * PAIR_LINE;
 constexpr unsigned STAGE_OFFSET = A_LINE_OFFSET + PAIR_LINE;
 constexpr unsigned STAGE_BYTES = CODES8 ? 0 : 256;
 constexpr unsigned R_OFFSET = STAGE_OFFSET + STAGE_BYTES;
 constexpr unsigned R_BLOCK_BYTES = 256;
 constexpr unsigned R_BYTES = MIN_TERM ? 2 * NF * R_BLOCK_BYTES : 0;
-constexpr unsigned SCRATCH_BYTES =
-    R_OFFSET + R_BYTES > 16 * TN ? R_OFFSET + R_BYTES : 16 * TN;
+constexpr unsigned SCRATCH_BYTES = R_OFFSET + R_BYTES;
 static_assert(SCRATCH_BYTES % 64 == 0 && SCRATCH_BYTES <= 65536,
               "w_scratch does not fit a PE's L1");
 
@@ -422,36 +430,38 @@ inline void dequantize_pair(const uint8_t *__restrict record,
 
 // The zero points are read 64 at a time (their section is whole 64-byte words):
 // 0x80 + 2z on 512-bit vectors, zipped with 0x5D into the bf16 bits 0x5D80 + 2z
-// of 64 columns. No 8-bit arithmetic on 128-bit vectors: 128-bit values live
-// only in AIE2P's q registers, and an int8 x 16 add that LLVM turned into a
-// shift crashed llvm-aie's legalizer (llvm-aie #480); upstream's kernels work
-// on 64 lanes. Zero point i = f * TN + 16 p + c is column 16 p + c of span f.
-constexpr unsigned Z_COUNT = NF * TN;
-constexpr unsigned Z_WORDS = (Z_COUNT + 63) / 64;
+// of 64 columns, staged in the A line's bytes (free until the A conversion
+// writes them), from where each column pair's loop iteration loads its 16. No
+// 8-bit arithmetic on 128-bit vectors: 128-bit values live only in AIE2P's q
+// registers, and an int8 x 16 add that LLVM turned into a shift crashed
+// llvm-aie's legalizer (llvm-aie #480); upstream's kernels work on 64 lanes.
+// Zero point i = f * TN + c is column c of span f.
+constexpr unsigned Z_WORDS = (NF * TN + 63) / 64;
+static_assert(Z_WORDS * 128 <= PAIR_LINE,
+              "the zero points' bf16 bits are staged in the A line");
 
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const uint8_t *__restrict zp = record + Z_OFFSET;
+  bfloat16 *zbits = reinterpret_cast<bfloat16 *>(scratch + A_LINE_OFFSET);
   const aie::vector<uint8, 64> c80 = aie::broadcast<uint8, 64>(0x80);
   const aie::vector<uint8, 64> c5d = aie::broadcast<uint8, 64>(0x5D);
-  const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
   KERNEL_MIN_ITERS(1)
   for (unsigned c = 0; c < Z_WORDS; ++c) {
     KERNEL_ITERATION;
     const aie::vector<uint8, 64> z = aie::load_v<64>(zp + 64 * c);
     const auto zz = aie::interleave_zip(aie::add(aie::add(z, z), c80), c5d, 1);
-    const aie::vector<bfloat16, 32> bits[2] = {zz.first.cast_to<bfloat16>(),
-                                               zz.second.cast_to<bfloat16>()};
-    KERNEL_UNROLL
-    for (unsigned s = 0; s < 4; ++s) {
-      const unsigned i = 64 * c + 16 * s;
-      if (i >= Z_COUNT)
-        break;
-      const unsigned f = i / TN, p = (i - f * TN) / 16;
-      const BLOCKS v0 = zero_point_blocks(bits[s / 2].extract<8>(2 * (s % 2)));
-      const BLOCKS v1 =
-          zero_point_blocks(bits[s / 2].extract<8>(2 * (s % 2) + 1));
-      dequantize_pair(record, scratch, p, f, v0, v1, c64);
-    }
+    aie::store_v(zbits + 64 * c, zz.first.cast_to<bfloat16>());
+    aie::store_v(zbits + 64 * c + 32, zz.second.cast_to<bfloat16>());
+  }
+  const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
+  KERNEL_MIN_ITERS(1)
+  for (unsigned it = 0; it < NP * NF; ++it) {
+    KERNEL_ITERATION;
+    const unsigned p = it / NF, f = it - p * NF; // no remainder in a loop
+    const bfloat16 *zb = zbits + f * TN + p * 16;
+    dequantize_pair(record, scratch, p, f,
+                    zero_point_blocks(aie::load_v<8>(zb)),
+                    zero_point_blocks(aie::load_v<8>(zb + 8)), c64);
   }
 }
 #else
@@ -620,27 +630,29 @@ inline void span_end(const MMUL &g, const bfloat16 *sp, const bfloat16 *r,
     fold(g, load_terms(sp), r, c);
 }
 // The 2x2 block of C at c00 (blocks (mb, nb), (mb, nb+1), (mb+1, nb), (mb+1,
-// nb+1)): the terms of columns 8nb .. 8nb+15 at sp, the row sums of the two
-// row blocks at r0, r1.
+// nb+1); the next column block `col` floats on, the next row block `row`):
+// the terms of columns 8nb .. 8nb+15 at sp, the row sums of the two row blocks
+// at r0, r1.
 inline void span_end_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
                          const MMUL &g11, const bfloat16 *sp,
-                         const bfloat16 *r0, const bfloat16 *r1, float *c00) {
+                         const bfloat16 *r0, const bfloat16 *r1, float *c00,
+                         unsigned col, unsigned row) {
   if constexpr (MXFP4) {
     span_end(g00, sp, r0, c00);
-    span_end(g01, sp, r0, c00 + BLK);
-    span_end(g10, sp, r1, c00 + NB * BLK);
-    span_end(g11, sp, r1, c00 + NB * BLK + BLK);
+    span_end(g01, sp, r0, c00 + col);
+    span_end(g10, sp, r1, c00 + row);
+    span_end(g11, sp, r1, c00 + col + row);
   } else {
     // one column block's terms live at a time (2P replicated vectors, 4P with
     // a min term); each fold writes its own C block, so the order is free
     {
       const Terms8 t0 = load_terms(sp);
       fold(g00, t0, r0, c00);
-      fold(g10, t0, r1, c00 + NB * BLK);
+      fold(g10, t0, r1, c00 + row);
     }
     const Terms8 t1 = load_terms(sp + 8);
-    fold(g01, t1, r0, c00 + BLK);
-    fold(g11, t1, r1, c00 + NB * BLK + BLK);
+    fold(g01, t1, r0, c00 + col);
+    fold(g11, t1, r1, c00 + col + row);
   }
 }
 
@@ -661,15 +673,18 @@ static_assert(TM > 0 && TM % 16 == 0,
               "works on 2x2 blocks of 8x8 mmul tiles");
 static_assert(TM * TK * 2 <= 65536 && TM * TN * 4 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
-static_assert(8 * TN * 2 <= SCRATCH_BYTES,
-              "the drain stages 8 bf16 rows of C in w_scratch");
 constexpr unsigned MB = TM / 8; // 8-row blocks of A / C
+// The accumulator's block (mb, nb) of C: column-block outer, as mlir-air's
+// bf16_x_bfp16 lays its C, so that the drain DMA's read (rows of a column
+// block, then column blocks) folds into the compute tile's 3 BD dimensions.
+constexpr unsigned C_COL = MB * BLK; // floats from block (mb, nb) to (mb, nb+1)
+constexpr unsigned C_ROW = BLK;      // floats from block (mb, nb) to (mb+1, nb)
 } // namespace
 
 extern "C" {
 
 // c_mem: the accumulator, DIM_M * DIM_N floats, blocked: block (mb, nb) of C
-// at (mb * DIM_N/8 + nb) * 64, row-major inside.
+// at (nb * DIM_M/8 + mb) * 64, row-major inside.
 void gemm_int4_zero(bfloat16 *__restrict c_mem) {
   KERNEL_ALIGNED(c_mem);
   float *__restrict c_acc = reinterpret_cast<float *>(c_mem);
@@ -721,8 +736,11 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
         for (unsigned kb = 0; kb < SB; ++kb) {
           KERNEL_KB_ITERATION;
           const unsigned at = (f * SB + kb) * BLK;
+          // With a min term the row sums' mmuls hold the MAC slot, so the
+          // second block takes the plain conversion too.
           const BLOCKS a0 = to_blocks(pa0 + at);
-          const BLOCKS a1 = to_blocks_on_mac(pa1 + at, ones);
+          const BLOCKS a1 =
+              MIN_TERM ? to_blocks(pa1 + at) : to_blocks_on_mac(pa1 + at, ones);
           ao << a0 << a1;
           r0.add(a0);
           r1.add(a1);
@@ -733,17 +751,18 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
     }
     // Every column pair reads the A pair line: two input streams, pops and
     // macs only.
+    KERNEL_POSTPIPELINE
     KERNEL_MIN_ITERS(1)
     for (unsigned p = 0; p < NP; ++p) {
       KERNEL_ITERATION;
-      float *__restrict c00 = c_acc + (mb * NB + 2 * p) * BLK;
+      float *__restrict c00 = c_acc + 2 * p * C_COL + mb * C_ROW;
       for (unsigned f = 0; f < NF; ++f) {
         // Two streams per span, each walking its interleaved line in K order.
         BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_STRIDE));
         BlockIn sb(w_line(w_record, scratch, p, f));
-        MMUL g00 = span_start(c00), g01 = span_start(c00 + BLK),
-             g10 = span_start(c00 + NB * BLK),
-             g11 = span_start(c00 + NB * BLK + BLK);
+        MMUL g00 = span_start(c00), g01 = span_start(c00 + C_COL),
+             g10 = span_start(c00 + C_ROW),
+             g11 = span_start(c00 + C_COL + C_ROW);
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           KERNEL_KB_ITERATION;
@@ -758,45 +777,31 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
         }
         span_end_2x2(g00, g01, g10, g11, scales + f * TN + p * 16,
                      row_sums_at(scratch, f, 0), row_sums_at(scratch, f, 1),
-                     c00);
+                     c00, C_COL, C_ROW);
       }
     }
   }
 }
 
 // c_mem: the accumulator (as gemm_int4_zero) -> its first DIM_M * DIM_N * 2
-// bytes: C as bf16, row-major, round to nearest even. In place: row block mb's
-// 8 bf16 rows (bytes 16 TN mb .. 16 TN (mb + 1)) overlay only f32 blocks of row
-// blocks <= mb (32 TN bytes each), read already; row block 0's rows overlay its
-// own blocks, so every row block goes through the scratch (free between calls:
-// it holds nothing across them) and is then copied into place. The copy moves
-// bytes (uint8): a character-typed store may alias the f32 blocks, so no
-// compiler may move a block's f32 load past a store over it (with bf16 stores
-// type-based alias analysis would allow it: a store of row r depends only on
-// the blocks of its own columns). `blocks` and `rows` both derive from c_mem:
-// neither may be marked __restrict.
-void gemm_int4_drain(bfloat16 *__restrict c_mem,
-                     uint8_t *__restrict w_scratch) {
+// bytes: the same 8x8 blocks of C in bf16, in the same order, round to nearest
+// even; the drain DMA un-blocks them. Novel: no upstream kernel drains in place
+// (docs/design.md#provenance). One 64-lane load, conversion and store
+// per block, in place: bf16 block j (bytes 128 j .. 128 j + 127) lands inside
+// f32 block j / 2 <= j, already read, and below every block still to be read.
+// What keeps each store after the load it overwrites is program order on one
+// base pointer: the loads and stores all derive from c_mem, and clang gives
+// every vector-typed access the omnipotent char TBAA tag, so type-based alias
+// analysis separates none of them.
+void gemm_int4_drain(bfloat16 *__restrict c_mem) {
   KERNEL_ALIGNED(c_mem);
-  KERNEL_ALIGNED(w_scratch);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  bfloat16 *stage = reinterpret_cast<bfloat16 *>(w_scratch);
-  const uint8_t *staged = w_scratch; // the same bytes, read back as bytes
-  for (unsigned mb = 0; mb < MB; ++mb) {
-    const float *blocks =
-        reinterpret_cast<const float *>(c_mem) + mb * NB * BLK;
-    for (unsigned nb = 0; nb < NB; ++nb) {
-      const aie::accum<accfloat, 64> acc(aie::load_v<64>(blocks + nb * BLK));
-      const aie::vector<bfloat16, 64> v = acc.to_vector<bfloat16>();
-      for (unsigned i = 0; i < 8; ++i)
-        aie::store_v(stage + i * TN + nb * 8, v.extract<8>(i));
-    }
-    uint8_t *rows = reinterpret_cast<uint8_t *>(c_mem) + mb * 16 * TN;
-    KERNEL_MIN_ITERS(2)
-    for (unsigned i = 0; i < 16 * TN; i += 64) {
-      KERNEL_ITERATION;
-      aie::store_v(rows + i, aie::load_v<64>(staged + i));
-    }
+  const float *c_acc = reinterpret_cast<const float *>(c_mem);
+  KERNEL_MIN_ITERS(2)
+  for (unsigned j = 0; j < MB * NB; ++j) {
+    KERNEL_ITERATION;
+    const aie::accum<accfloat, 64> acc(aie::load_v<64>(c_acc + j * BLK));
+    aie::store_v(c_mem + j * BLK, acc.to_vector<bfloat16>());
   }
 }
 
@@ -928,6 +933,7 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
   for (unsigned b = 0; b < gemv_bands(m); ++b) {
     const unsigned r0 = b * 8;
     gemv_convert_a(a_rows, r0, rows - r0 < 8 ? rows - r0 : 8, scratch);
+    KERNEL_POSTPIPELINE
     KERNEL_MIN_ITERS(1)
     for (unsigned p = 0; p < NP; ++p) {
       KERNEL_ITERATION;

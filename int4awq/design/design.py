@@ -417,7 +417,7 @@ def add_design_arguments(
         "--gs",
         type=int,
         default=None,
-        help="group size along K (default: awq 128, the other formats 32, or the weights file's)",
+        help="group size along K (default: awq 128, int8_triple 16, the other formats 32, or the weights file's)",
     )
     parser.add_argument(
         "--format",
@@ -426,7 +426,8 @@ def add_design_arguments(
         help="the weights' record format: awq (q, z, bf16 s per group; also GPTQ and compressed-tensors int4), "
         "awq_f16 (the same with each scale an exact bf16 pair: fp16 scales kept exactly, GGUF Q4_0), "
         "int4_min (4-bit codes, scale and min term as exact bf16 pairs: GGUF Q4_1, Q4_K), int8 (8-bit codes, "
-        "scales as exact bf16 triples: GGUF Q5_0, Q6_K, Q8_0, IQ4_NL, IQ4_XS), int8_min (8-bit codes with a "
+        "scales as exact bf16 pairs: GGUF Q5_0, Q8_0, IQ4_NL, IQ4_XS), int8_triple (the same, scales as exact "
+        "triples: GGUF Q6_K), int8_min (8-bit codes with a "
         "min term, pairs: GGUF Q5_1, Q5_K) or mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K); all but awq and awq_f16 have "
         "kernel entries unproven on NPU2",
     )

@@ -306,8 +306,9 @@ def _emulator_in_process() -> bool:
 
 @functools.lru_cache(maxsize=64)
 def default_config(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> GemvConfig:
-    """The fastest modelled configuration the resource model accepts (ties: less DDR traffic, fewer kernel
-    calls, then larger tiles). With mlir-air's own `air` imported (an NPU compile), the resource model
+    """The fastest modelled configuration the resource model accepts and that leaves
+    record.DEFAULT_L1_SPARE bytes of L1 free (ties: less DDR traffic, fewer kernel calls, then larger
+    tiles). With mlir-air's own `air` imported (an NPU compile), the resource model
     runs in a child process on the emulator's package."""
     if not _emulator_in_process():
         return _default_in_child(m, k, n, gs, fmt)
@@ -322,14 +323,26 @@ def default_config(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> GemvCon
             -c.tile_k_l2,
         ),
     )
-    for cfg in ranked:
-        if cfg.resource_problem() is None:
-            return cfg
     if not ranked:
         raise ConfigError(
             f"no {fmt} decode configuration for M={m} K={k} N={n} GS={gs} fits"
             + (f" (e.g. {problems[0]})" if problems else "")
         )
+    roomy = [
+        c
+        for c in ranked
+        if c.l1_budget()["total"] <= record.L1_BYTES - record.DEFAULT_L1_SPARE
+    ]
+    if not roomy:
+        raise ConfigError(
+            f"no {fmt} decode configuration for M={m} K={k} N={n} GS={gs} leaves "
+            f"{record.DEFAULT_L1_SPARE} bytes of L1 free (the fastest takes "
+            f"{ranked[0].l1_budget()['total']}); give the tiles to use one that fits without the spare"
+        )
+    ranked = roomy
+    for cfg in ranked:
+        if cfg.resource_problem() is None:
+            return cfg
     raise ConfigError(
         f"no {fmt} decode configuration for M={m} K={k} N={n} GS={gs} passes the NPU2 resource model "
         f"(the fastest: {ranked[0].resource_problem()})"

@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from .llama import PROJECTIONS
 from .kernel_cost import calibration, int4_kernel_flops, kernel_cycles, known
 from .model import Estimate, estimate
-from ..kernel.record import FORMAT_GS
+from ..kernel.record import DEFAULT_L1_SPARE, FORMAT_GS, L1_BYTES
 from ..kernel.record import GEMM_K_CHUNKS as K_CHUNKS
 from ..kernel.record import GEMM_TILES as TILES
 from ..formats.quant import check_dims, check_group_size
@@ -157,11 +157,13 @@ def accepted(
     m: int, k: int, n: int, gs: int, top: int = 1, fmt: str = "awq"
 ) -> list[Ranked]:
     """The `top` fastest modelled configurations that the emulator's resource model also accepts
-    (DMA channels, BD chains, locks, memtile placement: air.emu.resources), fastest first.
+    (DMA channels, BD chains, locks, memtile placement: air.emu.resources) and that leave
+    record.DEFAULT_L1_SPARE bytes of L1 free, fastest first.
     """
     out = []
     for r in ranked(m, k, n, gs, fmt):
-        if r.cfg.resource_problem() is not None:
+        used = sum(size for _, size in r.cfg.l1_budget())
+        if used > L1_BYTES - DEFAULT_L1_SPARE or r.cfg.resource_problem() is not None:
             continue
         out.append(r)
         if len(out) == top:

@@ -59,8 +59,8 @@ class _Type:
 
 # int4_min: 4-bit codes (zero point 0) with the min term; int8: 8-bit codes v in the record's bfp16 image;
 # int8_min: int8 with the min term. Scales and min terms are exact bf16 pairs (up to 17 significant bits:
-# fp16 fields, d * sc_j and dmin * m_j of 6-bit sc_j, m_j, d * (ls_j - 32)) or, in int8, triples (Q6_K's
-# d * sc_j, an fp16 times an int8, up to 18).
+# fp16 fields, d * sc_j and dmin * m_j of 6-bit sc_j, m_j, d * (ls_j - 32)), except Q6_K's d * sc_j (an fp16
+# times an int8, up to 18): int8_triple, three parts.
 TYPES = {
     "Q4_1": _Type(32, 0, 15, True, False, "int4_min"),
     "Q5_0": _Type(32, -16, 15, False, False, "int8"),
@@ -68,12 +68,17 @@ TYPES = {
     "Q8_0": _Type(32, -128, 127, False, False, "int8"),
     "Q4_K": _Type(32, 0, 15, True, False, "int4_min"),
     "Q5_K": _Type(32, 0, 31, True, False, "int8_min"),
-    "Q6_K": _Type(16, -32, 31, False, False, "int8"),
+    "Q6_K": _Type(16, -32, 31, False, False, "int8_triple"),
     "IQ4_NL": _Type(32, -127, 113, False, True, "int8"),
     "IQ4_XS": _Type(32, -127, 113, False, True, "int8"),
 }
 # The type each block-integer record format's seeded weights take (random_block_weights): block 32.
-SEED_TYPES = {"int4_min": "Q4_1", "int8": "Q8_0", "int8_min": "Q5_1"}
+SEED_TYPES = {
+    "int4_min": "Q4_1",
+    "int8": "Q8_0",
+    "int8_triple": "Q6_K",
+    "int8_min": "Q5_1",
+}
 
 
 def quant_sizes(type_name: str) -> tuple[int, int]:
@@ -378,10 +383,10 @@ def random_block_weights(
     fmt: str, k: int, n: int, seed: int, exact: bool = False, gs: int | None = None
 ) -> BlockIntWeights:
     """Seeded weights of a block-integer record format, as its SEED_TYPES type holds them (groups of 32), or
-    with gs the first of the format's types with that group (int8 at 16: Q6_K).
+    with gs the first of the format's types with that group.
 
-    Default: v uniform over the type's range, s = d * sc with an fp16 d and an sc of 6 bits (7 in int8, whose
-    triples hold Q6_K's 8-bit sc), so s takes every bf16 part the format holds; for the min types
+    Default: v uniform over the type's range, s = d * sc with an fp16 d and an sc of 6 bits (7 in int8_triple,
+    whose triples hold Q6_K's 8-bit sc), so s takes every bf16 part the format holds; for the min types
     m = -(dmin * m_j) likewise; sized so that W is about N(0, 1/K). exact=True: v in -15..15 (0..15 for
     the unsigned types), s = 2^-e and m = -j 2^-e' (e, e' in 0..3, j in 0..7): with quant.random_activations(exact=True) every product and partial sum is
     a multiple of 2^-3 below 2^21 (a span's sum G or row sum R is an integer below 2^11), so exact in f32
@@ -413,7 +418,7 @@ def random_block_weights(
         v = rng.integers(t.lo, t.hi + 1, (k, n)).astype(np.int16)
         # s = d * sc * 2^-e: an fp16 d in [0.5, 1) (11 significant bits, never subnormal), an sc of 6 bits
         # (7 where the format holds triples), and a power of two that sizes W to about N(0, 1/K)
-        sc_bits = 7 if fmt == "int8" else 6  # int8 holds Q6_K's scales as triples
+        sc_bits = 7 if fmt == "int8_triple" else 6  # Q6_K's 8-bit sc, as triples
         d = rng.uniform(0.5, 1.0, (g, n)).astype(np.float16).astype(np.float32)
         sc = rng.integers(1 << (sc_bits - 1), 1 << sc_bits, (g, n)).astype(np.float32)
         e = np.round(np.log2(np.sqrt(k) * (t.hi - t.lo) / 2 * 0.75 * (1 << sc_bits)))

@@ -238,6 +238,16 @@ class _HostObject:
         )
 
 
+def gemm_c_rows(c_mem: np.ndarray, tile_m: int, tile_n: int) -> np.ndarray:
+    """The GEMM accumulator's first tile_m * tile_n elements (8x8 blocks of C, block (mb, nb) at
+    (nb * tile_m/8 + mb) * 64, row-major inside; f32 during the K sweep, bf16 after the drain) as C rows
+    [tile_m, tile_n]."""
+    blocks = np.asarray(c_mem)[: tile_m * tile_n].reshape(
+        tile_n // 8, tile_m // 8, 8, 8
+    )
+    return blocks.transpose(1, 2, 0, 3).reshape(tile_m, tile_n).copy()
+
+
 class HostKernel(_HostObject):
     """The host-built GEMM object for one tile configuration, driven through ctypes like a PE would."""
 
@@ -258,7 +268,7 @@ class HostKernel(_HostObject):
             (
                 ("gemm_int4_zero", [vp]),
                 ("gemm_int4_accumulate", [vp] * 4),
-                ("gemm_int4_drain", [vp] * 2),
+                ("gemm_int4_drain", [vp]),
             ),
             lib,
         )
@@ -282,10 +292,10 @@ class HostKernel(_HostObject):
         )
 
     def drain(self) -> np.ndarray:
-        """bf16(C), drained in place into the accumulator's first half (which it returns a copy of)."""
-        self.lib.gemm_int4_drain(self.c_acc.ctypes.data, self.scratch.ctypes.data)
-        tm, tn = self.tile_m, self.tile_n
-        return self.c_acc.view(bfloat16)[: tm * tn].reshape(tm, tn).copy()
+        """bf16(C) [tile_m, tile_n]: drained in place into the accumulator's first half as 8x8 blocks,
+        column-block outer, and un-blocked here as the design's drain DMA does."""
+        self.lib.gemm_int4_drain(self.c_acc.ctypes.data)
+        return gemm_c_rows(self.c_acc.view(bfloat16), self.tile_m, self.tile_n)
 
     def gemm(
         self, a: np.ndarray, w: AwqWeights, packed: np.ndarray | None = None

@@ -60,6 +60,10 @@ ALIGN = (
 )
 BLOCK = 8  # mmul block edge (8x8x8 bf16 mmul)
 L1_BYTES = 64 * 1024  # data memory of one compute tile, stack included
+# What a default configuration leaves free of L1: the stack is an estimate from the kernel's live set
+# (KERNEL_LIVE_BYTES), not Peano's frame, so a default keeps this much room for it to be wrong. A
+# configuration given on the command line needs only to fit.
+DEFAULT_L1_SPARE = 2048
 # The stack a PE's core needs: what gemm_int4_accumulate keeps live at its busiest point (the 2x2 hot
 # loop and the scale folds that follow it), in bytes if every value spilled at once, plus the frame of the
 # core function aircc generates around the calls. The kernel keeps no arrays on the stack and nothing here
@@ -114,6 +118,15 @@ def check_record_tile(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> No
         )
     check_group_size(gs, gs)  # the one GS rule (int4awq.formats.quant)
     check_chunk_and_group(tile_k, gs)
+    if FORMAT_SPECS[fmt].codes == "int4":
+        zero_points = tile_k // min(tile_k, gs) * tile_n
+        staged = 2 * -(-zero_points // ALIGN) * ALIGN
+        line = w_pair_line_bytes(tile_k, fold_span(tile_k, gs, fmt))
+        if staged > line:
+            raise ConfigError(
+                f"tile_n = {tile_n}, tile_k = {tile_k}: the kernel stages the record's {zero_points} zero points "
+                f"as bf16 ({staged} bytes) in its {line}-byte A line; use a smaller tile_n or a larger tile_k"
+            )
     if tile_k > gs and gs % 32 and FORMAT_SPECS[fmt].codes != "int8":
         raise ConfigError(
             f"tile_k = {tile_k}, gs = {gs}: a K-chunk holding several groups needs gs to be a multiple of "
@@ -206,22 +219,25 @@ class RecordFormat:
 
 # The record formats the kernel has entries for: "awq" (q, z, bf16 s), "awq_f16" (q, z, s as an exact bf16
 # pair: fp16 scales, GGUF Q4_0), "int4_min" (q, z = 0, s and a min term m as exact pairs: GGUF Q4_1, Q4_K),
-# "int8" (8-bit codes v, s as an exact triple: GGUF Q5_0, Q6_K, Q8_0, IQ4_NL, IQ4_XS), "int8_min" (8-bit
-# codes with a min term, pairs: GGUF Q5_1, Q5_K) and "mxfp4" (E2M1 codes, E8M0 per 32 along K). A pair split
-# with round to nearest holds 17 significant bits (quant.bf16_parts): every fp16 and every K-quant product
-# d * sc_j of 6-bit sc_j; Q6_K's d * sc_j with an 8-bit sc_j can take 18, so int8 holds three parts.
+# "int8" (8-bit codes v, s as an exact pair: GGUF Q5_0, Q8_0, IQ4_NL, IQ4_XS), "int8_triple" (the same, s as
+# an exact triple: GGUF Q6_K), "int8_min" (8-bit codes with a min term, pairs: GGUF Q5_1, Q5_K) and "mxfp4"
+# (E2M1 codes, E8M0 per 32 along K). A pair split with round to nearest holds 17 significant bits
+# (quant.bf16_parts): every fp16 (Q5_0, Q8_0, IQ4_NL: 11), every K-quant product d * sc_j of 6-bit sc_j,
+# and IQ4_XS's d * (ls_j - 32) (11 + 5); Q6_K's d * sc_j with an 8-bit sc_j can take 18, so it alone takes
+# three parts, one more bf16 multiply-add per fold.
 FORMAT_SPECS = {
     "awq": RecordFormat("int4"),
     "awq_f16": RecordFormat("int4", 2),
     "int4_min": RecordFormat("int4", 2, True),
-    "int8": RecordFormat("int8", 3),
+    "int8": RecordFormat("int8", 2),
+    "int8_triple": RecordFormat("int8", 3),
     "int8_min": RecordFormat("int8", 2, True),
     "mxfp4": RecordFormat("e2m1"),
 }
 FORMATS = tuple(FORMAT_SPECS)
 # Each format's usual group size: the default for seeded weights, and the group of its rows in the default
-# configuration table (int4awq.design.sweep): AWQ checkpoints' 128; GGUF's 32; the MX group, 32.
-FORMAT_GS = {f: 128 if f == "awq" else 32 for f in FORMATS}
+# configuration table (int4awq.design.sweep): AWQ checkpoints' 128; GGUF's 32 (Q6_K's 16); the MX group, 32.
+FORMAT_GS = {f: {"awq": 128, "int8_triple": 16}.get(f, 32) for f in FORMATS}
 
 
 def fold_span(tile_k: int, gs: int, fmt: str = "awq") -> int:
@@ -353,8 +369,7 @@ def w_scratch_bytes(
     block vectors interleaved along K), one pair line of A (the two 8-row blocks being swept, interleaved
     likewise) and 256 bytes where the zero-point pattern is staged: (tile_n / 16 + 1) * pad64(18 * tile_k)
     + 256 bytes. 8-bit codes: the A line only (the streams read W from the record). A min term adds each
-    fold span's row sums of two 8-row blocks (256 bytes each). At least the 16 * tile_n bytes the GEMM's
-    drain stages. Independent of tile_m.
+    fold span's row sums of two 8-row blocks (256 bytes each). Independent of tile_m.
     """
     spec = FORMAT_SPECS[fmt]
     span = fold_span(tile_k, tile_k if gs is None else gs, fmt)
@@ -365,7 +380,7 @@ def w_scratch_bytes(
         need = (tile_n // 16 + 1) * line + W_SCRATCH_STAGE_BYTES
     if spec.min_term:
         need += 2 * (tile_k // span) * ROW_SUMS_BLOCK_BYTES
-    return max(need, 16 * tile_n)
+    return need
 
 
 def kernel_stack_bytes(fmt: str = "awq") -> int:
@@ -412,6 +427,7 @@ STEM_TAGS = {
     "awq_f16": "_f16s",
     "int4_min": "_i4m",
     "int8": "_i8",
+    "int8_triple": "_i8t",
     "int8_min": "_i8m",
     "mxfp4": "_mxfp4",
 }

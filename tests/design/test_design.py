@@ -197,6 +197,8 @@ def test_every_table_row_is_legal_and_covers_llama():
             r["projection"],
             r["m"],
         )  # nothing refused by default
+        # and 2 KiB of L1 free for an estimated stack (record.DEFAULT_L1_SPARE)
+        assert sum(b for _, b in cfg.l1_budget()) <= 65536 - 2048, r
     big = [
         r
         for r in rows

@@ -254,3 +254,22 @@ def test_the_command_line_prints_the_default_configuration(capsys):
     assert gemv.main(["--m", "1", "--k", "2048", "--n", "2048"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("GEMV M=1 K=2048 N=2048 GS=128") and "MODELLED" in out
+
+
+# ----------------------------------------------------------------------------------------------- margins
+@pytest.mark.parametrize("fmt", record.FORMATS)
+def test_every_decode_default_leaves_the_spare_l1(fmt):
+    """record.DEFAULT_L1_SPARE: q_proj's decode default in every format leaves 2 KiB of L1 free for a
+    stack that is estimated, not measured."""
+    cfg = gemv.default_config(1, 2048, 2048, record.FORMAT_GS[fmt], fmt)
+    assert cfg.l1_budget()["total"] <= 65536 - 2048
+
+
+def test_a_decode_default_that_cannot_leave_the_spare_is_refused(monkeypatch):
+    gemv.default_config.cache_clear()
+    monkeypatch.setattr(record, "DEFAULT_L1_SPARE", 65536)
+    try:
+        with pytest.raises(ConfigError, match="leaves 65536 bytes of L1 free"):
+            gemv.default_config(1, 2048, 2048, 128)
+    finally:
+        gemv.default_config.cache_clear()

@@ -196,7 +196,7 @@ TILES = ("--tile-m", "16", "--tile-n", "16", "--tile-k-l1", "32", "--tile-k-l2",
 # The record format each type runs as (the kernel's entries: int4awq/kernel/record.py FORMAT_SPECS).
 FORMAT = {
     "Q4_1": "INT4_MIN", "Q4_K": "INT4_MIN", "Q5_1": "INT8_MIN", "Q5_K": "INT8_MIN", "Q5_0": "INT8",
-    "Q8_0": "INT8", "Q6_K": "INT8", "IQ4_NL": "INT8", "IQ4_XS": "INT8",
+    "Q8_0": "INT8", "Q6_K": "INT8_TRIPLE", "IQ4_NL": "INT8", "IQ4_XS": "INT8",
 }  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import pytest
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.formats.gguf_quants import BlockIntWeights, random_block_weights
+from int4awq.formats.gguf_quants import TYPES, BlockIntWeights, random_block_weights
 from int4awq.kernel.kernel_model import (
     GemvHostKernel,
     HostKernel,
@@ -58,16 +58,16 @@ def kernels():
     return get
 
 
-# Every format at the first two tilings, the min term also at the third, and int8 at Q6_K's groups.
+# Every format at the first two tilings, the min term also at the third, and int8_triple at Q6_K's groups.
 CASES = [(f, c) for f in FORMATS for c in TILES[:2]] + [
     ("int4_min", TILES[2]),
-    ("int8", GS16),
+    ("int8_triple", GS16),
 ]
 
 
 @pytest.mark.parametrize("fmt, cfg", CASES)
 def test_kernel_matches_model_bit_for_bit(kernels, fmt, cfg):
-    """Random weights: scales that take every bf16 part the format holds (two, or three for int8)."""
+    """Random weights: scales that take every bf16 part the format holds (two, or three for int8_triple)."""
     tm, tn, tk, gs = cfg
     k = 4 * max(tk, gs)
     w = weights(fmt, k, 2 * tn, 30, gs=gs)
@@ -173,7 +173,7 @@ def test_record_layouts_by_hand():
         256,
     )
     assert (a.z_offset, a.z_bytes, a.total) == (1664, 64, 1728)
-    b = record_layout(32, 64, 16, "int8")
+    b = record_layout(32, 64, 16, "int8_triple")
     assert (b.q_bytes, b.s_offset, b.s_bytes, b.m_bytes, b.z_bytes, b.total) == (
         2560,
         2560,
@@ -183,10 +183,10 @@ def test_record_layouts_by_hand():
         3328,
     )
     # scratch: int4_min 3 lines of 1152 + 256 staging + 2 spans x 2 row blocks x 256; int8 the A line
-    # (1280); int8 at tile_n 128, tile_k 16: the drain's 16 x 128 bytes are more than the 320-byte line
+    # (1280); int8 at tile_n 128, tile_k 16: the 320-byte A line, whatever tile_n (the drain stages nothing)
     assert w_scratch_bytes(32, 64, 32, "int4_min") == 3 * 1152 + 256 + 1024
     assert w_scratch_bytes(32, 64, 16, "int8") == 1280
-    assert w_scratch_bytes(128, 16, 32, "int8") == 16 * 128
+    assert w_scratch_bytes(128, 16, 32, "int8") == 320
 
 
 def test_eight_bit_image_in_the_record():
@@ -241,8 +241,25 @@ def test_bf16_parts_pairs_hold_17_bits_and_triples_every_f32():
     assert sum(p.astype(np.float64) for p in bf16_parts(q6_k, 3)) == q6_k[0]
 
 
+def test_every_scale_of_the_pair_types_fits_a_pair():
+    """The types int8 takes hold their scales exactly in two bf16 parts, checked on every value their
+    fields can give: every finite fp16 d (Q5_0, Q8_0, IQ4_NL) and every d * (ls - 32) of IQ4_XS (ls 6 bits:
+    11 + 5 significant bits); Q6_K's d * sc with an int8 sc is the one that needs three.
+    """
+    assert {
+        t: TYPES[t].format for t in ("Q5_0", "Q8_0", "IQ4_NL", "IQ4_XS")
+    } == dict.fromkeys(("Q5_0", "Q8_0", "IQ4_NL", "IQ4_XS"), "int8")
+    assert TYPES["Q6_K"].format == "int8_triple"
+    d = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    d = d[np.isfinite(d)].astype(np.float32)
+    bf16_parts(d, 2)  # refuses the first value two parts cannot hold
+    ls = np.arange(64, dtype=np.float32) - 32
+    bf16_parts((d[:, None] * ls[None, :]).astype(np.float32), 2)
+
+
 def test_seeded_weights_pick_a_type_of_the_group():
-    assert weights("int8", 64, 16, 1, gs=16).type_name == "Q6_K"
+    assert weights("int8_triple", 64, 16, 1, gs=16).type_name == "Q6_K"
+    assert weights("int8", 64, 16, 1).type_name == "Q8_0"
     assert weights("int4_min", 64, 16, 1).type_name == "Q4_1"
     with pytest.raises(ConfigError, match="groups of 32 values along K, not --gs 64"):
         weights("int4_min", 128, 16, 1, gs=64)

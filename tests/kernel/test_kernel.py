@@ -43,9 +43,10 @@ from int4awq.run.reference import check, reference_gemm
 # (tile_m, tile_n, tile_k, gs): 16x16 with whole groups per chunk and with a group spanning 4 chunks;
 # 64x64 with K-chunk 64 inside GS 128 (the configuration that fits L1 with 64x64); 64x64 with 2 groups
 # per chunk; 64x128 with K-chunk 32 (the 2048^3 default); and the largest C tile the L1 budget allows at
-# GS 128, 48x240 with K-chunk 16, close to the L1 limit (65024 of 65536 bytes;
+# GS 128, 144x80 with K-chunk 16, close to the L1 limit (63872 of 65536 bytes; at K-chunk 16 the A line
+# that stages the zero points holds 128 columns' worth, so no wider tile;
 # test_largest_tile_is_the_largest).
-LARGEST = (48, 240, 16, 128)
+LARGEST = (144, 80, 16, 128)
 CONFIGS = [
     (16, 16, 32, 32),
     (16, 16, 32, 128),
@@ -175,7 +176,8 @@ def test_random_operands_within_bfp16_error(kernels, cfg):
     "cfg", [(64, 64, 64, 128), (64, 128, 32, 128), LARGEST, (16, 16, 32, 32)]
 )
 def test_zero_and_drain(kernels, cfg):
-    """The drain in place, at square, wide (row block 0's rows over other columns' blocks) and narrow tiles."""
+    """The drain in place, at square, wide and narrow tiles: each bf16 block over the first half of f32
+    block j / 2."""
     tm, tn, tk, gs = cfg
     hk = kernels[cfg]
     hk.c_acc[...] = np.nan
@@ -186,12 +188,15 @@ def test_zero_and_drain(kernels, cfg):
     tile[0, :4] = np.array(
         [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 1 + 2**-8 + 2**-20], np.float32
     )  # ties
-    # c_acc layout: 8x8 blocks (mb, nb) at (mb * tn/8 + nb) * 64, row-major inside
-    hk.c_acc[...] = (
-        tile.reshape(tm // 8, 8, tn // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
-    )
-    out = hk.drain()  # in place: the accumulator's first tm * tn * 2 bytes
+    # c_acc layout: 8x8 blocks (mb, nb) at (nb * tm/8 + mb) * 64, row-major inside
+    blocked = tile.reshape(tm // 8, 8, tn // 8, 8).transpose(2, 0, 1, 3).reshape(-1)
+    hk.c_acc[...] = blocked
+    out = hk.drain()  # in place: the accumulator's first tm * tn * 2 bytes, un-blocked
     np.testing.assert_array_equal(u16(out), u16(tile.astype(bfloat16)))
+    # the drain keeps the blocks' order: bf16 block j where f32 block j / 2 was
+    np.testing.assert_array_equal(
+        u16(hk.c_acc.view(bfloat16)[: tm * tn]), u16(blocked.astype(bfloat16))
+    )
     assert out[0, :4].astype(np.float32).tolist() == [1.0, 1 + 2**-6, -1.0, 1 + 2**-7]
 
 

@@ -192,5 +192,6 @@ def test_the_mxfp4_object_has_its_own_name_and_refuses_other_groups():
     )
     assert (
         bad.returncode
-        and "give FORMAT=awq, awq_f16, int4_min, int8, int8_min or mxfp4" in bad.stderr
+        and "give FORMAT=awq, awq_f16, int4_min, int8, int8_triple, int8_min or mxfp4"
+        in bad.stderr
     )

@@ -64,13 +64,24 @@ def test_probe_blocks_are_exact_in_bf16_and_where_the_probe_reads_them():
 
 
 # ------------------------------------------------------------------------------------------ layouts
-def test_acc_to_rows_reads_8x8_blocks_row_major():
-    # tile_n 16: blocks (mb, nb) at (mb * 2 + nb) * 64; element (r, c) of block (mb, nb) at r * 8 + c.
+def test_acc_to_rows_reads_the_gemv_bands_row_block_outer():
+    # GEMV, tile_n 16: blocks (b, nb) at (b * 2 + nb) * 64; element (r, c) of a block at r * 8 + c.
+    probe = kp.Probe(record.KernelObject("gemv", 16, 16, 128), 16, "zero")
     acc = np.arange(2 * 8 * 16, dtype=np.float32)
-    rows = kp.acc_to_rows(acc, 16, 16)
+    rows = kp.acc_to_rows(probe, acc)
     assert rows[0, 0] == 0 and rows[0, 7] == 7 and rows[0, 8] == 64 and rows[1, 0] == 8
     assert rows[8, 0] == 128 and rows[9, 9] == 128 + 64 + 9
-    assert kp.acc_to_rows(acc, 5, 16).shape == (5, 16)
+    five = kp.Probe(record.KernelObject("gemv", 16, 16, 128), 5, "zero")
+    assert kp.acc_to_rows(five, acc).shape == (5, 16)
+
+
+def test_acc_to_rows_reads_the_gemm_blocks_column_block_outer():
+    # GEMM, tile_m 16, tile_n 32: blocks (mb, nb) at (nb * 2 + mb) * 64.
+    probe = kp.Probe(record.KernelObject("gemm", 32, 16, 128, 16), 16, "zero")
+    acc = np.arange(16 * 32, dtype=np.float32)
+    rows = kp.acc_to_rows(probe, acc)
+    assert rows[0, 0] == 0 and rows[0, 8] == 128 and rows[0, 24] == 3 * 128
+    assert rows[8, 0] == 64 and rows[9, 9] == 128 + 64 + 8 + 1 and rows[15, 31] == 511
 
 
 def test_decode_blocks_reads_exponent_then_signed_mantissas():
