@@ -18,7 +18,8 @@
 // dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS; with a
 // min term (GGUF Q4_1, Q5_1, Q4_K, Q5_K) v[k, n] * s[g, n] + m[g, n]; with
 // byte codes (GGUF Q5_*, Q6_K, Q8_0, IQ4_*) v is any int8 the record holds
-// (the record formats: int4awq/record.py FORMAT_SPECS, kernels/Makefile).
+// (the record formats: int4awq/kernel/record.py FORMAT_SPECS,
+// kernels/Makefile).
 //
 // How a call works (docs/kernel.md has the byte-exact record and the buffer
 // layouts):
@@ -66,7 +67,7 @@
 // the same roundings, in the same order, as the bf16 mmul built with
 // AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (it converts both operands to
 // bfp16ebs8 on every mac), so the results are bit-identical to that
-// formulation; the other formats' are int4awq/kernel_model.py's.
+// formulation; the other formats' are int4awq/kernel/kernel_model.py's.
 //
 // Block streams: at most two input and one output stream are live at any time
 // (AIE2P has two load FIFOs and one store FIFO); each is opened per fold span,
@@ -117,7 +118,8 @@
 #endif
 // The first statement of a marked loop's body: nothing on the core; on the
 // host, one iteration of the loop for the profile (what one iteration issues
-// is what the post-pipeliner's II limit is about: int4awq/kernel_cost.py).
+// is what the post-pipeliner's II limit is about:
+// int4awq/design/kernel_cost.py).
 #if defined(__AIECC__)
 #define KERNEL_ITERATION ((void)0)
 #else
@@ -193,7 +195,8 @@ static_assert(TN * TK * 2 <= 65536,
 #if defined(INT4_MXFP4)
 // MXFP4 (-DINT4_MXFP4): E2M1 codes with one E8M0 scale per 32 values along K,
 // exact in the block mmul (mantissa 2 * value, block exponent x + 5): no zero
-// point, no scale fold, the accumulator runs over all of K (int4awq/mxfp4.py).
+// point, no scale fold, the accumulator runs over all of K
+// (int4awq/formats/mxfp4.py).
 constexpr bool MXFP4 = true;
 constexpr unsigned MX_GROUP = 32;
 static_assert(GS == MX_GROUP && TK % MX_GROUP == 0,
@@ -293,7 +296,7 @@ static_assert(CODES8 || NF == 1 || SPAN_BYTES % 576 == 0,
 constexpr unsigned SPAN_WORDS = SPAN_STRIDE / 64;
 constexpr unsigned SPAN_PERIODS = SPAN_WORDS / 9, SPAN_TAIL = SPAN_WORDS % 9;
 
-// Packed record (see int4awq/record.py, which must agree), each section
+// Packed record (see int4awq/kernel/record.py, which must agree), each section
 // starting on a 64-byte boundary:
 //   Q  nibble formats: the 4-bit codes in the image order of the W pair lines
 //      (PAIR_LINE nibbles per pair); byte codes: the image itself (PAIR_LINE
@@ -302,9 +305,9 @@ constexpr unsigned SPAN_PERIODS = SPAN_WORDS / 9, SPAN_TAIL = SPAN_WORDS % 9;
 //      + f * TN + n)
 //   M  (MIN_TERM) the min terms, laid out as S
 //   Z  (nibble formats) NF x TN uint8 zero points
-// MXFP4 (int4awq/mxfp4.py): the E2M1 codes in the nibble order, then X, per
-// 32-value group and column the bf16 2^(E - 64 - 127) whose block conversion
-// carries the group's exponent byte E = x + 5 (see dequantize).
+// MXFP4 (int4awq/formats/mxfp4.py): the E2M1 codes in the nibble order, then X,
+// per 32-value group and column the bf16 2^(E - 64 - 127) whose block
+// conversion carries the group's exponent byte E = x + 5 (see dequantize).
 constexpr unsigned Q_PAIR_BYTES = CODES8 ? PAIR_LINE : PAIR_LINE / 2;
 constexpr unsigned Q_BYTES = NP * Q_PAIR_BYTES;
 constexpr unsigned S_OFFSET = round64(Q_BYTES);
@@ -322,10 +325,10 @@ constexpr unsigned GROUP_WORDS = 2 * (MX_GROUP / 8) * 72 / 64; // 576 bytes
 static_assert(PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
 #endif
 
-// w_scratch (see int4awq/record.py, w_scratch_bytes): NP W pair lines (nibble
-// formats), one A pair line, 256 bytes where the zero-point pattern is staged
-// (nibble formats), with MIN_TERM the row sums R of each span's two 8-row
-// blocks (bf16 hi then lo, 64 lanes each: 256 bytes per block).
+// w_scratch (see int4awq/kernel/record.py, w_scratch_bytes): NP W pair lines
+// (nibble formats), one A pair line, 256 bytes where the zero-point pattern is
+// staged (nibble formats), with MIN_TERM the row sums R of each span's two
+// 8-row blocks (bf16 hi then lo, 64 lanes each: 256 bytes per block).
 constexpr unsigned A_LINE_OFFSET = CODES8 ? 0 : NP * PAIR_LINE;
 constexpr unsigned STAGE_OFFSET = A_LINE_OFFSET + PAIR_LINE;
 constexpr unsigned STAGE_BYTES = CODES8 ? 0 : 256;
@@ -466,10 +469,10 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
 }
 #else
 // The record's offset nibbles u = t + 8 (uint8 lanes, 1 .. 15; t the E2M1
-// code's magnitude index with its sign, int4awq/mxfp4.py) -> 2 * value + 56
-// (mod 256), an odd piecewise-linear map of t shifted: with m(t) = t + max(t,
-// 4) + min(t, -4) + 2 (max(t, 6) + min(t, -6)) (0, 1, 2, 3, 4, 6, 8, 12 for t
-// = 0 .. 7), m(u - 8) + 56 = u + max(u, 12) + min(u, 4) + 2 (max(u, 14) +
+// code's magnitude index with its sign, int4awq/formats/mxfp4.py) -> 2 * value
+// + 56 (mod 256), an odd piecewise-linear map of t shifted: with m(t) = t +
+// max(t, 4) + min(t, -4) + 2 (max(t, 6) + min(t, -6)) (0, 1, 2, 3, 4, 6, 8, 12
+// for t = 0 .. 7), m(u - 8) + 56 = u + max(u, 12) + min(u, 4) + 2 (max(u, 14) +
 // min(u, 2)). All unsigned: Peano's aie_api mis-converts signed int4 (mlir-air
 // fused_decode/kernels/q4_k.h, issue #1818), so the codes never are. The 56
 // is taken back by the pattern word (dequantize).
