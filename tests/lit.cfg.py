@@ -64,6 +64,11 @@ if peano_dir and re.search(
     config.available_features.add("peano")
 config.substitutions.append(("%PEANO_INSTALL_DIR", peano_dir))
 
+# air_emulator: this repository's CPU emulator (emulator/air) is beside the tests. Its lits say
+# `REQUIRES: air_emulator`, so a runner that has only the NPU2 and Peano features (mlir-air's) skips them.
+if os.path.isdir(os.path.join(repo_root, "emulator", "air")):
+    config.available_features.add("air_emulator")
+
 print(
-    f"lit features: {sorted(f for f in config.available_features if f in ('ryzen_ai_npu2', 'peano')) or 'none (emulator tests only)'}"
+    f"lit features: {sorted(f for f in config.available_features if f in ('ryzen_ai_npu2', 'peano', 'air_emulator')) or 'none'}"
 )
