@@ -33,9 +33,10 @@ M ?= 512
 K ?= 1024
 N ?= 256
 # The weights' format: awq (int4 q, z, bf16 s: AWQ, GPTQ, compressed-tensors int4), awq_f16 (the same with
-# fp16 scales held exactly as bf16 pairs: GGUF Q4_0; GS 32 by default) or mxfp4 (OCP MX, GS 32).
+# fp16 scales held exactly as bf16 pairs: GGUF Q4_0; GS 32 by default), mxfp4 (OCP MX, GS 32) or a GGUF
+# block-integer format (int4awq/kernel/record.py FORMATS; GS 32, int8_triple's Q6_K 16).
 FORMAT ?= awq
-GS ?= $(if $(filter awq,$(FORMAT)),128,32)
+GS ?= $(if $(filter awq,$(FORMAT)),128,$(if $(filter int8_triple,$(FORMAT)),16,32))
 TILE_M ?= 64
 TILE_N ?= 64
 TILE_K_L1 ?= 64

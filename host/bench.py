@@ -77,7 +77,11 @@ COLUMNS = (
 # their headings, so each column reads straight down; the source (last) is not padded.
 _LEAD = (
     ("projection", "projection", "<10"),
-    ("format", "format", "<11"),  # the longest record format: int8_triple
+    (
+        "format",
+        "format",
+        "<13",
+    ),  # the longest record format: int4_min_bf16, int8_min_bf16
     ("M", "m", ">5"),
     ("K", "k", ">5"),
     ("N", "n", ">5"),

@@ -428,7 +428,9 @@ def add_design_arguments(
         "int4_min (4-bit codes, scale and min term as exact bf16 pairs: GGUF Q4_1, Q4_K), int8 (8-bit codes, "
         "scales as exact bf16 pairs: GGUF Q5_0, Q8_0, IQ4_NL, IQ4_XS), int8_triple (the same, scales as exact "
         "triples: GGUF Q6_K), int8_min (8-bit codes with a "
-        "min term, pairs: GGUF Q5_1, Q5_K) or mxfp4 (OCP MX: E2M1 codes, an E8M0 scale per 32 along K); all but awq and awq_f16 have "
+        "min term, pairs: GGUF Q5_1, Q5_K), int4_min_bf16 / int8_min_bf16 (the K-quants' fast mode, a GGUF "
+        "file's default for those types: one bf16 per scale and per min term, rounded) or mxfp4 (OCP MX: E2M1 "
+        "codes, an E8M0 scale per 32 along K); all but awq and awq_f16 have "
         "kernel entries unproven on NPU2",
     )
     for opt in TILE_OPTIONS:

@@ -34,6 +34,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
+from ml_dtypes import bfloat16
 
 from ..errors import ConfigError
 from .quant import check_dims, frozen
@@ -72,6 +73,9 @@ TYPES = {
     "IQ4_NL": _Type(32, -127, 113, False, True, "int8"),
     "IQ4_XS": _Type(32, -127, 113, False, True, "int8"),
 }
+# The K-quants' fast mode (BlockIntWeights.with_bf16_scales): the format of one bf16 per scale and min term
+# beside each exact format with a min term.
+FAST_FORMATS = {"int4_min": "int4_min_bf16", "int8_min": "int8_min_bf16"}
 # The type each block-integer record format's seeded weights take (random_block_weights): block 32.
 SEED_TYPES = {
     "int4_min": "Q4_1",
@@ -95,6 +99,7 @@ class BlockIntWeights:
 
     v int16 [K, N] (the integer after the type's offset or table), s float32 [K // gs, N] (the group's scale,
     an fp16 times a small integer: exact in f32), m float32 [K // gs, N] or None (the additive term).
+    bf16_scales: s and m were rounded to one bf16 each (with_bf16_scales: the K-quants' fast mode).
     """
 
     v: np.ndarray
@@ -102,6 +107,7 @@ class BlockIntWeights:
     s: np.ndarray
     m: np.ndarray | None
     type_name: str
+    bf16_scales: bool = False
 
     @property
     def k(self) -> int:
@@ -180,7 +186,34 @@ class BlockIntWeights:
     @property
     def format(self) -> str:
         """The kernel record format these weights run as (int4awq.kernel.record.FORMATS)."""
-        return TYPES[self.type_name].format
+        exact = TYPES[self.type_name].format
+        return FAST_FORMATS[exact] if self.bf16_scales else exact
+
+    def with_bf16_scales(self) -> tuple["BlockIntWeights", str]:
+        """The fast mode of a type with a min term (FAST_FORMATS): s and m each rounded to the nearest bf16,
+        as AWQ's default rounds fp16 scales, so that a fold multiplies one part, not a pair; and a line
+        saying how much they moved (how many changed, the largest relative change)."""
+        if TYPES[self.type_name].format not in FAST_FORMATS:
+            raise ConfigError(
+                f"{self.type_name}: its scales have no one-bf16 mode (the types with a min term do)"
+            )
+        s = self.s.astype(bfloat16).astype(np.float32)
+        m = self.m.astype(bfloat16).astype(np.float32)
+        changed = int(np.count_nonzero(s != self.s) + np.count_nonzero(m != self.m))
+        total = self.s.size + self.m.size
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.concatenate(
+                [
+                    np.where(x != 0, np.abs(y - x) / np.abs(x), 0).ravel()
+                    for x, y in ((self.s, s), (self.m, m))
+                ]
+            )
+        w = BlockIntWeights(self.v, self.gs, s, m, self.type_name, True).validate()
+        line = (
+            f"scales and min terms rounded to bf16 (format {w.format}, the fast mode): {changed} of {total} "
+            f"changed ({100.0 * changed / total:.2f}%), max relative change {float(rel.max(initial=0.0)):.3g}"
+        )
+        return w, line
 
     def padded(self, n: int) -> "BlockIntWeights":
         """Zero columns up to n (v = 0, s = 1, m = 0): they dequantise to 0 and their C columns are dropped."""
@@ -192,7 +225,9 @@ class BlockIntWeights:
             return np.pad(a, ((0, 0), (0, extra)), constant_values=value)
 
         m = None if self.m is None else pad(self.m)
-        return BlockIntWeights(pad(self.v), self.gs, pad(self.s, 1), m, self.type_name)
+        return BlockIntWeights(
+            pad(self.v), self.gs, pad(self.s, 1), m, self.type_name, self.bf16_scales
+        )
 
 
 def _first_bad(bad: np.ndarray, a: np.ndarray, what: str, rule: str) -> None:
@@ -393,6 +428,12 @@ def random_block_weights(
     in any order; only C's rounding to bf16 remains.
     """
     check_dims(K=k, N=n)
+    exact_of = {fast: exact for exact, fast in FAST_FORMATS.items()}
+    if (
+        fmt in exact_of
+    ):  # the fast mode: the exact format's weights, their scales rounded to bf16
+        w = random_block_weights(exact_of[fmt], k, n, seed, exact, gs)
+        return w.with_bf16_scales()[0]  # exact: powers of two, which stay as they are
     type_name = SEED_TYPES[fmt]
     if gs is not None and gs != TYPES[type_name].gs:
         same = [x for x, t in TYPES.items() if t.format == fmt and t.gs == gs]

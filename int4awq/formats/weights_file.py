@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .gguf_file import is_gguf
-from .gguf_quants import SEED_TYPES, random_block_weights
+from .gguf_quants import FAST_FORMATS, SEED_TYPES, random_block_weights
 from .mxfp4 import random_mxfp4
 from .quant import random_weights
 
@@ -254,6 +254,20 @@ def load(
             )
         else:
             kind = w.type_name
+            fast = FAST_FORMATS.get(w.format)
+            if fast is not None:
+                # the K-quants with a min term: the fast mode by default, as AWQ's default rounds fp16
+                # scales to bf16; --format <exact> keeps the exact pairs
+                _check_format(
+                    fmt, (fast, w.format), path, name, f"a GGUF {kind} tensor"
+                )
+                if fmt != w.format:
+                    exact = w.format
+                    w, moved = w.with_bf16_scales()
+                    return w, (
+                        f"{name}: GGUF {kind} K={w.k} N={w.n}: value = v * s + m, {moved}; "
+                        f"--format {exact} keeps them exact"
+                    )
             terms = "scales and min terms" if w.m is not None else "scales"
             held = f"value = v * s{' + m' if w.m is not None else ''}, {terms} as exact bf16 parts (format {w.format})"
         _check_format(fmt, (w.format,), path, name, f"a GGUF {kind} tensor")
@@ -301,6 +315,6 @@ def random_format_weights(
     the format with group gs)."""
     if fmt == "mxfp4":
         return random_mxfp4(k, n, seed, exact=exact)
-    if fmt in SEED_TYPES:
+    if fmt in SEED_TYPES or fmt in FAST_FORMATS.values():
         return random_block_weights(fmt, k, n, seed, exact=exact, gs=gs)
     return random_weights(k, n, gs, seed, exact=exact, scale_pair=fmt == "awq_f16")

@@ -221,7 +221,9 @@ class RecordFormat:
 # pair: fp16 scales, GGUF Q4_0), "int4_min" (q, z = 0, s and a min term m as exact pairs: GGUF Q4_1, Q4_K),
 # "int8" (8-bit codes v, s as an exact pair: GGUF Q5_0, Q8_0, IQ4_NL, IQ4_XS), "int8_triple" (the same, s as
 # an exact triple: GGUF Q6_K), "int8_min" (8-bit codes with a min term, pairs: GGUF Q5_1, Q5_K) and "mxfp4"
-# (E2M1 codes, E8M0 per 32 along K). A pair split with round to nearest holds 17 significant bits
+# (E2M1 codes, E8M0 per 32 along K); "int4_min_bf16" and "int8_min_bf16" are the K-quants' fast mode: one
+# bf16 per scale and per min term, rounded to nearest (gguf_quants.BlockIntWeights.with_bf16_scales), as
+# AWQ's default rounds fp16 scales. A pair split with round to nearest holds 17 significant bits
 # (quant.bf16_parts): every fp16 (Q5_0, Q8_0, IQ4_NL: 11), every K-quant product d * sc_j of 6-bit sc_j,
 # and IQ4_XS's d * (ls_j - 32) (11 + 5); Q6_K's d * sc_j with an 8-bit sc_j can take 18, so it alone takes
 # three parts, one more bf16 multiply-add per fold.
@@ -229,9 +231,11 @@ FORMAT_SPECS = {
     "awq": RecordFormat("int4"),
     "awq_f16": RecordFormat("int4", 2),
     "int4_min": RecordFormat("int4", 2, True),
+    "int4_min_bf16": RecordFormat("int4", 1, True),
     "int8": RecordFormat("int8", 2),
     "int8_triple": RecordFormat("int8", 3),
     "int8_min": RecordFormat("int8", 2, True),
+    "int8_min_bf16": RecordFormat("int8", 1, True),
     "mxfp4": RecordFormat("e2m1"),
 }
 FORMATS = tuple(FORMAT_SPECS)
@@ -426,9 +430,11 @@ STEM_TAGS = {
     "awq": "",
     "awq_f16": "_f16s",
     "int4_min": "_i4m",
+    "int4_min_bf16": "_i4mb",
     "int8": "_i8",
     "int8_triple": "_i8t",
     "int8_min": "_i8m",
+    "int8_min_bf16": "_i8mb",
     "mxfp4": "_mxfp4",
 }
 
@@ -768,7 +774,7 @@ def pack_block_int(w, tile_n: int, tile_k: int) -> np.ndarray:
     """uint8 [N / tile_n, K / tile_k, record bytes]: GGUF block-integer weights in their format's records:
     int4_min as 4-bit codes v with zero point 0, the int8 formats as v in the bfp16 image.
     """
-    if w.format == "int4_min":
+    if FORMAT_SPECS[w.format].codes == "int4":
         codes = w.v.astype(np.uint8)
         z = np.zeros((w.groups, w.n), np.uint8)
     else:

@@ -9,6 +9,7 @@ values; a truncated tensor and an inf scale are one line and exit 2."""
 from dataclasses import replace
 
 import numpy as np
+from ml_dtypes import bfloat16
 import pytest
 
 import gguf  # noqa: E402  (a required dependency: requirements.txt)
@@ -200,13 +201,18 @@ FORMAT = {
 }  # fmt: skip
 
 
+# The types with a min term run in the fast mode unless --format names their exact format.
+FAST = {"Q4_1", "Q4_K", "Q5_1", "Q5_K"}
+
+
 @pytest.mark.parametrize("kind", TYPES)
 def test_the_host_program_runs_every_type_and_saves_ggufs_values(model, tmp_path, kind):
     path, ref = model
     k, n, *_ = TYPES[kind]
+    exact = ("--format", FORMAT[kind].lower()) if kind in FAST else ()
     code, out, err = run(
         "--weights", str(path), "--layer", name_of(kind), "--m", "16", "--backend", "emu",
-        *TILES, "--save", str(tmp_path / "out"),
+        *TILES, *exact, "--save", str(tmp_path / "out"),
     )  # fmt: skip
     assert code == 0, out + err
     lines = out.splitlines()
@@ -215,6 +221,35 @@ def test_the_host_program_runs_every_type_and_saves_ggufs_values(model, tmp_path
     )
     assert lines[1].startswith(f"{FORMAT[kind]} M=16 K={k}") and "PASS!" in out
     assert np.array_equal(np.load(tmp_path / "out" / "w_dequant.npy"), ref[kind].T)
+
+
+@pytest.mark.parametrize("kind", sorted(FAST))
+def test_a_type_with_a_min_term_runs_in_the_fast_mode_by_default(model, tmp_path, kind):
+    """Without --format: scales and min terms rounded to one bf16 each (the fast mode, as AWQ's default
+    rounds fp16 scales), the rounding reported, and the weights that run are gguf's v with those bf16 terms.
+    """
+    path, _ = model
+    k, n, *_ = TYPES[kind]
+    code, out, err = run(
+        "--weights", str(path), "--layer", name_of(kind), "--m", "16", "--backend", "emu",
+        *TILES, "--save", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, out + err
+    lines = out.splitlines()
+    fast = FORMAT[kind].lower() + "_bf16"
+    assert f"rounded to bf16 (format {fast}, the fast mode)" in lines[0]
+    assert "max relative change" in lines[0]
+    assert lines[0].endswith(f"--format {FORMAT[kind].lower()} keeps them exact")
+    assert lines[1].startswith(f"{fast.upper()} M=16 K={k}") and "PASS!" in out
+    w = load_gguf_layer(path, name_of(kind))
+    bf = lambda x: x.astype(bfloat16).astype(np.float32)  # noqa: E731
+    want = (
+        w.v.astype(np.float32).reshape(-1, w.gs, n) * bf(w.s)[:, None, :]
+        + bf(w.m)[:, None, :]
+    )
+    assert np.array_equal(
+        np.load(tmp_path / "out" / "w_dequant.npy"), want.reshape(k, n)
+    )
 
 
 def test_a_truncated_k_quant_file_is_one_line(tmp_path):

@@ -263,3 +263,24 @@ def test_seeded_weights_pick_a_type_of_the_group():
     assert weights("int4_min", 64, 16, 1).type_name == "Q4_1"
     with pytest.raises(ConfigError, match="groups of 32 values along K, not --gs 64"):
         weights("int4_min", 128, 16, 1, gs=64)
+
+
+def test_the_fast_mode_rounds_each_scale_and_min_to_one_bf16():
+    """with_bf16_scales: s and m each to the nearest bf16 (at most 2^-8 of themselves away), the line
+    counts what moved, and a type without a min term has no fast mode."""
+    w = random_block_weights(
+        "int4_min", 256, 64, seed=3
+    )  # Q4_1-like, 6-bit sc: most scales move
+    fast, line = w.with_bf16_scales()
+    assert (fast.format, w.format) == ("int4_min_bf16", "int4_min")
+    for exact, rounded in ((w.s, fast.s), (w.m, fast.m)):
+        assert np.array_equal(rounded, exact.astype(bfloat16).astype(np.float32))
+        assert np.all(np.abs(rounded - exact) <= np.abs(exact) * 2.0**-8)
+    moved = np.count_nonzero(fast.s != w.s) + np.count_nonzero(fast.m != w.m)
+    assert 0 < moved and line.startswith(
+        f"scales and min terms rounded to bf16 (format int4_min_bf16, the fast mode): {moved} of "
+        f"{w.s.size + w.m.size} changed"
+    )
+    assert np.array_equal(fast.v, w.v)
+    with pytest.raises(ConfigError, match="Q8_0: its scales have no one-bf16 mode"):
+        random_block_weights("int8", 64, 16, seed=1).with_bf16_scales()

@@ -192,6 +192,6 @@ def test_the_mxfp4_object_has_its_own_name_and_refuses_other_groups():
     )
     assert (
         bad.returncode
-        and "give FORMAT=awq, awq_f16, int4_min, int8, int8_triple, int8_min or mxfp4"
+        and "give FORMAT=awq, awq_f16, int4_min, int4_min_bf16, int8, int8_triple, int8_min, int8_min_bf16 or mxfp4"
         in bad.stderr
     )

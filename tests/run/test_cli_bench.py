@@ -63,7 +63,16 @@ def test_modelled_table_is_written(modelled):
     assert text.startswith("projection,format,m,k,n,config")
     rows = list(csv.DictReader(text.splitlines()))
     # every prefill row and every decode row once per format: AWQ, then the others beside it
-    fmts = ["awq", "awq_f16", "int4_min", "int8", "int8_triple", "int8_min", "mxfp4"]
+    fmts = [
+        "awq",
+        "awq_f16",
+        "int4_min",
+        "int4_min_bf16",
+        "int8",
+        "int8_triple",
+        "int8_min",
+    ]
+    fmts += ["int8_min_bf16", "mxfp4"]
     assert [f for f, _ in sweep.TABLE_FORMATS] == fmts
     assert [r["format"] for r in rows[: 2 * len(fmts)]] == fmts * 2
     shapes = [
