@@ -68,7 +68,7 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
 
 
-.PHONY: help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps format-deps clean
+.PHONY: help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps dev-deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -141,7 +141,7 @@ print: deps
 
 # Every Llama-3.2-1B projection: measured on NPU2, modelled (and labelled so) elsewhere; also build/bench.csv
 # and the roofline build/bench.png.
-bench: deps
+bench: dev-deps
 	$(PYTHON) host/bench.py $(RUN_ARGS)
 
 compile: deps
@@ -186,6 +186,13 @@ $(DEPS_STAMP): requirements.txt $(USES_VENV)
 	$(PYTHON) -m pip install --disable-pip-version-check -r requirements.txt
 	@mkdir -p build && touch $@
 deps: $(DEPS_STAMP)
+# The tests', the formatters' and the bench plot's tools (requirements-dev.txt), for the targets that use them.
+DEV_DEPS_STAMP := build/.dev-deps-$(shell cat requirements-dev.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
+$(DEV_DEPS_STAMP): requirements-dev.txt $(DEPS_STAMP)
+	@echo "make: installing requirements-dev.txt into $(PYTHON_PREFIX) (once per change of that file)"
+	$(PYTHON) -m pip install --disable-pip-version-check -r requirements-dev.txt
+	@mkdir -p build && touch $@
+dev-deps: $(DEV_DEPS_STAMP)
 # The formats' own libraries (requirements-formats.txt: torch, compressed-tensors, transformers), installed by
 # `make test-formats` and `make fixtures` only: `make test` reads the files they wrote (tests/fixtures/).
 FORMAT_DEPS_STAMP := build/.format-deps-$(shell cat requirements-formats.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
@@ -199,22 +206,22 @@ format-deps: $(FORMAT_DEPS_STAMP)
 CXX_SOURCES = $(shell git ls-files '*.cc' '*.hpp' '*.h' 2>/dev/null)
 CLANG_FORMAT = $(PYTHON) -c 'import sys, clang_format; sys.argv[0] = "clang-format"; clang_format.clang_format()'
 # (the commands name every file: not echoed)
-format-check: deps
+format-check: dev-deps
 	@echo "format-check: black and clang-format over the tracked sources"
 	@$(PYTHON) -m black --check -q $(shell git ls-files '*.py' 2>/dev/null) || { echo "format-check: run \`make format\`"; exit 1; }
 	@$(CLANG_FORMAT) --dry-run --Werror $(CXX_SOURCES) || { echo "format-check: run \`make format\`"; exit 1; }
-format: deps
+format: dev-deps
 	@$(PYTHON) -m black -q $(shell git ls-files '*.py')
 	@$(CLANG_FORMAT) -i $(CXX_SOURCES)
 
-test: deps format-check
+test: dev-deps format-check
 	$(PYTHON) -m pytest -q -n auto --dist loadfile tests emulator/tests
 	$(PYTHON) -c 'from lit.main import main; main()' -sv tests
 
 # The tests marked `formats` (tests/conftest.py), with the formats' own libraries: they write and dequantise
 # the checkpoints again, and check tests/fixtures/ is what they write.
 .PHONY: test-formats fixtures
-test-formats: deps format-deps
+test-formats: dev-deps format-deps
 	$(PYTHON) -m pytest -q --formats -m formats tests
 # Rewrites tests/fixtures/ (checkpoints, the libraries' dequantisations, PROVENANCE.md) with those libraries.
 fixtures: deps format-deps

@@ -68,7 +68,7 @@ def _bare_tree(tmp_path):
     """Makefile and requirements.txt alone, so `make -n deps` shows the interpreter it would use."""
     tree = tmp_path / "tree"
     tree.mkdir()
-    for name in ("Makefile", "requirements.txt"):
+    for name in ("Makefile", "requirements.txt", "requirements-dev.txt"):
         shutil.copy(os.path.join(REPO, name), tree / name)
     return tree
 
@@ -130,6 +130,19 @@ def test_an_explicit_python_is_used_as_given(tmp_path):
         in out
         and "-m venv" not in out
     )
+
+
+def test_only_the_tests_formatters_and_bench_install_the_dev_tools(tmp_path):
+    """requirements-dev.txt (pytest, lit, black, clang-format, matplotlib, ...) for test, format,
+    format-check and bench; a run installs requirements.txt alone."""
+    tree = _bare_tree(tmp_path)
+    py = f"PYTHON={sys.executable}"
+    dev = "-r requirements-dev.txt"
+    for goal in ("deps", "run8x4", "run_llama_decode"):
+        out = dry(goal, py, cwd=str(tree))
+        assert "-r requirements.txt" in out and dev not in out, goal
+    for goal in ("test", "format", "format-check", "bench", "dev-deps"):
+        assert dev in dry(goal, py, cwd=str(tree)), goal
 
 
 @pytest.mark.parametrize(
