@@ -20,10 +20,14 @@
 # HERD_M HERD_N STACK_SIZE BACKEND=auto|npu|emu|sim PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
 # PYTHON (default: python3 inside a virtualenv, else ./.venv/bin/python, which `make deps` creates).
 
+# This file's directory: every path below is taken from it, so `make -f <checkout>/Makefile run2x4` works from
+# any directory (mlir-air's examples' convention); a path you give (AWQ=...) is taken from where you are.
+srcdir := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+
 # The interpreter: PYTHON when given; else python3 when it runs in a virtualenv or conda environment;
 # else .venv/bin/python, the virtualenv `make deps` creates here (stock Debian/Ubuntu python3 refuses pip
 # installs outside one: PEP 668, externally-managed-environment).
-VENV := $(CURDIR)/.venv
+VENV := $(srcdir)/.venv
 ifndef PYTHON
   IN_ENV := $(shell python3 -c 'import os, sys; print(int(sys.prefix != sys.base_prefix or "CONDA_PREFIX" in os.environ))' 2>/dev/null)
   PYTHON := $(if $(filter 1,$(IN_ENV)),python3,$(VENV)/bin/python)
@@ -62,10 +66,10 @@ DESIGN_ARGS = --format $(FORMAT) --m $(M) --k $(K) --n $(N) --gs $(GS) --tile-m 
 given = $(if $(filter command line,$(origin $(1))),--$(subst _,-,$(shell echo $(1) | tr A-Z a-z)) $($(1)))
 AWQ_DESIGN_ARGS = --m $(M) $(foreach v,K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2 HERD_M HERD_N STACK_SIZE,$(call given,$(v)))
 # host/run.py names `make <goal> BACKEND=emu` (not its own --backend emu) when a target runs it.
-HOST = INT4AWQ_MAKE_TARGET='$(or $(filter-out compile deps,$(MAKECMDGOALS)),run)' $(PYTHON) host/run.py
+HOST = INT4AWQ_MAKE_TARGET='$(or $(filter-out compile deps,$(MAKECMDGOALS)),run)' $(PYTHON) $(srcdir)/host/run.py
 KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
 # The real mlir-air Python package when it is installed, the emulator's otherwise.
-AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(CURDIR)/emulator)
+AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(srcdir)/emulator)
 
 
 .PHONY: help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps dev-deps format-deps clean
@@ -127,105 +131,106 @@ run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down: run
 # run8x4 through the simulator of the design aircc + aiecc compile (emulator/aiesim, docs/verification.md);
 # BACKEND=sim does the same for any run target. sim-all: every default design, compared with the emulator.
 sim:
-	$(MAKE) run8x4 BACKEND=sim
+	$(MAKE) -f $(srcdir)/Makefile run8x4 BACKEND=sim
 sim-all: deps
-	$(PYTHON) host/sim_check.py $(RUN_ARGS)
+	$(PYTHON) $(srcdir)/host/sim_check.py $(RUN_ARGS)
 
 # The hardware bring-up ladder, one risk per step (docs/bringup.md): BACKEND=npu on NPU2, the emulator elsewhere;
 # RUN_ARGS=--keep-going runs every step after a FAIL, RUN_ARGS='--steps 2,3' only those.
 bringup: deps
-	$(PYTHON) host/bringup.py --backend $(BACKEND) $(RUN_ARGS)
+	$(PYTHON) $(srcdir)/host/bringup.py --backend $(BACKEND) $(RUN_ARGS)
 
 print: deps
-	PYTHONPATH=$(AIR_PATH) $(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) -p
+	PYTHONPATH=$(AIR_PATH) $(PYTHON) $(srcdir)/matmul_int4_packed.py $(DESIGN_ARGS) -p
 
 # Every Llama-3.2-1B projection: measured on NPU2, modelled (and labelled so) elsewhere; also build/bench.csv
 # and the roofline build/bench.png.
 bench: dev-deps
-	$(PYTHON) host/bench.py $(RUN_ARGS)
+	$(PYTHON) $(srcdir)/host/bench.py $(RUN_ARGS)
 
 compile: deps
-	$(MAKE) -C kernels peano $(KERNEL_ARGS)
-	$(PYTHON) matmul_int4_packed.py $(DESIGN_ARGS) --compile-mode compile-only
+	$(MAKE) -C $(srcdir)/kernels peano $(KERNEL_ARGS)
+	$(PYTHON) $(srcdir)/matmul_int4_packed.py $(DESIGN_ARGS) --compile-mode compile-only
 
 # Every design through the real compiler (docs/verification.md#the-real-compiler): aircc's AIR passes
 # compared with the emulator's decisions, aircc + aiecc down to the NPU instructions, the runtime sequence
 # against DDR. The tools: AIRCC_BIN / PATH / ../shared/tools/aircc; RUN_ARGS=--all adds configs.json.
 aircc-check: deps
-	$(PYTHON) host/aircc_check.py $(RUN_ARGS)
+	$(PYTHON) $(srcdir)/host/aircc_check.py $(RUN_ARGS)
 
 # The compiler judges the emulator on N generated designs (host/aircc_fuzz.py, docs/emulator.md#judged-by-the-compiler):
 # each through the emulator, aircc's AIR passes and aircc + aiecc; prints every disagreement and the tally.
 N ?= 1000
 SEED ?= 0
 fuzz-aircc: deps
-	$(PYTHON) host/aircc_fuzz.py -n $(N) --seed $(SEED) $(RUN_ARGS)
+	$(PYTHON) $(srcdir)/host/aircc_fuzz.py -n $(N) --seed $(SEED) $(RUN_ARGS)
 
 # mlir-air's own hardware-tested examples, unchanged, on the emulator (docs/emulator.md#the-acceptance-corpus).
 upstream-check: deps
 	@test -n "$(AIR_SRC)" || { echo "upstream-check: give AIR_SRC=<a checkout of mlir-air> [AIE_SRC=<a checkout of mlir-aie>]"; exit 2; }
-	$(PYTHON) host/upstream_check.py --air-src $(AIR_SRC) $(if $(AIE_SRC),--aie-src $(AIE_SRC))
+	$(PYTHON) $(srcdir)/host/upstream_check.py --air-src $(AIR_SRC) $(if $(AIE_SRC),--aie-src $(AIE_SRC))
 
 # The kernel cost model's calibration: the public kernels measured on NPU2, profiled at their measured
 # commits from your clones (full history, or the measured version checked out) into
 # int4awq/design/kernel_calibration.json (docs/performance.md#the-kernel-cost-model).
 calibrate: deps
 	@test -n "$(AIR_SRC)" -a -n "$(AIE_SRC)" || { echo "calibrate: give AIR_SRC=<a clone of mlir-air> AIE_SRC=<a clone of mlir-aie>"; exit 2; }
-	$(PYTHON) host/calibrate_kernels.py --air-src $(AIR_SRC) --aie-src $(AIE_SRC)
+	$(PYTHON) $(srcdir)/host/calibrate_kernels.py --air-src $(AIR_SRC) --aie-src $(AIE_SRC)
 
 # Installs the Python dependencies once per requirements.txt change and interpreter (.venv first, if used).
 # --system-site-packages: what the system python already has (e.g. mlir-air wheels) stays visible.
 USES_VENV := $(filter $(VENV)/bin/python,$(PYTHON))
 PYTHON_PREFIX := $(if $(USES_VENV),$(VENV),$(shell $(PYTHON) -c 'import sys; print(sys.prefix)'))
-DEPS_STAMP := build/.deps-$(shell cat requirements.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
+DEPS_STAMP := $(srcdir)/build/.deps-$(shell cat $(srcdir)/requirements.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
 $(VENV)/bin/python:
 	python3 -m venv --system-site-packages $(VENV) || { rm -rf $(VENV); echo "make: could not create $(VENV):" \
 	  "install python3-venv (apt-get install python3-venv), or run make inside a virtualenv, or give PYTHON=..." >&2; exit 2; }
-$(DEPS_STAMP): requirements.txt $(USES_VENV)
+$(DEPS_STAMP): $(srcdir)/requirements.txt $(USES_VENV)
 	@echo "make: installing requirements.txt into $(PYTHON_PREFIX) (once per change of that file; pip shows its progress)"
-	$(PYTHON) -m pip install --disable-pip-version-check -r requirements.txt
-	@mkdir -p build && touch $@
+	$(PYTHON) -m pip install --disable-pip-version-check -r $(srcdir)/requirements.txt
+	@mkdir -p $(dir $@) && touch $@
 deps: $(DEPS_STAMP)
 # The tests', the formatters' and the bench plot's tools (requirements-dev.txt), for the targets that use them.
-DEV_DEPS_STAMP := build/.dev-deps-$(shell cat requirements-dev.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
-$(DEV_DEPS_STAMP): requirements-dev.txt $(DEPS_STAMP)
+DEV_DEPS_STAMP := $(srcdir)/build/.dev-deps-$(shell cat $(srcdir)/requirements-dev.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
+$(DEV_DEPS_STAMP): $(srcdir)/requirements-dev.txt $(DEPS_STAMP)
 	@echo "make: installing requirements-dev.txt into $(PYTHON_PREFIX) (once per change of that file)"
-	$(PYTHON) -m pip install --disable-pip-version-check -r requirements-dev.txt
-	@mkdir -p build && touch $@
+	$(PYTHON) -m pip install --disable-pip-version-check -r $(srcdir)/requirements-dev.txt
+	@mkdir -p $(dir $@) && touch $@
 dev-deps: $(DEV_DEPS_STAMP)
 # The formats' own libraries (requirements-formats.txt: torch, compressed-tensors, transformers), installed by
 # `make test-formats` and `make fixtures` only: `make test` reads the files they wrote (tests/fixtures/).
-FORMAT_DEPS_STAMP := build/.format-deps-$(shell cat requirements-formats.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
-$(FORMAT_DEPS_STAMP): requirements-formats.txt $(DEPS_STAMP)
-	$(PYTHON) -m pip install -q -r requirements-formats.txt
-	@mkdir -p build && touch $@
+FORMAT_DEPS_STAMP := $(srcdir)/build/.format-deps-$(shell cat $(srcdir)/requirements-formats.txt | cksum | cut -d' ' -f1)-$(shell echo '$(PYTHON_PREFIX)' | cksum | cut -d' ' -f1)
+$(FORMAT_DEPS_STAMP): $(srcdir)/requirements-formats.txt $(DEPS_STAMP)
+	$(PYTHON) -m pip install -q -r $(srcdir)/requirements-formats.txt
+	@mkdir -p $(dir $@) && touch $@
 format-deps: $(FORMAT_DEPS_STAMP)
 
 # Formatting as mlir-air's CI checks it: black (its defaults) for Python, clang-format (LLVM style,
 # .clang-format) for C++.
-CXX_SOURCES = $(shell git ls-files '*.cc' '*.hpp' '*.h' 2>/dev/null)
+tracked = $(addprefix $(srcdir)/,$(shell git -C $(srcdir) ls-files $(1) 2>/dev/null))
+CXX_SOURCES = $(call tracked,'*.cc' '*.hpp' '*.h')
 CLANG_FORMAT = $(PYTHON) -c 'import sys, clang_format; sys.argv[0] = "clang-format"; clang_format.clang_format()'
 # (the commands name every file: not echoed)
 format-check: dev-deps
 	@echo "format-check: black and clang-format over the tracked sources"
-	@$(PYTHON) -m black --check -q $(shell git ls-files '*.py' 2>/dev/null) || { echo "format-check: run \`make format\`"; exit 1; }
+	@$(PYTHON) -m black --check -q $(call tracked,'*.py') || { echo "format-check: run \`make format\`"; exit 1; }
 	@$(CLANG_FORMAT) --dry-run --Werror $(CXX_SOURCES) || { echo "format-check: run \`make format\`"; exit 1; }
 format: dev-deps
-	@$(PYTHON) -m black -q $(shell git ls-files '*.py')
+	@$(PYTHON) -m black -q $(call tracked,'*.py')
 	@$(CLANG_FORMAT) -i $(CXX_SOURCES)
 
 test: dev-deps format-check
-	$(PYTHON) -m pytest -q -n auto --dist loadfile tests emulator/tests
-	$(PYTHON) -c 'from lit.main import main; main()' -sv tests
+	$(PYTHON) -m pytest -q -n auto --dist loadfile $(srcdir)/tests $(srcdir)/emulator/tests
+	$(PYTHON) -c 'from lit.main import main; main()' -sv $(srcdir)/tests
 
 # The tests marked `formats` (tests/conftest.py), with the formats' own libraries: they write and dequantise
 # the checkpoints again, and check tests/fixtures/ is what they write.
 .PHONY: test-formats fixtures
 test-formats: dev-deps format-deps
-	$(PYTHON) -m pytest -q --formats -m formats tests
+	$(PYTHON) -m pytest -q --formats -m formats $(srcdir)/tests
 # Rewrites tests/fixtures/ (checkpoints, the libraries' dequantisations, PROVENANCE.md) with those libraries.
 fixtures: deps format-deps
-	$(PYTHON) tests/fixtures/make_fixtures.py
+	$(PYTHON) $(srcdir)/tests/fixtures/make_fixtures.py
 
 clean:
-	rm -rf build kernels/build
+	rm -rf $(srcdir)/build $(srcdir)/kernels/build

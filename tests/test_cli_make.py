@@ -95,7 +95,7 @@ def test_outside_a_virtualenv_deps_makes_and_uses_dot_venv(tmp_path):
     out = dry("deps", cwd=str(tree), env=_env_with_python3(tmp_path / "bin", base))
     assert f"python3 -m venv --system-site-packages {tree}/.venv" in out
     assert (
-        f"{tree}/.venv/bin/python -m pip install --disable-pip-version-check -r requirements.txt"
+        f"{tree}/.venv/bin/python -m pip install --disable-pip-version-check -r {tree}/requirements.txt"
         in out
     )
     assert "PIP_ROOT_USER_ACTION" not in out  # pip's warning about root is not hidden
@@ -119,14 +119,16 @@ def test_inside_a_virtualenv_deps_uses_it(tmp_path):
     )  # as `source v/bin/activate` does
     assert "-m venv" not in out and ".venv" not in out
     assert (
-        "python3 -m pip install --disable-pip-version-check -r requirements.txt" in out
+        f"python3 -m pip install --disable-pip-version-check -r {tree}/requirements.txt"
+        in out
     )
 
 
 def test_an_explicit_python_is_used_as_given(tmp_path):
-    out = dry("deps", f"PYTHON={sys.executable}", cwd=str(_bare_tree(tmp_path)))
+    tree = _bare_tree(tmp_path)
+    out = dry("deps", f"PYTHON={sys.executable}", cwd=str(tree))
     assert (
-        f"{sys.executable} -m pip install --disable-pip-version-check -r requirements.txt"
+        f"{sys.executable} -m pip install --disable-pip-version-check -r {tree}/requirements.txt"
         in out
         and "-m venv" not in out
     )
@@ -137,10 +139,10 @@ def test_only_the_tests_formatters_and_bench_install_the_dev_tools(tmp_path):
     format-check and bench; a run installs requirements.txt alone."""
     tree = _bare_tree(tmp_path)
     py = f"PYTHON={sys.executable}"
-    dev = "-r requirements-dev.txt"
+    dev = f"-r {tree}/requirements-dev.txt"
     for goal in ("deps", "run8x4", "run_llama_decode"):
         out = dry(goal, py, cwd=str(tree))
-        assert "-r requirements.txt" in out and dev not in out, goal
+        assert f"-r {tree}/requirements.txt" in out and dev not in out, goal
     for goal in ("test", "format", "format-check", "bench", "dev-deps"):
         assert dev in dry(goal, py, cwd=str(tree)), goal
 
@@ -190,3 +192,18 @@ def test_make_help_lists_targets_that_exist():
             for word in line.split()[1:]
         }
     assert set(listed) <= declared
+
+
+def test_the_makefile_runs_from_any_directory(tmp_path):
+    """`make -f <checkout>/Makefile run2x4` from elsewhere: every path the recipes name is the checkout's,
+    and the build directory of the recipes is not the caller's."""
+    res = subprocess.run(
+        ["make", "-n", "-f", os.path.join(REPO, "Makefile"), "run2x4", "test"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{REPO}/host/run.py --format awq --m 128 --k 512 --n 256" in res.stdout
+    assert f"--dist loadfile {REPO}/tests {REPO}/emulator/tests" in res.stdout
+    assert not list(tmp_path.iterdir())  # nothing written where make was called
