@@ -14,7 +14,8 @@ config.test_source_root = os.path.dirname(__file__)
 repo_root = os.path.dirname(config.test_source_root)
 config.test_exec_root = os.path.join(repo_root, "build", "lit")
 
-# Tests run `make` in the repository root; pass through what the toolchain and XRT need.
+# Each test makes a directory of its own, enters it and runs `make -f %S/../Makefile ...` there, as
+# mlir-air's lit tests do; pass through what the toolchain and XRT need.
 for var in (
     "PATH",
     "HOME",
@@ -30,7 +31,6 @@ for var in (
         config.environment[var] = os.environ[var]
 
 config.substitutions.append(("%PYTHON", sys.executable))
-config.substitutions.append(("%REPO_ROOT", repo_root))
 # The Python FileCheck (PyPI `filecheck`), run through this interpreter: no console-script shim needed.
 config.substitutions.append(("FileCheck", f"{sys.executable} -m filecheck"))
 
