@@ -1081,3 +1081,65 @@ def test_opdsl_definitions_import_but_calling_one_is_unsupported():
 
     with pytest.raises(emu.UnsupportedError, match="'scaled_copy'.*external kernel"):
         scaled_copy(None, outs=[None])
+
+
+def _herd_wide_read_design(offsets, sizes, strides, l1_shape):
+    """A [2, 1] herd fills its herd-wide L1 buffer (one 8-element slice per PE) and sends each PE's slice
+    to L3 with the given read pattern on the herd-wide buffer (x the herd's column index).
+    """
+
+    def seg(a, c):
+        acc = AllocOp(memref(l1_shape, space=L1), [], [])
+
+        @herd(name="h", sizes=[2, 1], operands=[acc, a, c])
+        def hb(x, y, sx, sy, acc_h, ah, ch):
+            dma_memcpy_nd(
+                acc_h,
+                ah,
+                dst_offsets=[x, 0],
+                dst_sizes=[1, 8],
+                dst_strides=[8, 1],
+                src_offsets=[x, 0],
+                src_sizes=[1, 8],
+                src_strides=[8, 1],
+            )
+            off = [v if v != "x" else x for v in offsets]
+            dma_memcpy_nd(
+                ch,
+                acc_h,
+                dst_offsets=[x, 0],
+                dst_sizes=[1, 8],
+                dst_strides=[8, 1],
+                src_offsets=off,
+                src_sizes=sizes,
+                src_strides=strides,
+            )
+
+    return in_segment([memref([16]), memref([16])], seg)
+
+
+def test_herd_dependent_offset_left_of_the_buffer_rank_is_refused():
+    """aircc's air-shrink-memref-sizes-by-access resets herd-dependent offsets only where they line up
+    with the buffer's dimensions from the innermost (Util.cpp getUpdatedOffsetsAfterShrinkage): with
+    three offsets on a 2-D [2, 8] buffer the herd index in offset 0 is kept, and the compiled read lies
+    outside the PE's slice (aiecc compiled such a read to offset (x herd_n + y) 2 tile in a buffer of
+    2 tile; the simulator refused it)."""
+    d = _herd_wide_read_design(["x", 0, 0], [1, 1, 8], [8, 8, 1], [2, 8])
+    with pytest.raises(emu.DesignError, match="offset 0 depends on the herd's index"):
+        run(d, np.arange(16, dtype=np.int32), np.zeros(16, np.int32))
+
+
+def test_herd_offsets_one_per_dimension_run():
+    """At the limit: as many offsets as the buffer has dimensions (and a constant one to their left,
+    which aircc keeps as it is) run, each PE's slice to its place."""
+    a = np.arange(16, dtype=np.int32)
+    for offsets, sizes, strides in (
+        (["x", 0], [1, 8], [8, 1]),
+        ([0, "x", 0], [1, 1, 8], [16, 8, 1]),
+    ):
+        (_, out), _ = run(
+            _herd_wide_read_design(offsets, sizes, strides, [2, 8]),
+            a,
+            np.zeros(16, np.int32),
+        )
+        np.testing.assert_array_equal(out, a)

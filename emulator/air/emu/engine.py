@@ -1143,8 +1143,47 @@ class Compiler:
             self.counter(("transfers", LEVEL_NAMES[src_level], LEVEL_NAMES[dst_level])),
         )
 
+    def _kept_herd_offset(self, side, what):
+        """Refuse what aircc compiles to an access outside the buffer. air-shrink-memref-sizes-by-access
+        shrinks an L1 buffer a herd takes as an operand to one PE's slice and resets the offsets that depend
+        on the herd's ids, matching offsets to the buffer's dimensions from the innermost one
+        (air::getUpdatedOffsetsAfterShrinkage, mlir-air mlir/lib/Util/Util.cpp at e972f29, ~2484-2520:
+        memref_idx = i + rank - offsets.size()); an offset left of the buffer's rank is kept, so a
+        herd-dependent one there addresses the slice at the herd-wide offset."""
+        if side.implicit or not self.herd_stack:
+            return
+        mem = side.memref
+        herd = self.herd_stack[-1]
+        if level_of(mem.type) != L1 or not any(mem is a for a in herd.kernel_arguments):
+            return  # only a herd operand in L1 is shrunk to the PE's slice
+        ids = herd.regions[0].blocks[0].arguments[: herd.num_dims]
+
+        def on_herd(v):
+            if not isinstance(v, Value):
+                return False
+            if any(v is i for i in ids):
+                return True
+            o = v.owner
+            return not isinstance(o, Block) and any(
+                any(x is i for i in ids) for x in o.operands
+            )
+
+        extra = len(side.offsets) - len(mem.type.shape)
+        for i in range(max(extra, 0)):
+            if on_herd(side.offsets[i]):
+                raise DesignError(
+                    f"{what}: offset {i} depends on the herd's index but lies left of the buffer's "
+                    f"{len(mem.type.shape)} dimensions ({len(side.offsets)} offsets): aircc's "
+                    f"air-shrink-memref-sizes-by-access matches offsets to dimensions from the innermost "
+                    f"(getUpdatedOffsetsAfterShrinkage, Util.cpp) and keeps this one, so the compiled BD "
+                    f"addresses the PE's slice at the herd-wide offset, outside it; give one offset per "
+                    f"dimension of {mem.type}"
+                )
+
     def c_dma(self, op):
         where = self.where(op)
+        self._kept_herd_offset(op.src, f"{where}: src")
+        self._kept_herd_offset(op.dst, f"{where}: dst")
         sp = self.side_plan(op.src, f"{where}: src", op)
         dp = self.side_plan(op.dst, f"{where}: dst", op)
         sdt, ddt = sp["dtype"], dp["dtype"]
@@ -1278,6 +1317,7 @@ class Compiler:
                     f"{where}: channel @{ch.sym_name} size {size} does not broadcast to "
                     f"{bshape} (numpy rules)"
                 )
+        self._kept_herd_offset(op.side, f"{where}: src")
         plan = self.side_plan(op.side, f"{where}: src", op)
         for r in op.results:
             self.define(r)
@@ -1340,6 +1380,7 @@ class Compiler:
         where = self.where(op)
         ch = self._channel(op)
         bshape = ch.broadcast_shape or ch.size
+        self._kept_herd_offset(op.side, f"{where}: dst")
         plan = self.side_plan(op.side, f"{where}: dst", op)
         for r in op.results:
             self.define(r)
