@@ -309,22 +309,14 @@ def _parse_key(key: str) -> tuple:
     return tm, tn, tk, int(parts[1][2:]), None, fmt
 
 
-def measure(
-    tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
-) -> dict:
-    """Profile one call (gemm_int4_accumulate, or gemv_int4_accumulate of m rows) of a format's kernel object
-    into a table entry."""
-    from .kernel_profile import loop_hazards, profile_accumulate, profile_gemv
+def _profile_dict(p) -> dict:
+    """A host profile (kernel_profile.Profile) as the model's terms read it, each marked loop with its
+    hazards read from the source."""
+    from .kernel_profile import loop_hazards
 
     with open(KERNEL_SOURCE) as f:
         source = f.read()
-
-    p = (
-        profile_accumulate(tm, tn, tk, gs, fmt)
-        if m is None
-        else profile_gemv(tn, tk, gs, m, fmt)
-    )
-    prof = {
+    return {
         "loops": [
             {
                 "ops": lp.ops,
@@ -340,6 +332,29 @@ def measure(
         "outside": p.outside,
         "outside_acc_spill_bits": p.outside_acc_spill_bits,
     }
+
+
+def measure_tile_ends(tm: int, tn: int) -> list[float]:
+    """The model's terms of the zero and drain calls of one tm x tn C tile (kernel_profile.profile_tile_ends)."""
+    from .kernel_profile import profile_tile_ends
+
+    prof = _profile_dict(profile_tile_ends(tm, tn))
+    return [round(float(v), 3) for v in features(prof, KERNEL_MAX_II)]
+
+
+def measure(
+    tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
+) -> dict:
+    """Profile one call (gemm_int4_accumulate, or gemv_int4_accumulate of m rows) of a format's kernel object
+    into a table entry."""
+    from .kernel_profile import profile_accumulate, profile_gemv
+
+    p = (
+        profile_accumulate(tm, tn, tk, gs, fmt)
+        if m is None
+        else profile_gemv(tn, tk, gs, m, fmt)
+    )
+    prof = _profile_dict(p)
     return {
         "x": [round(float(v), 3) for v in features(prof, KERNEL_MAX_II)],
         "unpipelined": sorted(
@@ -460,6 +475,30 @@ def gemv_cycles(tn: int, tk: int, gs: int, m: int, fmt: str = "awq") -> float:
     )
 
 
+def _tile_ends_table() -> dict:
+    if os.path.isfile(TABLE):
+        with open(TABLE) as f:
+            d = json.load(f)
+        if d.get("kernel") == kernel_hash():
+            return d.get("tile_ends", {})
+    return {}
+
+
+_TILE_ENDS: dict | None = None
+
+
+def tile_end_cycles(tm: int, tn: int) -> float:
+    """Modelled cycles of the zero and drain calls of one tm x tn C tile, once per tile per launch
+    iteration (MODELLED; profiled on demand where the table lacks the tile)."""
+    global _TILE_ENDS
+    if _TILE_ENDS is None:
+        _TILE_ENDS = _tile_ends_table()
+    key = f"{tm}x{tn}"
+    if key not in _TILE_ENDS:
+        _TILE_ENDS[key] = measure_tile_ends(tm, tn)
+    return float(np.array(_TILE_ENDS[key]) @ calibration().constants)
+
+
 def int4_kernel_flops(
     tile_m: int,
     tile_n: int,
@@ -468,15 +507,18 @@ def int4_kernel_flops(
     pes: int = 32,
     fmt: str = "awq",
     estimate: bool = False,
+    k: int | None = None,
 ) -> float:
     """Modelled compute rate of the int4 GEMM on `pes` compute tiles: each PE does one kernel call's
-    2 * tile_m * tile_n * tile_k FLOPs in the calibrated model's cycles per call (the zero and drain calls,
-    one per C tile, are not counted). estimate: a call not yet profiled is estimated (estimated_cycles),
-    not profiled."""
+    2 * tile_m * tile_n * tile_k FLOPs in the calibrated model's cycles per call; with k, each call also
+    carries its share (tile_k / k) of its C tile's zero and drain calls (tile_end_cycles). estimate: a call
+    not yet profiled is estimated (estimated_cycles), not profiled."""
     per_call = 2 * tile_m * tile_n * tile_k
     cycles = (estimated_cycles if estimate else kernel_cycles)(
         tile_m, tile_n, tile_k, gs, fmt
     )
+    if k is not None:
+        cycles += tile_end_cycles(tile_m, tile_n) * tile_k / k
     return pes * per_call * CLOCK_HZ / cycles
 
 
@@ -534,6 +576,8 @@ def write_table(calls) -> int:
         for done in pool.imap_unordered(_measure_object, groups):
             entries.update(done)
             bar.update(len(done))
+        tiles = tile_end_tiles()  # each its own object: no two processes build one
+        ends = dict(zip(tiles, pool.starmap(measure_tile_ends, tiles)))
     with open(TABLE, "w") as f:
         json.dump(
             {
@@ -542,6 +586,7 @@ def write_table(calls) -> int:
                 "int4awq.design.kernel_cost --write-table` when kernels/mv_int4_bf16.cc or the terms change",
                 "kernel": kernel_hash(),
                 "calls": entries,
+                "tile_ends": {f"{tm}x{tn}": x for (tm, tn), x in ends.items()},
             },
             f,
             indent=0,
@@ -549,6 +594,24 @@ def write_table(calls) -> int:
         )
         f.write("\n")
     return len(entries)
+
+
+def tile_end_tiles() -> list[tuple[int, int]]:
+    """Every C tile (record.GEMM_TILES squared) that some GEMM object takes: the tiles whose zero and drain
+    calls the table prices."""
+    from ..errors import ConfigError
+    from ..kernel.record import GEMM_K_CHUNKS, GEMM_TILES, check_kernel_tiles
+
+    out = []
+    for tm, tn in itertools.product(GEMM_TILES, GEMM_TILES):
+        for tk in GEMM_K_CHUNKS:
+            try:
+                check_kernel_tiles(tm, tn, tk, 128)
+            except ConfigError:
+                continue
+            out.append((tm, tn))
+            break
+    return out
 
 
 TABLE_GROUP_SIZES = (

@@ -200,6 +200,29 @@ def profile_accumulate(
     return read_profile(k.lib)
 
 
+def profile_tile_ends(tile_m: int, tile_n: int) -> Profile:
+    """gemm_int4_zero then gemm_int4_drain, the calls made once per C tile (the same code in every format
+    and at every K-chunk: the smallest legal chunk's AWQ object, GS 128)."""
+    from ..errors import ConfigError
+    from ..kernel.kernel_model import HostKernel
+    from ..kernel.record import GEMM_K_CHUNKS, KernelObject, check_kernel_tiles
+
+    for tk in GEMM_K_CHUNKS:
+        try:
+            check_kernel_tiles(tile_m, tile_n, tk, 128)
+            break
+        except ConfigError:
+            continue
+    else:
+        raise ConfigError(f"no GEMM object at {tile_m} x {tile_n}")
+    obj = KernelObject("gemm", tile_n, tk, 128, tile_m)
+    k = HostKernel(tile_m, tile_n, tk, 128, lib=profile_library(obj))
+    _reset(k.lib)
+    k.zero()
+    k.drain()
+    return read_profile(k.lib)
+
+
 def profile_gemv(
     tile_n: int, tile_k: int, gs: int, m: int, fmt: str = "awq"
 ) -> Profile:

@@ -58,7 +58,14 @@ def modelled(
     """
     pes = cfg.herd_m * cfg.herd_n
     ceiling = int4_kernel_flops(
-        cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, pes, cfg.format, estimate_kernel
+        cfg.tile_m,
+        cfg.tile_n,
+        cfg.tile_k_l1,
+        cfg.gs,
+        pes,
+        cfg.format,
+        estimate_kernel,
+        k=cfg.k,
     )
     padded = estimate(cfg.ddr_bytes(), cfg.m, cfg.k, cfg.n, ceiling)
     return Estimate(padded.ddr_bytes, 2 * m * cfg.k * n, padded.seconds, padded.bound)

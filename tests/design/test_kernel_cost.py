@@ -308,3 +308,21 @@ def test_a_comment_or_whitespace_edit_keeps_the_table_a_code_edit_does_not(
     assert kc.kernel_hash() != before
     # a "//" inside a string literal is code
     assert kc.code_tokens('f("a//b"); // c') == 'f("a//b");'
+
+
+def test_the_zero_and_drain_of_a_tile_are_priced_per_tile():
+    """The calls made once per C tile: the zero stores 64 bytes at a time (tm * tn / 16 iterations), the
+    drain converts one 8x8 block an iteration (tm * tn / 64); each K-chunk's call carries tile_k / K of
+    them, so a short K pays a larger share."""
+    from int4awq.design.kernel_profile import profile_tile_ends
+
+    p = profile_tile_ends(64, 64)
+    assert sorted(lp.iterations for lp in p.loops) == [64, 256]
+    with open(kc.TABLE) as f:
+        ends = json.load(f)["tile_ends"]
+    assert {tuple(map(int, t.split("x"))) for t in ends} == set(kc.tile_end_tiles())
+    assert kc.tile_end_cycles(64, 128) > kc.tile_end_cycles(16, 128) > 0
+    bare = kc.int4_kernel_flops(64, 64, 64, 128)
+    long_k = kc.int4_kernel_flops(64, 64, 64, 128, k=8192)
+    short_k = kc.int4_kernel_flops(64, 64, 64, 128, k=512)
+    assert bare > long_k > short_k

@@ -162,7 +162,13 @@ def model_times(r: dict, gs: dict) -> tuple[float, float]:
         return est.ddr_s, est.compute_s
     cfg, _ = sweep.default_config(m, k, n, gs[(r["projection"], m, fmt)], fmt)
     ceiling = int4_kernel_flops(
-        cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.herd_m * cfg.herd_n, fmt
+        cfg.tile_m,
+        cfg.tile_n,
+        cfg.tile_k_l1,
+        cfg.gs,
+        cfg.herd_m * cfg.herd_n,
+        fmt,
+        k=cfg.k,  # each call's share of its tile's zero and drain
     )
     return cfg.ddr_bytes() / model.DDR_BYTES_PER_S, 2 * cfg.m * cfg.k * cfg.n / ceiling
 
