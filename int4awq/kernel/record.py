@@ -118,14 +118,22 @@ def check_record_tile(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> No
         )
     check_group_size(gs, gs)  # the one GS rule (int4awq.formats.quant)
     check_chunk_and_group(tile_k, gs)
-    if FORMAT_SPECS[fmt].codes == "int4":
+    if FORMAT_SPECS[fmt].codes != "e2m1":
+        # the kernel's static_assert (kernels/mv_int4_bf16.cc Z_WORDS) holds the byte-code formats, which
+        # have no zero points, to the same bound: one rule for every object of that source
         zero_points = tile_k // min(tile_k, gs) * tile_n
         staged = 2 * -(-zero_points // ALIGN) * ALIGN
         line = w_pair_line_bytes(tile_k, fold_span(tile_k, gs, fmt))
         if staged > line:
+            what = (
+                f"stages the record's {zero_points} zero points as bf16 ({staged} bytes)"
+                if FORMAT_SPECS[fmt].codes == "int4"
+                else f"asserts for every object of its source the room to stage {zero_points} zero points "
+                f"as bf16 ({staged} bytes)"
+            )
             raise ConfigError(
-                f"tile_n = {tile_n}, tile_k = {tile_k}: the kernel stages the record's {zero_points} zero points "
-                f"as bf16 ({staged} bytes) in its {line}-byte A line; use a smaller tile_n or a larger tile_k"
+                f"tile_n = {tile_n}, tile_k = {tile_k}: the kernel {what} in its {line}-byte A line; use a "
+                "smaller tile_n or a larger tile_k"
             )
     if tile_k > gs and gs % 32 and FORMAT_SPECS[fmt].codes != "int8":
         raise ConfigError(

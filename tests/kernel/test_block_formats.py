@@ -23,6 +23,7 @@ from int4awq.formats.quant import bf16_parts, random_activations, scale_pair_of
 from int4awq.kernel.record import (
     block_int_parts,
     check_kernel_tiles,
+    check_record_tile,
     pack_block_int,
     l1_budget,
     record_layout,
@@ -284,3 +285,14 @@ def test_the_fast_mode_rounds_each_scale_and_min_to_one_bf16():
     assert np.array_equal(fast.v, w.v)
     with pytest.raises(ConfigError, match="Q8_0: its scales have no one-bf16 mode"):
         random_block_weights("int8", 64, 16, seed=1).with_bf16_scales()
+
+
+@pytest.mark.parametrize("fmt, gs", [("awq", 128), ("int8", 32), ("int4_min_bf16", 32)])
+def test_the_zero_point_staging_bounds_tile_n_at_tile_k_16(fmt, gs):
+    """At tile_k 16 the A line is pad64(18 * 16) = 320 bytes: 128 columns' zero points as bf16 (256 bytes)
+    fit, 144 (pad64 to 192, 384 bytes) do not; the kernel's static_assert binds every object of the
+    source, byte codes included; MXFP4 has its own dequantisation and no such bound."""
+    check_record_tile(128, 16, gs, fmt)
+    with pytest.raises(ConfigError, match="384 bytes\\) in its 320-byte A line"):
+        check_record_tile(144, 16, gs, fmt)
+    check_record_tile(144, 32, 32, "mxfp4")
