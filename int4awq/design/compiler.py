@@ -411,8 +411,12 @@ def compile_first(
     key = hashlib.sha256((module_text + "\0" + " ".join(flags)).encode()).hexdigest()
     outdir = os.path.join(cache_dir, key[:16])
     done = os.path.join(outdir, "compiled")
+    shown = os.path.relpath(
+        outdir
+    )  # short wherever the checkout lies, when run from inside it
+    shown = outdir if shown.startswith("..") else shown
     if os.path.exists(done):
-        return f"compiled with aircc + aiecc (earlier, same module: {outdir})", outdir
+        return f"compiled with aircc + aiecc (earlier, same module: {shown})", outdir
     t0 = time.perf_counter()
     try:
         compile_module(module_text, options, outdir)
@@ -420,7 +424,7 @@ def compile_first(
         raise CompileError(f"{name}: the compiler refuses it: {e}") from None
     open(done, "w").close()
     return (
-        f"compiled with aircc + aiecc in {time.perf_counter() - t0:.1f} s ({outdir})",
+        f"compiled with aircc + aiecc in {time.perf_counter() - t0:.1f} s ({shown})",
         outdir,
     )
 
