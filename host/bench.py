@@ -77,11 +77,8 @@ COLUMNS = (
 # their headings, so each column reads straight down; the source (last) is not padded.
 _LEAD = (
     ("projection", "projection", "<10"),
-    (
-        "format",
-        "format",
-        "<13",
-    ),  # the longest record format: int4_min_bf16, int8_min_bf16
+    # format: as wide as the longest record format, int4_min_bf16 and int8_min_bf16
+    ("format", "format", "<13"),
     ("M", "m", ">5"),
     ("K", "k", ">5"),
     ("N", "n", ">5"),

@@ -306,25 +306,21 @@ CONVERSION_RULE = "conversion rule: E = the block maximum's biased exponent"
 
 
 def step_kernel_harness(ladder: Ladder) -> Outcome:
-    lines, failed = [], []
-    what, ok, detail = check_conversion_rule(
-        ladder
-    )  # first: every nibble format stands on it
-    lines.append(f"{'ok  ' if ok else 'FAIL'} {what}" + ("" if ok else f" ({detail})"))
-    if not ok:
-        failed.append(what)
+    checks = [check_conversion_rule(ladder)]  # first: every nibble format stands on it
     for obj, rows in (
         (PROBE_GEMM, PROBE_GEMM.tile_m),
         (PROBE_GEMM_K16, PROBE_GEMM_K16.tile_m),
         (PROBE_GEMV, GEMV_PROBE_ROWS),
     ):
-        for what, ok, detail in _probe_checks(ladder, obj, rows):
-            name = f"{obj.entries}_int4 {obj.tile_n}x{obj.tile_k}: {what}"
-            lines.append(
-                f"{'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f" ({detail})")
-            )
-            if not ok:
-                failed.append(name)
+        checks += [
+            (f"{obj.entries}_int4 {obj.tile_n}x{obj.tile_k}: {what}", ok, detail)
+            for what, ok, detail in _probe_checks(ladder, obj, rows)
+        ]
+    lines = [
+        f"{'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f" ({detail})")
+        for name, ok, detail in checks
+    ]
+    failed = [name for name, ok, _ in checks if not ok]
     if failed:
         return Outcome(
             "FAIL",

@@ -411,9 +411,8 @@ def compile_first(
     key = hashlib.sha256((module_text + "\0" + " ".join(flags)).encode()).hexdigest()
     outdir = os.path.join(cache_dir, key[:16])
     done = os.path.join(outdir, "compiled")
-    shown = os.path.relpath(
-        outdir
-    )  # short wherever the checkout lies, when run from inside it
+    # the folder relative to where we run when inside it: short wherever the checkout lies
+    shown = os.path.relpath(outdir)
     shown = outdir if shown.startswith("..") else shown
     if os.path.exists(done):
         return f"compiled with aircc + aiecc (earlier, same module: {shown})", outdir

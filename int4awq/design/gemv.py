@@ -328,11 +328,7 @@ def default_config(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> GemvCon
             f"no {fmt} decode configuration for M={m} K={k} N={n} GS={gs} fits"
             + (f" (e.g. {problems[0]})" if problems else "")
         )
-    roomy = [
-        c
-        for c in ranked
-        if c.l1_budget()["total"] <= record.L1_BYTES - record.DEFAULT_L1_SPARE
-    ]
+    roomy = [c for c in ranked if record.leaves_default_spare(c.l1_budget()["total"])]
     if not roomy:
         raise ConfigError(
             f"no {fmt} decode configuration for M={m} K={k} N={n} GS={gs} leaves "

@@ -371,14 +371,18 @@ def measure(
 
 
 _ENTRIES: dict | None = None
+_TILE_ENDS: dict = (
+    {}
+)  # "tm x tn" -> the zero and drain calls' terms, read with _ENTRIES
 _TOLD = False  # the on-demand profiling note is printed once per process
 
 
 def _entries() -> dict:
-    """Profiled calls of this kernel, keyed by the call (_call): the committed table, then the cache."""
-    global _ENTRIES
+    """Profiled calls of this kernel, keyed by the call (_call): the committed table, then the cache; the
+    table's tile ends (_TILE_ENDS) in the same read."""
+    global _ENTRIES, _TILE_ENDS
     if _ENTRIES is None:
-        _ENTRIES = {}
+        _ENTRIES, _TILE_ENDS = {}, {}
         h = kernel_hash()
         for path in (TABLE, CACHE):
             if os.path.isfile(path):
@@ -387,6 +391,7 @@ def _entries() -> dict:
                 if d.get("kernel") == h:
                     for key, e in d.get("calls", {}).items():
                         _ENTRIES[_call(*_parse_key(key))] = e
+                    _TILE_ENDS.update(d.get("tile_ends", {}))
     return _ENTRIES
 
 
@@ -475,24 +480,10 @@ def gemv_cycles(tn: int, tk: int, gs: int, m: int, fmt: str = "awq") -> float:
     )
 
 
-def _tile_ends_table() -> dict:
-    if os.path.isfile(TABLE):
-        with open(TABLE) as f:
-            d = json.load(f)
-        if d.get("kernel") == kernel_hash():
-            return d.get("tile_ends", {})
-    return {}
-
-
-_TILE_ENDS: dict | None = None
-
-
 def tile_end_cycles(tm: int, tn: int) -> float:
     """Modelled cycles of the zero and drain calls of one tm x tn C tile, once per tile per launch
     iteration (MODELLED; profiled on demand where the table lacks the tile)."""
-    global _TILE_ENDS
-    if _TILE_ENDS is None:
-        _TILE_ENDS = _tile_ends_table()
+    _entries()
     key = f"{tm}x{tn}"
     if key not in _TILE_ENDS:
         _TILE_ENDS[key] = measure_tile_ends(tm, tn)
@@ -599,19 +590,14 @@ def write_table(calls) -> int:
 def tile_end_tiles() -> list[tuple[int, int]]:
     """Every C tile (record.GEMM_TILES squared) that some GEMM object takes: the tiles whose zero and drain
     calls the table prices."""
-    from ..errors import ConfigError
-    from ..kernel.record import GEMM_K_CHUNKS, GEMM_TILES, check_kernel_tiles
+    from ..kernel.record import GEMM_TILES
+    from .kernel_profile import tile_ends_chunk
 
-    out = []
-    for tm, tn in itertools.product(GEMM_TILES, GEMM_TILES):
-        for tk in GEMM_K_CHUNKS:
-            try:
-                check_kernel_tiles(tm, tn, tk, 128)
-            except ConfigError:
-                continue
-            out.append((tm, tn))
-            break
-    return out
+    return [
+        (tm, tn)
+        for tm, tn in itertools.product(GEMM_TILES, GEMM_TILES)
+        if tile_ends_chunk(tm, tn) is not None
+    ]
 
 
 TABLE_GROUP_SIZES = (

@@ -200,20 +200,30 @@ def profile_accumulate(
     return read_profile(k.lib)
 
 
-def profile_tile_ends(tile_m: int, tile_n: int) -> Profile:
-    """gemm_int4_zero then gemm_int4_drain, the calls made once per C tile (the same code in every format
-    and at every K-chunk: the smallest legal chunk's AWQ object, GS 128)."""
+def tile_ends_chunk(tile_m: int, tile_n: int) -> int | None:
+    """The smallest K-chunk of an AWQ GEMM object (GS 128) at this C tile, or None when none is legal: the
+    object whose zero and drain calls stand for every format's and chunk's (they are the same code).
+    """
     from ..errors import ConfigError
-    from ..kernel.kernel_model import HostKernel
-    from ..kernel.record import GEMM_K_CHUNKS, KernelObject, check_kernel_tiles
+    from ..kernel.record import GEMM_K_CHUNKS, check_kernel_tiles
 
     for tk in GEMM_K_CHUNKS:
         try:
             check_kernel_tiles(tile_m, tile_n, tk, 128)
-            break
+            return tk
         except ConfigError:
             continue
-    else:
+    return None
+
+
+def profile_tile_ends(tile_m: int, tile_n: int) -> Profile:
+    """gemm_int4_zero then gemm_int4_drain, the calls made once per C tile (tile_ends_chunk's object)."""
+    from ..errors import ConfigError
+    from ..kernel.kernel_model import HostKernel
+    from ..kernel.record import KernelObject
+
+    tk = tile_ends_chunk(tile_m, tile_n)
+    if tk is None:
         raise ConfigError(f"no GEMM object at {tile_m} x {tile_n}")
     obj = KernelObject("gemm", tile_n, tk, 128, tile_m)
     k = HostKernel(tile_m, tile_n, tk, 128, lib=profile_library(obj))

@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from .llama import PROJECTIONS
 from .kernel_cost import calibration, int4_kernel_flops, kernel_cycles, known
 from .model import Estimate, estimate
-from ..kernel.record import DEFAULT_L1_SPARE, FORMAT_GS, L1_BYTES
+from ..kernel.record import FORMAT_GS, leaves_default_spare
 from ..kernel.record import GEMM_K_CHUNKS as K_CHUNKS
 from ..kernel.record import GEMM_TILES as TILES
 from ..formats.quant import check_dims, check_group_size
@@ -170,7 +170,7 @@ def accepted(
     out = []
     for r in ranked(m, k, n, gs, fmt):
         used = sum(size for _, size in r.cfg.l1_budget())
-        if used > L1_BYTES - DEFAULT_L1_SPARE or r.cfg.resource_problem() is not None:
+        if not leaves_default_spare(used) or r.cfg.resource_problem() is not None:
             continue
         out.append(r)
         if len(out) == top:

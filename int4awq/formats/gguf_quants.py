@@ -429,9 +429,8 @@ def random_block_weights(
     """
     check_dims(K=k, N=n)
     exact_of = {fast: exact for exact, fast in FAST_FORMATS.items()}
-    if (
-        fmt in exact_of
-    ):  # the fast mode: the exact format's weights, their scales rounded to bf16
+    if fmt in exact_of:
+        # the fast mode: the exact format's weights, their scales rounded to bf16
         w = random_block_weights(exact_of[fmt], k, n, seed, exact, gs)
         return w.with_bf16_scales()[0]  # exact: powers of two, which stay as they are
     type_name = SEED_TYPES[fmt]

@@ -291,11 +291,15 @@ class HostKernel(_HostObject):
             self.scratch.ctypes.data,
         )
 
-    def drain(self) -> np.ndarray:
-        """bf16(C) [tile_m, tile_n]: drained in place into the accumulator's first half as 8x8 blocks,
-        column-block outer, and un-blocked here as the design's drain DMA does."""
+    def drain_blocks(self) -> np.ndarray:
+        """bf16(C) drained in place: the accumulator's first tile_m * tile_n bf16, 8x8 blocks column-block
+        outer (a copy)."""
         self.lib.gemm_int4_drain(self.c_acc.ctypes.data)
-        return gemm_c_rows(self.c_acc.view(bfloat16), self.tile_m, self.tile_n)
+        return self.c_acc.view(bfloat16)[: self.tile_m * self.tile_n].copy()
+
+    def drain(self) -> np.ndarray:
+        """bf16(C) [tile_m, tile_n]: drain_blocks un-blocked, as the design's drain DMA does."""
+        return gemm_c_rows(self.drain_blocks(), self.tile_m, self.tile_n)
 
     def gemm(
         self, a: np.ndarray, w: AwqWeights, packed: np.ndarray | None = None

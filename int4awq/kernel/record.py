@@ -64,6 +64,13 @@ L1_BYTES = 64 * 1024  # data memory of one compute tile, stack included
 # (KERNEL_LIVE_BYTES), not Peano's frame, so a default keeps this much room for it to be wrong. A
 # configuration given on the command line needs only to fit.
 DEFAULT_L1_SPARE = 2048
+
+
+def leaves_default_spare(l1_total: int) -> bool:
+    """Whether a configuration using l1_total bytes of a PE's L1 may be a default (DEFAULT_L1_SPARE)."""
+    return l1_total <= L1_BYTES - DEFAULT_L1_SPARE
+
+
 # The stack a PE's core needs: what gemm_int4_accumulate keeps live at its busiest point (the 2x2 hot
 # loop and the scale folds that follow it), in bytes if every value spilled at once, plus the frame of the
 # core function aircc generates around the calls. The kernel keeps no arrays on the stack and nothing here
