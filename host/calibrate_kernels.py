@@ -10,6 +10,12 @@ int4awq/design/kernel_cost.py fits. Sources are taken by their git blob id (any 
 `git cat-file`), or from the working tree at the same path when its blob id matches; nothing of them is
 kept. Buffers are filled with one byte value (0x3c: bf16 and f32 ~0.0115, small int codes): the kernels'
 instruction streams do not depend on data.
+
+Beside the measured designs, the published loop schedules (SCHEDULES): a Peano-built kernel whose source
+states the initiation interval Peano reached for a loop, profiled the same way with that loop marked
+(host/profile_include/aie_kernel_utils.h stands in for upstream's loop annotations), so that the cost
+model's II per loop can be checked against Peano's. `--schedules-only` rewrites just those (it needs only
+the clones that hold them).
 """
 
 from __future__ import annotations
@@ -53,6 +59,28 @@ class Measured:
     figure: str  # where the measurement is published
     compiler: str  # the compiler of the measured build
     scalars: tuple = ()  # uint32 arguments the entry takes before its pointers
+    family: str = (
+        "bfp16 block mmul GEMM"  # kernels built alike, whose model error is reported together
+    )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A loop whose Peano schedule the kernel's source publishes."""
+
+    name: str
+    repo: str
+    commit: str
+    files: tuple  # (path, git blob id), as Measured's
+    flags: tuple
+    entry: str
+    args: tuple  # bytes of each pointer argument
+    loop_line: int  # the marked loop's line in files[0]
+    trips: int  # its iterations per entry (from the source)
+    res_mii: int  # Peano's resource-bound II for it, as published
+    ii: int  # the II Peano reached
+    stages: int
+    figure: str  # where the schedule is published
 
 
 def _int4(name, commit, blob, entry, c_bytes, measured_s, figure, extra=()):
@@ -74,6 +102,8 @@ def _int4(name, commit, blob, entry, c_bytes, measured_s, figure, extra=()):
         "A once per N block of 64 (32x), weight records once per M block of 128 (16x), bf16 C once",
         figure,
         "Peano",
+        (),
+        "int4 dequantising GEMM",
     )
 
 
@@ -225,8 +255,41 @@ KERNELS = (
         "2048x2048, herd_m 8, tile_m 8, m_input 8 (memory-bound by its own account)",
         "Peano",
         (8, 2048, 0),
+        "bf16 GEMV",
     ),
 )
+
+# m = 192, k = 128, n = 96, rho = 6: one call computes a 32 x 96 stripe of C, 12 blocks of 16 x 16
+BFP_BLOCK = 72  # bytes of one 64-value bfp16ebs8 block
+SCHEDULES = (
+    Schedule(
+        "mlir-aie PR #3650 ATB kernel mm_bfp_mixed.cc, 64 bfp16 mmuls per iteration",
+        "mlir-aie",
+        "52bf74a03a2d9430ff0bcf7c65970602abf616cf",
+        (
+            (
+                "aie_kernels/aie2p/mm_bfp_mixed.cc",
+                "4108cff8cec756b4b85d33f6fdede3c1839cad22",
+            ),
+        ),
+        ("-DMATMUL_ONLY",),
+        "matmul_vectorized_bfp16",
+        # A sub-tile 32 x 128, B 128 x 96, C 192 x 96 (the last prefetch reads 4 blocks past a stripe)
+        (
+            32 * 128 // 64 * BFP_BLOCK,
+            128 * 96 // 64 * BFP_BLOCK,
+            192 * 96 // 64 * BFP_BLOCK,
+        ),
+        107,
+        12,
+        68,
+        77,
+        2,
+        "mlir-aie aie_kernels/aie2p/mm_bfp_mixed.cc @ 52bf74a, its head comment: measured II=77 (= RecMII), "
+        "NS=2, ResMII=68",
+    ),
+)
+PROFILE_INCLUDE = os.path.join(REPO, "host", "profile_include")
 
 
 def git_blob_id(data: bytes) -> str:
@@ -257,7 +320,9 @@ def source_bytes(root: str, path: str, blob: str | None, commit: str) -> bytes:
     raise LookupError(f"{path} at {commit[:10]} is not in {root}")
 
 
-def profile(k: Measured, root: str, work: str) -> dict:
+def _run(k, root: str, work: str, flags: tuple):
+    """Build k's sources into a host profiling library, call its entry once on 0x3c-filled buffers, and
+    return what the call issued (kernel_profile.Profile)."""
     from int4awq.design.kernel_profile import read_profile
 
     base = os.path.join(work, k.commit[:10])
@@ -267,7 +332,7 @@ def profile(k: Measured, root: str, work: str) -> dict:
         with open(dst, "wb") as f:
             f.write(source_bytes(root, path, blob, k.commit))
     # the acceptance corpus's g++ build of an upstream kernel, with the profiling layer on
-    kernel = Kernel(k.files[0][0], "src", "kernel", ("-DAIE_HOST_PROFILE", *k.flags))
+    kernel = Kernel(k.files[0][0], "src", "kernel", ("-DAIE_HOST_PROFILE", *flags))
     problem = build(kernel, {"src": base}, base)
     if problem:
         raise RuntimeError(problem)
@@ -278,8 +343,14 @@ def profile(k: Measured, root: str, work: str) -> dict:
     bufs = [np.full(n + 64, 0x3C, np.uint8) for n in k.args]
     ptrs = [ctypes.c_void_p(b.ctypes.data + (-b.ctypes.data) % 64) for b in bufs]
     dll.aie_host_profile_reset()
-    getattr(dll, k.entry)(*[ctypes.c_uint32(v) for v in k.scalars], *ptrs)
-    p = read_profile(dll)
+    getattr(dll, k.entry)(
+        *[ctypes.c_uint32(v) for v in getattr(k, "scalars", ())], *ptrs
+    )
+    return read_profile(dll)
+
+
+def profile(k: Measured, root: str, work: str) -> dict:
+    p = _run(k, root, work, k.flags)
     return {
         "loops": [asdict(lp) for lp in p.loops],
         "outside": p.outside,
@@ -291,41 +362,81 @@ def profile(k: Measured, root: str, work: str) -> dict:
     }
 
 
+def profile_schedule(k: Schedule, root: str, work: str) -> dict:
+    """The published loop's profile: what one entry issued, per slot class, with its trips."""
+    p = _run(k, root, work, (f"-I{PROFILE_INCLUDE}", *k.flags))
+    loop = next((lp for lp in p.loops if lp.line == k.loop_line), None)
+    if loop is None:
+        raise RuntimeError(f"no marked loop at line {k.loop_line} of {k.files[0][0]}")
+    row = asdict(k)
+    for f in ("files", "flags", "args", "loop_line"):
+        row.pop(f)
+    row["sources"] = [f"Xilinx/{k.repo} {p} @ {k.commit[:10]}" for p, _ in k.files]
+    row["loop"] = {
+        "ops": loop.ops,
+        "entries": loop.entries,
+        "iterations": k.trips * loop.entries,
+        "peak_in": loop.peak_in,
+        "peak_out": loop.peak_out,
+        "acc_spill_bits": loop.acc_spill_bits,
+    }
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--air-src", required=True, help="a clone of Xilinx/mlir-air")
-    ap.add_argument("--aie-src", required=True, help="a clone of Xilinx/mlir-aie")
+    ap.add_argument("--air-src", help="a clone of Xilinx/mlir-air")
+    ap.add_argument("--aie-src", help="a clone of Xilinx/mlir-aie")
+    ap.add_argument(
+        "--schedules-only",
+        action="store_true",
+        help="profile only the published loop schedules; keep the table's measured kernels",
+    )
     ap.add_argument("--out", default=TABLE)
     args = ap.parse_args(argv)
     roots = {"mlir-air": args.air_src, "mlir-aie": args.aie_src}
-    rows = []
+    wanted = (() if args.schedules_only else KERNELS) + SCHEDULES
+    missing = sorted({k.repo for k in wanted if not roots[k.repo]})
+    if missing:
+        print(f"calibrate: give the clone of {' and '.join(missing)}", file=sys.stderr)
+        return 2
+    old = {}
+    if os.path.isfile(args.out):
+        with open(args.out) as f:
+            old = json.load(f)
+    rows, schedules = [], []
     with tempfile.TemporaryDirectory() as work:
-        for k in KERNELS:
-            try:
-                prof = profile(k, roots[k.repo], work)
-            except (LookupError, RuntimeError, AttributeError, OSError) as e:
-                print(f"calibrate: {k.name}: {e}", file=sys.stderr)
-                return 2
-            row = asdict(k)
-            row.pop("files"), row.pop("flags"), row.pop("args"), row.pop("scalars")
-            row["sources"] = [
-                f"Xilinx/{k.repo} {p} @ {k.commit[:10]}" for p, _ in k.files
-            ]
-            row["profile"] = prof
-            rows.append(row)
-            print(f"profiled {k.name} ({k.tile})")
+        try:
+            for k in () if args.schedules_only else KERNELS:
+                row = asdict(k)
+                for f in ("files", "flags", "args", "scalars"):
+                    row.pop(f)
+                row["sources"] = [
+                    f"Xilinx/{k.repo} {p} @ {k.commit[:10]}" for p, _ in k.files
+                ]
+                row["profile"] = profile(k, roots[k.repo], work)
+                rows.append(row)
+                print(f"profiled {k.name} ({k.tile})")
+            for k in SCHEDULES:
+                schedules.append(profile_schedule(k, roots[k.repo], work))
+                print(f"profiled {k.name}")
+        except (LookupError, RuntimeError, AttributeError, OSError) as e:
+            print(f"calibrate: {k.name}: {e}", file=sys.stderr)
+            return 2
     with open(args.out, "w") as f:
         json.dump(
             {
-                "note": "Published NPU2 measurements of public kernels and what each kernel issues per call "
-                "(host aie_api profiling build, host/calibrate_kernels.py); fitted by int4awq/design/kernel_cost.py.",
-                "kernels": rows,
+                "note": "Published NPU2 measurements of public kernels and what each kernel issues per call, "
+                "and published Peano loop schedules with what the loop issues (host aie_api profiling "
+                "build, host/calibrate_kernels.py); fitted and checked by int4awq/design/kernel_cost.py.",
+                "kernels": old.get("kernels", []) if args.schedules_only else rows,
+                "schedules": schedules,
             },
             f,
             indent=1,
         )
         f.write("\n")
-    print(f"wrote {args.out}: {len(rows)} kernels")
+    print(f"wrote {args.out}: {len(rows)} kernels, {len(schedules)} loop schedules")
     return 0
 
 

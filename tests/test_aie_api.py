@@ -477,6 +477,15 @@ def test_bfp16_stream_misaligned_start_reads_the_aligned_word_and_is_counted(lib
     assert lib.aie_host_misaligned_accesses() == before + 1
 
 
+def test_bank_hinted_restrict_streams_copy_like_plain_ones(libs):
+    """aie_dm_resource and the __aie_dm_resource_* qualifiers pick a bank on the core; on the host they
+    must change nothing: the same bytes arrive."""
+    raw = buf(np.arange(9 * 72) % 253, np.uint8)
+    copy = buf(np.zeros(9 * 72), np.uint8)
+    libs["bfp16"].op_stream_copy_banked(ptr(raw), 9, ptr(copy))
+    np.testing.assert_array_equal(copy, raw)
+
+
 def random_blocks(rng, count):
     raw = rng.integers(0, 256, count * 72).astype(np.uint8)
     raw.reshape(-1, 9)[:, 0] = rng.integers(120, 140, count * 8)

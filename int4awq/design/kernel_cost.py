@@ -10,9 +10,11 @@ The counts come from executing the kernel against the host aie_api's profiling b
 instructions per AIE2P slot class per marked software-pipelined loop, element moves to the scalar unit,
 live block streams). From them, per call:
 
-    cycles = LOOP    * sum over marked loops of (busiest slot: its instructions / its units per cycle),
-                       doubled for a loop the post-pipeliner leaves alone (an iteration past its largest
-                       II, a remainder or an out-of-line call in the loop: MAX_II, unpipelined)
+    cycles = LOOP    * sum over marked loops of ResMII * (iterations + entries): II = LOOP * ResMII per
+                       iteration, ResMII the busiest slot of one iteration (its instructions / its units
+                       per cycle), and one II per entry to fill and drain two stages; for a loop the
+                       post-pipeliner leaves alone (an iteration past its largest II, a remainder or an
+                       out-of-line call in the loop: MAX_II, unpipelined) 2 * ResMII per iteration
            + SPILL   * memory accesses for values that find no register: block-stream accesses beyond the
                        FIFO registers (2 load, 1 store; in a loop with p > 2 input streams live, (p - 2) / p
                        of its loads, likewise stores), and a store and a reload per 512 accumulator bits
@@ -21,11 +23,13 @@ live block streams). From them, per call:
            + SCALAR  * element moves between vector registers and the scalar unit
 
 The four constants are fitted (non-negative least squares on the relative error of cycles per call) to
-measured whole-design times of public kernels (kernel_calibration.json), combined with the DDR model of
+measured whole-design times of Peano-built public kernels and to the II Peano published for a loop
+(kernel_calibration.json: kernels, schedules), combined with the DDR model of
 int4awq/design/model.py: design time = max(DDR time, calls per core * cycles / clock) + fixed cost. A point whose
 DDR time explains 90 % of its measurement bounds the kernel from above only: it joins the fit when the
-model would exceed that bound. Every figure this produces is MODELLED; docs/performance.md has the table
-and the leave-one-out error.
+model would exceed that bound. A point built with chess is predicted, never fitted. Every figure this
+produces is MODELLED; docs/performance.md has the table, the error per kernel family and against the
+published II, and the leave-one-out error.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ DDR_BOUND_SHARE = 0.9
 MAX_II = 60
 KERNEL_MAX_II = 120
 UNPIPELINED_STAGES = 2
+PIPELINE_STAGES = 2  # PR #3650's loop: NS=2
 
 
 def loop_bound(loop: dict) -> float:
@@ -102,8 +107,39 @@ def unpipelined(loop: dict, max_ii: int = MAX_II) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class LoopSchedule:
+    """A marked loop as the model schedules it: II = LOOP x res_mii per iteration (LOOP, fitted, is the
+    ratio of Peano's II to the busiest slot), plus, when pipelined, one II per entry to fill and drain
+    its PIPELINE_STAGES stages; unpipelined, each iteration takes UNPIPELINED_STAGES times res_mii.
+    """
+
+    res_mii: float  # the busiest slot's cycles per iteration (host counts)
+    trips: int  # iterations, over all entries; 0: not seen (priced as the busiest slot over the loop)
+    entries: int
+    pipelined: bool
+
+    @property
+    def units(self) -> float:
+        """Cycles at LOOP = 1."""
+        if not self.trips:
+            return self.res_mii * (1 if self.pipelined else UNPIPELINED_STAGES)
+        if not self.pipelined:
+            return UNPIPELINED_STAGES * self.res_mii * self.trips
+        return self.res_mii * (self.trips + (PIPELINE_STAGES - 1) * self.entries)
+
+
+def loop_schedule(loop: dict, max_ii: int = MAX_II) -> LoopSchedule:
+    trips = loop.get("iterations", 0)
+    entries = loop.get("entries", 1)
+    pipelined = unpipelined(loop, max_ii) is None
+    if trips <= entries:  # iterations not seen, or one per entry: nothing to overlap
+        return LoopSchedule(loop_bound(loop), 0, entries, pipelined)
+    return LoopSchedule(loop_bound(loop) / trips, trips, entries, pipelined)
+
+
 def loop_cycles(loop: dict, max_ii: int = MAX_II) -> float:
-    return loop_bound(loop) * (UNPIPELINED_STAGES if unpipelined(loop, max_ii) else 1)
+    return loop_schedule(loop, max_ii).units
 
 
 def spilled_accesses(loop: dict) -> float:
@@ -146,6 +182,8 @@ class Point:
     measured_s: float
     ddr_s: float
     x: np.ndarray
+    family: str = ""
+    compiler: str = "Peano"
 
     @property
     def fitted(self) -> bool:
@@ -172,6 +210,42 @@ def load_points(path: str = CALIBRATION) -> list[Point]:
             r["measured_s"],
             r["ddr_bytes"] / model.DDR_BYTES_PER_S,
             features(r["profile"]),
+            r["family"],
+            r["compiler"],
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class PublishedSchedule:
+    """A Peano loop schedule its kernel's source publishes, beside the host profile of that loop."""
+
+    name: str
+    figure: str
+    res_mii: int  # Peano's
+    ii: int  # the II Peano reached
+    stages: int
+    loop: dict  # the loop's profile (ops, entries, iterations)
+
+    @property
+    def x(self) -> np.ndarray:
+        """The model's terms of one iteration: its busiest slot, for LOOP."""
+        x = np.zeros(len(TERMS))
+        x[TERMS.index("LOOP")] = loop_schedule(self.loop, KERNEL_MAX_II).res_mii
+        return x
+
+    def model_ii(self, c: np.ndarray) -> float:
+        """The model's II for this loop: LOOP times the busiest slot per iteration."""
+        return float(self.x @ c)
+
+
+def load_schedules(path: str = CALIBRATION) -> list[PublishedSchedule]:
+    with open(path) as f:
+        rows = json.load(f).get("schedules", [])
+    return [
+        PublishedSchedule(
+            r["name"], r["figure"], r["res_mii"], r["ii"], r["stages"], r["loop"]
         )
         for r in rows
     ]
@@ -196,10 +270,14 @@ def _nnls(X: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit(points: list[Point]) -> np.ndarray:
-    """The constants: fitted on the compute-bound points, plus each bound-only point the fit would exceed."""
-    X = np.array([p.x / p.implied_cycles for p in points])
-    use = np.array([p.fitted for p in points])
+def fit(points: list[Point], schedules: list = ()) -> np.ndarray:
+    """The constants: fitted on the compute-bound points, plus each bound-only point the fit would exceed;
+    each published loop schedule adds a row of its own, its II against LOOP times the busiest slot.
+    """
+    rows = [p.x / p.implied_cycles for p in points]
+    rows += [s.x / s.ii for s in schedules]
+    X = np.array(rows)
+    use = np.array([p.fitted for p in points] + [True] * len(schedules))
     while True:
         c = _nnls(X[use])
         over = ~use & (X @ c > 1)
@@ -208,22 +286,49 @@ def fit(points: list[Point]) -> np.ndarray:
         use |= over
 
 
+# The model is fitted on Peano builds only (this kernel is built with Peano); a point built with another
+# compiler is predicted with that fit and reported, labelled, never fitted.
+FIT_COMPILER = "Peano"
+
+
 @dataclass(frozen=True)
 class Calibration:
     constants: np.ndarray
-    points: list
-    errors: dict  # name -> relative error of the design time, fitted on all the points
-    loo: dict  # name -> the same, fitted on all the other points (leave-one-out)
+    points: list  # every measured point; those of FIT_COMPILER are fitted
+    errors: dict  # name -> relative error of the design time, fitted on all the Peano points
+    loo: dict  # name -> the same, fitted on all the other Peano points (leave-one-out; Peano points only)
+    schedules: (
+        list  # PublishedSchedule: the model's II per loop checked against Peano's
+    )
 
     @property
     def loo_error(self) -> float:
-        """Mean absolute leave-one-out error of the design times."""
+        """Mean absolute leave-one-out error of the fitted points' design times."""
         return float(np.mean([abs(e) for e in self.loo.values()]))
 
+    def family_errors(self) -> dict:
+        """family -> (points, mean |error| fitted, mean |leave-one-out error|; None for a family not fitted)."""
+        out = {}
+        for fam in dict.fromkeys(p.family for p in self.points):
+            names = [p.name for p in self.points if p.family == fam]
+            loo = [abs(self.loo[n]) for n in names if n in self.loo]
+            out[fam] = (
+                len(names),
+                float(np.mean([abs(self.errors[n]) for n in names])),
+                float(np.mean(loo)) if loo else None,
+            )
+        return out
+
+    def ii_errors(self) -> dict:
+        """schedule name -> relative error of the model's II against the II Peano published."""
+        return {s.name: s.model_ii(self.constants) / s.ii - 1 for s in self.schedules}
+
     def summary(self) -> str:
+        fitted = sum(p.compiler == FIT_COMPILER for p in self.points)
+        ii = "".join(f", loop II {100 * e:+.0f} %" for e in self.ii_errors().values())
         return (
-            f"kernel model: calibrated on {len(self.points)} published NPU2 measurements, "
-            f"leave-one-out error {100 * self.loo_error:.0f} %"
+            f"kernel model: {fitted} published Peano NPU2 measurements, leave-one-out error "
+            f"{100 * self.loo_error:.0f} %{ii}"
         )
 
 
@@ -233,14 +338,15 @@ _CALIBRATION: Calibration | None = None
 def calibration() -> Calibration:
     global _CALIBRATION
     if _CALIBRATION is None:
-        pts = load_points()
-        c = fit(pts)
+        pts, sch = load_points(), load_schedules()
+        peano = [p for p in pts if p.compiler == FIT_COMPILER]
+        c = fit(peano, sch)
         errors = {p.name: p.predict_s(c) / p.measured_s - 1 for p in pts}
         loo = {
-            p.name: p.predict_s(fit(pts[:i] + pts[i + 1 :])) / p.measured_s - 1
-            for i, p in enumerate(pts)
+            p.name: p.predict_s(fit(peano[:i] + peano[i + 1 :], sch)) / p.measured_s - 1
+            for i, p in enumerate(peano)
         }
-        _CALIBRATION = Calibration(c, pts, errors, loo)
+        _CALIBRATION = Calibration(c, pts, errors, loo, sch)
     return _CALIBRATION
 
 
@@ -680,10 +786,30 @@ def calibration_table(cal: Calibration) -> str:
     ]
     for p in cal.points:
         pred = p.measured_s * (1 + cal.errors[p.name])
+        loo = f"{100 * cal.loo[p.name]:>5.0f}%" if p.name in cal.loo else f"{'-':>6}"
+        notes = [] if p.fitted else ["DDR-bound: an upper bound on the kernel"]
+        if p.compiler != FIT_COMPILER:
+            notes.append(f"built with {p.compiler}: predicted, not fitted")
         lines.append(
             f"{p.name[:65]:<66}{p.tile:>11}{p.measured_s * 1e3:>9.2f}ms{pred * 1e3:>9.2f}ms"
-            f"{100 * cal.errors[p.name]:>6.0f}%{100 * cal.loo[p.name]:>5.0f}%"
-            + ("" if p.fitted else "  (DDR-bound: an upper bound on the kernel)")
+            f"{100 * cal.errors[p.name]:>6.0f}%{loo}"
+            + (f"  ({'; '.join(notes)})" if notes else "")
+        )
+    lines += ["", f"{'family':<40}{'points':>7}{'|error|':>9}{'|LOO|':>7}"]
+    for fam, (n, err, loo) in cal.family_errors().items():
+        lines.append(
+            f"{fam:<40}{n:>7}{100 * err:>8.0f}%"
+            + (f"{100 * loo:>6.0f}%" if loo is not None else f"{'-':>7}")
+        )
+    lines += [
+        "",
+        f"{'published loop schedule (per iteration)':<66}{'busiest':>8}{'ResMII':>7}{'model II':>9}"
+        f"{'II':>5}{'error':>7}",
+    ]
+    for s in cal.schedules:
+        lines.append(
+            f"{s.name[:65]:<66}{loop_schedule(s.loop, KERNEL_MAX_II).res_mii:>8.0f}{s.res_mii:>7}"
+            f"{s.model_ii(cal.constants):>9.0f}{s.ii:>5}{100 * cal.ii_errors()[s.name]:>6.0f}%"
         )
     lines.append(cal.summary())
     return "\n".join(lines)

@@ -175,6 +175,23 @@ void op_stream_copy(const uint8_t *in, int offset, int count, uint8_t *out) {
     os << is.pop();
 }
 
+// The same copy through restrict streams with bank hints, as mlir-aie's
+// mm_bfp_mixed.cc declares them (aie_dm_resource template argument,
+// __aie_dm_resource_* pointer qualifiers).
+void op_stream_copy_banked(const uint8_t *in, int count, uint8_t *out) {
+  const bfp16ebs8 __aie_dm_resource_a *src =
+      (const bfp16ebs8 __aie_dm_resource_a *)as_blocks(in);
+  bfp16ebs8 __aie_dm_resource_c *dst =
+      (bfp16ebs8 __aie_dm_resource_c *)as_blocks(out);
+  aie::block_vector_restrict_input_buffer_stream<bfp16ebs8, 64,
+                                                 aie_dm_resource::a>
+      is(src);
+  aie::block_vector_output_buffer_stream<bfp16ebs8, 64, aie_dm_resource::c> os(
+      dst);
+  for (int i = 0; i < count; ++i)
+    os.push(is.pop());
+}
+
 // `count` x 128 floats -> accfloat -> 128-element bfp16ebs8 block vectors
 // (144 bytes each) through an output stream, then read back through an input
 // stream into accfloat and out as floats (out_f).

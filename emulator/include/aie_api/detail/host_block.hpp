@@ -194,7 +194,8 @@ inline void op_transpose(const vector<T, N> &) {
 // vector streams), so the start must be 64-byte aligned: the host treats a
 // misaligned start like a misaligned load_v (reads or writes from the aligned
 // word below, counted by aie_host_misaligned_accesses()).
-template <typename T, unsigned Elems>
+template <typename T, unsigned Elems,
+          aie_dm_resource Resource = aie_dm_resource::none>
 class block_vector_input_buffer_stream {
 public:
   using vector_type = block_vector<std::remove_const_t<T>, Elems>;
@@ -259,7 +260,8 @@ private:
   int known_at_ = ::host::profile::rolled_depth();
 };
 
-template <typename T, unsigned Elems>
+template <typename T, unsigned Elems,
+          aie_dm_resource Resource = aie_dm_resource::none>
 class block_vector_output_buffer_stream {
 public:
   using vector_type = block_vector<std::remove_const_t<T>, Elems>;
@@ -297,12 +299,14 @@ private:
   uint8_t *p_;
 };
 
-template <typename T, unsigned Elems>
+template <typename T, unsigned Elems,
+          aie_dm_resource Resource = aie_dm_resource::none>
 using block_vector_restrict_input_buffer_stream =
-    block_vector_input_buffer_stream<T, Elems>;
-template <typename T, unsigned Elems>
+    block_vector_input_buffer_stream<T, Elems, Resource>;
+template <typename T, unsigned Elems,
+          aie_dm_resource Resource = aie_dm_resource::none>
 using block_vector_restrict_output_buffer_stream =
-    block_vector_output_buffer_stream<T, Elems>;
+    block_vector_output_buffer_stream<T, Elems, Resource>;
 
 // Block mmul (aie_api, AIE2P): C (M x N, row-major) = A x B with A M x K
 // (bfp16ebs8 blocks along K, or bf16 row-major, converted to blocks first as

@@ -35,6 +35,17 @@
 #ifndef chess_copy
 #define chess_copy(x) (x)
 #endif
+// Data-memory bank hints (aie_api's aie_dm_resource, Peano's
+// __aie_dm_resource_* qualifiers, as mlir-aie's mm_bfp_mixed.cc uses them):
+// they steer which load unit and bank an access takes; the host has one memory,
+// so they select nothing.
+enum class aie_dm_resource { none, a, b, c, d, stack };
+#ifndef __aie_dm_resource_a
+#define __aie_dm_resource_a
+#define __aie_dm_resource_b
+#define __aie_dm_resource_c
+#define __aie_dm_resource_d
+#endif
 #ifndef chess_storage
 #define chess_storage(...)
 #endif
