@@ -105,9 +105,19 @@ except (
     )
     sys.exit(2)
 
-from int4awq.design.design import (
-    DesignConfig,
-)  # the example's own host package, beside this file
+import numpy as np
+from ml_dtypes import bfloat16
+
+# the record and the rules of this example, beside this file
+from int4_packed_record import (
+    ConfigError,
+    GemmConfig,
+    check_dims,
+    check_group_size,
+    check_weight_tiling,
+    pack_records,
+    record_layout,
+)
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -154,48 +164,54 @@ def kernel_func(name, arg_types, obj):
 @module_builder
 def build_module(
     m,
-    k=None,
-    n=None,
-    gs=128,
-    tile_m=64,
-    tile_k_l2=None,
-    tile_k_l1=64,
-    tile_n=64,
-    herd_m=8,
-    herd_n=4,
+    k,
+    n,
+    gs,
+    tile_m,
+    tile_k_l2,
+    tile_k_l1,
+    tile_n,
+    herd_m,
+    herd_n,
+    m_per_segment=1,
+    *,
+    weight_format="awq",
+    stack_size=None,
 ):
-    """The AIR module, for plain integers in the order of mlir-air's int4 GEMM builder (tile_k_l2
-    defaults to K), or for a validated int4awq.design.design.DesignConfig passed as the only argument.
+    """The AIR module of C[m, n] = A[m, k] x dequant(W)[k, n], in the arguments and order of mlir-air's int4
+    GEMM builder (programming_examples/matrix_multiplication/int4_awq), whose consumers call it so:
+
+    * gs: the group size along K; tile_m x tile_n: a PE's C tile; tile_k_l1: the K-chunk of one kernel call
+      (one weight record); tile_k_l2: the K of one L2 refill (any divisor of K that tile_k_l1 divides:
+      the accumulator stays in L1 across refills, so K is not capped by L2); herd_m x herd_n: the herd.
+    * m_per_segment: M blocks (tile_m * herd_m rows) one launch iteration's segment walks in a loop,
+      which keeps the launch grid along M small. The default 1 emits no loop. No NPU2 lit test of
+      mlir-air runs a value above 1: it is unproven (docs/design.md#provenance).
+    * weight_format: the record format (int4_packed_record.FORMATS; "awq" is the AWQ record pack_inputs
+      writes); stack_size: the core's stack (None: the kernel's derived need).
+
+    Every rule is checked first (int4_packed_record.GemmConfig); a broken one raises ConfigError naming it.
     """
-    cfg = (
-        m
-        if isinstance(m, DesignConfig)
-        else DesignConfig(
-            m=m,
-            k=k,
-            n=n,
-            gs=gs,
-            tile_m=tile_m,
-            tile_n=tile_n,
-            tile_k_l1=tile_k_l1,
-            tile_k_l2=k if tile_k_l2 is None else tile_k_l2,
-            herd_m=herd_m,
-            herd_n=herd_n,
-        )
+    cfg = GemmConfig(
+        m=m,
+        k=k,
+        n=n,
+        gs=gs,
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k_l1=tile_k_l1,
+        tile_k_l2=tile_k_l2,
+        herd_m=herd_m,
+        herd_n=herd_n,
+        stack_size=stack_size,
+        format=weight_format,
+        m_per_segment=m_per_segment,
     )
-    m, k, n = cfg.m, cfg.k, cfg.n
-    tm, tn, tk1, tk2, hm, hn = (
-        cfg.tile_m,
-        cfg.tile_n,
-        cfg.tile_k_l1,
-        cfg.tile_k_l2,
-        cfg.herd_m,
-        cfg.herd_n,
-    )
-    rec = cfg.record_bytes
-    chunks_per_l2 = tk2 // tk1
-    chunks = k // tk1
-    tile = tm * tn
+    record_bytes = cfg.record_bytes
+    chunks_per_l2 = tile_k_l2 // tile_k_l1
+    chunks = k // tile_k_l1
+    tile = tile_m * tile_n
+    block_rows = herd_m * tile_m  # rows of A and C one M block holds
 
     bf16, u8 = BF16Type.get(), IntegerType.get_signless(8)
     l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
@@ -203,34 +219,39 @@ def build_module(
 
     # L3: what the host passes.
     a_l3 = MemRefType.get([m, k], bf16)
-    w_l3 = MemRefType.get([n // tn, chunks, rec], u8)
+    w_l3 = MemRefType.get([n // tile_n, chunks, record_bytes], u8)
     c_l3 = MemRefType.get([m, n], bf16)
     # L2: one segment's block; A as rows (a piece per herd row once aircc splits it across memtiles).
-    a_l2 = MemRefType.get([hm, 1, tm, tk2], bf16, memory_space=l2)
-    w_l2 = MemRefType.get([hn, chunks_per_l2, rec], u8, memory_space=l2)
-    c_l2 = MemRefType.get([hm, hn, tm, tn], bf16, memory_space=l2)
+    a_l2 = MemRefType.get([herd_m, 1, tile_m, tile_k_l2], bf16, memory_space=l2)
+    w_l2 = MemRefType.get([herd_n, chunks_per_l2, record_bytes], u8, memory_space=l2)
+    c_l2 = MemRefType.get([herd_m, herd_n, tile_m, tile_n], bf16, memory_space=l2)
     # L1: herd-wide accumulator (a slice per PE), and each PE's own buffers. The accumulator is typed as
     # the bf16 C the drain leaves in its first half (2 * tile elements: tile f32 during the K sweep; the
     # kernel takes the bytes as f32, as mm_bf16_x_bfp16.cc takes its i8 B as bfp16 blocks), in 8x8
-    # blocks, column-block outer: [hm, hn, 2 * tn/8, tm/8, 8, 8], bf16_x_bfp16's C_l1 shape with twice
+    # blocks, column-block outer: [herd_m, herd_n, 2 * tile_n/8, tile_m/8, 8, 8], bf16_x_bfp16's C_l1 shape with twice
     # the column blocks. The drain DMA's offsets must name these dimensions one for one: aircc shrinks
     # the buffer to the PE's slice by its dimensions, and keeps the herd-wide offset of a pattern whose
     # offsets do not match them (a 6-D read of a 3-D accumulator compiled to an offset past its end).
-    acc_shape = [2 * tn // MMUL, tm // MMUL, MMUL, MMUL]
-    acc_herd = MemRefType.get([hm, hn] + acc_shape, bf16, memory_space=l1)
-    a_l1 = MemRefType.get([tm // MMUL, tk1 // MMUL, MMUL, MMUL], bf16, memory_space=l1)
-    w_l1 = MemRefType.get([rec], u8, memory_space=l1)
-    scratch_herd = MemRefType.get([hm, hn, cfg.scratch_bytes], u8, memory_space=l1)
+    acc_shape = [2 * tile_n // MMUL, tile_m // MMUL, MMUL, MMUL]
+    acc_herd = MemRefType.get([herd_m, herd_n] + acc_shape, bf16, memory_space=l1)
+    a_l1 = MemRefType.get(
+        [tile_m // MMUL, tile_k_l1 // MMUL, MMUL, MMUL], bf16, memory_space=l1
+    )
+    w_l1 = MemRefType.get([record_bytes], u8, memory_space=l1)
+    scratch_herd = MemRefType.get(
+        [herd_m, herd_n, cfg.scratch_bytes], u8, memory_space=l1
+    )
     # A PE's slice of a herd-wide buffer, as memref.subview types it: dynamic offset, parent strides.
     slice_layout = StridedLayoutAttr.get(
         ShapedType.get_dynamic_size(),
-        [hn * 2 * tile, 2 * tile, tm * MMUL, MMUL * MMUL, MMUL, 1],
+        [herd_n * 2 * tile, 2 * tile, tile_m * MMUL, MMUL * MMUL, MMUL, 1],
     )
     acc_pe = MemRefType.get(
         [1, 1] + acc_shape, bf16, memory_space=l1, layout=slice_layout
     )
     scratch_layout = StridedLayoutAttr.get(
-        ShapedType.get_dynamic_size(), [hn * cfg.scratch_bytes, cfg.scratch_bytes, 1]
+        ShapedType.get_dynamic_size(),
+        [herd_n * cfg.scratch_bytes, cfg.scratch_bytes, 1],
     )
     scratch_pe = MemRefType.get(
         [1, 1, cfg.scratch_bytes], u8, memory_space=l1, layout=scratch_layout
@@ -260,7 +281,6 @@ def build_module(
         def launch_body(bm, bn, _nbm, _nbn, l3a, l3w, l3c):
             @segment(name="gemm_seg", operands=[bm, bn, l3a, l3w, l3c])
             def segment_body(bm_s, bn_s, l3a_s, l3w_s, l3c_s):
-                row0 = affine_sum((bm_s, hm * tm))  # first row of A and C in this block
                 l2a, l2w, l2c = (
                     AllocOp(a_l2, [], []),
                     AllocOp(w_l2, [], []),
@@ -269,121 +289,235 @@ def build_module(
                 acc = AllocOp(acc_herd, [], [])
                 scratch = AllocOp(scratch_herd, [], [])
 
-                # Segment-wide f32 accumulator, zeroed by a same-named herd (bf16_x_bfp16 herd_init).
-                @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch])
-                def herd_zero(x, y, _sx, _sy, acc_h, scratch_h):
-                    CallOp(zero, [acc_slice(acc_h, x, y)])
-                    anchor_at_herd_scope(pe_slice(scratch_h, x, y, cfg.scratch_bytes))
+                def m_block(row0):
+                    """One M block of the segment: zero, the K sweep, the drain, C out; row0 its first
+                    row of A and C."""
 
-                for kr in for_(0, k // tk2):
-                    # A[row0 : +hm*tm, kr*tk2 : +tk2] -> [hm, 1, tm, tk2] as it is, row by row: a plain
-                    # fill, split by aircc into one piece per herd row (bf16_x_bfp16's A fill).
-                    dma_memcpy_nd(
-                        l2a,
-                        l3a_s,
-                        src_offsets=[0, 0, row0, affine_sum((kr, tk2))],
-                        src_sizes=[hm, 1, tm, tk2],
-                        src_strides=[k * tm, tk2, k, 1],
-                    )
-                    # records (bn*hn + j, kr*chunks_per_l2 + c) -> [hn, chunks_per_l2, rec]
-                    # (bf16_x_bfp16's B fill of pre-packed byte tiles)
-                    dma_memcpy_nd(
-                        l2w,
-                        l3w_s,
-                        src_offsets=[
-                            affine_sum((bn_s, hn)),
-                            affine_sum((kr, chunks_per_l2)),
-                            0,
-                        ],
-                        src_sizes=[hn, chunks_per_l2, rec],
-                        src_strides=[chunks * rec, rec, 1],
-                    )
+                    # Segment-wide f32 accumulator, zeroed by a same-named herd (bf16_x_bfp16 herd_init).
+                    @herd(name=HERD, sizes=[herd_m, herd_n], operands=[acc, scratch])
+                    def herd_zero(x, y, _sx, _sy, acc_h, scratch_h):
+                        CallOp(zero, [acc_slice(acc_h, x, y)])
+                        anchor_at_herd_scope(
+                            pe_slice(scratch_h, x, y, cfg.scratch_bytes)
+                        )
 
-                    @herd(name=HERD, sizes=[hm, hn], operands=[acc, scratch, l2a, l2w])
-                    def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
-                        a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
-                        for c in for_(0, chunks_per_l2):
-                            # PE row x's A chunk re-laid into [tm/8][tk1/8][8][8] mmul blocks on the
-                            # memtile's read side (bf16_x_bfp16 herd_compute's 6-D A read)
-                            dma_memcpy_nd(
-                                a_chunk,
-                                l2a_h,
-                                src_offsets=[x, 0, 0, 0, 0, affine_sum((c, tk1))],
-                                src_sizes=[1, 1, tm // MMUL, tk1 // MMUL, MMUL, MMUL],
-                                src_strides=[
-                                    tm * tk2,
-                                    tm * tk2,
-                                    MMUL * tk2,
-                                    MMUL,
-                                    tk2,
-                                    1,
-                                ],
+                    for kr in for_(0, k // tile_k_l2):
+                        # A[row0 : +herd_m*tile_m, kr*tile_k_l2 : +tile_k_l2] -> [herd_m, 1, tile_m, tile_k_l2] as it is, row by row: a plain
+                        # fill, split by aircc into one piece per herd row (bf16_x_bfp16's A fill).
+                        dma_memcpy_nd(
+                            l2a,
+                            l3a_s,
+                            src_offsets=[0, 0, row0, affine_sum((kr, tile_k_l2))],
+                            src_sizes=[herd_m, 1, tile_m, tile_k_l2],
+                            src_strides=[k * tile_m, tile_k_l2, k, 1],
+                        )
+                        # records (bn*herd_n + j, kr*chunks_per_l2 + c) -> [herd_n, chunks_per_l2, record_bytes]
+                        # (bf16_x_bfp16's B fill of pre-packed byte tiles)
+                        dma_memcpy_nd(
+                            l2w,
+                            l3w_s,
+                            src_offsets=[
+                                affine_sum((bn_s, herd_n)),
+                                affine_sum((kr, chunks_per_l2)),
+                                0,
+                            ],
+                            src_sizes=[herd_n, chunks_per_l2, record_bytes],
+                            src_strides=[chunks * record_bytes, record_bytes, 1],
+                        )
+
+                        @herd(
+                            name=HERD,
+                            sizes=[herd_m, herd_n],
+                            operands=[acc, scratch, l2a, l2w],
+                        )
+                        def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
+                            a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(
+                                w_l1, [], []
                             )
-                            # PE column y's record for chunk c (bf16_x_bfp16's per-PE byte tile)
-                            dma_memcpy_nd(
-                                w_rec,
-                                l2w_h,
-                                src_offsets=[y, c, 0],
-                                src_sizes=[1, 1, rec],
-                                src_strides=[chunks_per_l2 * rec, rec, 1],
-                            )
-                            CallOp(
-                                accumulate,
-                                [
-                                    w_rec,
+                            for c in for_(0, chunks_per_l2):
+                                # PE row x's A chunk re-laid into [tile_m/8][tile_k_l1/8][8][8] mmul blocks on the
+                                # memtile's read side (bf16_x_bfp16 herd_compute's 6-D A read)
+                                dma_memcpy_nd(
                                     a_chunk,
-                                    acc_slice(acc_h, x, y),
-                                    pe_slice(scratch_h, x, y, cfg.scratch_bytes),
-                                ],
-                            )
-                            yield_([])
-                        DeallocOp(a_chunk)
-                        DeallocOp(w_rec)
+                                    l2a_h,
+                                    src_offsets=[
+                                        x,
+                                        0,
+                                        0,
+                                        0,
+                                        0,
+                                        affine_sum((c, tile_k_l1)),
+                                    ],
+                                    src_sizes=[
+                                        1,
+                                        1,
+                                        tile_m // MMUL,
+                                        tile_k_l1 // MMUL,
+                                        MMUL,
+                                        MMUL,
+                                    ],
+                                    src_strides=[
+                                        tile_m * tile_k_l2,
+                                        tile_m * tile_k_l2,
+                                        MMUL * tile_k_l2,
+                                        MMUL,
+                                        tile_k_l2,
+                                        1,
+                                    ],
+                                )
+                                # PE column y's record for chunk c (bf16_x_bfp16's per-PE byte tile)
+                                dma_memcpy_nd(
+                                    w_rec,
+                                    l2w_h,
+                                    src_offsets=[y, c, 0],
+                                    src_sizes=[1, 1, record_bytes],
+                                    src_strides=[
+                                        chunks_per_l2 * record_bytes,
+                                        record_bytes,
+                                        1,
+                                    ],
+                                )
+                                CallOp(
+                                    accumulate,
+                                    [
+                                        w_rec,
+                                        a_chunk,
+                                        acc_slice(acc_h, x, y),
+                                        pe_slice(scratch_h, x, y, cfg.scratch_bytes),
+                                    ],
+                                )
+                                yield_([])
+                            DeallocOp(a_chunk)
+                            DeallocOp(w_rec)
 
-                    yield_([])
+                        yield_([])
 
-                # bf16_x_bfp16 herd_drain: convert in L1, each PE's tile to its slice of the L2 C block;
-                # here in place, which no upstream example does (novel: docs/design.md#provenance). The DMA reads the first half of the PE's accumulator slice, whose 8x8
-                # bf16 blocks lie column-block outer (block (mb, nb) at (nb * tm/8 + mb) * 64), in C's
-                # row order: (mb, row) folds into one dimension of tm rows, 8 elements apart, so the
-                # read is 3 BD dimensions (bf16_x_bfp16's drain read, its strides exactly).
-                @herd(name=HERD, sizes=[hm, hn], operands=[acc, l2c])
-                def herd_drain(x, y, _sx, _sy, acc_h, l2c_h):
-                    CallOp(drain, [acc_slice(acc_h, x, y)])
+                    # bf16_x_bfp16 herd_drain: convert in L1, each PE's tile to its slice of the L2 C block;
+                    # here in place, which no upstream example does (novel: docs/design.md#provenance). The DMA reads the first half of the PE's accumulator slice, whose 8x8
+                    # bf16 blocks lie column-block outer (block (mb, nb) at (nb * tile_m/8 + mb) * 64), in C's
+                    # row order: (mb, row) folds into one dimension of tile_m rows, 8 elements apart, so the
+                    # read is 3 BD dimensions (bf16_x_bfp16's drain read, its strides exactly).
+                    @herd(name=HERD, sizes=[herd_m, herd_n], operands=[acc, l2c])
+                    def herd_drain(x, y, _sx, _sy, acc_h, l2c_h):
+                        CallOp(drain, [acc_slice(acc_h, x, y)])
+                        dma_memcpy_nd(
+                            l2c_h,
+                            acc_h,
+                            dst_offsets=[x, y, 0],
+                            dst_sizes=[1, 1, tile],
+                            dst_strides=[herd_n * tile, tile, 1],
+                            src_offsets=[x, y, 0, 0, 0, 0],
+                            src_sizes=[
+                                1,
+                                1,
+                                tile_m // MMUL,
+                                MMUL,
+                                tile_n // MMUL,
+                                MMUL,
+                            ],
+                            src_strides=[
+                                herd_n * 2 * tile,
+                                2 * tile,
+                                MMUL * MMUL,
+                                MMUL,
+                                tile_m * MMUL,
+                                1,
+                            ],
+                        )
+
+                    # [herd_m, herd_n, tile_m, tile_n] -> C[row0 : +herd_m*tile_m, bn*herd_n*tile_n : +herd_n*tile_n] in one DMA (bf16_x_bfp16's C)
                     dma_memcpy_nd(
-                        l2c_h,
-                        acc_h,
-                        dst_offsets=[x, y, 0],
-                        dst_sizes=[1, 1, tile],
-                        dst_strides=[hn * tile, tile, 1],
-                        src_offsets=[x, y, 0, 0, 0, 0],
-                        src_sizes=[1, 1, tm // MMUL, MMUL, tn // MMUL, MMUL],
-                        src_strides=[
-                            hn * 2 * tile,
-                            2 * tile,
-                            MMUL * MMUL,
-                            MMUL,
-                            tm * MMUL,
-                            1,
-                        ],
+                        l3c_s,
+                        l2c,
+                        dst_offsets=[row0, affine_sum((bn_s, herd_n * tile_n))],
+                        dst_sizes=[herd_m * tile_m, herd_n * tile_n],
+                        dst_strides=[n, 1],
+                        src_offsets=[0, 0, 0, 0],
+                        src_sizes=[herd_m, tile_m, herd_n, tile_n],
+                        src_strides=[herd_n * tile, tile_n, tile, 1],
                     )
 
-                # [hm, hn, tm, tn] -> C[row0 : +hm*tm, bn*hn*tn : +hn*tn] in one DMA (bf16_x_bfp16's C)
-                dma_memcpy_nd(
-                    l3c_s,
-                    l2c,
-                    dst_offsets=[row0, affine_sum((bn_s, hn * tn))],
-                    dst_sizes=[hm * tm, hn * tn],
-                    dst_strides=[n, 1],
-                    src_offsets=[0, 0, 0, 0],
-                    src_sizes=[hm, tm, hn, tn],
-                    src_strides=[hn * tile, tn, tile, 1],
-                )
+                if m_per_segment == 1:
+                    m_block(affine_sum((bm_s, block_rows)))
+                else:  # mlir-air's int4 GEMM's segment loop over M blocks (unproven on NPU2)
+                    for mb in for_(0, m_per_segment):
+                        m_block(
+                            affine_sum(
+                                (bm_s, block_rows * m_per_segment), (mb, block_rows)
+                            )
+                        )
+                        yield_([])
                 for buf in (l2a, l2w, l2c, acc, scratch):
                     DeallocOp(buf)
 
 
-def backend_options(cfg: DesignConfig) -> dict:
+# ------------------------------------------------------------------------------------------------ host side
+# The operands of mlir-air's int4 GEMM (its pack_inputs, packed_tile_bytes and cpu_reference, same names and
+# meaning), packed into this kernel's record.
+
+
+def packed_tile_bytes(n_tile, k_chunk, gs):
+    """(q_bytes, s_bytes, z_bytes, total) of one weight record of n_tile columns and a K-chunk of k_chunk
+    (group size gs): its codes, bf16 scales and uint8 zero points, and the record's size. Each section
+    starts on 64 bytes (the kernel's 512-bit loads), so total can exceed the sum of the three.
+    """
+    lay = record_layout(n_tile, k_chunk, gs)
+    return lay.q_bytes, lay.s_bytes, lay.z_bytes, lay.total
+
+
+def _operands(W_q, W_s, W_z, K, N, GS):
+    """Check mlir-air's int4 operands against K, N and GS (ConfigError naming the first broken rule) and
+    return the codes as uint8 [K, N]."""
+    check_dims(K=K, N=N)
+    check_group_size(K, GS)
+    for name, a, shape, dtype in (
+        ("W_q", W_q, (N, K // 2), np.uint8),
+        ("W_s", W_s, (K // GS, N), bfloat16),
+        ("W_z", W_z, (K // GS, N), np.uint8),
+    ):
+        if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype:
+            got = (
+                f"{a.dtype} {list(a.shape)}"
+                if isinstance(a, np.ndarray)
+                else type(a).__name__
+            )
+            raise ConfigError(
+                f"{name}: expected {np.dtype(dtype)} {list(shape)}, got {got}"
+            )
+    if (W_z > 15).any():
+        raise ConfigError(f"W_z: zero points are 4-bit (0..15), found {int(W_z.max())}")
+    s = W_s.astype(np.float32)
+    if not (np.isfinite(s) & (s > 0)).all():
+        raise ConfigError("W_s: scales must be finite and positive")
+    codes = np.empty((N, K), np.uint8)
+    codes[:, 0::2], codes[:, 1::2] = W_q & 0xF, W_q >> 4
+    return np.ascontiguousarray(codes.T)
+
+
+def pack_inputs(W_q, W_s, W_z, M, K, N, GS, N_TILE, K_CHUNK):
+    """The weight buffer of build_module's W argument, uint8 [N / N_TILE, K / K_CHUNK, record]: one record
+    (packed_tile_bytes) per N tile and K-chunk, the K-chunk fastest. From mlir-air's int4 operands:
+    W_q [N, K / 2] uint8, two 4-bit codes a byte along K (the even k in the low nibble), W_s [K / GS, N]
+    bfloat16 scales, W_z [K / GS, N] uint8 zero points; w[k, n] = (q - z) * s. M is not used (mlir-air's
+    signature). Build the module with tile_n = N_TILE and tile_k_l1 = K_CHUNK."""
+    codes = _operands(W_q, W_s, W_z, K, N, GS)
+    check_weight_tiling(K, N, GS, N_TILE, K_CHUNK)
+    return pack_records(codes, W_z, [W_s], None, GS, N_TILE, K_CHUNK, "awq")
+
+
+def cpu_reference(W_q, W_s, W_z, A):
+    """C [M, N] bfloat16 = A x dequant(W), in f32 and rounded once to bf16 (mlir-air's int4 reference):
+    dequant(W)[k, n] = (q[k, n] - z[k / GS, n]) * s[k / GS, n], GS = K / W_s.shape[0].
+    """
+    K = A.shape[1]
+    GS = K // W_s.shape[0]
+    codes = _operands(W_q, W_s, W_z, K, W_q.shape[0], GS).astype(np.float32)
+    groups = np.arange(K) // GS
+    w = (codes - W_z[groups].astype(np.float32)) * W_s[groups].astype(np.float32)
+    return (A.astype(np.float32) @ w).astype(bfloat16)
+
+
+def backend_options(cfg: GemmConfig) -> dict:
     """XRTBackend options for this design (the NPU compile and the emulator take the same)."""
     return dict(
         target_device="npu2",  # explicit: a failed device probe would silently build for npu1
@@ -409,7 +543,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg, _ = config_from_args(args, args.m, args.k, args.n, default_gs(args))
-        module = build_module(cfg)
+        module = build_module(**cfg.builder_args())
         return act(args, cfg, module, backend_options(cfg))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -114,22 +114,32 @@ def kernel_func(name, arg_types, obj):
 
 
 @module_builder
-def build_module(m, k=None, n=None, gs=128, tile_n=64, tile_k_l1=128, tile_k_l2=None):
-    """The AIR module, for plain integers (M, K, N, group size, the record's tile_n and tile_k_l1, the K
-    per L2 refill), or for a validated int4awq.design.gemv.GemvConfig passed as the only argument.
+def build_module(
+    m,
+    k,
+    n,
+    gs=128,
+    tile_n=64,
+    tile_k_l1=128,
+    tile_k_l2=None,
+    *,
+    weight_format="awq",
+    stack_size=None,
+):
+    """The AIR module of C[m, n] = A[m, k] x dequant(W)[k, n] for decode (1 to 32 rows): the record's tile_n
+    and tile_k_l1, the K per L2 refill (None: K), the record format and the core's stack (None: derived).
+    Every rule is checked first (GemvConfig); a broken one raises ConfigError naming it.
     """
-    cfg = (
-        m
-        if isinstance(m, GemvConfig)
-        else GemvConfig(
-            m=m,
-            k=k,
-            n=n,
-            gs=gs,
-            tile_n=tile_n,
-            tile_k_l1=tile_k_l1,
-            tile_k_l2=tile_k_l2,
-        )
+    cfg = GemvConfig(
+        m=m,
+        k=k,
+        n=n,
+        gs=gs,
+        tile_n=tile_n,
+        tile_k_l1=tile_k_l1,
+        tile_k_l2=tile_k_l2,
+        stack_size=stack_size,
+        format=weight_format,
     )
     m, k, n = cfg.m, cfg.k, cfg.n
     tn, tk1, tk2 = cfg.tile_n, cfg.tile_k_l1, cfg.tile_k_l2
@@ -353,7 +363,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg, _ = config_from_args(args, args.m, args.k, args.n, default_gs(args))
-        module = build_module(cfg)
+        module = build_module(**cfg.builder_args())
         return act(args, cfg, module, backend_options(cfg))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

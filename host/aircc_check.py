@@ -98,7 +98,7 @@ def _config_design(name: str, cfg) -> Design:
         import matmul_int4_packed as builder
     return Design(
         name,
-        lambda: builder.build_module(cfg),
+        lambda: builder.build_module(**cfg.builder_args()),
         builder.backend_options(cfg),
         ddr_bytes=cfg.ddr_bytes(),
         launch_iterations=(
@@ -123,6 +123,24 @@ def designs(all_configs: bool = False) -> list[Design]:
     ):
         name = " ".join(["make", target, *variables])
         out.append(_config_design(name, make_target_config(target, *variables)))
+    # mlir-air's int4 GEMM API: its consumers' tiles (16 x 16 x 128, herd 8 x 4, tile_k_l2 = K) with the
+    # segment walking two M blocks (m_per_segment, unproven on NPU2: docs/design.md#provenance)
+    from int4awq.design.design import DesignConfig
+
+    upstream_api = DesignConfig(
+        m=256,
+        k=256,
+        n=128,
+        gs=128,
+        tile_m=16,
+        tile_n=16,
+        tile_k_l1=128,
+        tile_k_l2=256,
+        herd_m=8,
+        herd_n=4,
+        m_per_segment=2,
+    )
+    out.append(_config_design("build_module(..., m_per_segment=2)", upstream_api))
     for fmt, gs in record.FORMAT_GS.items():
         cfg = gemv.default_config(1, 2048, 2048, gs, fmt)
         out.append(_config_design(f"make run_llama_decode FORMAT={fmt}", cfg))
@@ -143,7 +161,6 @@ def designs(all_configs: bool = False) -> list[Design]:
                 )
             )
     if all_configs:
-        from int4awq.design.design import DesignConfig
         from int4awq.design.sweep import TILE_OPTIONS, load_table
 
         for row in load_table():

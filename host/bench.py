@@ -223,7 +223,9 @@ def simulated_us(cfg) -> float:
     emulator_backend(cfg)  # the emulator's packages (air, aiesim) first on the path
     import aiesim
 
-    outdir = compile_design(cfg, builder_of(cfg).build_module(cfg), quiet=True)
+    outdir = compile_design(
+        cfg, builder_of(cfg).build_module(**cfg.builder_args()), quiet=True
+    )
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     _, sim = aiesim.simulate(text, None, costs=sim_costs.costs(cfg), run_kernels=False)
     return (sim_costs.seconds(sim) + model.FIXED_S) * 1e6

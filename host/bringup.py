@@ -506,7 +506,7 @@ def _compile(cfg, build_dir: str) -> None:
     builder = host_run.builder_of(cfg)
     compile_once(
         cfg,
-        lambda: builder.build_module(cfg),
+        lambda: builder.build_module(**cfg.builder_args()),
         builder.backend_options(cfg),
         build_dir,
     )
@@ -561,7 +561,7 @@ def step_repeated_dispatch(ladder: Ladder) -> Outcome:
         outs = run_compiled_each(build_dir, buffer_sets)
     else:
         invoke = host_run.emulator_backend(cfg).compile_and_load(
-            host_run.builder_of(cfg).build_module(cfg)
+            host_run.builder_of(cfg).build_module(**cfg.builder_args())
         )
         outs = [invoke(*bufs) for bufs in buffer_sets]
     lines, failed = [], []

@@ -551,7 +551,7 @@ def run_sim(
     route, with the kernel built on the host on its cores. trace: write the timeline there (Chrome /
     Perfetto JSON). A hang is a failed run (exit 1) with the simulator's report."""
     emulator_backend(cfg)  # the emulator's air package and the host kernel library
-    module = builder_of(cfg).build_module(cfg)
+    module = builder_of(cfg).build_module(**cfg.builder_args())
     outdir = compile_design(cfg, module, quiet)
     if outdir is None:
         raise ConfigError(
@@ -602,7 +602,7 @@ def run_emulator(
     backend = emulator_backend(cfg)
     from air.emu import EmulatorError
 
-    module = builder_of(cfg).build_module(cfg)
+    module = builder_of(cfg).build_module(**cfg.builder_args())
     if compile_first:
         compile_design(cfg, module, quiet)
     try:

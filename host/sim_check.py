@@ -73,7 +73,7 @@ def cases() -> list[Case]:
 
         return Case(
             name,
-            lambda: builder.build_module(cfg),
+            lambda: builder.build_module(**cfg.builder_args()),
             builder.backend_options(cfg),
             inputs,
             (2,),

@@ -244,7 +244,7 @@ def run1x1_case():
     os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
     _, outdir = compiler.compile_first(
         cfg.name,
-        str(builder.build_module(cfg)),
+        str(builder.build_module(**cfg.builder_args())),
         builder.backend_options(cfg),
         os.path.join(REPO, "build", "aircc-runs"),
     )

@@ -9,8 +9,10 @@ its kernel built for the host by g++ against the emulator's aie_api with the sam
 gives Peano, in a scratch directory (build/upstream/<case>). A case passes when the script prints PASS!
 (or, compile-only, finishes its compile). The documented failures are configurations mlir-air documents
 as failing on NPU2 (its kernel registry, programming_examples/kernel_registry/, and the examples' own
-notes): each must be refused here for the documented reason. Nothing of mlir-air or mlir-aie is copied into this repository:
-the sources are read from the given checkouts.
+notes): each must be refused here for the documented reason. The consumers are mlir-air's own users of its
+int4 GEMM example's API (llms/llama32_1b_int4), run unchanged on this project's builder
+(host/upstream_consumers.py). Nothing of mlir-air or mlir-aie is copied into this repository: the sources
+are read from the given checkouts.
 
 The last line is `upstream examples: P/T PASS, R/F documented failures rejected`; the exit code is 0 when
 every case that could run passed and every documented failure was rejected, 1 otherwise, 2 on bad input.
@@ -60,6 +62,9 @@ class Case:
         ""  # where the configuration comes from, and any change made for the emulator
     )
     env: dict = field(default_factory=dict)
+    ours: bool = (
+        False  # script is this checkout's (host/), given --air-src: a consumer of upstream's API
+    )
 
 
 INT4_GEMM = f"{EX}/matrix_multiplication/int4_awq/matmul_int4_packed.py"
@@ -520,6 +525,23 @@ CASES = (
         refused=r"per-PE L1 \(allocations \+ stack\) needs \d+ bytes, the limit is 65536",
         note="details/GEMM_bf16_in_bf16_out.md: at tile_m = 64 the drain needs 72 KB > 64 KB of L1",
     ),
+) + tuple(
+    # mlir-air's users of its int4 GEMM's API, run unchanged on this project's builder
+    # (host/upstream_consumers.py says what each runs and checks)
+    Case(
+        f"llama32_1b_int4 {consumer} on our matmul_int4_packed",
+        "host/upstream_consumers.py",
+        ("--consumer", consumer),
+        (),
+        note=f"llms/llama32_1b_int4: {what}",
+        ours=True,
+    )
+    for consumer, what in (
+        ("gemm_builder", "gemm_builder._build_int4_gemm_module, m_per_segment 2"),
+        ("awq_pack", "awq_pack.awq_pack_for_npu of a synthetic AutoAWQ layer"),
+        ("o_ffn", "o_ffn_int4_multi.py's calls, per GEMM (o, gate, up, down)"),
+        ("rms_gemms_rope", "rms_gemms_rope_int4_multi.py's calls, per GEMM (q, k, v)"),
+    )
 )
 
 
@@ -581,7 +603,8 @@ def run_case(
         err = build(k, roots, work)
         if err:
             return ("FAIL" if case.refused is None else "NOT REJECTED"), err
-    script = os.path.join(air_src, case.script)
+    script = os.path.join(REPO if case.ours else air_src, case.script)
+    args = (*case.args, "--air-src", air_src) if case.ours else case.args
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([EMULATOR_DIR, os.path.dirname(script), REPO]),
@@ -596,7 +619,7 @@ def run_case(
     t0 = time.monotonic()
     try:
         res = subprocess.run(
-            [sys.executable, script, *case.args],
+            [sys.executable, script, *args],
             cwd=work,
             env=env,
             capture_output=True,

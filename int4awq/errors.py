@@ -1,16 +1,20 @@
 # SPDX-License-Identifier: MIT
 """The one error type for bad input (the command line prints its message and exits 2), and the line a
-command prints when a Python dependency is missing. Imports nothing outside the standard library, so the
-entry points can use it before numpy is known to be importable."""
+command prints when a Python dependency is missing. Imports nothing outside the standard library (the
+example's int4_packed_record, whose error type this is, needs none either), so the entry points can use it
+before numpy is known to be importable."""
 
 import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if (
+    REPO not in sys.path
+):  # the example's modules (the builders, their rules) live at the checkout's root
+    sys.path.append(REPO)
 
-
-class ConfigError(ValueError):
-    """A shape, option, file or value the program cannot accept; the message says which rule failed."""
+# The example's error type: a rule of the builders and one of the tools fail alike (exit 2, one line).
+from int4_packed_record import ConfigError  # noqa: E402
 
 
 def not_found(what: str, name: str, path, listed: str, known: list[str]) -> ConfigError:

@@ -18,7 +18,7 @@
 // dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS; with a
 // min term (GGUF Q4_1, Q5_1, Q4_K, Q5_K) v[k, n] * s[g, n] + m[g, n]; with
 // byte codes (GGUF Q5_*, Q6_K, Q8_0, IQ4_*) v is any int8 the record holds
-// (the record formats: int4awq/kernel/record.py FORMAT_SPECS,
+// (the record formats: int4_packed_record.py FORMAT_SPECS,
 // kernels/Makefile).
 //
 // How a call works (docs/kernel.md has the byte-exact record and the buffer
@@ -296,7 +296,7 @@ static_assert(CODES8 || NF == 1 || SPAN_BYTES % 576 == 0,
 constexpr unsigned SPAN_WORDS = SPAN_STRIDE / 64;
 constexpr unsigned SPAN_PERIODS = SPAN_WORDS / 9, SPAN_TAIL = SPAN_WORDS % 9;
 
-// Packed record (see int4awq/kernel/record.py, which must agree), each section
+// Packed record (see int4_packed_record.py, which must agree), each section
 // starting on a 64-byte boundary:
 //   Q  nibble formats: the 4-bit codes in the image order of the W pair lines
 //      (PAIR_LINE nibbles per pair); byte codes: the image itself (PAIR_LINE
@@ -325,7 +325,7 @@ constexpr unsigned GROUP_WORDS = 2 * (MX_GROUP / 8) * 72 / 64; // 576 bytes
 static_assert(PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
 #endif
 
-// w_scratch (see int4awq/kernel/record.py, w_scratch_bytes): NP W pair lines
+// w_scratch (see int4_packed_record.py, w_scratch_bytes): NP W pair lines
 // (nibble formats), one A pair line, 256 bytes where the zero-point pattern is
 // staged (nibble formats), with MIN_TERM the row sums R of each span's two
 // 8-row blocks (bf16 hi then lo, 64 lanes each: 256 bytes per block).

@@ -799,3 +799,40 @@ def test_the_refill_loop_ping_pongs_its_buffer_as_aircc_does(variant):
     assert [e.factor for e in seg.entries] == [2]
     dec = _air_opt().air_decisions(str(module))
     assert dict(dec.doubled) == {(1, "memref<64xi32, 1 : i32>"): 1}
+
+
+def block_loop():
+    """A 2-trip segment loop holding two L2 buffers: `a_l2`, filled by a DMA and read by a herd, and
+    `c_l2`, written by the herd and sent out by a DMA (the shape of matmul_int4_packed's M-block loop,
+    m_per_segment = 2)."""
+
+    def seg(a, out):
+        a_l2 = AllocOp(memref([64], space=L2), [], [])
+        c_l2 = AllocOp(memref([64], space=L2), [], [])
+        for k in for_(0, 2):
+            dma_memcpy_nd(
+                a_l2, a, src_offsets=[scaled(k, 64)], src_sizes=[64], src_strides=[1]
+            )
+
+            @herd(name="h", sizes=[1, 1], operands=[a_l2, c_l2])
+            def hb(x, y, sx, sy, ah, ch):
+                b = AllocOp(memref([64], space=L1), [], [])
+                dma_memcpy_nd(b, ah)
+                dma_memcpy_nd(ch, b)
+
+            dma_memcpy_nd(
+                out, c_l2, dst_offsets=[scaled(k, 64)], dst_sizes=[64], dst_strides=[1]
+            )
+            yield_([])
+
+    return in_segment([memref([128]), memref([128])], seg)
+
+
+def test_each_l2_buffer_of_a_segment_loop_is_judged_alone_as_aircc_does():
+    # aircc isolates the segment's DMA loop nests before labelling (air-isolate-async-dma-loop-nests):
+    # the DMA-filled buffer is ping-ponged though the loop also holds one a herd writes first
+    module = block_loop()
+    [seg] = Program(module, Options(link=False), check=False).budget.segments
+    assert [e.factor for e in seg.entries] == [2, 1]
+    dec = _air_opt().air_decisions(str(module))
+    assert dict(dec.doubled) == {(1, "memref<64xi32, 1 : i32>"): 1}

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// Stands in for mlir-aie's aie_kernel_utils.h (the same name, found first on the
-// include path) in the host aie_api's profiling build of an upstream kernel
+// Stands in for mlir-aie's aie_kernel_utils.h (the same name, found first on
+// the include path) in the host aie_api's profiling build of an upstream kernel
 // (host/calibrate_kernels.py). Upstream's host branch makes every loop
-// annotation nothing, so a kernel's pipelined loops would count as straight-line
-// code; here a loop marked for the (post-)pipeliner opens a profiled loop scope,
-// as our kernel's KERNEL_MIN_ITERS does. The other annotations steer Peano only.
+// annotation nothing, so a kernel's pipelined loops would count as
+// straight-line code; here a loop marked for the (post-)pipeliner opens a
+// profiled loop scope, as our kernel's KERNEL_MIN_ITERS does. The other
+// annotations steer Peano only.
 #pragma once
 #include <aie_api/aie.hpp>
 

@@ -110,6 +110,22 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
         step = PES * tiles["tile_n"]
         return cls(m, k, -(-n // step) * step, gs, **tiles)
 
+    builder = "matvec_int4_packed"
+
+    def builder_args(self) -> dict:
+        """matvec_int4_packed.build_module's arguments for this configuration."""
+        return dict(
+            m=self.m,
+            k=self.k,
+            n=self.n,
+            gs=self.gs,
+            tile_n=self.tile_n,
+            tile_k_l1=self.tile_k_l1,
+            tile_k_l2=self.tile_k_l2,
+            weight_format=self.format,
+            stack_size=self.stack_size,
+        )
+
     # Derived sizes ---------------------------------------------------------------------------------
     @functools.cached_property
     def kernel(self) -> record.KernelObject:

@@ -25,33 +25,13 @@ from ml_dtypes import bfloat16
 from ..errors import ConfigError
 
 QMAX = 15
-# The one group-size rule (the kernel's, and so the host's, the checkpoint importer's and the design's):
-# its dequantisation converts two 8-deep K blocks per step, so a group holds whole 16-row steps.
-GS_MULTIPLE = 16
-GS_REASON = "the kernel's dequantisation converts two 8-deep K blocks per step"
-
-
-def check_dims(**dims: int) -> None:
-    """Every named dimension must be a positive int (no empty GEMMs)."""
-    for name, value in dims.items():
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, np.integer))
-            or value <= 0
-        ):
-            raise ConfigError(f"{name} = {value!r}: must be a positive integer")
-
-
-def check_group_size(k: int, gs: int) -> None:
-    check_dims(K=k, GS=gs)
-    if gs % GS_MULTIPLE:
-        raise ConfigError(
-            f"GS = {gs}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})"
-        )
-    if k % gs:
-        raise ConfigError(
-            f"K = {k} is not a multiple of GS = {gs}: groups must tile K exactly"
-        )
+# The one group-size rule and the dimension check are the kernel's, kept beside the builders
+from int4_packed_record import (
+    GS_MULTIPLE,
+    GS_REASON,
+    check_dims,
+    check_group_size,
+)  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -1,39 +1,24 @@
 # SPDX-License-Identifier: MIT
-"""The packed Q+S+Z weight record the AIE2P kernel reads, its packer and unpacker, and the kernel's rules.
+"""The tools' side of the packed Q+S+Z weight record the AIE2P kernel reads: each format's packer and
+unpacker, over the layout and rules of int4_packed_record.py (beside the builders; re-exported here).
 
 One record per (N-tile nt, K-chunk kc) holds everything a PE needs for one `gemm_int4_accumulate` call,
 so a single DMA brings it. L3 order: record (nt, kc) at byte offset (nt * (K // tile_k) + kc) * record_bytes.
-
-Inside a record (tile_n = TN, tile_k = TK, group size GS; every section starts on a 64-byte boundary):
-
-    groups held   G   = TK // GS if TK >= GS else 1   (a chunk inside a group carries that group's S, Z)
-    L   = pad64(144 * TK / 8)                          bytes of one W pair line in the kernel's scratch
-    Q   offset 0                      TN / 16 * L / 2 bytes   4-bit codes, two per byte
-    S   offset S_OFF = pad64(Q bytes)  G * TN bf16          s[g0 + j, n] at S_OFF + 2 * (j * TN + n)
-    Z   offset Z_OFF = S_OFF + pad64(2 * G * TN)          z[g0 + j, n] at Z_OFF + j * TN + n (uint8)
-    total = Z_OFF + pad64(G * TN)                          (g0 = first group of the chunk)
-
-Q is stored in the memory-image order of the kernel's W pair lines, one nibble per image byte: column pair
-p (columns 16p .. 16p + 15) owns nibbles p * L .. (p + 1) * L - 1; inside it K block kb of column block c
-(c = 0, 1: columns 16p + 8c ..) is the 72-byte bfp16ebs8 block vector number 2 * kb + c, whose block j
-(column n = 16p + 8c + j) is one exponent byte (nibble 0 here) and the 8 codes q[8kb + i, n], i = 0..7.
-So element (k, n) of the chunk is nibble
+The layout (int4_packed_record's module doc): Q in the memory-image order of the kernel's W pair lines, one
+nibble per image byte, so element (k, n) of the chunk is nibble
 
     i = (n // 16) * L + (2 * (k // 8) + (n // 8) % 2) * 72 + (n % 8) * 9 + 1 + k % 8,
 
-stored in byte i // 2, low nibble when i is even (aie_api's cast_to<uint4> order); all other nibbles are 0.
-The kernel unpacks 32 bytes to 64 image bytes and subtracts a zero-point word (123 at the exponent bytes, z at
-the mantissas), which writes exponent 133 (value = mantissa) and mantissas q - z: the bfp16 operand without
-any conversion (see w_scratch_bytes).
+stored in byte i // 2, low nibble when i is even (aie_api's cast_to<uint4> order), with all other nibbles 0;
+then S, (M,) Z, each on 64 bytes. The kernel unpacks 32 bytes to 64 image bytes and subtracts a zero-point
+word (123 at the exponent bytes, z at the mantissas), which writes exponent 133 (value = mantissa) and
+mantissas q - z: the bfp16 operand without any conversion (w_scratch_bytes).
 
 The other record formats (FORMAT_SPECS) change this layout in three ways: the scale parts (S holds P bf16
 parts per group and column, part by part: awq_f16 and the GGUF formats), a min term (an M section laid out as
 S, between S and Z: int4_min, int8_min), and byte codes (int8, int8_min: the Q section is the W pair lines'
 image itself, one byte per image byte with exponent byte 133, each fold span's part padded to 64 bytes,
 image_index; no Z). MXFP4's record is pack_mxfp4's, below (layout: int4awq/formats/mxfp4.py).
-
-The kernel's tile rules live here too (check_kernel_tiles), with the PE's L1 budget (l1_budget) and the
-name of the kernel object built for a configuration (KernelObject).
 """
 
 from __future__ import annotations
@@ -55,11 +40,51 @@ from ..formats.quant import (
     check_group_size,
 )
 
-ALIGN = (
-    64  # section alignment: AIE2P's 512-bit vector loads need 64-byte aligned addresses
+from int4_packed_record import (  # the example's rules, beside the builders
+    ALIGN,
+    BFP16_BLOCK_VECTOR_BYTES,
+    BFP16_EXPONENT_ONE,
+    BLOCK,
+    CORE_FRAME_BYTES,
+    FORMAT_SPECS,
+    FORMATS,
+    KERNEL_LIVE_BYTES,
+    KERNEL_NAME,
+    L1_BYTES,
+    MIN_TERM_LIVE_BYTES,
+    ROW_SUMS_BLOCK_BYTES,
+    SCALE_PART_LIVE_BYTES,
+    STACK_MAX,
+    STEM_TAGS,
+    W_SCRATCH_STAGE_BYTES,
+    KernelObject,
+    KernelSizes,
+    RecordFormat,
+    RecordLayout,
+    _chunk_groups,
+    _layout,
+    _pad,
+    _q_order,
+    check_chunk_and_group,
+    check_kernel_tiles,
+    check_record_tile,
+    check_stack_size,
+    check_weight_tiling,
+    fold_span,
+    format_record_bytes,
+    image_index,
+    kernel_stack_bytes,
+    l1_budget,
+    mxfp4_record_bytes,
+    pack_records,
+    q_nibble_index,
+    q_section_bytes,
+    record_bytes,
+    record_layout,
+    w_pair_line_bytes,
+    w_scratch_bytes,
 )
-BLOCK = 8  # mmul block edge (8x8x8 bf16 mmul)
-L1_BYTES = 64 * 1024  # data memory of one compute tile, stack included
+
 # What a default configuration leaves free of L1: the stack is an estimate from the kernel's live set
 # (KERNEL_LIVE_BYTES), not Peano's frame, so a default keeps this much room for it to be wrong. A
 # configuration given on the command line needs only to fit.
@@ -71,537 +96,16 @@ def leaves_default_spare(l1_total: int) -> bool:
     return l1_total <= L1_BYTES - DEFAULT_L1_SPARE
 
 
-# The stack a PE's core needs: what gemm_int4_accumulate keeps live at its busiest point (the 2x2 hot
-# loop and the scale folds that follow it), in bytes if every value spilled at once, plus the frame of the
-# core function aircc generates around the calls. The kernel keeps no arrays on the stack and nothing here
-# grows with the tile. Peano's real frames: `make -C kernels stack-report` (docs/kernel.md#building).
-KERNEL_LIVE_BYTES = {
-    "four 8x8 f32 mmul accumulators": 4 * 64 * 4,
-    "four bfp16ebs8 8x8 operands, a 1024-bit register each": 4 * 128,
-    "two block streams: pointer, 512-bit FIFO register, count": 2 * 80,
-    "two 64-lane bf16 scale vectors": 2 * 128,
-    "fold temporaries: accumulator, hi, lo, c": 256 + 128 + 128 + 256,
-}
-# Each further bf16 part of a scale (awq_f16: 2, the triples: 3) keeps two more 64-lane vectors live; a min
-# term as many again for its parts, plus the two row blocks' row sums (hi and lo each).
-SCALE_PART_LIVE_BYTES = 2 * 128
-MIN_TERM_LIVE_BYTES = 4 * 128
-# The AIR-generated core function's own frame: 960 B under LLVM 21 and 1216 B under LLVM 22 for mlir-air's
-# cores (mlir-air PR #1980, which raised aircc's default stack_size to 2048 for it).
-CORE_FRAME_BYTES = 1216
-KERNEL_NAME = "mv_int4_bf16"
+# Each format's usual group size: the default for seeded weights, and the group of its rows in the default
+# configuration table (int4awq.design.sweep): AWQ checkpoints' 128; GGUF's 32 (Q6_K's 16); the MX group, 32.
+FORMAT_GS = {f: {"awq": 128, "int8_triple": 16}.get(f, 32) for f in FORMATS}
+
 # The tiles a configuration search tries (int4awq.design.sweep for the GEMM, int4awq.design.gemv for the decode GEMV), and
 # so the tiles the kernel cost model's table covers (int4awq.design.kernel_cost).
 GEMM_TILES = (16, 32, 48, 64, 80, 96, 128)  # tile_m and tile_n
 GEMM_K_CHUNKS = (16, 32, 64, 128, 256)  # tile_k_l1
 GEMV_TILE_NS = (16, 32, 48, 64, 80, 96, 128)
 GEMV_TILE_KS = (32, 64, 128, 256, 512)
-
-
-def _pad(x: int) -> int:
-    return -(-x // ALIGN) * ALIGN
-
-
-# ------------------------------------------------------------------------------------------ kernel rules
-def check_record_tile(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> None:
-    """Raise ConfigError (naming the numbers) unless the kernel supports this record tile (both designs'
-    objects read the same record).
-
-    tile_n: a multiple of 16 (2x2 blocks of 8x8 mmul tiles; zero points read 16 columns at once).
-    tile_k (the K-chunk per call) and gs: multiples of 16 and one divides the other: a chunk holds whole
-    groups (tile_k % gs == 0; the scale is folded once per group) or a group spans whole chunks
-    (gs % tile_k == 0; folded once per chunk). With 4-bit codes a chunk holding several groups needs
-    gs % 32 == 0 (each group's part of a W pair line is then whole 576-byte periods of the zero-point
-    pattern); 8-bit codes pad each group's part to 64 bytes instead.
-    """
-    check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
-    if tile_n % 16:
-        raise ConfigError(
-            f"tile_n = {tile_n}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
-        )
-    if tile_k % GS_MULTIPLE:
-        raise ConfigError(
-            f"tile_k = {tile_k}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})"
-        )
-    check_group_size(gs, gs)  # the one GS rule (int4awq.formats.quant)
-    check_chunk_and_group(tile_k, gs)
-    if FORMAT_SPECS[fmt].codes != "e2m1":
-        # the kernel's static_assert (kernels/mv_int4_bf16.cc Z_WORDS) holds the byte-code formats, which
-        # have no zero points, to the same bound: one rule for every object of that source
-        zero_points = tile_k // min(tile_k, gs) * tile_n
-        staged = 2 * -(-zero_points // ALIGN) * ALIGN
-        line = w_pair_line_bytes(tile_k, fold_span(tile_k, gs, fmt))
-        if staged > line:
-            what = (
-                f"stages the record's {zero_points} zero points as bf16 ({staged} bytes)"
-                if FORMAT_SPECS[fmt].codes == "int4"
-                else f"asserts for every object of its source the room to stage {zero_points} zero points "
-                f"as bf16 ({staged} bytes)"
-            )
-            raise ConfigError(
-                f"tile_n = {tile_n}, tile_k = {tile_k}: the kernel {what} in its {line}-byte A line; use a "
-                "smaller tile_n or a larger tile_k"
-            )
-    if tile_k > gs and gs % 32 and FORMAT_SPECS[fmt].codes != "int8":
-        raise ConfigError(
-            f"tile_k = {tile_k}, gs = {gs}: a K-chunk holding several groups needs gs to be a multiple of "
-            f"32 (each group's part of the kernel's W lines must be whole 576-byte zero-point periods)"
-        )
-    if tile_n * tile_k * 2 > L1_BYTES:
-        raise ConfigError(
-            f"tile_n x tile_k = {tile_n} x {tile_k}: its W tile ({tile_n * tile_k * 2} bytes as bf16) is larger "
-            f"than a PE's {L1_BYTES} bytes of L1 (the kernel's static_assert)"
-        )
-
-
-def check_kernel_tiles(
-    tile_m: int,
-    tile_n: int,
-    tile_k: int,
-    gs: int,
-    stack: int | None = None,
-    fmt: str = "awq",
-) -> None:
-    """Raise ConfigError (naming the numbers) unless the GEMM kernel supports this tile configuration:
-    the record tile (check_record_tile), tile_m a multiple of 16, and the PE's 64 KiB L1 (l1_budget).
-    """
-    check_dims(tile_m=tile_m)
-    if tile_m % 16:
-        raise ConfigError(
-            f"tile_m = {tile_m}: must be a multiple of 16 (the kernel computes 2x2 blocks of 8x8 mmul tiles)"
-        )
-    check_record_tile(tile_n, tile_k, gs, fmt)
-    budget = l1_budget(tile_m, tile_n, tile_k, gs, check=False, stack=stack, fmt=fmt)
-    if budget["total"] > L1_BYTES:
-        parts = ", ".join(f"{k} {v}" for k, v in budget.items() if k != "total")
-        raise ConfigError(
-            f"tile_m x tile_n x tile_k = {tile_m} x {tile_n} x {tile_k} (gs {gs}) needs {budget['total']} bytes of L1 "
-            f"({parts}), more than the {L1_BYTES} a PE has; use a smaller tile_k or tile"
-        )
-
-
-def check_weight_tiling(k: int, n: int, gs: int, tile_n: int, tile_k: int) -> None:
-    """K and N must be whole numbers of K-chunks and N-tiles; groups must align with chunks. The weight's
-    own K, N and gs are a validated weight's (int4awq.formats), so only the tiles are checked.
-    """
-    check_dims(tile_n=tile_n, tile_k=tile_k)
-    if n % tile_n:
-        raise ConfigError(f"N = {n} is not a multiple of tile_n = {tile_n}")
-    if k % tile_k:
-        raise ConfigError(f"K = {k} is not a multiple of tile_k = {tile_k}")
-    check_chunk_and_group(tile_k, gs)
-
-
-def check_chunk_and_group(tile_k: int, gs: int) -> None:
-    """A K-chunk holds whole groups (the scale is folded once per group), or a group spans whole K-chunks
-    (folded once per chunk)."""
-    if tile_k % gs and gs % tile_k:
-        raise ConfigError(
-            f"tile_k = {tile_k} and gs = {gs}: one must divide the other (a K-chunk holds whole groups, "
-            f"or a group spans whole K-chunks)"
-        )
-
-
-# A stack over the first 16 KiB bank compiles only where aiecc's bank-aware placement fails and places
-# the buffers after the stack instead; where it succeeds it puts buffers at 0x4000, over the stack
-# (docs/design.md): the product keeps to one bank.
-STACK_MAX = 16 * 1024
-
-
-def check_stack_size(stack_size: int | None) -> None:
-    """A stack_size override: at least 1 KiB (the toolchains' default), 16-byte aligned, and within the
-    first 16 KiB bank of L1, where aiecc keeps it."""
-    if stack_size is not None and (
-        stack_size < 1024 or stack_size % 16 or stack_size > STACK_MAX
-    ):
-        raise ConfigError(
-            f"stack_size = {stack_size}: must be a multiple of 16, at least 1024 bytes and at most "
-            f"{STACK_MAX} (beyond one bank aiecc may place buffers from 0x4000, over the stack)"
-        )
-
-
-# ------------------------------------------------------------------------------------------ record layout
-@dataclass(frozen=True)
-class RecordFormat:
-    """What a record format holds (kernels/Makefile FORMAT): its codes ("int4" nibbles with zero points,
-    "int8" the W lines' image bytes, "e2m1" MXFP4's), the bf16 parts per scale, and a min term.
-    """
-
-    codes: str
-    scale_parts: int = 1
-    min_term: bool = False
-
-
-# The record formats the kernel has entries for: "awq" (q, z, bf16 s), "awq_f16" (q, z, s as an exact bf16
-# pair: fp16 scales, GGUF Q4_0), "int4_min" (q, z = 0, s and a min term m as exact pairs: GGUF Q4_1, Q4_K),
-# "int8" (8-bit codes v, s as an exact pair: GGUF Q5_0, Q8_0, IQ4_NL, IQ4_XS), "int8_triple" (the same, s as
-# an exact triple: GGUF Q6_K), "int8_min" (8-bit codes with a min term, pairs: GGUF Q5_1, Q5_K) and "mxfp4"
-# (E2M1 codes, E8M0 per 32 along K); "int4_min_bf16" and "int8_min_bf16" are the K-quants' fast mode: one
-# bf16 per scale and per min term, rounded to nearest (gguf_quants.BlockIntWeights.with_bf16_scales), as
-# AWQ's default rounds fp16 scales. A pair split with round to nearest holds 17 significant bits
-# (quant.bf16_parts): every fp16 (Q5_0, Q8_0, IQ4_NL: 11), every K-quant product d * sc_j of 6-bit sc_j,
-# and IQ4_XS's d * (ls_j - 32) (11 + 5); Q6_K's d * sc_j with an 8-bit sc_j can take 18, so it alone takes
-# three parts, one more bf16 multiply-add per fold.
-FORMAT_SPECS = {
-    "awq": RecordFormat("int4"),
-    "awq_f16": RecordFormat("int4", 2),
-    "int4_min": RecordFormat("int4", 2, True),
-    "int4_min_bf16": RecordFormat("int4", 1, True),
-    "int8": RecordFormat("int8", 2),
-    "int8_triple": RecordFormat("int8", 3),
-    "int8_min": RecordFormat("int8", 2, True),
-    "int8_min_bf16": RecordFormat("int8", 1, True),
-    "mxfp4": RecordFormat("e2m1"),
-}
-FORMATS = tuple(FORMAT_SPECS)
-# Each format's usual group size: the default for seeded weights, and the group of its rows in the default
-# configuration table (int4awq.design.sweep): AWQ checkpoints' 128; GGUF's 32 (Q6_K's 16); the MX group, 32.
-FORMAT_GS = {f: {"awq": 128, "int8_triple": 16}.get(f, 32) for f in FORMATS}
-
-
-def fold_span(tile_k: int, gs: int, fmt: str = "awq") -> int:
-    """K covered by one fold of the kernel: a group, or the K-chunk when a group spans chunks (MXFP4: the
-    chunk, it has no fold)."""
-    return tile_k if fmt == "mxfp4" else min(tile_k, gs)
-
-
-@dataclass(frozen=True)
-class RecordLayout:
-    tile_n: int
-    tile_k: int
-    gs: int
-    groups: int  # groups whose S (M, Z) the record holds
-    q_offset: int
-    q_bytes: int
-    s_offset: int
-    s_bytes: int  # used bytes (section padded to 64)
-    m_offset: int
-    m_bytes: int
-    z_offset: int
-    z_bytes: int
-    total: int
-
-
-def record_layout(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> RecordLayout:
-    """A record's sections for format fmt (not mxfp4, mxfp4_record_bytes): Q, then S (the scale parts, part
-    by part, each groups x tile_n bf16), M (the min term's parts, laid out as S; min formats only), Z
-    (groups x tile_n uint8; 4-bit codes only), each starting on 64 bytes. Checks its numbers (an edge);
-    a validated KernelObject takes _layout directly."""
-    check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
-    if tile_n % 16 or tile_k % 16:
-        raise ConfigError(
-            f"tile_n = {tile_n}, tile_k = {tile_k}: both must be multiples of 16"
-        )
-    if tile_k % gs and gs % tile_k:
-        raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
-    return _layout(tile_n, tile_k, gs, fmt)
-
-
-def _layout(tile_n: int, tile_k: int, gs: int, fmt: str) -> RecordLayout:
-    """record_layout's arithmetic, for numbers already checked."""
-    spec = FORMAT_SPECS[fmt]
-    groups = tile_k // gs if tile_k >= gs else 1
-    q_bytes = q_section_bytes(
-        tile_n, tile_k, fold_span(tile_k, gs, fmt), spec.codes == "int8"
-    )
-    s_off = _pad(q_bytes)
-    s_bytes = 2 * groups * tile_n * spec.scale_parts
-    m_off = s_off + _pad(s_bytes)
-    m_bytes = s_bytes if spec.min_term else 0
-    z_off = m_off + _pad(m_bytes)
-    z_bytes = 0 if spec.codes == "int8" else groups * tile_n
-    return RecordLayout(
-        tile_n=tile_n,
-        tile_k=tile_k,
-        gs=gs,
-        groups=groups,
-        q_offset=0,
-        q_bytes=q_bytes,
-        s_offset=s_off,
-        s_bytes=s_bytes,
-        m_offset=m_off,
-        m_bytes=m_bytes,
-        z_offset=z_off,
-        z_bytes=z_bytes,
-        total=z_off + _pad(z_bytes),
-    )
-
-
-def record_bytes(tile_n: int, tile_k: int, gs: int) -> int:
-    """Bytes of one packed AWQ record (a multiple of 64)."""
-    return record_layout(tile_n, tile_k, gs).total
-
-
-def q_section_bytes(
-    tile_n: int, tile_k: int, span: int | None = None, codes8: bool = False
-) -> int:
-    """Bytes of a record's codes: one nibble (codes8: one byte) per byte of the W pair lines' image."""
-    line = tile_n // 16 * w_pair_line_bytes(tile_k, span)
-    return line if codes8 else line // 2
-
-
-def mxfp4_record_bytes(tile_n: int, tile_k: int) -> int:
-    """Bytes of one packed MXFP4 record (pack_mxfp4): the codes in the W pair lines' image order, then
-    a bf16 exponent carrier per 32-value group and column; a multiple of 64."""
-    return _pad(q_section_bytes(tile_n, tile_k)) + _pad(2 * (tile_k // 32) * tile_n)
-
-
-def format_record_bytes(fmt: str, tile_n: int, tile_k: int, gs: int) -> int:
-    """Bytes of the record a format's accumulate entry reads, for a record tile check_record_tile accepted
-    (a KernelObject's, a validated configuration's)."""
-    if fmt == "mxfp4":
-        return mxfp4_record_bytes(tile_n, tile_k)
-    return _layout(tile_n, tile_k, gs, fmt).total
-
-
-BFP16_BLOCK_VECTOR_BYTES = (
-    72  # aie::block_vector<bfp16ebs8, 64>: 8 blocks of (exponent byte, 8 mantissas)
-)
-BFP16_EXPONENT_ONE = (
-    133  # the block exponent byte of value = mantissa (value = m * 2^(E - 133))
-)
-
-
-W_SCRATCH_STAGE_BYTES = (
-    256  # where the kernel stages three block vectors of zero points
-)
-ROW_SUMS_BLOCK_BYTES = (
-    256  # one span's row sums of one 8-row block: bf16 hi, lo, 64 lanes each
-)
-
-
-def w_pair_line_bytes(tile_k: int, span: int | None = None) -> int:
-    """One pair line of the kernel's scratch: the block vectors of two 8-column (or 8-row) blocks interleaved
-    along K, 2 * tile_k / 8 block vectors of 72 bytes, each fold span's part (span: the fold span, default
-    tile_k) starting on 64 bytes. With 4-bit codes a span of a multi-span chunk is whole 576-byte periods,
-    so the line is 18 * tile_k padded to 64 bytes."""
-    span = tile_k if span is None else span
-    return tile_k // span * _pad(2 * (span // 8) * BFP16_BLOCK_VECTOR_BYTES)
-
-
-def w_scratch_bytes(
-    tile_n: int, tile_k: int, gs: int | None = None, fmt: str = "awq"
-) -> int:
-    """Bytes of the kernel's private scratch (w_scratch, u8: the kernel stores bfp16ebs8 blocks in it).
-
-    4-bit codes: tile_n / 16 pair lines of dequantised W (one per pair of 8-column blocks, their bfp16ebs8
-    block vectors interleaved along K), one pair line of A (the two 8-row blocks being swept, interleaved
-    likewise) and 256 bytes where the zero-point pattern is staged: (tile_n / 16 + 1) * pad64(18 * tile_k)
-    + 256 bytes. 8-bit codes: the A line only (the streams read W from the record). A min term adds each
-    fold span's row sums of two 8-row blocks (256 bytes each). Independent of tile_m.
-    """
-    spec = FORMAT_SPECS[fmt]
-    span = fold_span(tile_k, tile_k if gs is None else gs, fmt)
-    line = w_pair_line_bytes(tile_k, span)
-    if spec.codes == "int8":
-        need = line
-    else:
-        need = (tile_n // 16 + 1) * line + W_SCRATCH_STAGE_BYTES
-    if spec.min_term:
-        need += 2 * (tile_k // span) * ROW_SUMS_BLOCK_BYTES
-    return need
-
-
-def kernel_stack_bytes(fmt: str = "awq") -> int:
-    """The design's default stack_size (bytes): the kernel's live set spilled whole plus the core's frame
-    (KERNEL_LIVE_BYTES, CORE_FRAME_BYTES), rounded up to 1 KiB. An upper bound derived from the source,
-    NOT measured with Peano here; the same for every tile of a format."""
-    spec = FORMAT_SPECS[fmt]
-    need = sum(KERNEL_LIVE_BYTES.values()) + CORE_FRAME_BYTES
-    need += (spec.scale_parts - 1) * SCALE_PART_LIVE_BYTES
-    if spec.min_term:
-        need += spec.scale_parts * SCALE_PART_LIVE_BYTES + MIN_TERM_LIVE_BYTES
-    return -(-need // 1024) * 1024
-
-
-def l1_budget(
-    tile_m: int,
-    tile_n: int,
-    tile_k: int,
-    gs: int,
-    check: bool = True,
-    stack: int | None = None,
-    fmt: str = "awq",
-) -> dict[str, int]:
-    """Bytes of L1 one PE needs: the design's buffers (ping-pong ones twice) plus the stack (stack_size,
-    by default kernel_stack_bytes()); the record is the format's."""
-    if check:
-        check_kernel_tiles(tile_m, tile_n, tile_k, gs, stack, fmt)
-    budget = {
-        "c_acc": 4
-        * tile_m
-        * tile_n,  # f32; the drain writes bf16 C into its first half
-        "a_tile_x2": 2 * 2 * tile_m * tile_k,
-        "w_record_x2": 2 * format_record_bytes(fmt, tile_n, tile_k, gs),
-        "w_scratch": w_scratch_bytes(tile_n, tile_k, gs, fmt),
-        "stack": kernel_stack_bytes(fmt) if stack is None else stack,
-    }
-    budget["total"] = sum(budget.values())
-    return budget
-
-
-# The format's tag in a kernel object's name (kernels/Makefile PREFIX).
-STEM_TAGS = {
-    "awq": "",
-    "awq_f16": "_f16s",
-    "int4_min": "_i4m",
-    "int4_min_bf16": "_i4mb",
-    "int8": "_i8",
-    "int8_triple": "_i8t",
-    "int8_min": "_i8m",
-    "int8_min_bf16": "_i8mb",
-    "mxfp4": "_mxfp4",
-}
-
-
-@dataclass(frozen=True)
-class KernelObject:
-    """One build of kernels/mv_int4_bf16.cc: the GEMM's entries for a tile (tile_m given) or the GEMV's for
-    a record tile (kernels/Makefile ENTRIES=gemm|gemv): each design links only the entries it calls.
-    """
-
-    entries: str  # "gemm" or "gemv"
-    tile_n: int
-    tile_k: int
-    gs: int
-    tile_m: int | None = (
-        None  # the GEMM's tile rows; the GEMV's entries take the rows at run time
-    )
-    rounding: str = (
-        "conv_even"  # the accumulate entries' mode; "floor" only for host/bringup.py's probe
-    )
-    format: str = "awq"  # one of FORMATS (mxfp4: gs is 32)
-
-    def __post_init__(self):
-        if self.rounding not in ("conv_even", "floor"):
-            raise ConfigError(f"kernel rounding {self.rounding!r}: conv_even or floor")
-        if self.format not in FORMATS:
-            raise ConfigError(
-                f"weight format {self.format!r}: one of {', '.join(FORMATS)}"
-            )
-        if self.format == "mxfp4" and self.gs != 32:
-            raise ConfigError(f"MXFP4 groups are 32 values along K, not {self.gs}")
-        if self.format == "mxfp4" and self.tile_k % 32:
-            raise ConfigError(
-                f"MXFP4: tile_k_l1 = {self.tile_k} must be a multiple of 32 (whole MX groups per record)"
-            )
-        # a KernelObject is a validated record tile: what derives from it (record_bytes) trusts it
-        check_record_tile(self.tile_n, self.tile_k, self.gs, self.format)
-
-    @property
-    def stem(self) -> str:
-        prefix = KERNEL_NAME + STEM_TAGS[self.format]
-        gs = "" if self.format == "mxfp4" else f"_gs{self.gs}"
-        if self.entries == "gemm":
-            stem = f"{prefix}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}{gs}"
-        else:
-            stem = f"{prefix}_gemv_n{self.tile_n}_k{self.tile_k}{gs}"
-        return stem if self.rounding == "conv_even" else f"{stem}_rfloor"
-
-    @property
-    def record_bytes(self) -> int:
-        """Bytes of the record the accumulate entry reads."""
-        return format_record_bytes(self.format, self.tile_n, self.tile_k, self.gs)
-
-    def lib_name(self, host: bool = False) -> str:
-        """<stem>.o (Peano) or <stem>.so (host)."""
-        return self.stem + (".so" if host else ".o")
-
-    def make_args(self) -> list[str]:
-        """The variables of `make -C kernels <target>` for this object."""
-        dims = [f"ENTRIES={self.entries}"]
-        if self.entries == "gemm":
-            dims.append(f"DIM_M={self.tile_m}")
-        dims += [
-            f"DIM_N={self.tile_n}",
-            f"DIM_K_CHUNK={self.tile_k}",
-            f"DIM_GS={self.gs}",
-        ]
-        if self.format != "awq":
-            dims.append(f"FORMAT={self.format}")
-        if self.rounding != "conv_even":
-            dims.append(f"ROUNDING={self.rounding}")
-        return dims
-
-
-# ------------------------------------------------------------------------------------------ pack / unpack
-class KernelSizes:
-    """What a design configuration (design.DesignConfig, gemv.GemvConfig) derives from its kernel tiles:
-    needs tile_n, tile_k_l1, gs, stack_size (None: the derived stack) and `kernel`, its KernelObject.
-    """
-
-    @property
-    def record_bytes(self) -> int:
-        return self.kernel.record_bytes
-
-    @property
-    def scratch_bytes(self) -> int:
-        return w_scratch_bytes(self.tile_n, self.tile_k_l1, self.gs, self.kernel.format)
-
-    @property
-    def stack_bytes(self) -> int:
-        return (
-            kernel_stack_bytes(self.kernel.format)
-            if self.stack_size is None
-            else self.stack_size
-        )
-
-    @property
-    def kernel_object(self) -> str:
-        """The object the design links (link_with)."""
-        return self.kernel.lib_name()
-
-
-def _chunk_groups(k: int, gs: int, tile_k: int) -> np.ndarray:
-    """[K//tile_k, groups-per-record] indices of the groups whose S, Z each record carries."""
-    kc = k // tile_k
-    if tile_k >= gs:
-        per = tile_k // gs
-        return np.arange(kc * per).reshape(kc, per)
-    return ((np.arange(kc) * tile_k) // gs).reshape(kc, 1)
-
-
-def image_index(tile_n: int, tile_k: int, span: int | None = None) -> np.ndarray:
-    """int64 [TK, TN]: the byte of the W pair lines' image (tile_n / 16 lines of w_pair_line_bytes) that holds
-    element (k, n) of a chunk (module doc); span: the fold span, each span's part starting on 64 bytes.
-    """
-    span = tile_k if span is None else span
-    k = np.arange(tile_k)[:, None]
-    n = np.arange(tile_n)[None, :]
-    kk = k % span
-    return (
-        (n // 16) * w_pair_line_bytes(tile_k, span)
-        + (k // span) * _pad(2 * (span // BLOCK) * BFP16_BLOCK_VECTOR_BYTES)
-        + (2 * (kk // BLOCK) + (n // BLOCK) % 2) * BFP16_BLOCK_VECTOR_BYTES
-        + (n % BLOCK) * 9
-        + 1
-        + kk % BLOCK
-    )
-
-
-def q_nibble_index(tile_n: int, tile_k: int) -> np.ndarray:
-    """int64 [TK, TN]: the Q nibble that holds element (k, n) of a chunk (module doc): 4-bit codes' spans
-    are whole 576-byte periods, so one span of tile_k gives the same index for every fold span.
-    """
-    return image_index(tile_n, tile_k)
-
-
-def _q_order(
-    q: np.ndarray,
-    tile_n: int,
-    tile_k: int,
-    q_nibbles: int,
-    fill: int = 0,
-    index: np.ndarray | None = None,
-) -> np.ndarray:
-    """q [K, N] -> [NT, KC, q_nibbles] codes in record order (index: image_index, default the nibble
-    order; `fill` where no element lives)."""
-    k, n = q.shape
-    kc, nt = k // tile_k, n // tile_n
-    tiles = q.reshape(kc, tile_k, nt, tile_n).transpose(2, 0, 1, 3)  # [NT, KC, TK, TN]
-    out = np.full((nt, kc, q_nibbles), fill, dtype=np.uint8)
-    out[:, :, q_nibble_index(tile_n, tile_k) if index is None else index] = tiles
-    return out
 
 
 def pack_weights(
@@ -623,61 +127,6 @@ def pack_weights(
     if fmt == "awq_f16":
         parts.append(np.zeros_like(w.s) if w.s_lo is None else w.s_lo)
     return pack_records(w.q, w.z, parts, None, w.gs, tile_n, tile_k, fmt)
-
-
-def pack_records(
-    codes: np.ndarray,
-    z: np.ndarray | None,
-    s_parts: list[np.ndarray],
-    m_parts: list[np.ndarray] | None,
-    gs: int,
-    tile_n: int,
-    tile_k: int,
-    fmt: str,
-) -> np.ndarray:
-    """uint8 [N // tile_n, K // tile_k, record_bytes] records of format fmt (not mxfp4) from validated
-    operands: codes [K, N] (uint8 0..15 for 4-bit formats, int8 for 8-bit ones), z [K / gs, N] uint8 (4-bit
-    formats), the scale's and the min term's bf16 parts, each [K / gs, N], as many as the format holds.
-    """
-    spec = FORMAT_SPECS[fmt]
-    k, n = codes.shape
-    check_weight_tiling(k, n, gs, tile_n, tile_k)
-    lay = record_layout(tile_n, tile_k, gs, fmt)
-    nt, kc = n // tile_n, k // tile_k
-    out = np.zeros((nt, kc, lay.total), dtype=np.uint8)
-    if spec.codes == "int8":
-        index = image_index(tile_n, tile_k, fold_span(tile_k, gs, fmt))
-        image = _q_order(codes.view(np.uint8), tile_n, tile_k, lay.q_bytes, index=index)
-        # every block's exponent byte (the byte before its 8 mantissas) is 133: value = mantissa
-        image[:, :, index[::BLOCK] - 1] = BFP16_EXPONENT_ONE
-        out[:, :, : lay.q_bytes] = image
-    else:
-        nib = _q_order(codes, tile_n, tile_k, 2 * lay.q_bytes)
-        out[:, :, : lay.q_bytes] = nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)
-
-    g = _chunk_groups(k, gs, tile_k)  # [KC, G]
-
-    def per_record(x: np.ndarray) -> np.ndarray:  # [groups, N] -> [NT, KC, G * TN]
-        sel = x[g]  # [KC, G, N]
-        return (
-            sel.reshape(kc, lay.groups, nt, tile_n)
-            .transpose(2, 0, 1, 3)
-            .reshape(nt, kc, lay.groups * tile_n)
-        )
-
-    sections = [(lay.s_offset, lay.s_bytes, s_parts)]
-    if spec.min_term:
-        sections.append((lay.m_offset, lay.m_bytes, m_parts))
-    for offset, size, parts in sections:
-        if len(parts) != spec.scale_parts:
-            raise ConfigError(
-                f"format {fmt} holds {spec.scale_parts} bf16 parts per term, not {len(parts)}"
-            )
-        part = np.ascontiguousarray(np.concatenate([per_record(h) for h in parts], 2))
-        out[:, :, offset : offset + size] = part.view(np.uint8)  # bf16 little-endian
-    if spec.codes != "int8":
-        out[:, :, lay.z_offset : lay.z_offset + lay.z_bytes] = per_record(z)
-    return out
 
 
 def unpack_weights(

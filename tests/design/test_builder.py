@@ -49,7 +49,7 @@ def test_build_module_takes_upstreams_integers():
         herd_m=2,
         herd_n=2,
     )
-    assert by_ints == str(builder.build_module(cfg))
+    assert by_ints == str(builder.build_module(**cfg.builder_args()))
     assert "memref<64x256xbf16>" in by_ints and "air.herd @herd_0" in by_ints
 
 
@@ -124,3 +124,136 @@ def test_each_builder_run_as_a_script_prints_its_module_without_mlir_air():
             "project's Python dependencies: run `make deps` and the script with .venv/bin/python (README, "
             "'Prerequisites')"
         ]
+
+
+# ------------------------------------------------------------------------ mlir-air's int4 GEMM host API
+def upstream_operands(seed, m, k, n, gs):
+    """mlir-air's int4 GEMM operands as its main() makes them: W_q [N, K/2] (the even k in the low nibble),
+    W_s [K/GS, N] bf16, W_z [K/GS, N] u8, A [M, K] bf16; and the codes [N, K] they pack.
+    """
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 16, (n, k), np.uint8)
+    w_q = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    w_s = rng.uniform(0.005, 0.02, (k // gs, n)).astype(bfloat16)
+    w_z = rng.integers(7, 9, (k // gs, n)).astype(np.uint8)
+    a = rng.standard_normal((m, k)).astype(bfloat16)
+    return w_q, w_s, w_z, a, codes
+
+
+def test_packed_tile_bytes_are_the_sections_of_one_record():
+    # tile_n 16, K-chunk 128, GS 128: half of one W pair line of pad64(144 * 128 / 8) = 2304 image bytes in
+    # nibbles, 16 bf16 scales, 16 zero points, each section starting on 64 bytes
+    assert builder.packed_tile_bytes(16, 128, 128) == (1152, 32, 16, 1152 + 64 + 64)
+
+
+def test_pack_inputs_holds_every_code_scale_and_zero_point():
+    from int4awq.kernel.record import unpack_weights
+
+    k, n, gs = 256, 32, 64
+    w_q, w_s, w_z, _, codes = upstream_operands(1, 16, k, n, gs)
+    packed = builder.pack_inputs(w_q, w_s, w_z, 16, k, n, gs, 16, 128)
+    assert packed.shape == (
+        n // 16,
+        k // 128,
+        builder.packed_tile_bytes(16, 128, gs)[3],
+    )
+    back = unpack_weights(
+        packed, k, n, gs, 16, 128
+    )  # the record's own unpacker, an exact inverse
+    assert (back.q == codes.T).all() and (back.z == w_z).all()
+    assert (back.s.view("u2") == w_s.view("u2")).all()
+
+
+def test_cpu_reference_is_the_f32_product_rounded_once_to_bf16():
+    import numpy as np
+
+    k, n, gs = 32, 16, 16
+    w_q, w_s, w_z, a, codes = upstream_operands(2, 3, k, n, gs)
+    want = np.zeros((3, n), np.float64)
+    for i in range(3):
+        for j in range(n):
+            for kk in range(k):
+                g = kk // gs
+                w = (int(codes[j, kk]) - int(w_z[g, j])) * float(w_s[g, j])
+                want[i, j] += float(a[i, kk]) * w
+    got = builder.cpu_reference(w_q, w_s, w_z, a).astype(np.float64)
+    # one rounding to bf16 of an f32 sum: within half a bf16 step (2^-8 relative) of the exact sum
+    assert np.allclose(got, want, rtol=2**-8, atol=1e-6)
+
+
+def test_pack_inputs_names_the_operand_that_is_wrong():
+    import numpy as np
+    import pytest
+
+    w_q, w_s, w_z, _, _ = upstream_operands(3, 16, 128, 16, 128)
+    with pytest.raises(
+        builder.ConfigError, match=r"^W_s: expected bfloat16 \[1, 16\], got float32"
+    ):
+        builder.pack_inputs(w_q, w_s.astype(np.float32), w_z, 16, 128, 16, 128, 16, 128)
+    w_z[0, 0] = 16
+    with pytest.raises(builder.ConfigError, match="zero points are 4-bit"):
+        builder.pack_inputs(w_q, w_s, w_z, 16, 128, 16, 128, 16, 128)
+
+
+def test_m_per_segment_walks_m_blocks_inside_the_segment():
+    import pytest
+
+    from int4_packed_record import GemmConfig
+
+    args = (256, 256, 128, 128, 16, 256, 128, 16, 8, 4)
+    one, two = (builder.build_module(*args, mps) for mps in (1, 2))
+    assert str(one).count("scf.for") + 1 == str(two).count("scf.for")
+    cfg = GemmConfig(*args[:4], 16, 16, 128, 256, 8, 4, m_per_segment=2)
+    assert cfg.launch_grid == (1, 2)
+    with pytest.raises(
+        builder.ConfigError, match="2 M blocks is not a multiple of m_per_segment = 4"
+    ):
+        builder.build_module(*args, 4)
+
+
+def test_upstreams_operands_run_through_the_module_on_the_emulator():
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from host.run import emulator_backend
+
+    m, k, n, gs = 128, 256, 128, 128
+    cfg = DesignConfig(
+        m=m,
+        k=k,
+        n=n,
+        gs=gs,
+        tile_m=16,
+        tile_n=16,
+        tile_k_l1=128,
+        tile_k_l2=k,
+        herd_m=2,
+        herd_n=4,
+        m_per_segment=2,
+    )
+    w_q, w_s, w_z, a, _ = upstream_operands(4, m, k, n, gs)
+    packed = builder.pack_inputs(w_q, w_s, w_z, m, k, n, gs, 16, 128)
+    invoke = emulator_backend(cfg).compile_and_load(
+        builder.build_module(m, k, n, gs, 16, k, 128, 16, 2, 4, m_per_segment=2)
+    )
+    c = np.asarray(invoke(a, packed, np.zeros((m, n), bfloat16))[2]).reshape(m, n)
+    ref = builder.cpu_reference(w_q, w_s, w_z, a).astype(np.float32)
+    # the kernel rounds A to bfp16 blocks (8-bit mantissas): within 1 % of the largest output
+    assert np.abs(c.astype(np.float32) - ref).max() <= 0.01 * np.abs(ref).max()
+
+
+def test_importing_the_builder_loads_nothing_of_the_tools():
+    import subprocess
+
+    code = (
+        "import sys; sys.path[:0] = ['emulator', '.']; import matmul_int4_packed; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'int4awq', 'host'}))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

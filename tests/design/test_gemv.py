@@ -102,7 +102,7 @@ def run_design(cfg, a, w):
 
     os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
     backend = XRTBackend(**backend_options(cfg))
-    invoke = backend.compile_and_load(build_module(cfg))
+    invoke = backend.compile_and_load(build_module(**cfg.builder_args()))
     _, _, c = invoke(
         a,
         record.pack_weights(w, cfg.tile_n, cfg.tile_k_l1),

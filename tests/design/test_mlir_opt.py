@@ -170,7 +170,7 @@ def assert_verifies(module):
 def test_the_design_of_every_make_target_verifies(target):
     from matmul_int4_packed import build_module
 
-    module = build_module(target_config(target))
+    module = build_module(**target_config(target).builder_args())
     text = assert_verifies(module)
     assert text.startswith('"builtin.module"() ({')
     for piece in (

@@ -161,3 +161,58 @@ def test_each_case_is_compared_with_aircc_s_passes(tmp_path, monkeypatch):
     assert verdict.startswith(
         "aircc DISAGREES: ping-pong: aircc {'L1 memref<1024xi32, 2 : i32>': 1}"
     )
+
+
+def test_a_consumer_takes_our_builder_where_it_looks_for_upstreams(tmp_path):
+    """host/upstream_consumers.py imports this checkout's matmul_int4_packed before a consumer does, so a
+    consumer that puts upstream's int4_awq directory first on sys.path still gets ours. The checkout
+    here is a stand-in written for the test: its matmul_int4_packed.py fails if imported, and its
+    gemm_builder passes its arguments to `matmul_int4_packed.build_module` as mlir-air's does.
+    """
+    import subprocess
+
+    ex = tmp_path / "programming_examples"
+    int4 = ex / "matrix_multiplication" / "int4_awq"
+    pkg = ex / "llms" / "llama32_1b_int4"
+    int4.mkdir(parents=True)
+    pkg.mkdir(parents=True)
+    (int4 / "matmul_int4_packed.py").write_text(
+        "raise ImportError('upstream builder imported')\n"
+    )
+    (pkg / "__init__.py").write_text("")
+    (pkg / "gemm_builder.py").write_text(
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', "
+        "'matrix_multiplication', 'int4_awq'))\n"
+        "def _build_int4_gemm_module(*args):\n"
+        "    from matmul_int4_packed import build_module\n"
+        "    return build_module(*args)\n"
+    )
+    script = os.path.join(uc.REPO, "host", "upstream_consumers.py")
+    res = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--air-src",
+            str(tmp_path),
+            "--consumer",
+            "gemm_builder",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "PASS!"
+    res = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--air-src",
+            str(tmp_path / "nowhere"),
+            "--consumer",
+            "awq_pack",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1

@@ -479,11 +479,11 @@ def _toolchain(*args):
     "version, code, says",
     [
         (
-            "clang version 21.0.0.2026080301+c9c5ecb7 (llvm-aie)",
+            "clang version 21.0.0.2026080601+f4a72c27 (llvm-aie)",
             0,
             "",
         ),  # the pin: silent
-        ("21.0.0.2026072200", 0, "is not 21.0.0.2026080301"),  # the minimum: a warning
+        ("21.0.0.2026072200", 0, "is not 21.0.0.2026080601"),  # the minimum: a warning
         (
             "clang version 22.0.0.2026082101+f3081197",
             0,
@@ -504,7 +504,7 @@ def test_peano_build_is_checked_against_the_minimum_and_the_pin(version, code, s
         "--minimum",
         "21.0.0.2026072200",
         "--pin",
-        "21.0.0.2026080301",
+        "21.0.0.2026080601",
         version,
     )
     assert out.returncode == code

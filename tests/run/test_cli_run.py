@@ -423,7 +423,7 @@ def test_report_tables_fit_for_the_largest_configuration(monkeypatch):
     host_run.build_host_kernel(cfg)  # int4awq.design.design, as host.run uses it
     monkeypatch.setenv("AIR_EMU_LIB_PATH", host_run.KERNEL_BUILD)
     backend = XRTBackend(**backend_options(cfg))
-    backend.compile(build_module(cfg))
+    backend.compile(build_module(**cfg.builder_args()))
     lines = host_run.budget_lines(backend.emu_budget)
     assert max(len(line) for line in lines) <= 100 and len(lines) > 5
 
@@ -630,7 +630,7 @@ def test_a_design_the_compiler_refuses_exits_2_with_its_error_and_the_design():
     ):
         compiler.compile_first(
             good.name,
-            str(builder.build_module(good)),
+            str(builder.build_module(**good.builder_args())),
             dict(builder.backend_options(good), stack_size=16400),
             tempfile.mkdtemp(),
         )

@@ -103,7 +103,7 @@ def test_emulator_counters_agree_with_the_design():
         build_host_kernel(cfg)
         os.environ["AIR_EMU_LIB_PATH"] = os.path.join(REPO, "kernels", "build")
         backend = XRTBackend(**backend_options(cfg))
-        invoke = backend.compile_and_load(build_module(cfg))
+        invoke = backend.compile_and_load(build_module(**cfg.builder_args()))
         w = random_weights(cfg.k, cfg.n, cfg.gs, seed=1)
         a = random_activations(cfg.m, cfg.k, seed=2)
         _, _, c = invoke(

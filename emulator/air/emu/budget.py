@@ -188,9 +188,19 @@ def sunk_herd_operands(compiler):
 
 
 class _PingPong:
-    def __init__(self, scope_block, levels, omit, sunk=()):
+    """air-label-scf-for-to-ping-pong's decisions in one scope (a herd's L1, or a segment's L2: per_alloc).
+
+    per_alloc: aircc isolates a segment's DMA loop nests before it labels (air-isolate-async-dma-loop-nests
+    {scope=launch}, aircc.cpp ~931, and again after air-split-l2-memref ~950): each L2 buffer's fills and
+    reads get a copy of their loops of their own, so each buffer is judged alone, and a buffer the loop
+    cannot ping-pong (C, drained by a herd) does not keep another (A, filled by a DMA) from it. Seen on
+    matmul_int4_packed with m_per_segment = 2: the M-block loop holds A, W and C, and aircc doubles A and W.
+    """
+
+    def __init__(self, scope_block, levels, omit, sunk=(), per_alloc=False):
         self.levels = levels
         self.omit = omit
+        self.only = None  # judging one alloc alone (per_alloc)
         self.ops = _scope_ops(scope_block, [], [])
         self.loops_of = {id(op): loops for op, loops in self.ops}
         self.allocs = [
@@ -227,6 +237,16 @@ class _PingPong:
         self.loops = [op for op, _ in self.ops if op.OPERATION_NAME == "scf.for"]
         self.reason = {}
         self.labelled = set()
+        self.labelled_allocs = None if not per_alloc else set()
+        if per_alloc:
+            for f in self.loops:
+                for a in self.home_allocs(f):
+                    self.only = a
+                    if self._candidate(f):
+                        self.labelled_allocs.add(id(a))
+                        self.labelled.add(id(f))
+                    self.only = None
+            return
         cand = {id(f): self._candidate(f) for f in self.loops}
         for f in self.loops:
             if not cand[id(f)]:
@@ -238,7 +258,17 @@ class _PingPong:
             self.labelled.add(id(f))
 
     def home_allocs(self, f):
-        return [a for a in self.allocs if self.home.get(id(a)) is f]
+        return [
+            a
+            for a in self.allocs
+            if self.home.get(id(a)) is f and (self.only is None or a is self.only)
+        ]
+
+    def _alloc_labelled(self, alloc) -> bool:
+        f = self.home.get(id(alloc))
+        if f is None or id(f) not in self.labelled:
+            return False
+        return self.labelled_allocs is None or id(alloc) in self.labelled_allocs
 
     def _unsafe(self, f):
         cands = {a.results[0]._uid: a for a in self.home_allocs(f)}
@@ -320,9 +350,8 @@ class _PingPong:
         return 3 if trip is not None and trip % 2 else 2
 
     def pingponged(self, alloc):
-        """Whether aircc labels the alloc hoist_alloc (its home loop is labelled)."""
-        f = self.home.get(id(alloc))
-        return f is not None and id(f) in self.labelled
+        """Whether aircc labels the alloc hoist_alloc (its home loop is labelled, for it)."""
+        return self._alloc_labelled(alloc)
 
     def factor(self, alloc):
         """(copies aiecc places, note): a labelled loop's own allocs 2 (3 with the epilogue), and the
@@ -341,7 +370,7 @@ class _PingPong:
             if outer
             else ""
         )
-        if id(f) in self.labelled:
+        if self._alloc_labelled(alloc):
             n = self.unrolled(f)
             what = (
                 f"ping-pong (scf.for at {f._loc})"
@@ -552,7 +581,7 @@ def analyse(compiler, options):
     l2_limit = memtiles * MEMTILE_BYTES
     segments = []
     for op in compiler.segment_ops:
-        pp = _PingPong(op.regions[0].blocks[0], (L2,), omit)
+        pp = _PingPong(op.regions[0].blocks[0], (L2,), omit, per_alloc=True)
         entries = []
         for a in pp.allocs:
             t = a.results[0].type

@@ -500,12 +500,12 @@ def analyse(compiler, options, check=True):
                 (level,),
                 options.omit_pingpong or "",
                 sunk.get(id(op), ()) if level == L1 else (),
+                per_alloc=level == L2,
             )
             labelled += [f for f in pp.loops if id(f) in pp.labelled]
             for a in pp.allocs:
-                f = pp.home.get(id(a))
-                if f is not None and id(f) in pp.labelled:
-                    homes[id(a)] = f
+                if pp.pingponged(a):
+                    homes[id(a)] = pp.home[id(a)]
                 copies_of[id(a)] = pp.factor(a)[0]
 
     def pp_loop(end):

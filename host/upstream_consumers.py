@@ -1,0 +1,222 @@
+# SPDX-License-Identifier: MIT
+"""mlir-air's own users of its int4 GEMM example, unchanged, on this project's builder: the test that the
+example keeps upstream's API (matmul_int4_packed: build_module, pack_inputs, packed_tile_bytes,
+cpu_reference).
+
+    python3 host/upstream_consumers.py --air-src <mlir-air checkout> --consumer NAME
+    (make upstream-check AIR_SRC=... runs every consumer)
+
+Each consumer's module is imported from the checkout as it is. This checkout's matmul_int4_packed is
+imported first, as a drop-in replacement of upstream's file would be found, so the consumer's own
+`from matmul_int4_packed import ...` (after it puts upstream's directory on sys.path) takes ours. The module
+the consumer builds runs on the emulator; its output is checked against the consumer's own reference. The
+last line is PASS! or the figures that failed (exit 1); bad input exits 2.
+
+Consumers (programming_examples/llms/llama32_1b_int4 at e972f29):
+* gemm_builder: `_build_int4_gemm_module`, as the prefill stitchers call it (tile_k_l2 = K), with
+  m_per_segment; reference: cpu_reference.
+* awq_pack: `awq_pack_for_npu` of a synthetic AutoAWQ layer (int32 qweight / qzeros in AutoAWQ's nibble
+  order, fp16 scales); reference: its own `awq_dequant_layer`, times A in f32.
+* o_ffn, rms_gemms_rope: the calls `o_ffn_int4_multi.py` and `rms_gemms_rope_int4_multi.py` make of the
+  example for each GEMM (packed_tile_bytes for the weight argument's type, pack_inputs(W_q, W_s, W_z, SEQ,
+  K, N, GS, 16, 128), cpu_reference), at their tiles and herds on a smaller model; each GEMM checked. Their
+  stitched multi-launch modules are not built: the emulator runs one launch per module (issue 44), and
+  their stitching keeps upstream's kernel symbols unprefixed (EXTERNS), which this kernel names otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LLMS = os.path.join("programming_examples", "llms")
+
+# (K, N) of each GEMM with (herd_m, herd_n), at the consumers' tiles (tile_m = tile_n = 16, tile_k_l1 = 128),
+# for a model of emb 256, kv 128, hidden 512 and a sequence of 128 (theirs: 2048, 512, 8192, 2048)
+SEQ, EMB, KV, HIDDEN = 128, 256, 128, 512
+CALLS = {
+    "o_ffn": [
+        ("o", EMB, EMB, 8, 4),
+        ("gate", EMB, HIDDEN, 8, 4),
+        ("up", EMB, HIDDEN, 8, 4),
+        ("down", HIDDEN, EMB, 2, 4),
+    ],
+    "rms_gemms_rope": [
+        ("q", EMB, EMB, 8, 4),
+        ("k", EMB, KV, 8, 4),
+        ("v", EMB, KV, 8, 4),
+    ],
+}
+TILE, K_CHUNK, GS = 16, 128, 128
+
+
+def operands(rng, k, n, gs):
+    """mlir-air's int4 operands, as its examples' main() draws them: W_q [N, K/2], W_s, W_z, A."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    codes = rng.integers(0, 16, (n, k), np.uint8)
+    w_q = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    w_s = rng.uniform(0.005, 0.02, (k // gs, n)).astype(bfloat16)
+    w_z = rng.integers(7, 9, (k // gs, n)).astype(np.uint8)
+    return w_q, w_s, w_z
+
+
+def run_gemm(build, m, k, n, herd_m, herd_n, packed, a, m_per_segment=1):
+    """C of the module `build` makes with the consumers' argument order, run on the emulator."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from host.run import emulator_backend
+    from int4awq.design.design import DesignConfig
+
+    args = (m, k, n, GS, TILE, k, K_CHUNK, TILE, herd_m, herd_n)
+    cfg = DesignConfig(
+        **dict(
+            zip(
+                "m k n gs tile_m tile_k_l2 tile_k_l1 tile_n herd_m herd_n".split(), args
+            )
+        ),
+        m_per_segment=m_per_segment,
+    )
+    module = build(*args, m_per_segment) if m_per_segment > 1 else build(*args)
+    invoke = emulator_backend(cfg).compile_and_load(module)
+    out = invoke(a, packed, np.zeros((m, n), bfloat16))[2]
+    return np.asarray(out).reshape(m, n).astype(np.float32)
+
+
+def verdict(name, c, ref) -> str | None:
+    """None when C is within 1 % of the largest reference output everywhere (the kernel takes A as bfp16
+    blocks of 8-bit mantissas, the references in f32), else the failing figures."""
+    import numpy as np
+
+    err = float(np.abs(c - ref).max())
+    bound = 0.01 * float(np.abs(ref).max())
+    return None if err <= bound else f"{name}: max |C - ref| {err:.4g} > {bound:.4g}"
+
+
+def consumer_gemm_builder(air_src, rng):
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from llama32_1b_int4.gemm_builder import _build_int4_gemm_module
+
+    import matmul_int4_packed as ours
+
+    m, k, n = 256, 256, 128
+    w_q, w_s, w_z = operands(rng, k, n, GS)
+    a = rng.standard_normal((m, k)).astype(bfloat16)
+    packed = ours.pack_inputs(w_q, w_s, w_z, m, k, n, GS, TILE, K_CHUNK)
+    c = run_gemm(_build_int4_gemm_module, m, k, n, 8, 4, packed, a, m_per_segment=2)
+    ref = np.asarray(ours.cpu_reference(w_q, w_s, w_z, a), np.float32)
+    return [verdict("gemm_builder m_per_segment=2", c, ref)]
+
+
+def autoawq_layer(rng, k, n, gs):
+    """A synthetic AutoAWQ GEMM layer: qweight int32 [K, N/8], qzeros int32 [K/gs, N/8] (nibble i of word c
+    holds column 8c + AWQ_ORDER[i]) and fp16 scales [K/gs, N]."""
+    import numpy as np
+
+    from int4awq.formats.checkpoints import AWQ_ORDER
+
+    def pack(v):  # [rows, N] of 0..15 -> int32 [rows, N/8]
+        words = np.zeros((v.shape[0], v.shape[1] // 8), np.uint32)
+        for i, col in enumerate(AWQ_ORDER):
+            words |= v[:, col::8].astype(np.uint32) << np.uint32(4 * i)
+        return words.view(np.int32)
+
+    q = rng.integers(0, 16, (k, n))
+    z = rng.integers(0, 16, (k // gs, n))
+    s = rng.uniform(0.002, 0.02, (k // gs, n)).astype(np.float16)
+    return pack(q), pack(z), s
+
+
+def consumer_awq_pack(air_src, rng):
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from llama32_1b_int4.awq_pack import awq_dequant_layer, awq_pack_for_npu
+    from llama32_1b_int4.gemm_builder import _build_int4_gemm_module
+
+    m, k, n = 128, 256, 128
+    qw, qz, sc = autoawq_layer(rng, k, n, GS)
+    packed = awq_pack_for_npu(qw, qz, sc, gs=GS, n_tile=TILE, k_chunk=K_CHUNK, M_seq=m)
+    a = rng.standard_normal((m, k)).astype(bfloat16)
+    c = run_gemm(_build_int4_gemm_module, m, k, n, 8, 4, packed, a)
+    w = np.asarray(awq_dequant_layer(qw, qz, sc, gs=GS), np.float32)
+    return [verdict("awq_pack", c, a.astype(np.float32) @ w)]
+
+
+def consumer_calls(which):
+    def run(air_src, rng):
+        import numpy as np
+        from ml_dtypes import bfloat16
+
+        from llama32_1b_int4.gemm_builder import _build_int4_gemm_module as build
+
+        from matmul_int4_packed import cpu_reference, pack_inputs, packed_tile_bytes
+
+        out = []
+        for name, k, n, herd_m, herd_n in CALLS[which]:
+            w_q, w_s, w_z = operands(rng, k, n, GS)
+            tile_bytes = packed_tile_bytes(TILE, K_CHUNK, GS)[3]
+            packed = pack_inputs(w_q, w_s, w_z, SEQ, k, n, GS, TILE, K_CHUNK)
+            # the stitchers type the weight argument memref<{N/tile_n}x{K/tile_k_l1}x{tile_bytes}xi8>
+            want = f"memref<{n // TILE}x{k // K_CHUNK}x{tile_bytes}xi8>"
+            text = str(build(SEQ, k, n, GS, TILE, k, K_CHUNK, TILE, herd_m, herd_n))
+            if (
+                packed.shape != (n // TILE, k // K_CHUNK, tile_bytes)
+                or want not in text
+            ):
+                out.append(f"{which} {name}: the weight argument is not {want}")
+                continue
+            a = rng.standard_normal((SEQ, k)).astype(bfloat16)
+            c = run_gemm(build, SEQ, k, n, herd_m, herd_n, packed, a)
+            ref = np.asarray(cpu_reference(w_q, w_s, w_z, a), np.float32)
+            out.append(verdict(f"{which} {name} ({k} x {n})", c, ref))
+        return out
+
+    return run
+
+
+CONSUMERS = {
+    "gemm_builder": consumer_gemm_builder,
+    "awq_pack": consumer_awq_pack,
+    "o_ffn": consumer_calls("o_ffn"),
+    "rms_gemms_rope": consumer_calls("rms_gemms_rope"),
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--air-src", required=True, help="a checkout of Xilinx/mlir-air")
+    ap.add_argument("--consumer", required=True, choices=sorted(CONSUMERS))
+    args = ap.parse_args(argv)
+    llms = os.path.join(args.air_src, LLMS)
+    if not os.path.isdir(os.path.join(llms, "llama32_1b_int4")):
+        print(
+            f"error: {llms}/llama32_1b_int4 not found: give a checkout of mlir-air",
+            file=sys.stderr,
+        )
+        return 2
+    sys.path[:0] = [os.path.join(REPO, "emulator"), REPO]
+    import matmul_int4_packed  # noqa: F401  ours, before any consumer looks for upstream's
+
+    sys.path.append(llms)
+    import numpy as np
+
+    failed = [
+        f for f in CONSUMERS[args.consumer](args.air_src, np.random.default_rng(0)) if f
+    ]
+    for f in failed:
+        print(f)
+    if failed:
+        return 1
+    print("PASS!")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
