@@ -94,11 +94,8 @@ except (
     sys.exit(2)
 
 
-from int4awq.design.gemv import (
-    COLUMNS,
-    ROWS,
-    GemvConfig,
-)  # the example's own host package, beside this file
+# the record and the rules of this example, beside this file
+from int4_packed_record import COLUMNS, ROWS, GemvConfig
 from matmul_int4_packed import affine_sum, anchor_at_herd_scope
 
 REPO = os.path.dirname(os.path.abspath(__file__))

@@ -26,81 +26,28 @@ from . import design
 from . import model
 from ..kernel import record
 from .kernel_cost import CLOCK_HZ, TERMS, calibration, gemv_cycles
-from ..errors import ConfigError
-from ..kernel.kernel_model import GEMV_MAX_M, gemv_acc_elems
+from ..errors import ConfigError, REPO
 from ..formats.quant import check_dims, check_group_size
 
-from ..errors import REPO
+from int4_packed_record import (  # the decode design's rules, beside its builder
+    COLUMNS,
+    GEMV_MAX_M,
+    L1_BYTES,
+    MEMTILE_BYTES,
+    PES,
+    ROWS,
+    gemv_acc_elems,
+)
+from int4_packed_record import GemvConfig as GemvConfigCore
 
 EMULATOR_DIR = os.path.join(REPO, "emulator")
-COLUMNS, ROWS = (
-    design.HERD_COLS,
-    design.HERD_ROWS,
-)  # the decode herd is the whole 8 x 4 array
-PES = COLUMNS * ROWS
 GEMV_AUTO_MAX_M = 8  # host/run.py picks this design by itself for M <= 8 (decode)
-L1_BYTES = record.L1_BYTES
-MEMTILE_BYTES = design.MEMTILE_BYTES
 
 
 @dataclass(frozen=True)
-class GemvConfig(record.KernelSizes, design.RefillLoops):
-    m: int
-    k: int
-    n: int
-    gs: int
-    tile_n: int  # the record's N tile (the GEMM's tile_n)
-    tile_k_l1: int  # the record's K-chunk (the GEMM's tile_k_l1)
-    tile_k_l2: int | None = None  # K per L2 refill; None: K
-    stack_size: int | None = None
-    format: str = "awq"  # the weights' format (record.FORMATS)
-
-    def __post_init__(self):
-        if self.tile_k_l2 is None:
-            object.__setattr__(self, "tile_k_l2", self.k)
-        check_dims(
-            M=self.m,
-            K=self.k,
-            N=self.n,
-            tile_n=self.tile_n,
-            tile_k_l1=self.tile_k_l1,
-            tile_k_l2=self.tile_k_l2,
-        )
-        check_group_size(self.k, self.gs)
-        self.kernel  # the weight format's rules on the tile (record.KernelObject)
-        if self.m > GEMV_MAX_M:
-            raise ConfigError(
-                f"M = {self.m}: the GEMV takes 1 to {GEMV_MAX_M} rows (more rows: the GEMM)"
-            )
-        record.check_record_tile(self.tile_n, self.tile_k_l1, self.gs, self.format)
-        record.check_stack_size(self.stack_size)
-        for what, size, step, name in (
-            ("N", self.n, PES * self.tile_n, f"tile_n * {PES} PEs"),
-            ("K", self.k, self.tile_k_l2, "tile_k_l2"),
-            ("tile_k_l2", self.tile_k_l2, self.tile_k_l1, "tile_k_l1"),
-        ):
-            if size % step:
-                raise ConfigError(
-                    f"{what} = {size} is not a multiple of {step} ({name}): the design tiles it exactly"
-                )
-        if self.launch_n > design.MAX_LAUNCH_N:
-            raise ConfigError(
-                f"launch grid [1, {self.launch_n}] (N / (tile_n * {PES})): mlir-air's hardware-tested "
-                f"designs run at most {design.MAX_LAUNCH_N} launch iterations along N; use a larger tile_n"
-            )
-        self.check_even_trips()
-        b = self.l1_budget()
-        if b["total"] > L1_BYTES:
-            parts = ", ".join(f"{k} {v}" for k, v in b.items() if k != "total")
-            raise ConfigError(
-                f"the decode PE needs {b['total']} bytes of L1 ({parts}), more than the {L1_BYTES} "
-                "a PE has: use a smaller tile_k_l1 or tile_n, or fewer rows"
-            )
-        if self.l2_column_bytes() > MEMTILE_BYTES:
-            raise ConfigError(
-                f"a column's L2 pieces (A, records, C) need {self.l2_column_bytes()} bytes, more than "
-                f"a memtile's {MEMTILE_BYTES}: use a smaller tile_k_l2"
-            )
+class GemvConfig(GemvConfigCore):
+    """A decode configuration (the example's GemvConfig: fields, rules, budgets) with what the tools add:
+    the padded shape, DDR traffic, names, the emulator's resource model."""
 
     @classmethod
     def padded(cls, m: int, k: int, n: int, gs: int, **tiles) -> "GemvConfig":
@@ -109,65 +56,6 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
         check_dims(N=n, tile_n=tiles["tile_n"])
         step = PES * tiles["tile_n"]
         return cls(m, k, -(-n // step) * step, gs, **tiles)
-
-    builder = "matvec_int4_packed"
-
-    def builder_args(self) -> dict:
-        """matvec_int4_packed.build_module's arguments for this configuration."""
-        return dict(
-            m=self.m,
-            k=self.k,
-            n=self.n,
-            gs=self.gs,
-            tile_n=self.tile_n,
-            tile_k_l1=self.tile_k_l1,
-            tile_k_l2=self.tile_k_l2,
-            weight_format=self.format,
-            stack_size=self.stack_size,
-        )
-
-    # Derived sizes ---------------------------------------------------------------------------------
-    @functools.cached_property
-    def kernel(self) -> record.KernelObject:
-        """The GEMV's kernel object for this record tile."""
-        return record.KernelObject(
-            "gemv", self.tile_n, self.tile_k_l1, self.gs, format=self.format
-        )
-
-    @property
-    def n_tiles(self) -> int:
-        return self.n // self.tile_n
-
-    @property
-    def launch_n(self) -> int:
-        """Launch iterations: blocks of 32 N tiles, one per PE."""
-        return self.n_tiles // PES
-
-    @property
-    def k_chunks(self) -> int:
-        return self.k // self.tile_k_l1
-
-    @property
-    def out_elems(self) -> int:
-        """bf16 elements of a PE's drain buffer: its M x tile_n tile, rounded up to 64 bytes (the kernel
-        takes every buffer 64-byte aligned, and the herd-wide buffer's slices follow one another).
-        """
-        return -(-self.m * self.tile_n // 32) * 32
-
-    @property
-    def acc_elems(self) -> int:
-        return gemv_acc_elems(self.m, self.tile_n)
-
-    @property
-    def pes(self) -> int:
-        return PES
-
-    @property
-    def runtime_loop_tiling(self) -> tuple[int, int]:
-        return (
-            2,
-            2,
-        )  # 32 cores: mlir-air's GEMMs' [2, 2] (bfp16/run.py's rule gives it too)
 
     @property
     def name(self) -> str:
@@ -181,30 +69,6 @@ class GemvConfig(record.KernelSizes, design.RefillLoops):
             f"GEMV M={self.m} K={self.k} N={self.n} GS={self.gs} tile_n={self.tile_n} "
             f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2}"
         )
-
-    # Budgets and traffic ---------------------------------------------------------------------------
-    def l1_budget(self) -> dict[str, int]:
-        """L1 bytes of a PE as the builder allocates them and aircc ping-pongs them (the A chunk and the
-        record in the chunk loop, when it has more than one trip)."""
-        pp = 2 if self.chunks_per_l2 > 1 else 1
-        b = {
-            "acc": 4 * self.acc_elems,
-            "c_out": 2 * self.out_elems,
-            "a_chunk": pp * 2 * self.m * self.tile_k_l1,
-            "record": pp * self.record_bytes,
-            "w_scratch": self.scratch_bytes,
-            "stack": self.stack_bytes,
-        }
-        b["total"] = sum(b.values())
-        return b
-
-    def l2_column_bytes(self) -> int:
-        """One column's L2 pieces: its copy of A and its 4 PEs' records (both ping-ponged when K is
-        refilled), its 4 C tiles."""
-        pp = 2 if self.k_refills > 1 else 1
-        a = 2 * self.m * self.tile_k_l2
-        w = ROWS * self.chunks_per_l2 * self.record_bytes
-        return pp * (a + w) + ROWS * 2 * self.m * self.tile_n
 
     def ddr_bytes(self) -> int:
         """DDR traffic: every record once, A once per column and launch iteration (each column's memtile

@@ -33,6 +33,10 @@ import numpy as np
 from ml_dtypes import bfloat16, float4_e2m1fn
 
 from ..errors import ConfigError
+from int4_packed_record import (
+    GEMV_MAX_M,
+    gemv_acc_elems,
+)  # noqa: F401  (the decode rules)
 from ..formats.mxfp4 import E_BIAS, MX_BLOCK, Mxfp4Weights
 from ..formats.quant import AwqWeights, bf16_rne
 from .record import (
@@ -328,7 +332,6 @@ class HostKernel(_HostObject):
 
 
 # ------------------------------------------------------------------------------------------ GEMV (decode)
-GEMV_MAX_M = 32  # rows of A one GEMV call takes (four 8-row bands; kernels/mv_int4_bf16.cc GEMV_MAX_M)
 
 
 def kernel_gemv_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
@@ -339,11 +342,6 @@ def kernel_gemv_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
     if not 1 <= m <= GEMV_MAX_M:
         raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
     return kernel_gemm_model(a, w, tile_k)
-
-
-def gemv_acc_elems(m: int, tile_n: int) -> int:
-    """f32 elements of one GEMV accumulator tile: ceil(m / 8) bands of 8 rows x tile_n."""
-    return -(-m // 8) * 8 * tile_n
 
 
 class GemvHostKernel(_HostObject):

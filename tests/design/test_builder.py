@@ -245,11 +245,11 @@ def test_upstreams_operands_run_through_the_module_on_the_emulator():
     assert np.abs(c.astype(np.float32) - ref).max() <= 0.01 * np.abs(ref).max()
 
 
-def test_importing_the_builder_loads_nothing_of_the_tools():
+def test_importing_the_builders_loads_nothing_of_the_tools():
     import subprocess
 
     code = (
-        "import sys; sys.path[:0] = ['emulator', '.']; import matmul_int4_packed; "
+        "import sys; sys.path[:0] = ['emulator', '.']; import matmul_int4_packed, matvec_int4_packed; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'int4awq', 'host'}))"
     )
     res = subprocess.run(

@@ -13,7 +13,14 @@ from int4_packed_record import KernelObject, record_layout, w_scratch_bytes
 from int4awq.errors import REPO
 
 KERNELS = f"{REPO}/kernels"
-FIELDS = ("Q_BYTES", "S_OFFSET", "M_OFFSET", "Z_OFFSET", "RECORD_BYTES", "SCRATCH_BYTES")
+FIELDS = (
+    "Q_BYTES",
+    "S_OFFSET",
+    "M_OFFSET",
+    "Z_OFFSET",
+    "RECORD_BYTES",
+    "SCRATCH_BYTES",
+)
 
 
 def kernel_layout(obj: KernelObject, tmp_path) -> dict:
