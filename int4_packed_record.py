@@ -2,7 +2,7 @@
 """The packed int4 weight record the kernel reads, and the rules a design of it keeps.
 
 Beside matmul_int4_packed.py (the GEMM) and matvec_int4_packed.py (the decode GEMV), and imported by both:
-what the kernel (kernels/mv_int4_bf16.cc) reads and what it needs, in one place. The layout of a record,
+what the kernel (kernels/int4_kernel.h) reads and what it needs, in one place. The layout of a record,
 the tiles the kernel supports, the PE's L1 plan, the stack, the name of the kernel object built for a
 tile, and the GEMM configuration's rules (GemmConfig). Python's standard library only: the builders stand
 alone with numpy, ml_dtypes and mlir-air, and the tools beside them (int4awq) take these rules from here.
@@ -114,7 +114,7 @@ def check_record_tile(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> No
     check_group_size(gs, gs)  # the one GS rule (int4awq.formats.quant)
     check_chunk_and_group(tile_k, gs)
     if FORMAT_SPECS[fmt].codes != "e2m1":
-        # the kernel's static_assert (kernels/mv_int4_bf16.cc Z_WORDS) holds the byte-code formats, which
+        # the kernel's static_assert (kernels/int4_kernel.h Z_WORDS) holds the byte-code formats, which
         # have no zero points, to the same bound: one rule for every object of that source
         zero_points = tile_k // min(tile_k, gs) * tile_n
         staged = 2 * -(-zero_points // ALIGN) * ALIGN
@@ -441,8 +441,9 @@ STEM_TAGS = {
 
 @dataclass(frozen=True)
 class KernelObject:
-    """One build of kernels/mv_int4_bf16.cc: the GEMM's entries for a tile (tile_m given) or the GEMV's for
-    a record tile (kernels/Makefile ENTRIES=gemm|gemv): each design links only the entries it calls.
+    """One build of the kernel: the GEMM's entries (kernels/mm_int4_bf16.cc) for a tile (tile_m given) or
+    the GEMV's (kernels/mv_int4_bf16.cc) for a record tile (kernels/Makefile ENTRIES=gemm|gemv): each
+    design links only the entries it calls.
     """
 
     entries: str  # "gemm" or "gemv"

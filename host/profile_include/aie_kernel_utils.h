@@ -4,8 +4,8 @@
 // (host/calibrate_kernels.py). Upstream's host branch makes every loop
 // annotation nothing, so a kernel's pipelined loops would count as
 // straight-line code; here a loop marked for the (post-)pipeliner opens a
-// profiled loop scope, as our kernel's KERNEL_MIN_ITERS does. The other
-// annotations steer Peano only.
+// profiled loop scope, as our kernel's AIE_LOOP_MIN_ITERATION_COUNT does. The
+// other annotations steer Peano only.
 #pragma once
 #include <aie_api/aie.hpp>
 

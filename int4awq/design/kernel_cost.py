@@ -50,9 +50,11 @@ from . import model
 from ..kernel.record import FORMAT_GS, FORMATS
 from .kernel_profile import (
     ACC_REGISTERS,
+    KERNEL_FILES,
     LOAD_FIFOS,
     STORE_FIFOS,
     WIDTH,
+    site_hazards,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,7 +62,8 @@ from ..errors import REPO
 
 CALIBRATION = os.path.join(HERE, "kernel_calibration.json")
 TABLE = os.path.join(HERE, "kernel_cycles.json")
-KERNEL_SOURCE = os.path.join(REPO, "kernels", "mv_int4_bf16.cc")
+# The kernel's sources: the shared header, the GEMM's entries, the GEMV's (kernel_profile.KERNEL_FILES)
+KERNEL_SOURCES = [os.path.join(REPO, "kernels", f) for f in KERNEL_FILES]
 KERNEL_MAKEFILE = os.path.join(REPO, "kernels", "Makefile")
 HOST_AIE_API = os.path.join(REPO, "emulator", "include", "aie_api")
 CACHE = os.path.join(REPO, "build", "kernel_cycles_cache.json")
@@ -367,12 +370,12 @@ def code_tokens(text: str) -> str:
 
 
 def kernel_hash() -> str:
-    """The hash of the code (code_tokens) of the kernel source and of the host aie_api (whose profiling
+    """The hash of the code (code_tokens) of the kernel sources and of the host aie_api (whose profiling
     layer counts), and the Makefile's FORMAT_DEFS lines (each record format's -D flags: what a format's
     objects compile): a comment or whitespace edit keeps the table valid, a code edit does not.
     """
     h = hashlib.sha256()
-    for path in [KERNEL_SOURCE] + sorted(
+    for path in KERNEL_SOURCES + sorted(
         glob.glob(os.path.join(HOST_AIE_API, "**", "*.hpp"), recursive=True)
     ):
         with open(path, encoding="utf-8") as f:
@@ -417,18 +420,14 @@ def _parse_key(key: str) -> tuple:
 
 def _profile_dict(p) -> dict:
     """A host profile (kernel_profile.Profile) as the model's terms read it, each marked loop with its
-    hazards read from the source."""
-    from .kernel_profile import loop_hazards
-
-    with open(KERNEL_SOURCE) as f:
-        source = f.read()
+    hazards read from its source file."""
     return {
         "loops": [
             {
                 "ops": lp.ops,
                 "entries": lp.entries,
                 "iterations": lp.iterations,
-                "hazards": loop_hazards(source, lp.line),
+                "hazards": site_hazards(lp.line),
                 "peak_in": lp.peak_in,
                 "peak_out": lp.peak_out,
                 "acc_spill_bits": lp.acc_spill_bits,
@@ -680,7 +679,7 @@ def write_table(calls) -> int:
             {
                 "note": "per kernel call: the cost model's terms (int4awq/design/kernel_cost.py TERMS) and the live "
                 "block streams, from the host aie_api profiling build; regenerate with `python3 -m "
-                "int4awq.design.kernel_cost --write-table` when kernels/mv_int4_bf16.cc or the terms change",
+                "int4awq.design.kernel_cost --write-table` when the kernel's code or the terms change",
                 "kernel": kernel_hash(),
                 "calls": entries,
                 "tile_ends": {f"{tm}x{tn}": x for (tm, tn), x in ends.items()},

@@ -138,11 +138,39 @@ def _block_end(text: str, i: int, open_: str, close: str) -> int:
     raise ValueError("unbalanced brackets")
 
 
-def loop_hazards(source: str, line: int) -> list[str]:
-    """What in the loop marked at `line` (1-based: the line of KERNEL_MIN_ITERS, whose `for` follows) keeps
-    llvm-aie's pipeliners off it: a remainder (`%`: an unsigned remainder by a run-time value is a library
-    call on AIE2P) or a call of a function the source defines out of line (a call ends the loop's single
-    basic block). A reading of the source, not of Peano's output: a `%` the compiler folds still counts.
+# The kernel's files, in the order of their loop-site bases: a marked loop's site is base * SITE_BASE + its
+# line in the file (kernels/int4_kernel.h KERNEL_FILE_BASE).
+KERNEL_FILES = ("int4_kernel.h", "mm_int4_bf16.cc", "mv_int4_bf16.cc")
+SITE_BASE = 100000
+
+
+def site_file_line(site: int) -> tuple[str, int]:
+    """(the kernel file, the line) of a marked loop's profile site."""
+    return KERNEL_FILES[site // SITE_BASE], site % SITE_BASE
+
+
+def site_hazards(site: int) -> list[str]:
+    """loop_hazards of the kernel's marked loop at a profile site, read from its own file."""
+    import os
+
+    from ..errors import REPO
+
+    name, line = site_file_line(site)
+    texts = {}
+    for f in KERNEL_FILES:
+        with open(os.path.join(REPO, "kernels", f)) as fh:
+            texts[f] = fh.read()
+    # an entry file includes the header; the header's own loops see the header alone
+    included = texts[KERNEL_FILES[0]] if name != KERNEL_FILES[0] else ""
+    return loop_hazards(texts[name], line, included)
+
+
+def loop_hazards(source: str, line: int, included: str = "") -> list[str]:
+    """What in the loop marked at `line` of `source` (1-based: the line of AIE_LOOP_MIN_ITERATION_COUNT,
+    whose `for` follows) keeps llvm-aie's pipeliners off it: a remainder (`%`: an unsigned remainder by a
+    run-time value is a library call on AIE2P) or a call of a function the source, or what it includes
+    (`included`), defines out of line (a call ends the loop's single basic block). A reading of the
+    source, not of Peano's output: a `%` the compiler folds still counts.
     """
     text = _without_comments(source)
     start = sum(len(s) + 1 for s in text.split("\n")[: line - 1])
@@ -153,7 +181,7 @@ def loop_hazards(source: str, line: int) -> list[str]:
     outlined = re.findall(
         r"^(?!inline\b|constexpr\b|static\b|template\b|using\b|struct\b|return\b)"
         r"[A-Za-z_][\w:<>]*[\s*]+(\w+)\s*\([^;{]*\)\s*\{",
-        text,
+        text + "\n" + _without_comments(included),
         flags=re.M,
     )
     hazards += [
@@ -264,8 +292,9 @@ def report(p: Profile, tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
         head,
     ]
     for lp in sorted(p.loops, key=lambda lp: lp.line):
+        name, line = site_file_line(lp.line)
         lines.append(
-            f"{lp.line:<14}{lp.entries:>9}{lp.iterations or '':>7}"
+            f"{name.split('_')[0] + ':' + str(line):<14}{lp.entries:>9}{lp.iterations or '':>7}"
             + "".join(f"{lp.ops[s]:>9}" for s in SLOTS)
             + f"{lp.cycles:>11.0f}"
         )

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The AIE2P kernel from the host: a numpy model of its arithmetic and a ctypes driver of its host build.
 
-kernel_gemm_model(a, w, tile_k) reproduces, bit for bit, what kernels/mv_int4_bf16.cc computes (native
+kernel_gemm_model(a, w, tile_k) reproduces, bit for bit, what the kernel (kernels/int4_kernel.h) computes (native
 bfp16ebs8 x bfp16ebs8 mmul on A converted once per call and (q - z) written exactly as int8 mantissas with
 exponent byte 133, i.e. value = q - z; the same numbers as
 a bf16 mmul built with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16), under the bfp16 model the host aie_api

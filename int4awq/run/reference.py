@@ -24,7 +24,7 @@ BF16_REL_ROUNDING = 2.0**-8
 BF16_TINY = float(finfo(bfloat16).tiny)
 BF16_MAX = float(finfo(bfloat16).max)
 # The kernel converts A to bfp16ebs8 blocks: 8 consecutive K values of a row share the exponent of the
-# largest, each keeps an 8-bit two's-complement mantissa (step 2^(e - 6)): kernels/mv_int4_bf16.cc and the
+# largest, each keeps an 8-bit two's-complement mantissa (step 2^(e - 6)): kernels/int4_kernel.h and the
 # emulator's host::to_bfp16_block (emulator/include/aie_api/detail/host_mmul.hpp).
 BFP16_BLOCK = 8
 

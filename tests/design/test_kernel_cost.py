@@ -208,7 +208,7 @@ def test_the_committed_table_is_of_this_kernel_and_reproduces():
         table = json.load(f)
     assert (
         table["kernel"] == kc.kernel_hash()
-    ), "kernels/mv_int4_bf16.cc changed: run `python3 -m int4awq.design.kernel_cost --write-table`"
+    ), "the kernel's code changed: run `python3 -m int4awq.design.kernel_cost --write-table`"
     assert table["calls"]["64x64x64/gs128"] == kc.measure(64, 64, 64, 128)
     assert table["calls"]["gemv/128x128/gs128/m1"] == kc.measure(None, 128, 128, 128, 1)
 
@@ -369,10 +369,12 @@ def test_the_sweep_profiles_only_the_leaders_it_lacks(monkeypatch, tmp_path):
 def test_a_comment_or_whitespace_edit_keeps_the_table_a_code_edit_does_not(
     tmp_path, monkeypatch
 ):
-    src = open(kc.KERNEL_SOURCE).read()
+    src = open(kc.KERNEL_SOURCES[1]).read()
     before = kc.kernel_hash()
     edited = tmp_path / "kernel.cc"
-    monkeypatch.setattr(kc, "KERNEL_SOURCE", str(edited))
+    monkeypatch.setattr(
+        kc, "KERNEL_SOURCES", [kc.KERNEL_SOURCES[0], str(edited), kc.KERNEL_SOURCES[2]]
+    )
     edited.write_text(
         "// a new comment line\n"
         + src.replace("\n", "  \n", 3)

@@ -235,15 +235,15 @@ HAZARD_SOURCE = """void outlined(int *p) {
 }
 inline int inlined(int x) { return x; }
 void entry(int *p, int n) {
-  KERNEL_MIN_ITERS(1)
+  AIE_LOOP_MIN_ITERATION_COUNT(1)
   for (int i = 0; i < n; ++i) {
     p[i % 9] = inlined(i); // a remainder
   }
-  KERNEL_MIN_ITERS(1)
+  AIE_LOOP_MIN_ITERATION_COUNT(1)
   for (int i = 0; i < n; ++i) {
     outlined(p + i);
   }
-  KERNEL_MIN_ITERS(1)
+  AIE_LOOP_MIN_ITERATION_COUNT(1)
   for (int i = 0; i < n; ++i) {
     p[i] = inlined(i) * 2; // % and outlined( in a comment only
   }
@@ -261,12 +261,16 @@ def test_loop_hazards_reads_remainders_and_calls_in_a_marked_loop(line, hazards)
 
 
 def test_no_marked_loop_of_our_kernel_has_a_remainder_or_a_call():
-    src = open(os.path.join(REPO, "kernels", "mv_int4_bf16.cc")).read()
-    marked = [
-        i
-        for i, line in enumerate(src.splitlines(), 1)
-        if line.strip().startswith("KERNEL_MIN_ITERS(")
-        or line.strip() == "KERNEL_KB_LOOP"
-    ]
-    assert len(marked) >= 10
-    assert {i: loop_hazards(src, i) for i in marked} == {i: [] for i in marked}
+    from int4awq.design.kernel_profile import KERNEL_FILES, SITE_BASE, site_hazards
+
+    sites = []
+    for base, name in enumerate(KERNEL_FILES):
+        src = open(os.path.join(REPO, "kernels", name)).read()
+        sites += [
+            base * SITE_BASE + i
+            for i, line in enumerate(src.splitlines(), 1)
+            if line.strip().startswith("AIE_LOOP_MIN_ITERATION_COUNT(")
+            or line.strip() == "KERNEL_KB_LOOP"
+        ]
+    assert len(sites) >= 10 and {s // SITE_BASE for s in sites} == {0, 1, 2}
+    assert {s: site_hazards(s) for s in sites} == {s: [] for s in sites}

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The kernel's entries for GGUF's block-integer types (record formats int4_min, int8, int8_min): the host
-build of kernels/mv_int4_bf16.cc through ctypes, bit for bit against the numpy model (int4awq.kernel.kernel_model),
+build of the kernel (kernels/int4_kernel.h) through ctypes, bit for bit against the numpy model (int4awq.kernel.kernel_model),
 GEMM and GEMV; exact-mode operands against the f64 reference; the min term and the 8-bit image checked
 against numbers computed here by hand; the record layout, the scratch bound and the tile rules.
 """

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The int4-AWQ kernel (host build of kernels/mv_int4_bf16.cc) and its packed record.
+"""The int4-AWQ kernel (host builds of kernels/mm_int4_bf16.cc and mv_int4_bf16.cc) and its packed record.
 
 * the kernel through ctypes on packed records, bit for bit against the numpy model of its arithmetic
   (int4awq.kernel.kernel_model), for 16x16, 64x64 and the largest tile the L1 budget allows, with chunks that

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The record layout has one home, int4_packed_record.py; the kernel computes the same offsets from its
--D macros (kernels/mv_int4_bf16.cc Q_BYTES .. SCRATCH_BYTES). This reads the kernel's own constants, compiled
+-D macros (kernels/int4_kernel.h Q_BYTES .. SCRATCH_BYTES). This reads the kernel's own constants, compiled
 with the flags kernels/Makefile gives its host build, and holds them to the Python layout, so a change made
 on one side alone fails here."""
 
@@ -37,7 +37,7 @@ def kernel_layout(obj: KernelObject, tmp_path) -> dict:
     flags += [f"-I{b}" for a, b in zip(words, words[1:]) if a == "-I"]
     src = tmp_path / "layout.cc"
     src.write_text(
-        f'#include "{KERNELS}/mv_int4_bf16.cc"\n'
+        f'#include "{KERNELS}/{"mm" if obj.entries == "gemm" else "mv"}_int4_bf16.cc"\n'
         'extern "C" void kernel_layout(unsigned *o) {\n'
         + "".join(f"  o[{i}] = {f};\n" for i, f in enumerate(FIELDS))
         + "}\n"

@@ -14,16 +14,16 @@
 // address arithmetic come with them and are not seen). Counted in instructions
 // of the 512-bit datapath (a 1024-bit operand counts twice); register views
 // (extract, insert, concat, casts) are free. Loops: a kernel marks its
-// pipelined loops with KERNEL_MIN_ITERS / AIE_PREPARE_FOR_PIPELINING before the
-// `for` (one scope per entry) or chess_prepare_for_pipelining after it (one per
-// iteration); the profile keeps, per marked loop (by source line), its entries
-// and what it issued. A marked loop is a rolled loop; an unmarked one counts as
-// fully unrolled. Block streams: the number live at once, against the core's
-// two load FIFOs and one store FIFO (AIE2PRegisterInfo.td), and their FIFO
-// fills: aie_api fills a load FIFO only where the compiler can prove the
-// stream's fill counter (static: one fill per 512-bit word the pops enter), and
-// issues a fill with every pop otherwise (dynamic: a pop inside a rolled loop
-// that the stream was opened outside of; aie2p/array_helpers.hpp,
+// pipelined loops with AIE_HOST_LOOP_ENTRY(_AT) / AIE_PREPARE_FOR_PIPELINING
+// before the `for` (one scope per entry) or chess_prepare_for_pipelining after
+// it (one per iteration); the profile keeps, per marked loop (by source line),
+// its entries and what it issued. A marked loop is a rolled loop; an unmarked
+// one counts as fully unrolled. Block streams: the number live at once, against
+// the core's two load FIFOs and one store FIFO (AIE2PRegisterInfo.td), and
+// their FIFO fills: aie_api fills a load FIFO only where the compiler can prove
+// the stream's fill counter (static: one fill per 512-bit word the pops enter),
+// and issues a fill with every pop otherwise (dynamic: a pop inside a rolled
+// loop that the stream was opened outside of; aie2p/array_helpers.hpp,
 // fifo_buffer_stream::pop, chess_manifest). Accumulators: the bits of accum and
 // mmul values alive at once, against the core's five 2048-bit accumulator
 // registers (AIE2PRegisterInfo.td); a value that comes alive beyond them
@@ -177,8 +177,11 @@ inline void iteration() {
     ++st.sites[st.current].iterations;
 }
 
-#define AIE_HOST_LOOP_ENTRY                                                    \
-  if (::host::profile::loop aie_host_loop_{__LINE__, false})
+#define AIE_HOST_LOOP_ENTRY AIE_HOST_LOOP_ENTRY_AT(__LINE__)
+// A marked loop whose site the kernel numbers itself (a kernel of several
+// files keeps its sites apart: file base + __LINE__).
+#define AIE_HOST_LOOP_ENTRY_AT(site)                                           \
+  if (::host::profile::loop aie_host_loop_{(site), false})
 #define AIE_HOST_ITERATION ::host::profile::iteration()
 #define AIE_HOST_LOOP_ITERATION                                                \
   if (::host::profile::loop aie_host_loop_{__LINE__, true})
@@ -190,6 +193,7 @@ inline int rolled_depth() { return 0; }
 inline void fill(bool, unsigned = 1) {}
 inline void acc_live(long) {}
 #define AIE_HOST_LOOP_ENTRY
+#define AIE_HOST_LOOP_ENTRY_AT(site)
 #define AIE_HOST_LOOP_ITERATION
 #define AIE_HOST_ITERATION ((void)0)
 #endif

@@ -1,0 +1,672 @@
+// SPDX-License-Identifier: MIT
+//===- int4_kernel.h - int4 weight kernel for AIE2P (aie_api), shared ----===//
+//
+// One PE computes a DIM_M x DIM_N tile of C = A x dequant(W), one K-chunk of
+// DIM_K_CHUNK per call:
+//
+//   gemm_int4_zero(c_mem)                          c = 0
+//   gemm_int4_accumulate(w_record, a_tile, c_mem, w_scratch)
+//                                                  c += a_tile x
+//                                                  dequant(w_record)
+//   gemm_int4_drain(c_mem)                         bf16(c), in place
+//
+// c_mem is the accumulator's memory: DIM_M x DIM_N f32 during the K sweep in
+// 8x8 blocks, column-block outer; its first half the same blocks in bf16 after
+// the drain (typed bf16 in the design, twice as many elements, so the drain's
+// DMA reads it as it is and un-blocks C on its way to L2).
+//
+// dequant(W)[k, n] = (q[k, n] - z[g, n]) * s[g, n], g = k / DIM_GS; with a
+// min term (GGUF Q4_1, Q5_1, Q4_K, Q5_K) v[k, n] * s[g, n] + m[g, n]; with
+// byte codes (GGUF Q5_*, Q6_K, Q8_0, IQ4_*) v is any int8 the record holds
+// (the record formats: int4_packed_record.py FORMAT_SPECS,
+// kernels/Makefile).
+//
+// How a call works (docs/kernel.md has the byte-exact record and the buffer
+// layouts):
+//  1. Dequantise the record's Q once into bfp16ebs8 block vectors of (q - z),
+//     written as plain bytes: the packer stored the 4-bit codes in the memory
+//     image order of the B operand lines (one line per pair of 8-column blocks,
+//     the two blocks' K blocks interleaved, B^T [n][k] inside), with a 0 nibble
+//     at every exponent byte. Unpacking 32 bytes of nibbles gives 64 image
+//     bytes; subtracting a zero-point word whose exponent lanes hold 123 and
+//     whose mantissa lanes hold z of their column gives exponent 133 (0 - 123
+//     as a byte; value = mantissa) and mantissas q - z, exactly. No to_float,
+//     no transpose, no block conversion per block. The zero-point words (the
+//     image repeats every 144 bytes, so 9 words per 576) come from two block
+//     vectors per column pair and span (one conversion each, exact) and 6
+//     shuffle_down_fill's.
+//  2. Per pair of 8-row blocks of A: convert those 16 rows to bfp16 blocks
+//     first, in a loop of their own (the same accfloat -> bfp16ebs8
+//     conversion the bfp16-emulated bf16 mmul applies to A), into one
+//     interleaved A line (A0 kb, A1 kb, A0 kb+1, ...), so each A value is
+//     converted once per call. Then, per column pair, the hot loop: a 2x2
+//     block of native bfp16ebs8 x bfp16ebs8 8x8x8 mmul accumulators fed by two
+//     block streams (the A line, and the pair's W line with B0/B1 interleaved:
+//     the core's two load FIFOs), nothing but pops and macs, with the scale
+//     folds of the pair after each span. Four mmul accumulators are live in
+//     the hot loop, five at most in a fold (AIE2P has five 2048-bit
+//     accumulator registers). Each accumulator G covers one "fold span" of K:
+//     a whole group when the chunk holds whole groups (DIM_K_CHUNK % DIM_GS ==
+//     0), the whole chunk when a group spans several chunks (DIM_GS %
+//     DIM_K_CHUNK == 0).
+//  3. Scale fold, once per span: c += G * s. AIE2P has no f32 x f32 vector
+//     multiply, so G is split into hi = bf16(G) and lo = bf16(G - hi) and both
+//     are multiplied by the bf16 scale (products exact in f32) and added to c
+//     in f32. hi + lo keeps 17 significant bits of G (round to nearest), so
+//     integer-valued G below 2^16 (exact-mode operands) survive exactly;
+//     upstream's single bf16(G) does not. A scale of more than 8 significant
+//     bits is held as 2 or 3 bf16 parts (INT4_SCALE_PARTS), each multiplied in
+//     turn. A min term adds R * m the same way, R the span's row sums of the
+//     converted A.
+//
+// Roundings, in order: A to bfp16 blocks (exact for exact-mode operands; (q -
+// z) and byte codes are always exact), one f32 addition per mmul into G (and
+// R), bf16(G) and bf16(G - hi), two f32 additions per scale part per fold into
+// c (and as many for the min term), and the final f32 -> bf16
+// round-to-nearest-even in the drain. For AWQ (one part, no min term) these are
+// the same roundings, in the same order, as the bf16 mmul built with
+// AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (it converts both operands to
+// bfp16ebs8 on every mac), so the results are bit-identical to that
+// formulation; the other formats' are int4awq/kernel/kernel_model.py's.
+//
+// Block streams: at most two input and one output stream are live at any time
+// (AIE2P has two load FIFOs and one store FIFO); each is opened per fold span,
+// so the pops of a span are counted from its start (see KERNEL_KB_LOOP).
+//
+// Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P); a
+// debug build (no -DNDEBUG) asserts it on every buffer argument.
+//
+// This header holds what both entry sets share (the record, the dequantisation,
+// the A conversion, the folds); mm_int4_bf16.cc holds the GEMM's entries
+// above, mv_int4_bf16.cc the decode GEMV's, so each design links only what it
+// calls (kernels/Makefile ENTRIES=gemm|gemv).
+//
+//===----------------------------------------------------------------------===//
+
+#pragma once
+
+#include <aie_api/aie.hpp>
+#include <stdint.h>
+
+#if !defined(NDEBUG)
+#include <cassert>
+// Debug builds (the host build; Peano builds pass -DNDEBUG) check every buffer
+// argument's alignment: 512-bit vector accesses and block streams need 64
+// bytes.
+#define KERNEL_ALIGNED(p)                                                      \
+  assert((reinterpret_cast<uintptr_t>(p) & 63u) == 0 &&                        \
+         "kernel buffer not 64-byte aligned")
+#else
+#define KERNEL_ALIGNED(p) ((void)0)
+#endif
+
+// Loop annotations in mlir-aie's aie_kernel_utils.h pattern (AIE_LOOP_*,
+// AIE_PREPARE_FOR_*), written here: under Peano (__AIECC__) clang loop
+// pragmas; on the host nothing, except that a loop given a trip-count hint is a
+// marked (software-pipelined) loop of the profiling build
+// (AIE_HOST_LOOP_ENTRY_AT, empty unless -DAIE_HOST_PROFILE), its site numbered
+// KERNEL_FILE_BASE + __LINE__ so that the three files' loops stay apart (this
+// header 0, the GEMM's entries 100000, the GEMV's 200000:
+// int4awq/design/kernel_profile.py).
+#define KERNEL_FILE_BASE 0
+#if defined(__AIECC__)
+#define KERNEL_STR_(x) #x
+#define AIE_LOOP_MIN_ITERATION_COUNT(n)                                        \
+  _Pragma(KERNEL_STR_(clang loop min_iteration_count(n)))
+#define AIE_LOOP_UNROLL_FULL _Pragma("clang loop unroll(full)")
+// Hands a loop to llvm-aie's post-pipeliner instead of the machine pipeliner,
+// as mlir-aie PR #3650's ATB GEMM does with its 64-mmul loop (II 77, ResMII
+// 68, with kernels/Makefile's raised post-pipeliner limits).
+#define AIE_PREPARE_FOR_POSTPIPELINING _Pragma("clang loop pipeline(disable)")
+#else
+#define AIE_LOOP_MIN_ITERATION_COUNT(n)                                        \
+  AIE_HOST_LOOP_ENTRY_AT(KERNEL_FILE_BASE + __LINE__)
+#define AIE_LOOP_UNROLL_FULL
+#define AIE_PREPARE_FOR_POSTPIPELINING
+#endif
+// The first statement of a marked loop's body: nothing on the core; on the
+// host, one iteration of the loop for the profile (what one iteration issues
+// is what the post-pipeliner's II limit is about:
+// int4awq/design/kernel_cost.py).
+#if defined(__AIECC__)
+#define KERNEL_ITERATION ((void)0)
+#else
+#define KERNEL_ITERATION AIE_HOST_ITERATION
+#endif
+
+// The K-block loop of a fold span (SB steps) is fully unrolled up to
+// KB_UNROLL_MAX steps: aie_api places a block stream's FIFO fills at compile
+// time only where it can count the pops since the stream was opened (otherwise
+// every pop issues a fill), and the streams are opened per span for that (the
+// Peano-built ATB bfp16 kernel unrolls its K steps the same way). Longer spans
+// stay a rolled, pipelined loop. On the host an unmarked loop counts as
+// unrolled (the profiling build, host_profile.hpp).
+#define KB_UNROLL_MAX 16
+#if defined(INT4_MXFP4)
+#define KERNEL_SPAN_BLOCKS ((DIM_K_CHUNK) / 8)
+#else
+#define KERNEL_SPAN_BLOCKS                                                     \
+  (((DIM_K_CHUNK) < (DIM_GS) ? (DIM_K_CHUNK) : (DIM_GS)) / 8)
+#endif
+#if KERNEL_SPAN_BLOCKS <= KB_UNROLL_MAX
+#define KERNEL_KB_LOOP AIE_LOOP_UNROLL_FULL
+#define KERNEL_KB_ITERATION ((void)0)
+#else
+#define KERNEL_KB_LOOP AIE_LOOP_MIN_ITERATION_COUNT(2)
+#define KERNEL_KB_ITERATION KERNEL_ITERATION
+#endif
+
+// One object per design, each with only the entries its design calls: the
+// entry file says which (mm_int4_bf16.cc INT4_GEMM, mv_int4_bf16.cc INT4_GEMV);
+// program memory is 16 KB per core.
+#if defined(INT4_GEMM) == defined(INT4_GEMV)
+#error "include int4_kernel.h from mm_int4_bf16.cc or mv_int4_bf16.cc"
+#endif
+#if !defined(DIM_N) || !defined(DIM_K_CHUNK) || !defined(DIM_GS) ||            \
+    (defined(INT4_GEMM) && !defined(DIM_M))
+#error                                                                         \
+    "define the tile: -DDIM_N=<tile_n> -DDIM_K_CHUNK=<tile_k_l1> -DDIM_GS=<group size>, and -DDIM_M=<tile_m> for the GEMM"
+#endif
+
+// The rounding mode the accumulate entries set (A to bfp16 blocks, the fold's
+// bf16 splits). conv_even (half to even) is the product's; the bring-up
+// ladder's numerics probe (host/bringup.py) also builds
+// -DINT4_A_ROUNDING=floor, the core's reset mode, to measure whether the bfp16
+// conversion follows aie::set_rounding on NPU2.
+#ifndef INT4_A_ROUNDING
+#define INT4_A_ROUNDING conv_even
+#endif
+
+namespace {
+
+constexpr unsigned TN = DIM_N;       // columns of W and C per PE
+constexpr unsigned TK = DIM_K_CHUNK; // K per call
+constexpr unsigned GS = DIM_GS;      // quantisation group size along K
+
+static_assert(TN > 0 && TN % 16 == 0,
+              "DIM_N (tile_n) must be a positive multiple of 16: 2x2 blocks of "
+              "8x8 mmul tiles, and zero points are read 16 columns at a time");
+static_assert(TK > 0 && TK % 16 == 0,
+              "DIM_K_CHUNK (tile_k_l1) must be a positive multiple of 16");
+static_assert(GS > 0 && GS % 16 == 0,
+              "DIM_GS must be a positive multiple of 16");
+static_assert(TK % GS == 0 || GS % TK == 0,
+              "DIM_K_CHUNK and DIM_GS must divide one another: a chunk holds "
+              "whole groups, or a group spans whole chunks");
+static_assert(TN * TK * 2 <= 65536,
+              "tile larger than a PE's 64 KiB data memory");
+#if defined(INT4_MXFP4)
+// MXFP4 (-DINT4_MXFP4): E2M1 codes with one E8M0 scale per 32 values along K,
+// exact in the block mmul (mantissa 2 * value, block exponent x + 5): no zero
+// point, no scale fold, the accumulator runs over all of K
+// (int4awq/formats/mxfp4.py).
+constexpr bool MXFP4 = true;
+constexpr unsigned MX_GROUP = 32;
+static_assert(GS == MX_GROUP && TK % MX_GROUP == 0,
+              "MXFP4: DIM_GS must be 32 (the MX group) and DIM_K_CHUNK a "
+              "multiple of it");
+#else
+constexpr bool MXFP4 = false;
+#endif
+// Scale parts (-DINT4_SCALE_PARTS=P): each scale is held as P bf16 parts s =
+// s_0 + .. + s_{P-1}, split with round to nearest; the fold multiplies G's two
+// halves by every part (2P products, each exact in f32). P = 1: bf16 scales
+// (AWQ). P = 2 holds every value of up to 17 significant bits (the remainder
+// of a round to nearest is at most half an ulp, so its sign stands in for a
+// bit): fp16 scales (FORMAT=awq_f16: GGUF Q4_0, AWQ / GPTQ fp16 scales) and
+// GGUF's d * sc_j of 6-bit sc_j. P = 3 holds any f32 whose parts stay normal:
+// Q6_K's d * sc_j, an fp16 times an int8, up to 18 bits.
+#if defined(INT4_SCALE_PARTS)
+constexpr unsigned SCALE_PARTS = INT4_SCALE_PARTS;
+#else
+constexpr unsigned SCALE_PARTS = 1;
+#endif
+static_assert(SCALE_PARTS >= 1 && SCALE_PARTS <= 3,
+              "INT4_SCALE_PARTS: 1, 2 or 3 bf16 parts per scale");
+static_assert(!MXFP4 || SCALE_PARTS == 1, "MXFP4 has no scale fold");
+// Min term (-DINT4_MIN_TERM): value = v * s + m (GGUF Q4_1, Q5_1, Q4_K,
+// Q5_K), m per group and column in SCALE_PARTS bf16 parts. Per fold span the
+// kernel adds R * m, R the span's row sums of A as converted to bfp16 (one
+// more 8x8x8 mmul per A block, against a block of ones, in A's conversion
+// loop), held as bf16 hi + lo like G.
+#if defined(INT4_MIN_TERM)
+constexpr bool MIN_TERM = true;
+#else
+constexpr bool MIN_TERM = false;
+#endif
+// Byte codes (-DINT4_CODES8): the record holds the W pair lines' image
+// itself, one signed 8-bit mantissa per value (already v = q - z, q - 16,
+// kvalues[q], ...: GGUF Q5_*, Q6_K, Q8_0, IQ4_*) and exponent byte 133, so
+// the block streams read the record directly: no dequantisation, no zero
+// points, twice the nibble record's bytes.
+#if defined(INT4_CODES8)
+constexpr bool CODES8 = true;
+#else
+constexpr bool CODES8 = false;
+#endif
+static_assert(!MXFP4 || (!MIN_TERM && !CODES8),
+              "MXFP4 has its own codes and no min term");
+
+using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
+using BLOCKS = aie::block_vector<bfp16ebs8, 64>; // one 8x8 mmul operand: 8
+                                                 // blocks of 8 along K
+static_assert(MMUL::size_A == 64 && MMUL::size_B == 64 && MMUL::size_C == 64 &&
+              BLOCKS::bytes() == 72);
+
+constexpr unsigned NB = TN / 8; // 8-column blocks of W / C
+constexpr unsigned NP = NB / 2; // column pairs
+constexpr unsigned KB = TK / 8; // 8-deep K blocks per chunk
+// K covered by one scale fold (MXFP4: no fold, one span per call).
+constexpr unsigned SPAN = MXFP4 ? TK : (TK < GS ? TK : GS);
+constexpr unsigned SB = SPAN / 8;  // K blocks per fold
+constexpr unsigned NF = TK / SPAN; // folds per call = groups held by the record
+constexpr unsigned BLK = 64;       // elements per 8x8 block
+
+constexpr unsigned round64(unsigned x) { return (x + 63u) / 64u * 64u; }
+
+// Every mmul starts from a zero accumulator, as the Peano-built kernels that
+// run on NPU2 build theirs (mlir-air mm_aie2p.cc, mm_bf16_x_bfp16.cc): a
+// default-constructed mmul carries a run-time "zero" flag into every mac.
+inline MMUL zero_mmul() { return MMUL(aie::zeros<accfloat, 64>()); }
+
+// Input block streams with restrict semantics: their pops do not alias each
+// other or the entry's other buffers, so they may overlap. Every block the
+// kernel pushes (the A line, the zero-point staging) is read back in the same
+// call, so the output streams are the plain ones: a restrict stream promises
+// that nothing else touches its bytes, and llvm-aie's alias analysis takes FIFO
+// and ordinary accesses as non-aliasing on that promise (llvm-aie PR #327).
+// mlir-aie PR #3650's mm_bfp_mixed.cc pushes its re-read A staging the same
+// way.
+using BlockIn = aie::block_vector_restrict_input_buffer_stream<bfp16ebs8, 64>;
+using BlockOut = aie::block_vector_output_buffer_stream<bfp16ebs8, 64>;
+
+// A pair line: the block vectors of two 8-row (A) or 8-column (W) blocks,
+// interleaved along K (block 0 kb, block 1 kb, block 0 kb+1, ...), 144 bytes
+// per K block. Each fold span's part (144 * SB bytes) starts on 64 bytes (a
+// block stream starts at FIFO position 0 of a 512-bit word): SPAN_STRIDE.
+// With several spans per call the nibble formats' spans are whole 576-byte
+// periods of the zero-point pattern, so their stride is the span itself and
+// the line is unpadded; byte codes pad each span (Q6_K's 16-value groups: 288
+// bytes in a stride of 320).
+constexpr unsigned SPAN_BYTES = 2 * SB * BLOCKS::bytes();
+constexpr unsigned SPAN_STRIDE = round64(SPAN_BYTES);
+constexpr unsigned PAIR_LINE = NF * SPAN_STRIDE;
+static_assert(CODES8 || NF == 1 || SPAN_BYTES % 576 == 0,
+              "DIM_GS must be a multiple of 32 when a chunk holds several "
+              "groups: each group's part of a W line is then whole 576-byte "
+              "periods of the zero-point pattern");
+// The zero-point pattern repeats every 9 words: whole periods, then a tail.
+constexpr unsigned SPAN_WORDS = SPAN_STRIDE / 64;
+constexpr unsigned SPAN_PERIODS = SPAN_WORDS / 9, SPAN_TAIL = SPAN_WORDS % 9;
+
+// Packed record (see int4_packed_record.py, which must agree), each section
+// starting on a 64-byte boundary:
+//   Q  nibble formats: the 4-bit codes in the image order of the W pair lines
+//      (PAIR_LINE nibbles per pair); byte codes: the image itself (PAIR_LINE
+//      bytes per pair)
+//   S  SCALE_PARTS x NF x TN bf16 (part i of span f, column n at i * NF * TN
+//      + f * TN + n)
+//   M  (MIN_TERM) the min terms, laid out as S
+//   Z  (nibble formats) NF x TN uint8 zero points
+// MXFP4 (int4awq/formats/mxfp4.py): the E2M1 codes in the nibble order, then X,
+// per 32-value group and column the bf16 2^(E - 64 - 127) whose block
+// conversion carries the group's exponent byte E = x + 5 (see dequantize).
+constexpr unsigned Q_PAIR_BYTES = CODES8 ? PAIR_LINE : PAIR_LINE / 2;
+constexpr unsigned Q_BYTES = NP * Q_PAIR_BYTES;
+constexpr unsigned S_OFFSET = round64(Q_BYTES);
+constexpr unsigned S_PART = NF * TN; // bf16 elements of one part
+constexpr unsigned S_BYTES = round64(S_PART * 2 * SCALE_PARTS);
+constexpr unsigned M_OFFSET = S_OFFSET + S_BYTES;
+constexpr unsigned M_BYTES = MIN_TERM ? S_BYTES : 0;
+constexpr unsigned Z_OFFSET = M_OFFSET + M_BYTES;
+constexpr unsigned Z_BYTES = CODES8 ? 0 : round64(NF * TN);
+constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
+#if defined(INT4_MXFP4)
+constexpr unsigned MX_GROUPS = TK / MX_GROUP; // per record
+constexpr unsigned X_OFFSET = round64(Q_BYTES);
+constexpr unsigned GROUP_WORDS = 2 * (MX_GROUP / 8) * 72 / 64; // 576 bytes
+static_assert(PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
+#endif
+
+// w_scratch (see int4_packed_record.py, w_scratch_bytes): NP W pair lines
+// (nibble formats), one A pair line, 256 bytes where the zero-point pattern is
+// staged (nibble formats), with MIN_TERM the row sums R of each span's two
+// 8-row blocks (bf16 hi then lo, 64 lanes each: 256 bytes per block).
+constexpr unsigned A_LINE_OFFSET = CODES8 ? 0 : NP * PAIR_LINE;
+constexpr unsigned STAGE_OFFSET = A_LINE_OFFSET + PAIR_LINE;
+constexpr unsigned STAGE_BYTES = CODES8 ? 0 : 256;
+constexpr unsigned R_OFFSET = STAGE_OFFSET + STAGE_BYTES;
+constexpr unsigned R_BLOCK_BYTES = 256;
+constexpr unsigned R_BYTES = MIN_TERM ? 2 * NF * R_BLOCK_BYTES : 0;
+constexpr unsigned SCRATCH_BYTES = R_OFFSET + R_BYTES;
+static_assert(SCRATCH_BYTES % 64 == 0 && SCRATCH_BYTES <= 65536,
+              "w_scratch does not fit a PE's L1");
+
+// 8 values replicated 8 times: the per-column operand of an 8x8 row-major
+// block.
+inline aie::vector<bfloat16, 64>
+replicate_row(const aie::vector<bfloat16, 8> &v) {
+  return aie::concat(v, v, v, v, v, v, v, v);
+}
+
+inline bfp16ebs8 *blocks_at(uint8_t *scratch, unsigned offset) {
+  return reinterpret_cast<bfp16ebs8 *>(scratch + offset);
+}
+
+// z of 8 columns, as the bf16 bits 0x5D80 + 2z = (64 + z) * 2^54, lanes 8j ..
+// 8j+7 = column j -> one block vector: block j has exponent byte 187 and 8
+// mantissas 64 + z_j (exact: every lane of a block is the same power-of-two
+// multiple of 64 + z_j, 64 <= 64 + z_j < 128).
+inline BLOCKS zero_point_blocks(const aie::vector<bfloat16, 8> &zbits) {
+  return aie::accum<accfloat, 64>(aie::transpose(replicate_row(zbits), 8, 8))
+      .to_vector<bfp16ebs8>();
+}
+
+// The 576-byte pattern [V0 V1] repeated over one span of a pair line (9 words):
+// V0 V1 V0 go through the staging area, minus 64 per byte; its words at byte
+// offsets (64w) mod 144 = 0, 64, 128, 48, 112, 32, 96, 16, 80 (w = 0 .. 8) are
+// three aligned loads and six shuffle_down_fill's.
+struct Pattern {
+  aie::vector<uint8, 64> w[9];
+};
+inline Pattern stage_pattern(const BLOCKS &v0, const BLOCKS &v1,
+                             const aie::vector<uint8, 64> &c64,
+                             uint8_t *__restrict scratch) {
+  {
+    BlockOut st(blocks_at(scratch, STAGE_OFFSET));
+    st << v0 << v1 << v0;
+  }
+  const uint8_t *__restrict stage = scratch + STAGE_OFFSET;
+  const aie::vector<uint8, 64> w0 = aie::sub(aie::load_v<64>(stage), c64);
+  const aie::vector<uint8, 64> w1 = aie::sub(aie::load_v<64>(stage + 64), c64);
+  const aie::vector<uint8, 64> w2 = aie::sub(aie::load_v<64>(stage + 128), c64);
+  return Pattern{{
+      w0,
+      w1,
+      w2,
+      aie::shuffle_down_fill(w0, w1, 48),
+      aie::shuffle_down_fill(w1, w2, 48),
+      aie::shuffle_down_fill(w0, w1, 32),
+      aie::shuffle_down_fill(w1, w2, 32),
+      aie::shuffle_down_fill(w0, w1, 16),
+      aie::shuffle_down_fill(w1, w2, 16),
+  }};
+}
+
+// Record Q -> the W pair lines of w_scratch. For column pair p and fold span f,
+// the zero-point pattern of the span's image is Z2 = [V0 V1] repeated (V0, V1:
+// the two column blocks' block vectors with exponent byte 123 and mantissas z,
+// staged by stage_pattern). Each image word is then 32 record bytes
+// unpacked to uint8 minus its zero-point word: exponent lanes 0 - 123 = 133,
+// mantissa lanes q - z.
+#if !defined(INT4_MXFP4)
+// Image word w: 32 record bytes of nibbles unpacked to bytes, minus its
+// zero-point pattern word.
+inline void dequantize_word(const uint8_t *__restrict q,
+                            uint8_t *__restrict dst, unsigned w,
+                            const aie::vector<uint8, 64> &pattern) {
+  const aie::vector<uint8, 64> u =
+      aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
+  aie::store_v(dst + 64 * w, aie::sub(u, pattern));
+}
+
+// Column pair p, fold span f: the W pair line's span from the record's codes
+// and the two column blocks' zero-point block vectors.
+inline void dequantize_pair(const uint8_t *__restrict record,
+                            uint8_t *__restrict scratch, unsigned p, unsigned f,
+                            const BLOCKS &v0, const BLOCKS &v1,
+                            const aie::vector<uint8, 64> &c64) {
+  const Pattern pz = stage_pattern(v0, v1, c64, scratch);
+  const uint8_t *__restrict q =
+      record + p * Q_PAIR_BYTES + f * (SPAN_STRIDE / 2);
+  uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_STRIDE;
+  // Word w takes pattern word w % 9: walked as whole periods of 9, each
+  // unrolled, then the tail, so no modulo is computed at run time (an
+  // unsigned remainder is a library call on AIE2P, and a call in a loop stops
+  // it from pipelining).
+  for (unsigned r = 0; r < SPAN_PERIODS; ++r) {
+    AIE_LOOP_UNROLL_FULL
+    for (unsigned j = 0; j < 9; ++j)
+      dequantize_word(q, dst, 9 * r + j, pz.w[j]);
+  }
+  AIE_LOOP_UNROLL_FULL
+  for (unsigned j = 0; j < SPAN_TAIL; ++j)
+    dequantize_word(q, dst, 9 * SPAN_PERIODS + j, pz.w[j]);
+}
+
+// The zero points are read 64 at a time (their section is whole 64-byte words):
+// 0x80 + 2z on 512-bit vectors, zipped with 0x5D into the bf16 bits 0x5D80 + 2z
+// of 64 columns, staged in the A line's bytes (free until the A conversion
+// writes them), from where each column pair's loop iteration loads its 16. No
+// 8-bit arithmetic on 128-bit vectors: 128-bit values live only in AIE2P's q
+// registers, and an int8 x 16 add that LLVM turned into a shift crashed
+// llvm-aie's legalizer (llvm-aie #480); upstream's kernels work on 64 lanes.
+// Zero point i = f * TN + c is column c of span f.
+constexpr unsigned Z_WORDS = (NF * TN + 63) / 64;
+static_assert(Z_WORDS * 128 <= PAIR_LINE,
+              "the zero points' bf16 bits are staged in the A line");
+
+void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
+  const uint8_t *__restrict zp = record + Z_OFFSET;
+  bfloat16 *zbits = reinterpret_cast<bfloat16 *>(scratch + A_LINE_OFFSET);
+  const aie::vector<uint8, 64> c80 = aie::broadcast<uint8, 64>(0x80);
+  const aie::vector<uint8, 64> c5d = aie::broadcast<uint8, 64>(0x5D);
+  AIE_LOOP_MIN_ITERATION_COUNT(1)
+  for (unsigned c = 0; c < Z_WORDS; ++c) {
+    KERNEL_ITERATION;
+    const aie::vector<uint8, 64> z = aie::load_v<64>(zp + 64 * c);
+    const auto zz = aie::interleave_zip(aie::add(aie::add(z, z), c80), c5d, 1);
+    aie::store_v(zbits + 64 * c, zz.first.cast_to<bfloat16>());
+    aie::store_v(zbits + 64 * c + 32, zz.second.cast_to<bfloat16>());
+  }
+  const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
+  AIE_LOOP_MIN_ITERATION_COUNT(1)
+  for (unsigned it = 0; it < NP * NF; ++it) {
+    KERNEL_ITERATION;
+    const unsigned p = it / NF, f = it - p * NF; // no remainder in a loop
+    const bfloat16 *zb = zbits + f * TN + p * 16;
+    dequantize_pair(record, scratch, p, f,
+                    zero_point_blocks(aie::load_v<8>(zb)),
+                    zero_point_blocks(aie::load_v<8>(zb + 8)), c64);
+  }
+}
+#else
+// The record's offset nibbles u = t + 8 (uint8 lanes, 1 .. 15; t the E2M1
+// code's magnitude index with its sign, int4awq/formats/mxfp4.py) -> 2 * value
+// + 56 (mod 256), an odd piecewise-linear map of t shifted: with m(t) = t +
+// max(t, 4) + min(t, -4) + 2 (max(t, 6) + min(t, -6)) (0, 1, 2, 3, 4, 6, 8, 12
+// for t = 0 .. 7), m(u - 8) + 56 = u + max(u, 12) + min(u, 4) + 2 (max(u, 14) +
+// min(u, 2)). All unsigned: Peano's aie_api mis-converts signed int4 (mlir-air
+// fused_decode/kernels/q4_k.h, issue #1818), so the codes never are. The 56
+// is taken back by the pattern word (dequantize).
+inline aie::vector<uint8, 64> e2m1_mantissas(const aie::vector<uint8, 64> &u) {
+  const aie::vector<uint8, 64> a =
+      aie::add(aie::max(u, aie::broadcast<uint8, 64>(12)),
+               aie::min(u, aie::broadcast<uint8, 64>(4)));
+  const aie::vector<uint8, 64> b =
+      aie::add(aie::max(u, aie::broadcast<uint8, 64>(14)),
+               aie::min(u, aie::broadcast<uint8, 64>(2)));
+  return aie::add(aie::add(u, a), aie::add(b, b));
+}
+
+// Record codes -> the W pair lines of w_scratch. For column pair p and MX
+// group g (576 bytes of the line, 9 words), the exponent pattern is [V0 V1]
+// repeated, V0, V1 the two column blocks' block vectors with exponent byte
+// E + 64 and mantissas 64 (the block conversion of X, 2^(E + 64 - 133) * 64),
+// staged as V0 V1 V0 minus 64 + 56 per byte (the AWQ zero points' 64, and the
+// mantissa map's offset): exponent lanes E - 56, mantissa lanes -56. Each
+// image word is 32 record bytes unpacked to offset nibbles, mapped to
+// mantissas + 56 (an 8 sits where an exponent byte goes: 0 + 56) plus its
+// pattern word.
+void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
+  const bfloat16 *__restrict xp =
+      reinterpret_cast<const bfloat16 *>(record + X_OFFSET);
+  const aie::vector<uint8, 64> c120 = aie::broadcast<uint8, 64>(64 + 56);
+  AIE_LOOP_MIN_ITERATION_COUNT(1)
+  for (unsigned it = 0; it < NP * MX_GROUPS; ++it) {
+    KERNEL_ITERATION;
+    const unsigned p = it / MX_GROUPS, g = it - p * MX_GROUPS;
+    const bfloat16 *__restrict x = xp + g * TN + p * 16;
+    const BLOCKS v0 = zero_point_blocks(aie::load_v<8>(x));
+    const BLOCKS v1 = zero_point_blocks(aie::load_v<8>(x + 8));
+    const Pattern pe = stage_pattern(v0, v1, c120, scratch);
+    const uint8_t *__restrict q =
+        record + p * Q_PAIR_BYTES + g * (GROUP_WORDS * 32);
+    uint8_t *__restrict dst = scratch + p * PAIR_LINE + g * GROUP_WORDS * 64;
+    for (unsigned w = 0; w < GROUP_WORDS; ++w) {
+      const aie::vector<uint8, 64> u =
+          aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
+      aie::store_v(dst + 64 * w, aie::add(e2m1_mantissas(u), pe.w[w]));
+    }
+  }
+}
+#endif
+
+// One A block (8x8 bf16, row-major) -> bfp16ebs8 blocks along K: the vector
+// goes to an accumulator by a move (to_blocks) or, for the second block of a
+// pair, by a multiply by one on the MAC slot (to_blocks_on_mac; exact), so the
+// two conversions of a step do not queue for one slot (mlir-air
+// mm_bf16_x_bfp16.cc converts its second A block the same way).
+inline BLOCKS to_blocks(const bfloat16 *__restrict a) {
+  return aie::accum<accfloat, 64>(aie::load_v<64>(a)).to_vector<bfp16ebs8>();
+}
+inline BLOCKS to_blocks_on_mac(const bfloat16 *__restrict a,
+                               const aie::vector<bfloat16, 64> &ones) {
+  return aie::mul(aie::load_v<64>(a), ones).to_vector<bfp16ebs8>();
+}
+
+// The scales (or min terms) of 8 columns at sp, each replicated down the 8
+// rows of a block: SCALE_PARTS parts, part i at sp + i * S_PART.
+struct Parts8 {
+  aie::vector<bfloat16, 64> v[SCALE_PARTS];
+};
+inline Parts8 load_parts(const bfloat16 *sp) {
+  Parts8 s;
+  for (unsigned i = 0; i < SCALE_PARTS; ++i)
+    s.v[i] = replicate_row(aie::load_v<8>(sp + i * S_PART));
+  return s;
+}
+// A column block's fold terms: its scales, and with MIN_TERM its min terms
+// (the M section follows S, S_BYTES further on).
+struct Terms8 {
+  Parts8 s, m;
+};
+inline Terms8 load_terms(const bfloat16 *sp) {
+  Terms8 t;
+  t.s = load_parts(sp);
+  if constexpr (MIN_TERM)
+    t.m = load_parts(sp + S_BYTES / 2);
+  return t;
+}
+
+// acc += (hi + lo) * s, part by part: hi * s_i, then lo * s_i (acc in place:
+// one accumulator register, as a mac chain).
+inline void mac_parts(aie::accum<accfloat, 64> &acc,
+                      const aie::vector<bfloat16, 64> &hi,
+                      const aie::vector<bfloat16, 64> &lo, const Parts8 &s) {
+  for (unsigned i = 0; i < SCALE_PARTS; ++i) {
+    acc = aie::mac(acc, hi, s.v[i]);
+    acc = aie::mac(acc, lo, s.v[i]);
+  }
+}
+
+// MIN_TERM: the row sums R of fold span f's 8-row block j (0, 1: the pair the
+// GEMM sweeps; the GEMV's band is block 0) in w_scratch, as bf16 hi then lo.
+// R is an mmul of the block against a block of ones, so lane 8r + c holds
+// row r's sum in every column c, the layout of the C block it is added to.
+// Without a min term there are none (and no pointer past the scratch).
+inline bfloat16 *row_sums_at(uint8_t *scratch, unsigned f, unsigned j) {
+  if constexpr (!MIN_TERM)
+    return nullptr;
+  return reinterpret_cast<bfloat16 *>(scratch + R_OFFSET +
+                                      (2 * f + j) * R_BLOCK_BYTES);
+}
+inline void store_row_sums(const MMUL &r, bfloat16 *dst) {
+  const aie::accum<accfloat, 64> racc = r.to_accum();
+  const aie::vector<bfloat16, 64> hi = racc.to_vector<bfloat16>();
+  aie::store_v(dst, hi);
+  aie::store_v(dst + 64, aie::sub(racc, hi).to_vector<bfloat16>());
+}
+// The row sums of the A blocks one span converts (MIN_TERM); without a min
+// term, nothing at all.
+template <bool ON>
+struct RowSums {
+  void add(const BLOCKS &) {}
+  void store(bfloat16 *) const {}
+};
+template <>
+struct RowSums<true> {
+  // a block of ones (exact in bfp16) and R += a x ones, one mmul per block
+  BLOCKS ones = aie::accum<accfloat, 64>(aie::broadcast<bfloat16, 64>(1.0f))
+                    .to_vector<bfp16ebs8>();
+  MMUL r = zero_mmul();
+  void add(const BLOCKS &a) { r.mac(a, aie::op_transpose(ones)); }
+  void store(bfloat16 *dst) const { store_row_sums(r, dst); }
+};
+
+// c (one 8x8 f32 block of the accumulator) += G * s (+ R * m with MIN_TERM, R
+// at r), G and R each split into bf16 hi + lo, in the order of mac_parts.
+inline void fold(const MMUL &g, const Terms8 &t, const bfloat16 *r,
+                 float *__restrict c) {
+  const aie::accum<accfloat, 64> gacc = g.to_accum();
+  const aie::vector<bfloat16, 64> hi = gacc.to_vector<bfloat16>();
+  const aie::vector<bfloat16, 64> lo = aie::sub(gacc, hi).to_vector<bfloat16>();
+  aie::accum<accfloat, 64> acc(aie::load_v<64>(c));
+  mac_parts(acc, hi, lo, t.s);
+  if constexpr (MIN_TERM)
+    mac_parts(acc, aie::load_v<64>(r), aie::load_v<64>(r + 64), t.m);
+  aie::store_v(c, acc.to_vector<float>());
+}
+
+// A span's accumulators: AWQ starts each from zero and folds it into c at the
+// end (G * s); MXFP4 starts from c itself and stores it back (no fold: the
+// scales are in the block exponents), one span per call.
+inline MMUL span_start(const float *__restrict c) {
+  if constexpr (MXFP4)
+    return MMUL(aie::accum<accfloat, 64>(aie::load_v<64>(c)));
+  else
+    return zero_mmul();
+}
+// One column block: its terms at sp, the row sums at r.
+inline void span_end(const MMUL &g, const bfloat16 *sp, const bfloat16 *r,
+                     float *__restrict c) {
+  if constexpr (MXFP4)
+    aie::store_v(c, g.to_accum().to_vector<float>());
+  else
+    fold(g, load_terms(sp), r, c);
+}
+// The 2x2 block of C at c00 (blocks (mb, nb), (mb, nb+1), (mb+1, nb), (mb+1,
+// nb+1); the next column block `col` floats on, the next row block `row`):
+// the terms of columns 8nb .. 8nb+15 at sp, the row sums of the two row blocks
+// at r0, r1.
+inline void span_end_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
+                         const MMUL &g11, const bfloat16 *sp,
+                         const bfloat16 *r0, const bfloat16 *r1, float *c00,
+                         unsigned col, unsigned row) {
+  if constexpr (MXFP4) {
+    span_end(g00, sp, r0, c00);
+    span_end(g01, sp, r0, c00 + col);
+    span_end(g10, sp, r1, c00 + row);
+    span_end(g11, sp, r1, c00 + col + row);
+  } else {
+    // one column block's terms live at a time (2P replicated vectors, 4P with
+    // a min term); each fold writes its own C block, so the order is free
+    {
+      const Terms8 t0 = load_terms(sp);
+      fold(g00, t0, r0, c00);
+      fold(g10, t0, r1, c00 + row);
+    }
+    const Terms8 t1 = load_terms(sp + 8);
+    fold(g01, t1, r0, c00 + col);
+    fold(g11, t1, r1, c00 + col + row);
+  }
+}
+
+// The block stream base of column pair p's W line, span f: the record itself
+// with byte codes, else the line dequantize wrote in w_scratch.
+inline bfp16ebs8 *w_line(uint8_t *record, uint8_t *scratch, unsigned p,
+                         unsigned f) {
+  return blocks_at(CODES8 ? record : scratch, p * PAIR_LINE + f * SPAN_STRIDE);
+}
+
+} // namespace
