@@ -26,7 +26,7 @@ sys.path.insert(0, REPO)
 
 from int4awq.design import compiler  # noqa: E402
 from int4awq.design.kernel_cost import CLOCK_HZ, calibration  # noqa: E402
-from int4awq.design.llama import LAYERS  # noqa: E402
+from int4awq.design.llama import FUSED, FUSED_DISPATCHES, LAYERS, shape_of  # noqa: E402
 from int4awq.errors import (
     ConfigError,
     missing_module_line,
@@ -76,7 +76,7 @@ COLUMNS = (
 # The printed tables: (heading, row key, format spec). Text is left-aligned and numbers right-aligned under
 # their headings, so each column reads straight down; the source (last) is not padded.
 _LEAD = (
-    ("projection", "projection", "<10"),
+    ("projection", "projection", "<12"),
     # format: as wide as the longest record format, int4_min_bf16 and int8_min_bf16
     ("format", "format", "<13"),
     ("M", "m", ">5"),
@@ -540,73 +540,105 @@ def _main(argv) -> int:
     return 1 if failures else 0
 
 
-def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
-    """decode_rows for one weight format: a row per projection and the token line."""
+def _decode_row(
+    name, k, n, fmt, gs, columns, rows, on_npu, args
+) -> tuple[float, int, bool]:
+    """One M = 1 row (the GEMV design's default configuration for K x N), printed and added to rows:
+    (seconds, DDR bytes, passed)."""
     from int4awq.design import gemv
 
-    columns = table_columns(DECODE_TABLE, on_npu or args.emulate, args.sim)
-    failures, token_s, token_ddr, token_fixed = 0, 0.0, 0, 0.0
-    for name, (k, n) in LLAMA_PROJECTIONS.items():
-        cfg = gemv.default_config(1, k, n, gs, fmt)
-        est = gemv.modelled(cfg, 1, n)
-        row = dict(
-            projection=name,
-            format=fmt,
-            m=1,
-            k=k,
-            n=n,
-            config=f"GEMV {cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} pes{cfg.pes}",
-            ddr_mb=round(est.ddr_bytes / 1e6, 2),
-            us=round(est.seconds * 1e6, 1),
-            modelled_us=round(est.seconds * 1e6, 1),
-            tops=round(est.tops, 3),
-            correlation="",
-            source="modelled",
-            ddr_us=round(est.ddr_s * 1e6, 1),
-            compute_us=round(est.compute_s * 1e6, 1),
-            gbps=round(est.gbps, 1),
-            bound=est.bound,
+    cfg = gemv.default_config(1, k, n, gs, fmt)
+    est = gemv.modelled(cfg, 1, n)
+    row = dict(
+        projection=name,
+        format=fmt,
+        m=1,
+        k=k,
+        n=n,
+        config=f"GEMV {cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} pes{cfg.pes}",
+        ddr_mb=round(est.ddr_bytes / 1e6, 2),
+        us=round(est.seconds * 1e6, 1),
+        modelled_us=round(est.seconds * 1e6, 1),
+        tops=round(est.tops, 3),
+        correlation="",
+        source="modelled",
+        ddr_us=round(est.ddr_s * 1e6, 1),
+        compute_us=round(est.compute_s * 1e6, 1),
+        gbps=round(est.gbps, 1),
+        bound=est.bound,
+    )
+    roofline_point(row, est.ddr_bytes, est.seconds)
+    seconds, passed = est.seconds, True
+    if on_npu:
+        us, corr = measure_gemv(cfg, 1, k, n, args.iters, args.warmup)
+        seconds = us * 1e-6
+        row.update(
+            us=round(us, 1),
+            tops=round(2 * k * n / us / 1e6, 3),
+            correlation=f"{corr:.6f}",
+            source=measured_source(us, est.seconds),
+            gbps=round(est.ddr_bytes / us / 1e3, 1),
         )
-        roofline_point(row, est.ddr_bytes, est.seconds)
-        seconds = est.seconds
-        if on_npu:
-            us, corr = measure_gemv(cfg, 1, k, n, args.iters, args.warmup)
-            seconds = us * 1e-6
-            row.update(
-                us=round(us, 1),
-                tops=round(2 * k * n / us / 1e6, 3),
-                correlation=f"{corr:.6f}",
-                source=measured_source(us, est.seconds),
-                gbps=round(est.ddr_bytes / us / 1e3, 1),
-            )
-            roofline_point(row, est.ddr_bytes, est.seconds, seconds)
-        elif args.emulate:
-            corr, passed = emulate(cfg, 1, k, n)
-            failures += not passed
-            row.update(
-                correlation=f"{corr:.6f}",
-                source=row["source"] + "; emulator " + ("PASS" if passed else "FAIL"),
-            )
-        add_simulated(row, cfg, fmt, args)
-        token_s += seconds
-        token_ddr += est.ddr_bytes
-        token_fixed += model.FIXED_S
-        rows.append(row)
-        print(table_line(columns, row), flush=True)
-    what = "MEASURED" if on_npu else "MODELLED"
+        roofline_point(row, est.ddr_bytes, est.seconds, seconds)
+    elif args.emulate:
+        corr, passed = emulate(cfg, 1, k, n)
+        row.update(
+            correlation=f"{corr:.6f}",
+            source=row["source"] + "; emulator " + ("PASS" if passed else "FAIL"),
+        )
+    add_simulated(row, cfg, fmt, args)
+    rows.append(row)
+    print(table_line(columns, row), flush=True)
+    return seconds, est.ddr_bytes, passed
+
+
+def _token_line(fmt, what, dispatches, token_s, token_ddr, how) -> str:
+    """One token's projections over the 16 layers: dispatches per layer, each with the fixed cost."""
     per_token = LAYERS * token_s
-    print(
-        f"{fmt}: one token, 7 projections x {LAYERS} layers ({what}, projections only: no attention, norms, LM head): "
+    fixed = LAYERS * dispatches * model.FIXED_S
+    return (
+        f"{fmt}: one token, {how} x {LAYERS} layers ({what}, projections only: no attention, norms, LM head): "
         f"{per_token * 1e3:.2f} ms = {1 / per_token:.1f} tok/s; DDR {LAYERS * token_ddr / 1e6:.0f} MB = "
         f"{LAYERS * token_ddr / model.DDR_BYTES_PER_S * 1e3:.2f} ms at {model.DDR_BYTES_PER_S / 1e9:.1f} GB/s; the fixed cost of "
-        f"{7 * LAYERS} launches is {LAYERS * token_fixed * 1e3:.2f} ms of it ({100 * token_fixed / token_s:.0f} %)"
+        f"{dispatches * LAYERS} launches is {fixed * 1e3:.2f} ms of it ({100 * fixed / per_token:.0f} %)"
     )
+
+
+def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
+    """decode_rows for one weight format: a row per projection and the token line, then the fused
+    projections (q, k and v as one GEMV, gate and up as one: int4awq.design.llama.FUSED) and their token
+    line, four dispatches a layer."""
+    columns = table_columns(DECODE_TABLE, on_npu or args.emulate, args.sim)
+    failures, seconds, ddr = 0, {}, {}
+    for name in list(LLAMA_PROJECTIONS) + list(FUSED):
+        k, n = shape_of(name)
+        seconds[name], ddr[name], passed = _decode_row(
+            name, k, n, fmt, gs, columns, rows, on_npu, args
+        )
+        failures += not passed
+    what = "MEASURED" if on_npu else "MODELLED"
+    token_s = sum(seconds[p] for p in LLAMA_PROJECTIONS)
+    token_ddr = sum(ddr[p] for p in LLAMA_PROJECTIONS)
+    print(_token_line(fmt, what, 7, token_s, token_ddr, "7 projections"))
     if not on_npu:
+        fixed = LAYERS * 7 * model.FIXED_S
         print(
             f"  without the per-launch fixed cost (one launch per token, as a fused decode would be): "
-            f"{(per_token - LAYERS * token_fixed) * 1e3:.2f} ms = {1 / (per_token - LAYERS * token_fixed):.1f} tok/s "
+            f"{(LAYERS * token_s - fixed) * 1e3:.2f} ms = {1 / (LAYERS * token_s - fixed):.1f} tok/s "
             "(MODELLED)"
         )
+    fused_s = sum(seconds[p] for p in FUSED_DISPATCHES)
+    fused_ddr = sum(ddr[p] for p in FUSED_DISPATCHES)
+    print(
+        _token_line(
+            fmt,
+            what,
+            len(FUSED_DISPATCHES),
+            fused_s,
+            fused_ddr,
+            f"{len(FUSED_DISPATCHES)} dispatches ({', '.join(FUSED_DISPATCHES)})",
+        )
+    )
     return failures
 
 

@@ -142,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --weights: run all seven projections of decoder layer L, a line each",
     )
     p.add_argument(
+        "--fused",
+        action="store_true",
+        help="with --decoder-layer: q, k and v as one GEMV (or GEMM) and gate and up as one, fused along N "
+        "at load time (parts of different types, as a Q4_K_M file's Q6_K attn_v, run apart); each "
+        "projection checked against its own reference",
+    )
+    p.add_argument(
         "--activations",
         metavar="A.npy",
         help="A [M, K] instead of random activations (.npy: bfloat16, float16, float32 or float64)",
@@ -236,6 +243,10 @@ def check_options(args) -> None:
             raise ConfigError(
                 f"--list-layers lists the layers and exits; it cannot be combined with {given[0]}"
             )
+    if args.fused and args.decoder_layer is None:
+        raise ConfigError(
+            "--fused fuses a decoder layer's projections: it needs --weights PATH --decoder-layer L"
+        )
     if args.decoder_layer is not None:
         if args.decoder_layer < 0:
             raise ConfigError(
@@ -911,31 +922,68 @@ def run_gemm(
     return cfg, res, c
 
 
+def _dispatches(weights: list, fused: bool) -> list[list[int]]:
+    """The runs of a decoder layer's seven projections (q, k, v, o, gate, up, down), by index: one each, or
+    with fused, q, k and v as one run and gate and up as one, where their formats allow
+    (int4awq.formats.fuse.fusable_runs)."""
+    if not fused:
+        return [[i] for i in range(len(weights))]
+    from int4awq.formats.fuse import fusable_runs
+
+    out = []
+    for group in ([0, 1, 2], [3], [4, 5], [6]):
+        out += [
+            [group[j] for j in run] for run in fusable_runs([weights[i] for i in group])
+        ]
+    return out
+
+
 def run_decoder_layer(args) -> bool:
-    """All seven projections of one decoder layer of a checkpoint, a line each; True if all pass."""
+    """All seven projections of one decoder layer of a checkpoint, a line each; True if all pass. With
+    --fused, the fused runs' outputs are cut back into each projection's columns, each checked against its
+    own reference."""
+    from int4awq.formats.fuse import fuse_columns, offsets
     from int4awq.formats.weights_file import decoder_layer_names, load
 
     if args.m is None:
         raise ConfigError("--decoder-layer needs --m (rows of A)")
-    ok, fmt = True, args.format_given
-    for name in decoder_layer_names(args.awq, args.decoder_layer):
-        w, _ = load(args.awq, name, fmt=fmt)
+    names = decoder_layer_names(args.awq, args.decoder_layer)
+    weights = [load(args.awq, name, fmt=args.format_given)[0] for name in names]
+    ok = True
+    for run in _dispatches(weights, args.fused):
+        parts = [weights[i] for i in run]
+        w = fuse_columns(parts)
         args.format = w.format  # the file's format decides
         check_host_memory(args.m, w.k, w.n)
         a = random_activations(args.m, w.k, args.seed + 1)
         t0 = time.perf_counter()
-        cfg, res, _ = run_gemm(args, a, w, quiet=True)
-        ok &= res.passed
+        cfg, res, c = run_gemm(args, a, w, quiet=True)
+        took = time.perf_counter() - t0
         shape = (
             f"GEMV {cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2}"
             if isinstance(cfg, GemvConfig)
             else f"tiles {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1} herd {cfg.herd_m}x{cfg.herd_n}"
         )
-        print(
-            f"{name:<34} K={w.k:<5} N={w.n:<5} {shape} pes={pes_of(cfg)}  {time.perf_counter() - t0:6.1f} s  "
-            f"corr {res.correlation:.6f}  mean rel L1 {res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL'}",
-            flush=True,
-        )
+        fused = f" [one run of N={w.n}]" if len(run) > 1 else ""
+        for i, part, off in zip(run, parts, offsets(parts)):
+            if len(run) > 1:  # the part's own columns against the part's own reference
+                res = explain_failure(
+                    check(
+                        c[:, off : off + part.n],
+                        reference_gemm(a, part)[0],
+                        exact=args.exact,
+                    ),
+                    c[:, off : off + part.n],
+                    a,
+                    part,
+                    exact=args.exact,
+                )
+            ok &= res.passed
+            print(
+                f"{names[i]:<34} K={part.k:<5} N={part.n:<5} {shape} pes={pes_of(cfg)}{fused}  {took:6.1f} s  "
+                f"corr {res.correlation:.6f}  mean rel L1 {res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL'}",
+                flush=True,
+            )
     print("PASS!" if ok else "FAIL!")
     return ok
 

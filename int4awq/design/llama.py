@@ -13,3 +13,20 @@ PROJECTIONS = {
     "down_proj": (8192, 2048),
 }
 LAYERS = 16  # num_hidden_layers
+
+# The projections that read the same input, fused along N into one GEMV (int4awq.formats.fuse): their
+# outputs side by side in one C, in this order
+FUSED = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+}
+# One decoder layer's projections as the fused decode dispatches them
+FUSED_DISPATCHES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+
+
+def shape_of(name: str) -> tuple[int, int]:
+    """(K, N) of a projection or of a fused one (its parts' N summed)."""
+    if name in FUSED:
+        parts = [PROJECTIONS[p] for p in FUSED[name]]
+        return parts[0][0], sum(n for _, n in parts)
+    return PROJECTIONS[name]

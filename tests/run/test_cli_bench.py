@@ -4,6 +4,7 @@
 import contextlib
 import csv
 import io
+import re
 import sys
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from host import bench
 from int4awq.design import gemv, model, sweep
 from int4awq.design.kernel_cost import int4_kernel_flops
+from int4awq.design.llama import FUSED, FUSED_DISPATCHES
 
 
 def run(capsys, *argv):
@@ -115,7 +117,7 @@ def tables(out: str) -> list[tuple[str, list[str]]]:
     for line in out.splitlines():
         if line.startswith("projection "):
             found.append((line, []))
-        elif found and line.split(" ", 1)[0] in sweep.LLAMA_PROJECTIONS:
+        elif found and line.split(" ", 1)[0] in {*sweep.LLAMA_PROJECTIONS, *FUSED}:
             found[-1][1].append(line)
     return found
 
@@ -134,9 +136,9 @@ def offsets(header: str, headings: list[str]) -> list[tuple[bool, int]]:
 def test_the_tables_have_a_header_and_their_columns_align(modelled):
     code, out, err, _ = modelled
     found = tables(out)
-    # prefill: 4 row counts x 7 projections per format; decode: 7 projections per format
+    # prefill: 4 row counts x 7 projections per format; decode: 7 projections and the 2 fused per format
     formats = len(sweep.TABLE_FORMATS)
-    assert [len(rows) for _, rows in found] == [28 * formats, 7 * formats], out
+    assert [len(rows) for _, rows in found] == [28 * formats, 9 * formats], out
     for (header, rows), spec in zip(found, (PREFILL, DECODE)):
         assert " DDR MB " in header and " bound " in header
         for row in rows:
@@ -224,3 +226,25 @@ def test_without_matplotlib_the_plot_is_skipped_in_one_line(
     skipped = [line for line in out.splitlines() if "plot skipped" in line]
     assert len(skipped) == 1 and "matplotlib" in skipped[0], out
     assert "Traceback" not in out + err
+
+
+def test_the_fused_decode_token_takes_four_dispatches_a_layer(modelled):
+    """q, k and v as one GEMV and gate and up as one: 4 dispatches a layer, 64 a token, against 112; the
+    token line's time is the sum of its four rows per layer, each with its fixed cost.
+    """
+    code, out, err, path = modelled
+    rows = {
+        (r["projection"], r["format"]): float(r["us"])
+        for r in csv.DictReader(path.read_text().splitlines())
+        if r["m"] == "1"
+    }
+    line = next(
+        ln for ln in out.splitlines() if ln.startswith("awq: one token, 4 dispatches")
+    )
+    ms = float(re.search(r"layers \(MODELLED.*?\): ([0-9.]+) ms", line).group(1))
+    want = 16 * sum(rows[(p, "awq")] for p in FUSED_DISPATCHES) / 1e3
+    assert ms == pytest.approx(want, abs=0.01) and "64 launches" in line
+    seven = next(
+        ln for ln in out.splitlines() if ln.startswith("awq: one token, 7 projections")
+    )
+    assert ms < float(re.search(r"\): ([0-9.]+) ms", seven).group(1))

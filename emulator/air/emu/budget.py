@@ -160,6 +160,23 @@ class _Sunk:
         self._loc = getattr(owner, "_loc", "a segment-level alloc")
 
 
+def _users(seg) -> dict:
+    """value uid -> the ops of a segment that take it (deallocs aside)."""
+    users = {}
+    for op in _walk_all(seg.regions[0].blocks[0]):
+        if op.OPERATION_NAME == "memref.dealloc":
+            continue
+        for v in op.operands:
+            users.setdefault(v._uid, []).append(op)
+    return users
+
+
+def sunk_into_herd(seg, herd_op, value) -> bool:
+    """Whether aircc sinks the segment-level buffer `value` into `herd_op`: no other op of the segment
+    takes it (sunk_herd_operands' rule, for one operand)."""
+    return _users(seg).get(value._uid) == [herd_op]
+
+
 def sunk_herd_operands(compiler):
     """id(herd op) -> [_Sunk]: the segment-level L1 buffers aircc sinks into one herd op's body, those that
     no other op of the segment takes (AIRFuseAllocDeallocToAIRHierarchy; herds of one name are merged
@@ -167,12 +184,7 @@ def sunk_herd_operands(compiler):
     """
     out = {}
     for seg in compiler.segment_ops:
-        users = {}
-        for op in _walk_all(seg.regions[0].blocks[0]):
-            if op.OPERATION_NAME == "memref.dealloc":
-                continue
-            for v in op.operands:
-                users.setdefault(v._uid, []).append(op)
+        users = _users(seg)
         for op in _walk_all(seg.regions[0].blocks[0]):
             if op.OPERATION_NAME != "air.herd":
                 continue
