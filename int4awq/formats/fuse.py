@@ -20,6 +20,7 @@ from .gguf_quants import BlockIntWeights
 from .mxfp4 import Mxfp4Weights
 from .quant import AwqWeights
 
+
 def _key(w) -> tuple:
     """What two parts must share to fuse (a GGUF block type validates its own value range: the same
     type, not only the same record format)."""
@@ -64,7 +65,9 @@ def fuse_columns(parts: list):
     if isinstance(w0, AwqWeights):
         lo = [w.s_lo for w in parts]
         if any(x is None for x in lo) and not all(x is None for x in lo):
-            raise ConfigError("cannot fuse weights with bf16 scales and with scale pairs")
+            raise ConfigError(
+                "cannot fuse weights with bf16 scales and with scale pairs"
+            )
         fused = AwqWeights(
             cat([w.q for w in parts]),
             cat([w.z for w in parts]),
@@ -73,7 +76,10 @@ def fuse_columns(parts: list):
             None if lo[0] is None else cat(lo),
         )
     elif isinstance(w0, BlockIntWeights):
-        if len({w.bf16_scales for w in parts}) > 1 or len({w.m is None for w in parts}) > 1:
+        if (
+            len({w.bf16_scales for w in parts}) > 1
+            or len({w.m is None for w in parts}) > 1
+        ):
             raise ConfigError("cannot fuse block weights of different scale modes")
         fused = BlockIntWeights(
             cat([w.v for w in parts]),
@@ -84,7 +90,9 @@ def fuse_columns(parts: list):
             w0.bf16_scales,
         )
     elif isinstance(w0, Mxfp4Weights):
-        fused = Mxfp4Weights(cat([w.codes for w in parts]), cat([w.scales for w in parts]))
+        fused = Mxfp4Weights(
+            cat([w.codes for w in parts]), cat([w.scales for w in parts])
+        )
     else:
         raise ConfigError(f"cannot fuse weights of type {type(w0).__name__}")
     return fused.validate()
