@@ -15,12 +15,19 @@ import emu_testlib  # noqa: E402  (puts the emulated `air` first on sys.path)
 import add_2x2  # noqa: E402
 import passthrough  # noqa: E402
 import synthetic_gemm  # noqa: E402
+import two_launches  # noqa: E402
 from air.backend.xrt import XRTBackend  # noqa: E402
 from air.backend.xrt_runner import XRTRunner  # noqa: E402
 
 
 def test_passthrough_through_l2_and_l1_prints_pass(capsys):
     assert passthrough.main() == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "PASS!"
+
+
+def test_two_launches_run_in_program_order_through_ddr(capsys):
+    """A multi-launch module: the second launch reads what the first wrote to DDR."""
+    assert two_launches.main() == 0
     assert capsys.readouterr().out.splitlines()[-1] == "PASS!"
 
 

@@ -197,8 +197,23 @@ class TileUse:
         )
 
 
-def tile_resources(physical_text: str) -> dict[tuple[int, int], TileUse]:
-    """(column, row) -> TileUse of every tile in aiecc's input_physical.mlir."""
+def tile_resources(physical_text: str) -> dict[tuple[int, ...], TileUse]:
+    """(column, row) -> TileUse of every tile in aiecc's input_physical.mlir; with several aie.device ops
+    (a multi-launch module: one device per launch, each configured in turn), (device, column, row), each
+    device's tiles counted apart, as the launches hold them one after another."""
+    blocks = re.split(r"(?m)^(?=\s*aie\.device\()", physical_text)
+    devices = [b for b in blocks if b.lstrip().startswith("aie.device(")]
+    if len(devices) > 1:
+        return {
+            (d, *key): use
+            for d, block in enumerate(devices)
+            for key, use in _device_tiles(block).items()
+        }
+    return _device_tiles(physical_text)
+
+
+def _device_tiles(physical_text: str) -> dict[tuple[int, int], TileUse]:
+    """tile_resources of one device's text."""
     names, tiles = {}, {}
     for m in _TILE.finditer(physical_text):
         names[m.group(1)] = tiles.setdefault(

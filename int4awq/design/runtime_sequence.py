@@ -13,7 +13,12 @@ from mlir-aie at 7e00b57 (the commit mlir-air e972f29 pins) and the AIE2 registe
 * the three innermost dimensions walk one execution of `len` elements (len must be their product); a
   fourth, outermost dimension is the BD's iteration dimension: execution k starts at
   offset + (k mod size) x stride (iteration_size / iteration_stride, "offset each execution of this BD");
-* the direction is the shim DMA allocation's: MM2S reads the host buffer, S2MM writes it.
+* the direction is the shim DMA allocation's: MM2S reads the host buffer, S2MM writes it;
+* a module of several air.launch ops compiles to one aie.device per launch, each with its own sequence,
+  and a main sequence that configures each device and runs its sequence in turn (`aiex.configure @dev {
+  aiex.run @seq(args) }`, mlir-air's air_multi_launch_npu.mlir test): the main sequence's traffic is its
+  runs' in order, and an element one launch reads must have been written by an earlier one when the module
+  itself produces that buffer (order_problems).
 
 The walk is modelled per element; the hardware walks 32-bit words, which is the same for every pattern
 whose innermost stride is 1 (all of this project's). A sub-word pattern with another innermost stride is
@@ -39,6 +44,8 @@ _BD = re.compile(
 )
 _START = re.compile(r"aiex\.dma_start_task\((%\w+)\)")
 _REPEAT = re.compile(r"repeat_count = (\d+)")
+_CONFIGURE = re.compile(r"aiex\.configure @(\w+) \{$")
+_RUN = re.compile(r"aiex\.run @(\w+)\(([^)]*)\)")
 
 
 class NotInterpreted(Exception):
@@ -56,6 +63,10 @@ class Traffic:
     # argument -> the shim channels (tile, direction, channel) that move it, and its started tasks
     channels: dict = dataclasses.field(default_factory=dict)
     started: dict = dataclasses.field(default_factory=dict)
+    # a main sequence: the device sequences it runs, in order, each with the main's argument index per
+    # parameter; inner: a device sequence some main sequence runs (its traffic is counted there)
+    runs: list = dataclasses.field(default_factory=list)
+    inner: bool = False
 
     def bytes_read(self, i: int) -> int:
         return int(self.reads[i].sum()) * ELEM_BYTES[self.args[i][2]]
@@ -142,6 +153,21 @@ def interpret(npu_text: str) -> list[Traffic]:
                 tasks[t.group(1)] = (bd, repeat, channel[t.group(2)])
                 i += 1
                 continue
+            c = _CONFIGURE.search(line)
+            if c:
+                depth += 1  # the configure block of one device; its runs belong to this sequence
+                i += 1
+                continue
+            run = _RUN.search(line)
+            if run:
+                names = [a.strip() for a in run.group(2).split(",") if a.strip()]
+                if any(n not in index for n in names):
+                    raise NotInterpreted(
+                        f"aiex.run of {run.group(1)} with unknown arguments"
+                    )
+                traffic.runs.append((run.group(1), [index[n] for n in names]))
+                i += 1
+                continue
             s = _START.search(line)
             if s:
                 bd, repeat, chan = tasks[s.group(1)]
@@ -172,4 +198,44 @@ def interpret(npu_text: str) -> list[Traffic]:
                 raise NotInterpreted(f"runtime sequence op: {line}")
             i += 1
         out.append(traffic)
+    by_name = {t.name: t for t in out}
+    for t in out:  # a main sequence: its runs' traffic, mapped onto its arguments
+        for seq, argmap in t.runs:
+            if seq not in by_name:
+                raise NotInterpreted(f"aiex.run of {seq}: no such runtime sequence")
+            inner = by_name[seq]
+            inner.inner = True
+            for p, a in enumerate(argmap):
+                t.reads[a] += inner.reads[p]
+                t.writes[a] += inner.writes[p]
+                for chan in inner.channels.get(inner.args[p][0], ()):
+                    t.channels.setdefault(t.args[a][0], set()).add(chan)
+                t.started[t.args[a][0]] = t.started.get(
+                    t.args[a][0], 0
+                ) + inner.started.get(inner.args[p][0], 0)
+    return out
+
+
+def order_problems(main: Traffic, sequences: list[Traffic]) -> list[str]:
+    """For a main sequence: each element a launch reads of a buffer the module itself writes must have been
+    written by an earlier launch (an intermediate through DDR); one line per argument that is not.
+    """
+    by_name = {t.name: t for t in sequences}
+    out = []
+    for a, (name, shape, _) in enumerate(main.args):
+        if not main.writes[a].any():
+            continue  # a host input
+        written = np.zeros_like(main.writes[a])
+        for k, (seq, argmap) in enumerate(main.runs):
+            inner = by_name[seq]
+            params = [p for p, x in enumerate(argmap) if x == a]
+            reads = sum((inner.reads[p] for p in params), np.zeros_like(written))
+            early = (reads > 0) & (written == 0)
+            if early.any():
+                out.append(
+                    f"{main.name}: launch {k} ({seq}) reads {int(early.sum())} elements of {name} "
+                    f"{list(shape)} no earlier launch wrote"
+                )
+            for p in params:
+                written += inner.writes[p]
     return out

@@ -154,8 +154,9 @@ def test_every_design_through_aircc(design, tmp_path, record_property):
     assert r.traffic == [], r.traffic
     if compile_it:
         assert r.compiled.insts and all(n > 0 for n in r.compiled.insts.values())
-    # every design ping-pongs its chunk loop in L1 (the A chunk and the record) unless it has none
-    if "probe" not in design.name:
+    # every design ping-pongs its chunk loop in L1 (the A chunk and the record) unless it has none (the
+    # bring-up probes, the two-launch module)
+    if "probe" not in design.name and "two launches" not in design.name:
         assert (
             sum(n for (space, _), n in r.decisions.doubled.items() if space == 2) == 2
         )
@@ -336,6 +337,60 @@ def test_an_output_written_twice_or_not_at_all_is_named():
     assert "moves 128 bytes, the model counts 129" in p
 
 
+def _two_launch_sequences(order=("first", "second")):
+    """npu.air.mlir of a two-launch module: launch `first` copies arg0 into arg1, `second` arg1 into arg2;
+    the main sequence configures and runs them in `order` (aircc's form, air_multi_launch_npu.mlir).
+    """
+    args = "%arg0: memref<32xi32>, %arg1: memref<32xi32>, %arg2: memref<32xi32>"
+    out = []
+    for name, src, dst in (("first", 0, 1), ("second", 1, 2)):
+        out += [
+            f"    aie.shim_dma_allocation @in_{name}(%shim_noc_tile_0_0, MM2S, 0)",
+            f"    aie.shim_dma_allocation @out_{name}(%shim_noc_tile_0_0, S2MM, 0)",
+            f"    aie.runtime_sequence @seq_{name}({args}) {{",
+        ]
+        for k, (sym, arg) in enumerate(((f"in_{name}", src), (f"out_{name}", dst))):
+            out += [
+                f"      %{k} = aiex.dma_configure_task_for @{sym} {{",
+                f"        aie.dma_bd(%arg{arg} : memref<32xi32> offset = 0 len = 32 sizes = [32] strides = [1])",
+                "        aie.end",
+                "      }",
+                f"      aiex.dma_start_task(%{k})",
+            ]
+        out.append("    }")
+    out.append(f"    aie.runtime_sequence @main({args}) {{")
+    for name in order:
+        out += [
+            f"      aiex.configure @dev_{name} {{",
+            f"        aiex.run @seq_{name}(%arg0, %arg1, %arg2) : (memref<32xi32>, memref<32xi32>, memref<32xi32>)",
+            "      }",
+        ]
+    out.append("    }")
+    return "\n".join(out)
+
+
+def test_a_multi_launch_module_is_checked_over_its_launches_in_order():
+    """The main sequence's traffic is its runs': the intermediate arg1 written by the first launch and read
+    by the second, arg2 written once; run the other way round, the second launch reads arg1 before any
+    launch wrote it."""
+    text = _two_launch_sequences()
+    seqs = runtime_sequence.interpret(text)
+    main = next(t for t in seqs if t.runs)
+    assert [t.inner for t in seqs if not t.runs] == [True, True]
+    assert [int(r.sum()) for r in main.reads] == [32, 32, 0]
+    assert [int(w.sum()) for w in main.writes] == [0, 32, 32]
+    assert (
+        aircc_check.traffic_problems(_design(outputs=(1, 2), ddr=4 * 32 * 4), text)
+        == []
+    )
+    backwards = _two_launch_sequences(("second", "first"))
+    [p] = aircc_check.traffic_problems(_design(outputs=(1, 2)), backwards)
+    assert (
+        "launch 0 (seq_second) reads 32 elements of %arg1 [32] no earlier launch wrote"
+        in p
+    )
+
+
 def _small_herd(tiling):
     from int4awq.design.design import DesignConfig
 
@@ -383,10 +438,12 @@ def _emulator_designs():
     import gemm_structures
     import passthrough
     import synthetic_gemm
+    import two_launches
 
     return {
         "add_2x2": add_2x2.build_module,
         "passthrough": passthrough.build_module,
+        "two_launches": two_launches.build_module,
         "synthetic_gemm": synthetic_gemm.build_module,
         "gemm_structures proven": lambda: gemm_structures.build("proven"),
         "gemm_structures relaid_fill": lambda: gemm_structures.build("relaid_fill"),
