@@ -138,6 +138,108 @@ def build_module(
         stack_size=stack_size,
         format=weight_format,
     )
+    kernel = gemv_kernel_funcs(cfg)
+
+    @FuncOp.from_py_func(*gemv_l3_types(cfg))
+    def matvec_int4_packed(arg_a, arg_w, arg_c):
+        gemv_launch(cfg, kernel, arg_a, arg_w, arg_c)
+
+
+@module_builder
+def build_chained_module(
+    m,
+    k,
+    n1,
+    n2,
+    gs=128,
+    tile_n=64,
+    tile_k_l1=128,
+    *,
+    weight_format="awq",
+    stack_size=None,
+):
+    """Two GEMVs in one module of two launches: C1 = A x dequant(W1) [m, n1], then C2 = C1 x dequant(W2)
+    [m, n2], C1 going through DDR. The multi-launch shape of a decoder layer's module (mlir-air's llms
+    multi_launch_builder; aircc compiles each launch to a device of its own and a main sequence runs them
+    in turn): both launches share one kernel object (the record tile, format and rows).
+    """
+    first, second = (
+        GemvConfig(
+            m=m,
+            k=kk,
+            n=nn,
+            gs=gs,
+            tile_n=tile_n,
+            tile_k_l1=tile_k_l1,
+            stack_size=stack_size,
+            format=weight_format,
+        )
+        for kk, nn in ((k, n1), (n1, n2))
+    )
+    kernel = gemv_kernel_funcs(first)
+    a, w1, c1 = gemv_l3_types(first)
+    _, w2, c2 = gemv_l3_types(second)
+
+    @FuncOp.from_py_func(a, w1, c1, w2, c2)
+    def matvec_int4_chained(arg_a, arg_w1, arg_c1, arg_w2, arg_c2):
+        gemv_launch(first, kernel, arg_a, arg_w1, arg_c1, name="first")
+        gemv_launch(second, kernel, arg_c1, arg_w2, arg_c2, name="second")
+
+
+def gemv_l3_types(cfg: GemvConfig):
+    """The host buffers' types: A [M, K] bf16, W [N / tile_n, K / tile_k_l1, record] u8, C [M, N] bf16."""
+    bf16, u8 = BF16Type.get(), IntegerType.get_signless(8)
+    return (
+        MemRefType.get([cfg.m, cfg.k], bf16),
+        MemRefType.get([cfg.n_tiles, cfg.k_chunks, cfg.record_bytes], u8),
+        MemRefType.get([cfg.m, cfg.n], bf16),
+    )
+
+
+def _l1_types(cfg: GemvConfig):
+    """(A chunk, record, {accumulator, drain buffer, scratch}: (herd-wide type, one PE's slice type))."""
+    bf16, f32, u8 = BF16Type.get(), F32Type.get(), IntegerType.get_signless(8)
+    l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
+    hx, hy = COLUMNS, ROWS
+
+    def herd_wide(size, elt):
+        """A herd-wide L1 buffer [8, 4, size] and the type of one PE's slice of it (memref.subview's)."""
+        whole = MemRefType.get([hx, hy, size], elt, memory_space=l1)
+        layout = StridedLayoutAttr.get(
+            ShapedType.get_dynamic_size(), [hy * size, size, 1]
+        )
+        return whole, MemRefType.get([1, 1, size], elt, memory_space=l1, layout=layout)
+
+    return (
+        MemRefType.get([cfg.m, cfg.tile_k_l1], bf16, memory_space=l1),
+        MemRefType.get([cfg.record_bytes], u8, memory_space=l1),
+        {
+            "acc": herd_wide(cfg.acc_elems, f32),
+            "out": herd_wide(cfg.out_elems, bf16),  # each PE's slice 64-byte aligned
+            "scratch": herd_wide(cfg.scratch_bytes, u8),
+        },
+    )
+
+
+def gemv_kernel_funcs(cfg: GemvConfig):
+    """The kernel's entries (zero, accumulate, drain) declared for cfg's object. A module of several GEMV
+    launches declares them once: its launches share one object (the same record tile, format and rows).
+    """
+    a_l1, w_l1, herd_wide = _l1_types(cfg)
+    acc_pe, out_pe, scratch_pe = (herd_wide[k][1] for k in ("acc", "out", "scratch"))
+    obj, i32 = cfg.kernel_object, T.i32()
+    return (
+        kernel_func("gemv_int4_zero", [acc_pe, i32], obj),
+        kernel_func("gemv_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe, i32], obj),
+        kernel_func("gemv_int4_drain", [acc_pe, out_pe, i32], obj),
+    )
+
+
+def gemv_launch(cfg: GemvConfig, kernel, arg_a, arg_w, arg_c, name="gemv"):
+    """The air.launch of C = A x dequant(W) over the host buffers arg_a, arg_w, arg_c (gemv_l3_types), its
+    segment named <name>_seg: the whole design, for build_module's function or one launch of a module of
+    several."""
+    zero, accumulate, drain = kernel
     m, k, n = cfg.m, cfg.k, cfg.n
     tn, tk1, tk2 = cfg.tile_n, cfg.tile_k_l1, cfg.tile_k_l2
     hx, hy = COLUMNS, ROWS
@@ -148,161 +250,135 @@ def build_module(
         cfg.chunks_per_l2,
     )
 
-    bf16, f32, u8 = BF16Type.get(), F32Type.get(), IntegerType.get_signless(8)
-    l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
+    bf16, u8 = BF16Type.get(), IntegerType.get_signless(8)
     l2 = IntegerAttr.get(T.i32(), MemorySpace.L2)
-
-    a_l3 = MemRefType.get([m, k], bf16)
-    w_l3 = MemRefType.get([cfg.n_tiles, chunks, rec], u8)
-    c_l3 = MemRefType.get([m, n], bf16)
     a_l2 = MemRefType.get([hx, 1, m, tk2], bf16, memory_space=l2)
     w_l2 = MemRefType.get([hx, hy, cpl2, rec], u8, memory_space=l2)
     c_l2 = MemRefType.get([hx, hy, m, tn], bf16, memory_space=l2)
-    a_l1 = MemRefType.get([m, tk1], bf16, memory_space=l1)
-    w_l1 = MemRefType.get([rec], u8, memory_space=l1)
-
-    def herd_wide(size, elt):
-        """A herd-wide L1 buffer [8, 4, size] and the type of one PE's slice of it (memref.subview's)."""
-        whole = MemRefType.get([hx, hy, size], elt, memory_space=l1)
-        layout = StridedLayoutAttr.get(
-            ShapedType.get_dynamic_size(), [hy * size, size, 1]
-        )
-        return whole, MemRefType.get([1, 1, size], elt, memory_space=l1, layout=layout)
-
-    acc_herd, acc_pe = herd_wide(acc_n, f32)
-    out_herd, out_pe = herd_wide(cfg.out_elems, bf16)  # each PE's slice 64-byte aligned
-    scratch_herd, scratch_pe = herd_wide(cfg.scratch_bytes, u8)
-
-    obj = cfg.kernel_object
-    i32 = T.i32()
-    zero = kernel_func("gemv_int4_zero", [acc_pe, i32], obj)
-    accumulate = kernel_func(
-        "gemv_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe, i32], obj
+    a_l1, w_l1, herd_wide = _l1_types(cfg)
+    acc_herd, out_herd, scratch_herd = (
+        herd_wide[k][0] for k in ("acc", "out", "scratch")
     )
-    drain = kernel_func("gemv_int4_drain", [acc_pe, out_pe, i32], obj)
+    i32 = T.i32()
 
     def pe_slice(buf, x, y, size):
         return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])
 
-    @FuncOp.from_py_func(a_l3, w_l3, c_l3)
-    def matvec_int4_packed(arg_a, arg_w, arg_c):
-        @launch(operands=[arg_a, arg_w, arg_c], sizes=[1, cfg.launch_n])
-        def launch_body(_bm, bn, _nbm, _nbn, l3a, l3w, l3c):
-            @segment(name="gemv_seg", operands=[bn, l3a, l3w, l3c])
-            def segment_body(bn_s, l3a_s, l3w_s, l3c_s):
-                l2a, l2w, l2c = (AllocOp(t, [], []) for t in (a_l2, w_l2, c_l2))
-                acc, out, scratch = (
-                    AllocOp(t, [], []) for t in (acc_herd, out_herd, scratch_herd)
-                )
+    @launch(operands=[arg_a, arg_w, arg_c], sizes=[1, cfg.launch_n])
+    def launch_body(_bm, bn, _nbm, _nbn, l3a, l3w, l3c):
+        @segment(name=f"{name}_seg", operands=[bn, l3a, l3w, l3c])
+        def segment_body(bn_s, l3a_s, l3w_s, l3c_s):
+            l2a, l2w, l2c = (AllocOp(t, [], []) for t in (a_l2, w_l2, c_l2))
+            acc, out, scratch = (
+                AllocOp(t, [], []) for t in (acc_herd, out_herd, scratch_herd)
+            )
 
-                @herd(name=HERD, sizes=[hx, hy], operands=[acc, scratch])
-                def herd_zero(x, y, _sx, _sy, acc_h, scratch_h):
-                    CallOp(
-                        zero, [pe_slice(acc_h, x, y, acc_n), arith.ConstantOp(i32, m)]
-                    )
-                    # keeps the scratch at herd scope, so aircc ping-pongs the chunk loop
-                    anchor_at_herd_scope(pe_slice(scratch_h, x, y, cfg.scratch_bytes))
+            @herd(name=HERD, sizes=[hx, hy], operands=[acc, scratch])
+            def herd_zero(x, y, _sx, _sy, acc_h, scratch_h):
+                CallOp(zero, [pe_slice(acc_h, x, y, acc_n), arith.ConstantOp(i32, m)])
+                # keeps the scratch at herd scope, so aircc ping-pongs the chunk loop
+                anchor_at_herd_scope(pe_slice(scratch_h, x, y, cfg.scratch_bytes))
 
-                for kr in for_(0, cfg.k_refills):
-                    # A[:, kr*tk2 : +tk2] into each column's copy: a stride-0 outer dimension on the
-                    # DDR side (mlir-air int4_awq matvec_int4_packed.py replays its vector so), a
-                    # plain fill on the L2 side (bf16_x_bfp16's A fill)
-                    dma_memcpy_nd(
-                        l2a,
-                        l3a_s,
-                        src_offsets=[0, 0, 0, affine_sum((kr, tk2))],
-                        src_sizes=[hx, 1, m, tk2],
-                        src_strides=[0, tk2, k, 1],
-                    )
-                    # records (bn*32 + x*4 + y, kr*cpl2 + c) -> [8, 4, cpl2, rec]
-                    dma_memcpy_nd(
-                        l2w,
-                        l3w_s,
-                        src_offsets=[
-                            affine_sum((bn_s, hx)),
-                            0,
-                            affine_sum((kr, cpl2)),
-                            0,
-                        ],
-                        src_sizes=[hx, hy, cpl2, rec],
-                        src_strides=[hy * chunks * rec, chunks * rec, rec, 1],
-                    )
-
-                    @herd(name=HERD, sizes=[hx, hy], operands=[acc, scratch, l2a, l2w])
-                    def herd_gemv(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
-                        a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
-                        for c in for_(0, cpl2):
-                            # column x's copy of A, chunk c: M rows of tk1 (row-major, as the int4
-                            # GEMM's A read of mlir-air's int4_awq example)
-                            dma_memcpy_nd(
-                                a_chunk,
-                                l2a_h,
-                                src_offsets=[x, 0, 0, affine_sum((c, tk1))],
-                                src_sizes=[1, 1, m, tk1],
-                                src_strides=[m * tk2, m * tk2, tk2, 1],
-                            )
-                            # PE (x, y)'s record for chunk c (bf16_x_bfp16's per-PE byte tile)
-                            dma_memcpy_nd(
-                                w_rec,
-                                l2w_h,
-                                src_offsets=[x, y, c, 0],
-                                src_sizes=[1, 1, 1, rec],
-                                src_strides=[hy * cpl2 * rec, cpl2 * rec, rec, 1],
-                            )
-                            CallOp(
-                                accumulate,
-                                [
-                                    w_rec,
-                                    a_chunk,
-                                    pe_slice(acc_h, x, y, acc_n),
-                                    pe_slice(scratch_h, x, y, cfg.scratch_bytes),
-                                    arith.ConstantOp(i32, m),
-                                ],
-                            )
-                            yield_([])
-                        DeallocOp(a_chunk)
-                        DeallocOp(w_rec)
-
-                    yield_([])
-
-                @herd(name=HERD, sizes=[hx, hy], operands=[acc, out, l2c])
-                def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
-                    CallOp(
-                        drain,
-                        [
-                            pe_slice(acc_h, x, y, acc_n),
-                            pe_slice(out_h, x, y, cfg.out_elems),
-                            arith.ConstantOp(i32, m),
-                        ],
-                    )
-                    dma_memcpy_nd(
-                        l2c_h,
-                        out_h,
-                        dst_offsets=[x, y, 0, 0],
-                        dst_sizes=[1, 1, m, tn],
-                        dst_strides=[hy * m * tn, m * tn, tn, 1],
-                        src_offsets=[x, y, 0],
-                        src_sizes=[1, 1, m * tn],
-                        src_strides=[hy * cfg.out_elems, cfg.out_elems, 1],
-                    )
-
-                # [8, 4, M, tn] -> C[:, bn*32*tn : +32*tn] in one DMA (bf16_x_bfp16's C), herd column x
-                # outermost on both sides as the GEMM's C: air-split-l2-memref cuts the block into one
-                # piece per x and tiles this pattern by it. With x second (the earlier [M, 8, 4, tn]),
-                # aircc gave every piece the whole DDR row block at one launch iteration: the compiled
-                # runtime sequence wrote each element of C 8 times (int4awq/design/runtime_sequence.py).
+            for kr in for_(0, cfg.k_refills):
+                # A[:, kr*tk2 : +tk2] into each column's copy: a stride-0 outer dimension on the
+                # DDR side (mlir-air int4_awq matvec_int4_packed.py replays its vector so), a
+                # plain fill on the L2 side (bf16_x_bfp16's A fill)
                 dma_memcpy_nd(
-                    l3c_s,
-                    l2c,
-                    dst_offsets=[0, 0, 0, affine_sum((bn_s, hx * hy * tn))],
-                    dst_sizes=[hx, m, hy, tn],
-                    dst_strides=[hy * tn, n, tn, 1],
-                    src_offsets=[0, 0, 0, 0],
-                    src_sizes=[hx, m, hy, tn],
-                    src_strides=[hy * m * tn, tn, m * tn, 1],
+                    l2a,
+                    l3a_s,
+                    src_offsets=[0, 0, 0, affine_sum((kr, tk2))],
+                    src_sizes=[hx, 1, m, tk2],
+                    src_strides=[0, tk2, k, 1],
                 )
-                for buf in (l2a, l2w, l2c, acc, out, scratch):
-                    DeallocOp(buf)
+                # records (bn*32 + x*4 + y, kr*cpl2 + c) -> [8, 4, cpl2, rec]
+                dma_memcpy_nd(
+                    l2w,
+                    l3w_s,
+                    src_offsets=[
+                        affine_sum((bn_s, hx)),
+                        0,
+                        affine_sum((kr, cpl2)),
+                        0,
+                    ],
+                    src_sizes=[hx, hy, cpl2, rec],
+                    src_strides=[hy * chunks * rec, chunks * rec, rec, 1],
+                )
+
+                @herd(name=HERD, sizes=[hx, hy], operands=[acc, scratch, l2a, l2w])
+                def herd_gemv(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
+                    a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
+                    for c in for_(0, cpl2):
+                        # column x's copy of A, chunk c: M rows of tk1 (row-major, as the int4
+                        # GEMM's A read of mlir-air's int4_awq example)
+                        dma_memcpy_nd(
+                            a_chunk,
+                            l2a_h,
+                            src_offsets=[x, 0, 0, affine_sum((c, tk1))],
+                            src_sizes=[1, 1, m, tk1],
+                            src_strides=[m * tk2, m * tk2, tk2, 1],
+                        )
+                        # PE (x, y)'s record for chunk c (bf16_x_bfp16's per-PE byte tile)
+                        dma_memcpy_nd(
+                            w_rec,
+                            l2w_h,
+                            src_offsets=[x, y, c, 0],
+                            src_sizes=[1, 1, 1, rec],
+                            src_strides=[hy * cpl2 * rec, cpl2 * rec, rec, 1],
+                        )
+                        CallOp(
+                            accumulate,
+                            [
+                                w_rec,
+                                a_chunk,
+                                pe_slice(acc_h, x, y, acc_n),
+                                pe_slice(scratch_h, x, y, cfg.scratch_bytes),
+                                arith.ConstantOp(i32, m),
+                            ],
+                        )
+                        yield_([])
+                    DeallocOp(a_chunk)
+                    DeallocOp(w_rec)
+
+                yield_([])
+
+            @herd(name=HERD, sizes=[hx, hy], operands=[acc, out, l2c])
+            def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
+                CallOp(
+                    drain,
+                    [
+                        pe_slice(acc_h, x, y, acc_n),
+                        pe_slice(out_h, x, y, cfg.out_elems),
+                        arith.ConstantOp(i32, m),
+                    ],
+                )
+                dma_memcpy_nd(
+                    l2c_h,
+                    out_h,
+                    dst_offsets=[x, y, 0, 0],
+                    dst_sizes=[1, 1, m, tn],
+                    dst_strides=[hy * m * tn, m * tn, tn, 1],
+                    src_offsets=[x, y, 0],
+                    src_sizes=[1, 1, m * tn],
+                    src_strides=[hy * cfg.out_elems, cfg.out_elems, 1],
+                )
+
+            # [8, 4, M, tn] -> C[:, bn*32*tn : +32*tn] in one DMA (bf16_x_bfp16's C), herd column x
+            # outermost on both sides as the GEMM's C: air-split-l2-memref cuts the block into one
+            # piece per x and tiles this pattern by it. With x second (the earlier [M, 8, 4, tn]),
+            # aircc gave every piece the whole DDR row block at one launch iteration: the compiled
+            # runtime sequence wrote each element of C 8 times (int4awq/design/runtime_sequence.py).
+            dma_memcpy_nd(
+                l3c_s,
+                l2c,
+                dst_offsets=[0, 0, 0, affine_sum((bn_s, hx * hy * tn))],
+                dst_sizes=[hx, m, hy, tn],
+                dst_strides=[hy * tn, n, tn, 1],
+                src_offsets=[0, 0, 0, 0],
+                src_sizes=[hx, m, hy, tn],
+                src_strides=[hy * m * tn, tn, m * tn, 1],
+            )
+            for buf in (l2a, l2w, l2c, acc, out, scratch):
+                DeallocOp(buf)
 
 
 def backend_options(cfg: GemvConfig) -> dict:

@@ -160,6 +160,25 @@ def designs(all_configs: bool = False) -> list[Design]:
             ddr_bytes=4 * 1024 * 4,  # a read, mid written and read back, out written
         )
     )
+    # two of the decode GEMVs chained in one module, the second reading the first's C through DDR, one
+    # kernel object (matvec_int4_packed.build_chained_module: issue 44's layer module's GEMV launches)
+    import matvec_int4_packed
+
+    chain = dict(m=1, k=512, n1=2048, n2=1024, gs=128, tile_n=32, tile_k_l1=128)
+    first, second = (
+        gemv.GemvConfig(m=1, k=k, n=n, gs=128, tile_n=32, tile_k_l1=128)
+        for k, n in ((512, 2048), (2048, 1024))
+    )
+    out.append(
+        Design(
+            "two decode GEMVs chained in one module (build_chained_module)",
+            lambda: matvec_int4_packed.build_chained_module(**chain),
+            matvec_int4_packed.backend_options(first),
+            outputs=(2, 4),
+            # the second reads the first's C back: what each GEMV's model counts, C1 once more
+            ddr_bytes=first.ddr_bytes() + second.ddr_bytes(),
+        )
+    )
     for fmt, gs in record.FORMAT_GS.items():
         cfg = gemv.default_config(1, 2048, 2048, gs, fmt)
         out.append(_config_design(f"make run_llama_decode FORMAT={fmt}", cfg))

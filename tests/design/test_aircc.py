@@ -154,11 +154,13 @@ def test_every_design_through_aircc(design, tmp_path, record_property):
     assert r.traffic == [], r.traffic
     if compile_it:
         assert r.compiled.insts and all(n > 0 for n in r.compiled.insts.values())
-    # every design ping-pongs its chunk loop in L1 (the A chunk and the record) unless it has none (the
-    # bring-up probes, the two-launch module)
+    # every design ping-pongs its chunk loop in L1 (the A chunk and the record), in each of its launches,
+    # unless it has none (the bring-up probes, the two-launch copy module)
     if "probe" not in design.name and "two launches" not in design.name:
+        launches = 2 if "chained" in design.name else 1
         assert (
-            sum(n for (space, _), n in r.decisions.doubled.items() if space == 2) == 2
+            sum(n for (space, _), n in r.decisions.doubled.items() if space == 2)
+            == 2 * launches
         )
         assert r.decisions.split_warnings == 0
 

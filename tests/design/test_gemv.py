@@ -133,6 +133,36 @@ def test_design_on_the_emulator_is_the_model(m, tk2, n, exact):
     assert herd.used == cfg.l1_budget()["total"]
 
 
+def test_two_gemvs_chained_in_one_module_are_each_the_model():
+    """build_chained_module: C1 = A x W1 in one launch, C2 = C1 x W2 in the next, C1 through DDR; each
+    output bit for bit the kernel model's of its own operands (C2's of the C1 the first launch wrote).
+    """
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    from air.backend.xrt import XRTBackend
+
+    from int4awq.design.design import build_host_kernel
+    from matvec_int4_packed import backend_options, build_chained_module
+
+    m, k, n1, n2, tn, tk = 3, 256, 1024, 512, 16, 64
+    cfg = GemvConfig(m, k, n1, 128, tile_n=tn, tile_k_l1=tk)
+    a = random_activations(m, k, seed=21)
+    w1, w2 = random_weights(k, n1, 128, seed=22), random_weights(n1, n2, 128, seed=23)
+    os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
+    backend = XRTBackend(**backend_options(cfg))
+    invoke = backend.compile_and_load(build_chained_module(m, k, n1, n2, 128, tn, tk))
+    out = invoke(
+        a,
+        record.pack_weights(w1, tn, tk),
+        np.zeros((m, n1), bfloat16),
+        record.pack_weights(w2, tn, tk),
+        np.zeros((m, n2), bfloat16),
+    )
+    c1, c2 = (np.asarray(out[i]).reshape(m, n) for i, n in ((2, n1), (4, n2)))
+    np.testing.assert_array_equal(u16(c1), u16(kernel_gemv_model(a, w1, tk)))
+    np.testing.assert_array_equal(u16(c2), u16(kernel_gemv_model(c1, w2, tk)))
+    assert backend.emu_resources.summary() == "resources: within limits"
+
+
 @pytest.mark.parametrize("proj", PROJECTIONS)
 def test_every_llama_projection_at_m1_fits_npu2_and_is_ddr_bound(proj):
     k, n = PROJECTIONS[proj]

@@ -11,7 +11,15 @@ launches in program order.
 import numpy as np
 
 from air.backend.xrt_runner import XRTRunner
-from air.dialects.air import MemorySpace, T, dma_memcpy_nd, herd, launch, module_builder, segment
+from air.dialects.air import (
+    MemorySpace,
+    T,
+    dma_memcpy_nd,
+    herd,
+    launch,
+    module_builder,
+    segment,
+)
 from air.dialects.func import FuncOp
 from air.dialects.memref import AllocOp, DeallocOp
 from air.ir import IntegerAttr, MemRefType
@@ -20,8 +28,12 @@ from air.ir import IntegerAttr, MemRefType
 @module_builder
 def build_module(n=1024):
     l3 = MemRefType.get([n], T.i32())
-    l2 = MemRefType.get([n], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L2))
-    l1 = MemRefType.get([n], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L1))
+    l2 = MemRefType.get(
+        [n], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L2)
+    )
+    l1 = MemRefType.get(
+        [n], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L1)
+    )
 
     def copy_launch(src, dst, name):
         @launch(operands=[src, dst])
