@@ -16,8 +16,9 @@ The record (tile_n = TN, tile_k = TK, group size GS; every section starts on a 6
     Z   offset Z_OFF = S_OFF + pad64(2 * G * TN)          z[g0 + j, n] at Z_OFF + j * TN + n (uint8)
     total = Z_OFF + pad64(G * TN)                          (g0 = first group of the chunk)
 
-Q holds the codes in the memory-image order of the kernel's W pair lines (int4awq/kernel/record.py packs
-it; docs/kernel.md). The other formats (FORMAT_SPECS) add scale parts, a min term or byte codes.
+Q holds the codes in the memory-image order of the kernel's W pair lines, one nibble per image byte
+(image_index; pack_records below packs every format but MXFP4; docs/kernel.md). The other formats
+(FORMAT_SPECS) add scale parts, a min term or byte codes.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def check_record_tile(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> No
         raise ConfigError(
             f"tile_k = {tile_k}: must be a multiple of {GS_MULTIPLE} ({GS_REASON})"
         )
-    check_group_size(gs, gs)  # the one GS rule (int4awq.formats.quant)
+    check_group_size(gs, gs)  # the one GS rule (above)
     check_chunk_and_group(tile_k, gs)
     if FORMAT_SPECS[fmt].codes != "e2m1":
         # the kernel's static_assert (kernels/int4_kernel.h Z_WORDS) holds the byte-code formats, which
