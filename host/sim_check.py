@@ -30,7 +30,7 @@ from ml_dtypes import bfloat16  # noqa: E402
 from int4awq.design import compiler  # noqa: E402
 
 # The designs `make test` simulates (seconds each); sim-all runs every one.
-SMALL = ("make run1x1", "make run2x4", "bring-up probe")
+SMALL = ("make run1x1", "make run2x4", "bring-up probe", "two decode GEMVs chained")
 
 
 @dataclasses.dataclass
@@ -90,6 +90,35 @@ def cases() -> list[Case]:
     for fmt, gs in record.FORMAT_GS.items():
         cfg = gemv.default_config(1, 2048, 2048, gs, fmt)
         out.append(config_case(f"make run_llama_decode FORMAT={fmt}", cfg))
+
+    # two decode GEMVs chained in one module of two launches (a device each, aircc_check's design)
+    import matvec_int4_packed
+
+    first = gemv.GemvConfig(m=1, k=512, n=2048, gs=128, tile_n=32, tile_k_l1=128)
+
+    def chained_inputs():
+        w1 = random_format_weights("awq", 512, 2048, 128, seed=1)
+        w2 = random_format_weights("awq", 2048, 1024, 128, seed=2)
+        return [
+            random_activations(1, 512, 2),
+            record.pack_weights(w1, 32, 128),
+            np.zeros((1, 2048), bfloat16),
+            record.pack_weights(w2, 32, 128),
+            np.zeros((1, 1024), bfloat16),
+        ]
+
+    out.append(
+        Case(
+            "two decode GEMVs chained in one module (build_chained_module)",
+            lambda: matvec_int4_packed.build_chained_module(
+                1, 512, 2048, 1024, 128, 32, 128
+            ),
+            matvec_int4_packed.backend_options(first),
+            chained_inputs,
+            (2, 4),
+            lambda: build_config_kernel(first),
+        )
+    )
     for obj, rows in (
         (kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m),
         (kp.PROBE_GEMV, kp.GEMV_PROBE_ROWS),

@@ -64,7 +64,54 @@ def simulate(
     run_kernels=True,
 ):
     """Run a compiled module (generic MLIR text) on host arrays: (outputs, the Simulator).
-    run_kernels=False: a timing run, the cores' calls charged but not computed."""
-    design = load(parse(generic_text))[device]
-    sim = Simulator(design, host_kernels, costs, trace, run_kernels)
-    return sim.run(arrays), sim
+    run_kernels=False: a timing run, the cores' calls charged but not computed.
+
+    A module of several launches (one aie.device each, and a main device whose runtime sequence
+    configures each device and runs its sequence in turn, `aiex.configure` / `aiex.run`) runs its launches
+    in that order, each on a fresh array of its own device, the host arrays carried from one to the next
+    (DDR outlives a reconfiguration); the Simulator returned is the last launch's, with the launches'
+    times summed in `launch_times`."""
+    designs = load(parse(generic_text))
+    runs = _main_runs(designs)
+    if not runs:
+        design = designs[device]
+        sim = Simulator(design, host_kernels, costs, trace, run_kernels)
+        return sim.run(arrays), sim
+    by_name = {d.name: d for d in designs}
+    times, sim = [], None
+    for dev, seq, argmap in runs:
+        design = by_name[dev]
+        index = next(i for i, q in enumerate(design.sequences) if q.name == seq)
+        sim = Simulator(design, host_kernels, costs, trace, run_kernels)
+        given = None if arrays is None else [arrays[a] for a in argmap]
+        outs = sim.run(given, sequence=index)
+        if arrays is not None:
+            arrays = list(arrays)
+            for a, out in zip(argmap, outs):
+                arrays[a] = out
+        times.append(sim.end_t)
+    sim.launch_times = times
+    return arrays, sim
+
+
+def _main_runs(designs) -> list[tuple[str, str, list[int]]]:
+    """The (device, runtime sequence, main argument index per parameter) a main sequence runs, in order;
+    [] for a module of one launch."""
+    for d in designs:
+        for q in d.sequences:
+            [block] = q.op.regions[0]
+            index = {name: i for i, (name, _) in enumerate(block.args)}
+            runs = [
+                (
+                    cfg.attr("symbol"),
+                    run.attr("runtime_sequence_symbol"),
+                    [index[o] for o in run.operands],
+                )
+                for cfg in block.ops
+                if cfg.name == "aiex.configure"
+                for run in cfg.body
+                if run.name == "aiex.run"
+            ]
+            if runs:
+                return runs
+    return []
