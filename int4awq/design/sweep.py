@@ -29,7 +29,7 @@ from .design import (
     DesignConfig,
 )
 from ..errors import ConfigError
-from .llama import PROJECTIONS
+from .llama import FUSED, PROJECTIONS, shape_of
 from .kernel_cost import calibration, int4_kernel_flops, kernel_cycles, known
 from .model import Estimate, estimate
 from ..kernel.record import FORMAT_GS, leaves_default_spare
@@ -211,12 +211,14 @@ def default_config(
 
 # The table's rows per shape: each record format at its usual group size.
 TABLE_FORMATS = tuple(FORMAT_GS.items())
+# Its shapes: the seven projections, and q, k and v, and gate and up, fused along N (int4awq.formats.fuse)
+TABLE_SHAPES = {**LLAMA_PROJECTIONS, **{name: shape_of(name) for name in FUSED}}
 
 
 def write_table(path: str = TABLE) -> None:
     rows = []
     for m, (name, (k, n)), (fmt, gs) in itertools.product(
-        TABLE_M, LLAMA_PROJECTIONS.items(), TABLE_FORMATS
+        TABLE_M, TABLE_SHAPES.items(), TABLE_FORMATS
     ):
         row = {"projection": name, "format": fmt, "m": m, "k": k, "n": n, "gs": gs}
         try:

@@ -11,8 +11,8 @@ from int4awq.errors import ConfigError
 from int4awq.design.sweep import (
     config_from_args,
     accepted,
-    LLAMA_PROJECTIONS,
     TABLE_M,
+    TABLE_SHAPES,
     default_config,
     load_table,
     modelled,
@@ -180,12 +180,19 @@ def test_every_table_row_is_legal_and_covers_llama():
     rows = load_table()
     for fmt in ("awq", "mxfp4"):
         assert {(r["projection"], r["m"]) for r in rows if r["format"] == fmt} == {
-            (p, m) for p in LLAMA_PROJECTIONS for m in TABLE_M
+            (p, m) for p in TABLE_SHAPES for m in TABLE_M
         }
     # every projection at every M has a legal configuration in every format (MXFP4's gate / up at
-    # M = 2048 had none before the in-place drain freed L1 for 64 x 128 tiles)
-    refused = {(r["projection"], r["m"], r["format"]) for r in rows if "none" in r}
-    assert refused == set()
+    # M = 2048 had none before the in-place drain freed L1 for 64 x 128 tiles); of the fused shapes,
+    # gate and up at M = 2048 (N = 16384) need more launch iterations than upstream's GEMMs run
+    refused = {(r["projection"], r["m"]) for r in rows if "none" in r}
+    assert refused == {("gate_up_proj", 2048)}
+    assert all(
+        "launch grid" in r["none"] or "no legal" in r["none"]
+        for r in rows
+        if "none" in r
+    )
+    rows = [r for r in rows if "none" not in r]
     for r in rows:
         cfg, source = default_config(r["m"], r["k"], r["n"], r["gs"], r["format"])
         assert cfg.format == r["format"]

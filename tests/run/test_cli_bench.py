@@ -136,12 +136,16 @@ def offsets(header: str, headings: list[str]) -> list[tuple[bool, int]]:
 def test_the_tables_have_a_header_and_their_columns_align(modelled):
     code, out, err, _ = modelled
     found = tables(out)
-    # prefill: 4 row counts x 7 projections per format; decode: 7 projections and the 2 fused per format
+    # per format, prefill: 4 row counts x 9 shapes (the 7 projections, qkv and gate_up fused); decode: 9
     formats = len(sweep.TABLE_FORMATS)
-    assert [len(rows) for _, rows in found] == [28 * formats, 9 * formats], out
+    assert [len(rows) for _, rows in found] == [36 * formats, 9 * formats], out
     for (header, rows), spec in zip(found, (PREFILL, DECODE)):
         assert " DDR MB " in header and " bound " in header
         for row in rows:
+            if (
+                "no legal" in row
+            ):  # a shape the design refuses: its reason instead of figures
+                continue
             # the units live in the header now, not in the rows
             assert " MB " not in row and " us " not in row, row
             padded = row + " "
@@ -182,6 +186,10 @@ def test_the_bound_is_the_larger_of_the_models_two_times(modelled):
         for e in sweep.load_table()
     }
     rows = list(csv.DictReader(path.read_text().splitlines()))
+    refused = [r for r in rows if r["source"].startswith("no legal")]
+    # the fused gate and up (N = 16384) at M = 2048: more launch iterations than upstream's GEMMs run
+    assert {(r["projection"], r["m"]) for r in refused} == {("gate_up_proj", "2048")}
+    rows = [r for r in rows if r not in refused]
     # the columns an earlier reader indexes by position come first; sim_us (make bench --sim) last
     assert list(rows[0])[-2:] == ["bound", "sim_us"] and all(r["bound"] for r in rows)
     assert all(r["sim_us"] == "" for r in rows)  # only --sim fills it
@@ -197,7 +205,9 @@ def test_the_bound_is_the_larger_of_the_models_two_times(modelled):
     t_ddr, t_compute = model_times(row, gs)
     assert t_compute > t_ddr and row["bound"] == "compute"
     assert {r["bound"] for r in rows} == {"DDR", "compute"}
-    printed = [line for _, lines in tables(out) for line in lines]
+    printed = [
+        line for _, lines in tables(out) for line in lines if "no legal" not in line
+    ]
     assert [line.split()[-2] for line in printed] == [r["bound"] for r in rows]
 
 
