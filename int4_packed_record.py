@@ -682,6 +682,16 @@ SMALL_HERD_CORES = 8
 MAX_UNROLLED_LAUNCHES = 2
 
 
+def check_exact_tiling(*rows: tuple[str, int, int, str]) -> None:
+    """Each (what, size, step, the step's name): size a whole number of steps, as both designs tile their
+    dimensions exactly (ConfigError naming the first that is not)."""
+    for what, size, step, name in rows:
+        if size % step:
+            raise ConfigError(
+                f"{what} = {size} is not a multiple of {step} ({name}): the design tiles it exactly"
+            )
+
+
 class RefillLoops:
     """The two loops aircc ping-pongs in both designs (needs k, tile_k_l1, tile_k_l2): the segment's K
     loop over L2 refills and the compute herd's chunk loop over each refill."""
@@ -773,17 +783,12 @@ class GemmConfig(KernelSizes, RefillLoops):
             self.stack_size,
             self.format,
         )  # incl. L1
-        for what, size, step in (
-            ("M", self.m, self.tile_m * self.herd_m),
-            ("N", self.n, self.tile_n * self.herd_n),
-            ("K", self.k, self.tile_k_l2),
-            ("tile_k_l2", self.tile_k_l2, self.tile_k_l1),
-        ):
-            if size % step:
-                raise ConfigError(
-                    f"{what} = {size} is not a multiple of {step} ({self._step_name(what)}): the design "
-                    "tiles it exactly"
-                )
+        check_exact_tiling(
+            ("M", self.m, self.tile_m * self.herd_m, "tile_m * herd_m"),
+            ("N", self.n, self.tile_n * self.herd_n, "tile_n * herd_n"),
+            ("K", self.k, self.tile_k_l2, "tile_k_l2"),
+            ("tile_k_l2", self.tile_k_l2, self.tile_k_l1, "tile_k_l1"),
+        )
         blocks = self.m // (self.tile_m * self.herd_m)
         if blocks % self.m_per_segment:
             raise ConfigError(
@@ -826,15 +831,6 @@ class GemmConfig(KernelSizes, RefillLoops):
                 f"GEMMs chain at most {MAX_A_CHAIN}; use a smaller tile_k_l2 or a larger tile_k_l1"
             )
         self.check_even_trips()
-
-    @staticmethod
-    def _step_name(what):
-        return {
-            "M": "tile_m * herd_m",
-            "N": "tile_n * herd_n",
-            "K": "tile_k_l2",
-            "tile_k_l2": "tile_k_l1",
-        }[what]
 
     builder = "matmul_int4_packed"  # the module whose build_module takes builder_args()
 
@@ -973,15 +969,11 @@ class GemvConfig(KernelSizes, RefillLoops):
             )
         check_record_tile(self.tile_n, self.tile_k_l1, self.gs, self.format)
         check_stack_size(self.stack_size)
-        for what, size, step, name in (
+        check_exact_tiling(
             ("N", self.n, PES * self.tile_n, f"tile_n * {PES} PEs"),
             ("K", self.k, self.tile_k_l2, "tile_k_l2"),
             ("tile_k_l2", self.tile_k_l2, self.tile_k_l1, "tile_k_l1"),
-        ):
-            if size % step:
-                raise ConfigError(
-                    f"{what} = {size} is not a multiple of {step} ({name}): the design tiles it exactly"
-                )
+        )
         if self.launch_n > MAX_LAUNCH_N:
             raise ConfigError(
                 f"launch grid [1, {self.launch_n}] (N / (tile_n * {PES})): mlir-air's hardware-tested "

@@ -107,6 +107,25 @@ def _config_design(name: str, cfg) -> Design:
     )
 
 
+# The chained-GEMV module both checks build (this one and host/sim_check.py): its build_chained_module
+# arguments, and the decode configuration of each of its two launches
+CHAINED_NAME = "two decode GEMVs chained in one module (build_chained_module)"
+CHAINED = dict(m=1, k=512, n1=2048, n2=1024, gs=128, tile_n=32, tile_k_l1=128)
+
+
+def chained_configs():
+    """(first, second) GemvConfig of the CHAINED module's launches: K -> n1, then n1 -> n2."""
+    from int4awq.design import gemv
+
+    c = CHAINED
+    return tuple(
+        gemv.GemvConfig(
+            m=c["m"], k=k, n=n, gs=c["gs"], tile_n=c["tile_n"], tile_k_l1=c["tile_k_l1"]
+        )
+        for k, n in ((c["k"], c["n1"]), (c["n1"], c["n2"]))
+    )
+
+
 def designs(all_configs: bool = False) -> list[Design]:
     """Every design the project builds: make targets (each format at run8x4), the decode GEMV, the bring-up
     probes, and with all_configs every configs.json default."""
@@ -164,15 +183,11 @@ def designs(all_configs: bool = False) -> list[Design]:
     # kernel object (matvec_int4_packed.build_chained_module: issue 44's layer module's GEMV launches)
     import matvec_int4_packed
 
-    chain = dict(m=1, k=512, n1=2048, n2=1024, gs=128, tile_n=32, tile_k_l1=128)
-    first, second = (
-        gemv.GemvConfig(m=1, k=k, n=n, gs=128, tile_n=32, tile_k_l1=128)
-        for k, n in ((512, 2048), (2048, 1024))
-    )
+    first, second = chained_configs()
     out.append(
         Design(
-            "two decode GEMVs chained in one module (build_chained_module)",
-            lambda: matvec_int4_packed.build_chained_module(**chain),
+            CHAINED_NAME,
+            lambda: matvec_int4_packed.build_chained_module(**CHAINED),
             matvec_int4_packed.backend_options(first),
             outputs=(2, 4),
             # the second reads the first's C back: what each GEMV's model counts, C1 once more

@@ -94,25 +94,26 @@ def cases() -> list[Case]:
     # two decode GEMVs chained in one module of two launches (a device each, aircc_check's design)
     import matvec_int4_packed
 
-    first = gemv.GemvConfig(m=1, k=512, n=2048, gs=128, tile_n=32, tile_k_l1=128)
+    first, second = aircc_check.chained_configs()
 
     def chained_inputs():
-        w1 = random_format_weights("awq", 512, 2048, 128, seed=1)
-        w2 = random_format_weights("awq", 2048, 1024, 128, seed=2)
+        tn, tk = first.tile_n, first.tile_k_l1
+        w1, w2 = (
+            random_format_weights("awq", c.k, c.n, c.gs, seed=i)
+            for i, c in ((1, first), (2, second))
+        )
         return [
-            random_activations(1, 512, 2),
-            record.pack_weights(w1, 32, 128),
-            np.zeros((1, 2048), bfloat16),
-            record.pack_weights(w2, 32, 128),
-            np.zeros((1, 1024), bfloat16),
+            random_activations(first.m, first.k, 2),
+            record.pack_weights(w1, tn, tk),
+            np.zeros((first.m, first.n), bfloat16),
+            record.pack_weights(w2, tn, tk),
+            np.zeros((second.m, second.n), bfloat16),
         ]
 
     out.append(
         Case(
-            "two decode GEMVs chained in one module (build_chained_module)",
-            lambda: matvec_int4_packed.build_chained_module(
-                1, 512, 2048, 1024, 128, 32, 128
-            ),
+            aircc_check.CHAINED_NAME,
+            lambda: matvec_int4_packed.build_chained_module(**aircc_check.CHAINED),
             matvec_int4_packed.backend_options(first),
             chained_inputs,
             (2, 4),

@@ -69,8 +69,7 @@ def simulate(
     A module of several launches (one aie.device each, and a main device whose runtime sequence
     configures each device and runs its sequence in turn, `aiex.configure` / `aiex.run`) runs its launches
     in that order, each on a fresh array of its own device, the host arrays carried from one to the next
-    (DDR outlives a reconfiguration); the Simulator returned is the last launch's, with the launches'
-    times summed in `launch_times`."""
+    (DDR outlives a reconfiguration); the Simulator returned is the last launch's."""
     designs = load(parse(generic_text))
     runs = _main_runs(designs)
     if not runs:
@@ -78,7 +77,7 @@ def simulate(
         sim = Simulator(design, host_kernels, costs, trace, run_kernels)
         return sim.run(arrays), sim
     by_name = {d.name: d for d in designs}
-    times, sim = [], None
+    sim = None
     for dev, seq, argmap in runs:
         design = by_name[dev]
         index = next(i for i, q in enumerate(design.sequences) if q.name == seq)
@@ -89,8 +88,6 @@ def simulate(
             arrays = list(arrays)
             for a, out in zip(argmap, outs):
                 arrays[a] = out
-        times.append(sim.end_t)
-    sim.launch_times = times
     return arrays, sim
 
 

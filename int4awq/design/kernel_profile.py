@@ -15,6 +15,7 @@ calibrated cycle model built on these counts is int4awq/design/kernel_cost.py (d
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 from dataclasses import dataclass
 
@@ -149,17 +150,24 @@ def site_file_line(site: int) -> tuple[str, int]:
     return KERNEL_FILES[site // SITE_BASE], site % SITE_BASE
 
 
-def site_hazards(site: int) -> list[str]:
-    """loop_hazards of the kernel's marked loop at a profile site, read from its own file."""
+@functools.lru_cache(maxsize=1)
+def _kernel_texts() -> dict[str, str]:
+    """The kernel's files, read once per process (a table profiles thousands of calls)."""
     import os
 
     from ..errors import REPO
 
-    name, line = site_file_line(site)
     texts = {}
     for f in KERNEL_FILES:
         with open(os.path.join(REPO, "kernels", f)) as fh:
             texts[f] = fh.read()
+    return texts
+
+
+def site_hazards(site: int) -> list[str]:
+    """loop_hazards of the kernel's marked loop at a profile site, read from its own file."""
+    name, line = site_file_line(site)
+    texts = _kernel_texts()
     # an entry file includes the header; the header's own loops see the header alone
     included = texts[KERNEL_FILES[0]] if name != KERNEL_FILES[0] else ""
     return loop_hazards(texts[name], line, included)

@@ -24,7 +24,6 @@ image_index; no Z). MXFP4's record is pack_mxfp4's, below (layout: int4awq/forma
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
 import numpy as np
 from ml_dtypes import bfloat16
@@ -32,8 +31,6 @@ from ml_dtypes import bfloat16
 from ..errors import ConfigError
 from ..formats.mxfp4 import MX_BLOCK, Mxfp4Weights
 from ..formats.quant import (
-    GS_MULTIPLE,
-    GS_REASON,
     AwqWeights,
     bf16_parts,
     check_dims,
@@ -41,38 +38,18 @@ from ..formats.quant import (
 )
 
 from int4_packed_record import (  # the example's rules, beside the builders
-    ALIGN,
-    BFP16_BLOCK_VECTOR_BYTES,
-    BFP16_EXPONENT_ONE,
-    BLOCK,
-    CORE_FRAME_BYTES,
     FORMAT_SPECS,
     FORMATS,
     KERNEL_LIVE_BYTES,
-    KERNEL_NAME,
     L1_BYTES,
-    MIN_TERM_LIVE_BYTES,
-    ROW_SUMS_BLOCK_BYTES,
-    SCALE_PART_LIVE_BYTES,
-    STACK_MAX,
-    STEM_TAGS,
-    W_SCRATCH_STAGE_BYTES,
     KernelObject,
-    KernelSizes,
-    RecordFormat,
-    RecordLayout,
-    _chunk_groups,
-    _layout,
     _pad,
     _q_order,
-    check_chunk_and_group,
     check_kernel_tiles,
     check_record_tile,
     check_stack_size,
     check_weight_tiling,
-    fold_span,
     format_record_bytes,
-    image_index,
     kernel_stack_bytes,
     l1_budget,
     mxfp4_record_bytes,

@@ -1157,6 +1157,9 @@ class Compiler:
         herd = self.herd_stack[-1]
         if level_of(mem.type) != L1 or not any(mem is a for a in herd.kernel_arguments):
             return  # only a herd operand in L1 is shrunk to the PE's slice
+        extra = len(side.offsets) - len(mem.type.shape)
+        if extra <= 0:
+            return  # one offset per dimension (or fewer): each is matched to a dimension
         seg = self.herd_segment.get(id(herd))
         operand = next(
             v for a, v in zip(herd.kernel_arguments, herd.kernel_operands) if a is mem
@@ -1181,8 +1184,7 @@ class Compiler:
                 any(x is i for i in ids) for x in o.operands
             )
 
-        extra = len(side.offsets) - len(mem.type.shape)
-        for i in range(max(extra, 0)):
+        for i in range(extra):
             if on_herd(side.offsets[i]):
                 raise DesignError(
                     f"{what}: offset {i} depends on the herd's index but lies left of the buffer's "
