@@ -5,6 +5,7 @@
 #   make test                      every test that can run here (pytest + lit)
 #   make run_llama_qproj           Llama-3.2-1B q_proj at M = 2048 (M=N=K=2048); run_llama_down: K=8192
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
+#   make run_llama_decode_layer AWQ=.. a layer's o_proj + FFN at decode as one module of 7 launches
 #   make compile print             aircc build for NPU2 / print the AIR module
 #   make aircc-check               every design through the real aircc + aiecc (no NPU needed)
 #   make sim                       run8x4 through the simulator of the compiled design (BACKEND=sim: any run)
@@ -72,7 +73,7 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(srcdir)/emulator)
 
 
-.PHONY: help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode print compile bench test deps dev-deps format-deps clean
+.PHONY: help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode run_llama_decode_layer print compile bench test deps dev-deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -96,6 +97,13 @@ run_llama_decode: N = 2048
 run_llama_decode: deps
 	$(HOST) --design gemv --format $(FORMAT) --m $(M) $(if $(AWQ),--awq $(AWQ) --layer $(AWQ_LAYER),--k $(K) --n $(N) --gs $(GS)) \
 	  --backend $(BACKEND) $(RUN_ARGS)
+
+# A decoder layer's attention-free part at decode as one module of seven launches (o_gemv_ffn_int4.py): o_proj,
+# residual, RMSNorm, gate and up fused, SwiGLU, down, residual; the attention from the host's reference. AWQ=path:
+# a checkpoint directory (with its config.json) or a GGUF file (e.g. Q4_K_M); LAYER picks the layer.
+run_llama_decode_layer: deps
+	@test -n "$(AWQ)" || { echo "run_llama_decode_layer: give AWQ=<checkpoint directory or .gguf file> (LAYER=0)"; exit 2; }
+	$(HOST) --weights $(AWQ) --decoder-layer $(LAYER) --layer-module --backend $(BACKEND) $(RUN_ARGS)
 
 run1x1: M = 64
 run1x1: K = 512

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 class ConfigError(ValueError):
@@ -458,8 +458,17 @@ class KernelObject:
         "conv_even"  # the accumulate entries' mode; "floor" only for host/bringup.py's probe
     )
     format: str = "awq"  # one of FORMATS (mxfp4: gs is 32)
+    # Prefixes the GEMV entries' names and the stem: a module of several launches whose GEMVs need different
+    # objects (o_gemv_ffn_int4.py) declares each entry once, so each object's entries need names of their own
+    symbol_prefix: str = ""
 
     def __post_init__(self):
+        if self.symbol_prefix and (
+            self.entries != "gemv" or not self.symbol_prefix.isidentifier()
+        ):
+            raise ConfigError(
+                f"symbol prefix {self.symbol_prefix!r}: a C identifier, for the GEMV's entries only"
+            )
         if self.rounding not in ("conv_even", "floor"):
             raise ConfigError(f"kernel rounding {self.rounding!r}: conv_even or floor")
         if self.format not in FORMATS:
@@ -483,7 +492,12 @@ class KernelObject:
             stem = f"{prefix}_gemm_m{self.tile_m}_n{self.tile_n}_k{self.tile_k}{gs}"
         else:
             stem = f"{prefix}_gemv_n{self.tile_n}_k{self.tile_k}{gs}"
+        stem = self.symbol_prefix + stem
         return stem if self.rounding == "conv_even" else f"{stem}_rfloor"
+
+    def symbol(self, entry: str) -> str:
+        """An entry's name in this object (gemv_int4_zero, ...: prefixed with symbol_prefix)."""
+        return self.symbol_prefix + entry
 
     @property
     def record_bytes(self) -> int:
@@ -508,6 +522,8 @@ class KernelObject:
             dims.append(f"FORMAT={self.format}")
         if self.rounding != "conv_even":
             dims.append(f"ROUNDING={self.rounding}")
+        if self.symbol_prefix:
+            dims.append(f"SYMBOL_PREFIX={self.symbol_prefix}")
         return dims
 
 
@@ -949,6 +965,9 @@ class GemvConfig(KernelSizes, RefillLoops):
     tile_k_l2: int | None = None  # K per L2 refill; None: K
     stack_size: int | None = None
     format: str = "awq"  # the weights' format (FORMATS)
+    symbol_prefix: str = (
+        ""  # of the kernel object's entries (KernelObject.symbol_prefix)
+    )
 
     def __post_init__(self):
         if self.tile_k_l2 is None:
@@ -1014,7 +1033,12 @@ class GemvConfig(KernelSizes, RefillLoops):
     def kernel(self) -> KernelObject:
         """The GEMV's kernel object for this record tile."""
         return KernelObject(
-            "gemv", self.tile_n, self.tile_k_l1, self.gs, format=self.format
+            "gemv",
+            self.tile_n,
+            self.tile_k_l1,
+            self.gs,
+            format=self.format,
+            symbol_prefix=self.symbol_prefix,
         )
 
     @property
@@ -1075,3 +1099,77 @@ class GemvConfig(KernelSizes, RefillLoops):
         a = 2 * self.m * self.tile_k_l2
         w = ROWS * self.chunks_per_l2 * self.record_bytes
         return pp * (a + w) + ROWS * 2 * self.m * self.tile_n
+
+
+# bf16 lanes of the element-wise kernels (kernels/eltwise_bf16.cc): each PE's stretch is a multiple of it
+ELTWISE_LANES = 16
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """The three GEMVs of the decode layer module (o_gemv_ffn_int4.py), validated together: one row, the shapes a decoder layer chains
+    (o_proj E x E, gate_up E x 2H, down H x E), and entry names of their own for each distinct kernel
+    object (the module declares each entry once)."""
+
+    o_proj: GemvConfig
+    gate_up: GemvConfig
+    down: GemvConfig
+
+    def __post_init__(self):
+        o, gu, d = self.o_proj, self.gate_up, self.down
+        e, h = (
+            o.k,
+            gu.n // 2,
+        )  # o_proj fixes the hidden size, gate_up (gate | up) the intermediate
+        for name, cfg, k, n in (
+            ("o_proj", o, e, e),
+            ("gate_up", gu, e, 2 * h),
+            ("down", d, h, e),
+        ):
+            if (cfg.m, cfg.k, cfg.n) != (1, k, n):
+                raise ConfigError(
+                    f"{name}: M={cfg.m} K={cfg.k} N={cfg.n}; the layer needs M=1 K={k} N={n} "
+                    f"(hidden {e}, intermediate {h})"
+                )
+        if e % (COLUMNS * ELTWISE_LANES) or h % (COLUMNS * ELTWISE_LANES):
+            raise ConfigError(
+                f"hidden {e} and intermediate {h}: multiples of {COLUMNS * ELTWISE_LANES} (the element-wise "
+                f"herd's {COLUMNS} PEs times the kernel's {ELTWISE_LANES} lanes)"
+            )
+        seen = {}
+        for cfg in self.gemvs:
+            key = replace(cfg.kernel, symbol_prefix="")
+            prefix = seen.setdefault(key, cfg.symbol_prefix)
+            if cfg.symbol_prefix != prefix or (
+                prefix in [p for k, p in seen.items() if k != key]
+            ):
+                raise ConfigError(
+                    "the GEMVs' kernel objects: one symbol prefix per distinct object, distinct "
+                    "prefixes for distinct objects (LayerConfig.named)"
+                )
+
+    @classmethod
+    def named(
+        cls, o_proj: GemvConfig, gate_up: GemvConfig, down: GemvConfig
+    ) -> "LayerConfig":
+        """The three configurations with the first distinct kernel object's entries named as usual and
+        each further one's prefixed k1_, k2_."""
+        prefixes = {}
+        out = []
+        for cfg in (o_proj, gate_up, down):
+            key = replace(cfg.kernel, symbol_prefix="")
+            prefix = prefixes.setdefault(key, f"k{len(prefixes)}_" if prefixes else "")
+            out.append(replace(cfg, symbol_prefix=prefix))
+        return cls(*out)
+
+    @property
+    def gemvs(self) -> tuple[GemvConfig, GemvConfig, GemvConfig]:
+        return self.o_proj, self.gate_up, self.down
+
+    @property
+    def hidden(self) -> int:
+        return self.o_proj.k
+
+    @property
+    def intermediate(self) -> int:
+        return self.gate_up.n // 2

@@ -227,11 +227,13 @@ def gemv_kernel_funcs(cfg: GemvConfig):
     """
     a_l1, w_l1, herd_wide = _l1_types(cfg)
     acc_pe, out_pe, scratch_pe = (herd_wide[k][1] for k in ("acc", "out", "scratch"))
-    obj, i32 = cfg.kernel_object, T.i32()
+    obj, i32, name = cfg.kernel_object, T.i32(), cfg.kernel.symbol
     return (
-        kernel_func("gemv_int4_zero", [acc_pe, i32], obj),
-        kernel_func("gemv_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe, i32], obj),
-        kernel_func("gemv_int4_drain", [acc_pe, out_pe, i32], obj),
+        kernel_func(name("gemv_int4_zero"), [acc_pe, i32], obj),
+        kernel_func(
+            name("gemv_int4_accumulate"), [w_l1, a_l1, acc_pe, scratch_pe, i32], obj
+        ),
+        kernel_func(name("gemv_int4_drain"), [acc_pe, out_pe, i32], obj),
     )
 
 

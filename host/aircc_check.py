@@ -194,6 +194,25 @@ def designs(all_configs: bool = False) -> list[Design]:
             ddr_bytes=first.ddr_bytes() + second.ddr_bytes(),
         )
     )
+    # a decoder layer's o_proj + FFN at decode as one module of seven launches (o_gemv_ffn_int4.py, issue
+    # 44), Llama-3.2-1B's shapes: AWQ (two kernel objects), and Q4_K_M's types (Q4_K fast mode, Q6_K down)
+    import o_gemv_ffn_int4
+    from int4awq.design import layer
+
+    for what, formats in (
+        ("AWQ", ("awq",) * 3),
+        ("Q4_K_M", ("int4_min_bf16", "int4_min_bf16", "int8_triple")),
+    ):
+        cfg = layer.llama_layer(formats)
+        out.append(
+            Design(
+                f"decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), {what}",
+                lambda c=cfg: o_gemv_ffn_int4.build_module(c),
+                o_gemv_ffn_int4.backend_options(cfg),
+                outputs=tuple(range(6, 13)),  # the six intermediates and the output
+                ddr_bytes=layer.ddr_bytes(cfg),
+            )
+        )
     for fmt, gs in record.FORMAT_GS.items():
         cfg = gemv.default_config(1, 2048, 2048, gs, fmt)
         out.append(_config_design(f"make run_llama_decode FORMAT={fmt}", cfg))

@@ -116,6 +116,11 @@ PUBLISHED_DECODE = (
         "mlir-air llms/llama32_1b_int4, int4 NPU decode ~56 ms/token (its Makefile)",
         17.8,
     ),
+    (
+        "mlir-air fused_decode, 16 layers and LM head in one dispatch, dual-MM2S weight feed, Strix "
+        "(its README, measured)",
+        52.3,
+    ),
 )
 
 
@@ -639,7 +644,26 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
             f"{len(FUSED_DISPATCHES)} dispatches ({', '.join(FUSED_DISPATCHES)})",
         )
     )
+    print(_layer_module_line(fmt, gs, seconds["qkv_proj"]))
     return failures
+
+
+def _layer_module_line(fmt: str, gs: int, qkv_s: float) -> str:
+    """One token with each layer in two dispatches: the fused q, k, v GEMV and the o_proj + FFN module of
+    seven launches (o_gemv_ffn_int4.py), always MODELLED (the bench does not run the module).
+    """
+    from int4awq.design import layer
+
+    est = layer.modelled(layer.llama_layer((fmt,) * 3, (gs,) * 3))
+    per_token = LAYERS * (qkv_s + est.seconds)
+    return (
+        f"{fmt}: one token, 2 dispatches (qkv_proj; o_proj + FFN as one module of 7 launches, "
+        f"o_gemv_ffn_int4.py) x {LAYERS} layers, MODELLED (projections, residuals, the FFN's RMSNorm and "
+        f"SwiGLU; no attention, LM head): {per_token * 1e3:.2f} ms = {1 / per_token:.1f} tok/s; the module "
+        f"{est.seconds * 1e6:.1f} us, {est.ddr_bytes / 1e6:.2f} MB; {2 * LAYERS} dispatches at "
+        f"{model.FIXED_S * 1e6:.0f} us = {2 * LAYERS * model.FIXED_S * 1e3:.2f} ms; launch boundaries "
+        f"inside a dispatch {layer.LAUNCH_BOUNDARY_S * 1e6:.0f} us (mlir-air #1653)"
+    )
 
 
 def decode_rows(rows: list, on_npu: bool, args) -> int:

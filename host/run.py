@@ -149,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
         "projection checked against its own reference",
     )
     p.add_argument(
+        "--layer-module",
+        action="store_true",
+        help="with --decoder-layer: the layer's attention-free part at decode as one module of seven "
+        "launches (o_gemv_ffn_int4.py: o_proj, residual, RMSNorm, gate and up fused, SwiGLU, down, residual), "
+        "the attention from the host's reference at position 0, checked against a float reference of the layer",
+    )
+    p.add_argument(
         "--activations",
         metavar="A.npy",
         help="A [M, K] instead of random activations (.npy: bfloat16, float16, float32 or float64)",
@@ -246,6 +253,22 @@ def check_options(args) -> None:
     if args.fused and args.decoder_layer is None:
         raise ConfigError(
             "--fused fuses a decoder layer's projections: it needs --weights PATH --decoder-layer L"
+        )
+    if args.layer_module and args.decoder_layer is None:
+        raise ConfigError(
+            "--layer-module runs a decoder layer's o_proj and FFN: it needs --weights PATH --decoder-layer L"
+        )
+    if args.layer_module and (
+        args.fused or args.m not in (None, 1) or args.backend == "sim"
+    ):
+        what = (
+            "--fused"
+            if args.fused
+            else ("--backend sim" if args.backend == "sim" else f"--m {args.m}")
+        )
+        raise ConfigError(
+            f"--layer-module runs one token (M = 1) with gate and up fused, on the emulator or the NPU; "
+            f"it cannot be combined with {what}"
         )
     if args.decoder_layer is not None:
         if args.decoder_layer < 0:
@@ -480,7 +503,11 @@ def choose_backend(requested: str, build_dir: str, quiet: bool = False) -> str:
                 False,
                 "an NPU2 is present but pyxrt is not importable (source XRT's setup.sh)",
             )
-    if found and not os.path.isfile(os.path.join(build_dir, "air.xclbin")):
+    if (
+        found
+        and build_dir
+        and not os.path.isfile(os.path.join(build_dir, "air.xclbin"))
+    ):
         found, why = (
             False,
             f"an NPU2 is present but {build_dir}/air.xclbin is missing (run `make compile`)",
@@ -997,6 +1024,13 @@ def _main(argv) -> int:
 
         print("\n".join(list_layers(args.awq)))
         return 0
+    if args.layer_module:
+        from int4awq.run.decode_layer import run_decode_layer
+
+        backend = choose_backend(
+            args.backend, None
+        )  # the module compiles where it runs
+        return 0 if run_decode_layer(args, backend) else 1
     if args.decoder_layer is not None:
         return 0 if run_decoder_layer(args) else 1
     a, w = load_inputs(args)

@@ -120,6 +120,43 @@ def cases() -> list[Case]:
             lambda: build_config_kernel(first),
         )
     )
+    # a decoder layer's o_proj + FFN as one module of seven launches (o_gemv_ffn_int4.py), at the smallest
+    # sizes whose GEMVs fill 32 PEs; gate_up's tile makes it a second kernel object
+    import o_gemv_ffn_int4
+    from int4awq.kernel.kernel_model import build_eltwise_kernel
+
+    layer = small_layer()
+
+    def layer_inputs():
+        e, h = layer.hidden, layer.intermediate
+        weights = [
+            record.pack_weights(
+                random_format_weights("awq", g.k, g.n, g.gs, seed=i),
+                g.tile_n,
+                g.tile_k_l1,
+            )
+            for i, g in enumerate(layer.gemvs)
+        ]
+        rows = [random_activations(1, e, s) for s in (3, 4, 5)]
+        return [rows[0], rows[1], weights[0], rows[2], weights[1], weights[2]] + [
+            np.zeros((1, n), bfloat16) for n in (e, e, e, 2 * h, h, e, e)
+        ]
+
+    out.append(
+        Case(
+            "decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), hidden 512",
+            lambda: o_gemv_ffn_int4.build_module(layer),
+            o_gemv_ffn_int4.backend_options(layer),
+            layer_inputs,
+            tuple(range(6, 13)),
+            lambda: os.pathsep.join(
+                sorted(
+                    {build_config_kernel(g) for g in layer.gemvs}
+                    | {str(build_eltwise_kernel().parent)}
+                )
+            ),
+        )
+    )
     for obj, rows in (
         (kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m),
         (kp.PROBE_GEMV, kp.GEMV_PROBE_ROWS),
@@ -148,6 +185,18 @@ def cases() -> list[Case]:
                 )
             )
     return out
+
+
+def small_layer():
+    """The layer module at hidden 512, intermediate 1024: o_proj and down on one object, gate_up's tile_n 32
+    a second (its entries prefixed)."""
+    from int4_packed_record import GemvConfig
+    from int4_packed_record import LayerConfig
+
+    def gemv(k, n, tn=16):
+        return GemvConfig(m=1, k=k, n=n, gs=128, tile_n=tn, tile_k_l1=128)
+
+    return LayerConfig.named(gemv(512, 512), gemv(512, 2048, 32), gemv(1024, 512))
 
 
 @dataclasses.dataclass

@@ -615,6 +615,10 @@ REJECTED = {
         "alignas(64) static bfp16ebs8 p[72]; auto v = aie::load_v<64>(p);",
         "not an AIE2P vector element",
     ),
+    "tanh_to_float": (
+        "auto t = aie::tanh<float>(aie::zeros<float, 16>());",
+        "bfloat16 out",
+    ),
     "op_transpose_vector": (
         "auto t = aie::op_transpose(aie::zeros<bfloat16, 64>());",
         "block vectors only",

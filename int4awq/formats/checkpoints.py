@@ -1026,3 +1026,42 @@ def _convert_scales(
         kept_as="bfloat16 pair" if scale_pair else "bfloat16",
     )
     return s, s_lo, report
+
+
+def load_vector(path: str | Path, name: str) -> np.ndarray:
+    """1-D float tensor `name` of a checkpoint (a norm weight) as float32."""
+    ck = _Checkpoint(path)
+    e = ck.entry(name)
+    if e is None:
+        raise not_found("tensor", name, path, "tensors", ck.names())
+    if len(e.shape) != 1 or e.dtype not in ("F32", "F16", "BF16"):
+        raise ConfigError(
+            f"{name}: {e.dtype} {list(e.shape)}: a norm weight is a 1-D F32, F16 or BF16 tensor"
+        )
+    return ck.read(e, name).astype(np.float32)
+
+
+def attention_heads(path: str | Path) -> tuple[int, int]:
+    """(query heads, key/value heads) from the checkpoint directory's config.json (Hugging Face's
+    num_attention_heads, num_key_value_heads)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        raise ConfigError(
+            f"{path}: no config.json beside the weights: the attention's heads are unknown "
+            "(give the checkpoint's directory)"
+        )
+    cfg = _load_json(config)
+    heads = cfg.get("num_attention_heads")
+    kv = cfg.get("num_key_value_heads", heads)
+    if (
+        not isinstance(heads, int)
+        or not isinstance(kv, int)
+        or heads <= 0
+        or kv <= 0
+        or heads % kv
+    ):
+        raise ConfigError(
+            f"{config}: num_attention_heads {heads!r} and num_key_value_heads {kv!r}: positive integers, "
+            "the first a multiple of the second"
+        )
+    return heads, kv

@@ -343,3 +343,42 @@ def _q4_0_weights(codes: np.ndarray, d: np.ndarray) -> AwqWeights:
         MX_BLOCK,
         np.ascontiguousarray(s_lo.T),
     )
+
+
+# The float types a norm weight is stored in (llama.cpp writes them F32)
+_VECTOR_TYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bfloat16"}
+
+
+def load_gguf_vector(path: str | Path, name: str) -> np.ndarray:
+    """1-D float tensor `name` (a norm weight) as float32."""
+    tensors = {t.name: t for t in _reader(path).tensors}
+    t = tensors.get(name)
+    if t is None:
+        known = [n for n, x in tensors.items() if len(x.dims) == 1]
+        raise not_found("tensor", name, path, "1-D tensors", known)
+    if len(t.dims) != 1 or t.type_name not in _VECTOR_TYPES:
+        raise ConfigError(
+            f"{name}: GGUF {t.type_name} {list(t.dims)}: a norm weight is a 1-D F32, F16 or BF16 tensor"
+        )
+    if t.cut_short:
+        raise ConfigError(f"{name}: {t.cut_short}")
+    dtype = _VECTOR_TYPES[t.type_name]
+    if dtype == "bfloat16":
+        from ml_dtypes import bfloat16 as dtype
+    return t.data.view(dtype).astype(np.float32)
+
+
+def gguf_attention_heads(path: str | Path) -> tuple[int, int]:
+    """(query heads, key/value heads) from the header's <arch>.attention.head_count(_kv)."""
+    fields = _reader(path).fields
+    arch = fields.get("general.architecture")
+    arch = arch.contents() if arch is not None else "llama"
+    out = []
+    for key in (f"{arch}.attention.head_count", f"{arch}.attention.head_count_kv"):
+        f = fields.get(key)
+        if f is None:
+            raise ConfigError(
+                f"{path}: no {key} in the GGUF header: the attention's heads are unknown"
+            )
+        out.append(int(f.contents()))
+    return out[0], out[1]

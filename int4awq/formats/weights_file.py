@@ -318,3 +318,31 @@ def random_format_weights(
     if fmt in SEED_TYPES or fmt in FAST_FORMATS.values():
         return random_block_weights(fmt, k, n, seed, exact=exact, gs=gs)
     return random_weights(k, n, gs, seed, exact=exact, scale_pair=fmt == "awq_f16")
+
+
+def layer_norms(path: str | Path, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decoder layer `layer`'s RMSNorm weights (before the attention, before the FFN) as float32."""
+    if is_gguf(path):
+        from .gguf_file import load_gguf_vector
+
+        return tuple(
+            load_gguf_vector(path, f"blk.{layer}.{n}.weight")
+            for n in ("attn_norm", "ffn_norm")
+        )
+    from .checkpoints import load_vector
+
+    return tuple(
+        load_vector(path, f"model.layers.{layer}.{n}.weight")
+        for n in ("input_layernorm", "post_attention_layernorm")
+    )
+
+
+def attention_heads(path: str | Path) -> tuple[int, int]:
+    """(query heads, key/value heads) of the model: GGUF's header, or the checkpoint's config.json."""
+    if is_gguf(path):
+        from .gguf_file import gguf_attention_heads
+
+        return gguf_attention_heads(path)
+    from .checkpoints import attention_heads as hf_heads
+
+    return hf_heads(path)

@@ -209,6 +209,25 @@ def build_host_kernel(obj: KernelObject, target: str = "host") -> Path:
     return lib
 
 
+# The decoder layer's element-wise entries (kernels/eltwise_bf16.cc): one object for every configuration
+ELTWISE_OBJECT = "eltwise_bf16.o"
+
+
+def build_eltwise_kernel() -> Path:
+    """make -C kernels host ENTRIES=eltwise; returns the path of the shared library."""
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(KERNELS_DIR), "host", "ENTRIES=eltwise"],
+        capture_output=True,
+        text=True,
+    )
+    lib = KERNELS_DIR / "build" / ELTWISE_OBJECT.replace(".o", ".so")
+    if proc.returncode or not lib.exists():
+        raise RuntimeError(
+            f"element-wise kernel host build failed:\n{proc.stdout}{proc.stderr}"
+        )
+    return lib
+
+
 def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
     """An uninitialised array whose data starts on an `align`-byte boundary (AIE2P vector alignment)."""
     dtype = np.dtype(dtype)

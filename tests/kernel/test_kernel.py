@@ -408,7 +408,37 @@ def test_makefile_naming_matches_record(kernels):
         capture_output=True,
         text=True,
     )
-    assert bad.returncode and "give ENTRIES=gemm or ENTRIES=gemv" in bad.stderr
+    assert bad.returncode and "give ENTRIES=gemm, gemv or eltwise" in bad.stderr
+
+
+def test_a_symbol_prefix_renames_the_gemv_entries_and_the_object(kernels):
+    """Two GEMV objects in one module (o_gemv_ffn_int4.py) need entries of their own names: the prefix
+    reaches the stem, make's arguments and the built library's symbols."""
+    import ctypes
+
+    from int4awq.kernel.kernel_model import build_host_kernel
+
+    obj = KernelObject("gemv", 16, 32, 32, symbol_prefix="k1_")
+    assert obj.lib_name() == "k1_mv_int4_bf16_gemv_n16_k32_gs32.o"
+    assert (
+        obj.make_args()[-1] == "SYMBOL_PREFIX=k1_"
+        and obj.symbol("gemv_int4_zero") == "k1_gemv_int4_zero"
+    )
+    assert _make_path("host", obj).endswith("/k1_mv_int4_bf16_gemv_n16_k32_gs32.so")
+    lib = ctypes.CDLL(str(build_host_kernel(obj)))
+    assert hasattr(lib, "k1_gemv_int4_accumulate") and not hasattr(
+        lib, "gemv_int4_accumulate"
+    )
+    with pytest.raises(ConfigError, match="for the GEMV's entries only"):
+        KernelObject("gemm", 16, 32, 32, tile_m=16, symbol_prefix="k1_")
+    gemm_prefixed = subprocess.run(
+        ["make", "-s", "-C", str(KERNELS_DIR), "stem", "SYMBOL_PREFIX=k1_"],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        gemm_prefixed.returncode and "give it with ENTRIES=gemv" in gemm_prefixed.stderr
+    )
 
 
 def test_peano_target_without_peano_fails_with_one_line():

@@ -3,6 +3,7 @@
 // element-wise arithmetic.
 #pragma once
 
+#include <cmath>
 #include <utility>
 
 #include "host_vector.hpp"
@@ -525,6 +526,32 @@ inline vector<T, N> shuffle_down_fill(const vector<T, N> &v,
   for (unsigned i = 0; i < N; ++i)
     r.raw_set(i + n < N ? v.raw_get(i + n) : fill.raw_get(i + n - N), i);
   return r;
+}
+
+// -------------------------------------------------------------------------------
+// elementary functions (aie_api's group_elementary, UG1529 2025.2): the two the
+// element-wise kernels call (kernels/eltwise_bf16.cc, as mlir-air's
+// silu_and_mul.cc and mlir-aie's aie2p rms_norm.cc call them). The hardware's
+// approximations are not published: the host computes in double and rounds to
+// f32 (tanh then to bf16, half to even), so the emulator's element-wise results
+// are a model, not the core's bits (docs/kernel.md#host-aie_api).
+template <typename TR = bfloat16, unsigned N>
+inline vector<TR, N> tanh(const vector<float, N> &v) {
+  static_assert(std::is_same_v<TR, bfloat16>,
+                "aie::tanh: on AIE2P (XDNA2) a vector of float in, bfloat16 "
+                "out (UG1529)");
+  ::host::profile::count(::host::profile::ALU,
+                         ::host::profile::words512(vector<float, N>::bits()));
+  vector<TR, N> r;
+  for (unsigned i = 0; i < N; ++i)
+    r.d_[i] = bfloat16::from_bits(host::f32_to_bf16_bits(
+        float(std::tanh(double(v.d_[i]))), host::rnd::conv_even));
+  return r;
+}
+template <typename E>
+  requires(std::is_same_v<E, float>)
+inline float invsqrt(E a) {
+  return float(1.0 / std::sqrt(double(a)));
 }
 
 } // namespace aie

@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: MIT
+"""The element-wise entries of kernels/eltwise_bf16.cc in numpy, step for step (each rounding where the
+kernel rounds): what the emulator's host build must reproduce bit for bit, and what the decoder-layer
+module's checks model. tanh and 1/sqrt are computed in float64 and rounded to float32, as the host
+aie_api models the core's (unpublished) approximations."""
+
+from __future__ import annotations
+
+import numpy as np
+from ml_dtypes import bfloat16
+
+LANES = 16  # bf16 lanes per vector in the kernel
+RMS_EPSILON = np.float32(1e-5)
+
+
+def _bf16(x) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(bfloat16)
+
+
+def _f32(x) -> np.ndarray:
+    return np.asarray(x).astype(np.float32)
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _bf16(_f32(a) + _f32(b))
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """One row: sums of squares per lane in order, the lanes summed by halving, r = 1 / sqrt(mean + eps)
+    to bf16, then (x * r) to bf16 and times w to bf16."""
+    xf = _f32(x).reshape(-1, LANES)
+    lanes = np.zeros(LANES, np.float32)
+    for row in xf:
+        lanes = (lanes + row * row).astype(np.float32)  # bf16 x bf16 is exact in f32
+    n = LANES
+    while n > 1:
+        lanes[: n // 2] = lanes[: n // 2] + lanes[n // 2 : n]
+        n //= 2
+    mean = np.float32(lanes[0] / np.float32(xf.size))
+    r = np.float32(1.0 / np.sqrt(np.float64(np.float32(mean + RMS_EPSILON))))
+    r16 = _f32(_bf16(r))
+    normed = _bf16(_f32(x) * r16)
+    return _bf16(_f32(normed) * _f32(w))
+
+
+def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    g = _f32(gate)
+    t = _f32(
+        _bf16(np.tanh((g * np.float32(0.5)).astype(np.float64)).astype(np.float32))
+    )
+    sigmoid = _bf16(_f32(_bf16(np.float32(1.0) + t)) * np.float32(0.5))
+    silu = _bf16(g * _f32(sigmoid))
+    return _bf16(_f32(silu) * _f32(up))

@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: MIT
+# A decoder layer's o_proj + FFN at decode (M = 1) for NPU2 (AIE2P): one MLIR-AIR module of seven launches.
+"""out = h + down(silu(gate(n)) * up(n)),  n = rms_norm(h) * norm_w,  h = x + o_proj(attn),  one row.
+
+The module
+----------
+The attention-free part of a Llama decoder layer, as mlir-air's llms multi-launch builders put it in one
+module (llama32_1b_int4/multi_launch_builder, shared/builders/o_ffn_multi.py): a function of several
+`air.launch`es run in program order. aircc compiles each launch into an `aie.device` of its own and a main
+runtime sequence that configures and runs them in turn, so the host dispatches the layer once. Every
+intermediate goes through DDR (the launches share no on-chip state), as upstream's multi-launch modules do.
+
+  1. o_proj     proj   = attn x dequant(W_o)              GEMV, 32 PEs (matvec_int4_packed.gemv_launch)
+  2. residual   h      = x + proj                          element-wise, herd [8, 1]
+  3. rms_norm   normed = rms_norm(h) * norm_w              one PE (the whole row: a sum over it)
+  4. gate_up    gu     = normed x dequant(W_gate | W_up)   GEMV over N = 2 x hidden, fused along N
+  5. swiglu     act    = silu(gu[:hidden]) * gu[hidden:]   element-wise, herd [8, 1]
+  6. down       d      = act x dequant(W_down)             GEMV
+  7. residual   out    = h + d                             element-wise, herd [8, 1]
+
+The element-wise work has launches of its own, as upstream's o_ffn_multi gives it (its residual add,
+RMSNorm and SwiGLU launches), not fused into the GEMVs as its o_gemv_ffn_int4_multi does: the GEMV here
+spreads N over all 32 PEs and K over L2 refills, so a norm inside it would be recomputed by every PE from
+a row no PE holds whole, and SwiGLU in its drain would need gate and up interleaved in the records. Its
+own launches keep the GEMV and its kernel object exactly the design of matvec_int4_packed.py, at the cost
+of four launch boundaries inside one dispatch (about zero each: mlir-air #1653; docs/decode.md).
+
+The element-wise launches follow mlir-air's silu_and_mul example: a segment with a herd [8, 1] (one PE
+for the norm, as weighted_rms_norm's single-tile run) whose PEs DMA their stretch of each operand from
+DDR into L1, call the kernel (kernels/eltwise_bf16.cc), and DMA the result back.
+
+Host buffers, in argument order (inputs, intermediates, output; every vector [1, n] bf16):
+  attn [1, E], x [1, E], W_o, norm_w [1, E], W_gu, W_down,
+  proj [1, E], h [1, E], normed [1, E], gu [1, 2H], act [1, H], d [1, E], out [1, E]
+with E the hidden size, H the intermediate size and W_* the GEMV's packed records
+(int4_packed_record.pack_records). 13 arguments: the module is built for the ELF flow
+(output_format="elf"), as upstream's multi-launch modules are.
+"""
+
+from __future__ import annotations
+
+import sys
+
+try:
+    from air.dialects import arith
+    from air.dialects.affine import apply as affine_apply
+    from air.dialects.air import (
+        MemorySpace,
+        T,
+        dma_memcpy_nd,
+        herd,
+        launch,
+        module_builder,
+        segment,
+    )
+    from air.dialects.func import CallOp, FuncOp
+    from air.dialects.memref import AllocOp, DeallocOp
+    from air.ir import (
+        AffineConstantExpr,
+        AffineExpr,
+        AffineMap,
+        AffineSymbolExpr,
+        BF16Type,
+        IntegerAttr,
+        MemRefType,
+    )
+except ImportError as e:  # as a script without mlir-air: say what to do
+    if __name__ != "__main__":
+        raise
+    print(
+        f"error: {e}: run it through host/run.py or `make run_llama_decode_layer`",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
+from int4_packed_record import COLUMNS, LayerConfig
+from matvec_int4_packed import (
+    gemv_kernel_funcs,
+    gemv_l3_types,
+    gemv_launch,
+    kernel_func,
+)
+
+ELTWISE_OBJECT = "eltwise_bf16.o"  # kernels/Makefile ENTRIES=eltwise
+
+
+def l3_types(cfg: LayerConfig):
+    """The 13 host buffers' types, in argument order (the module docstring)."""
+    bf16 = BF16Type.get()
+    e, h = cfg.hidden, cfg.intermediate
+
+    def row(n):
+        return MemRefType.get([1, n], bf16)
+
+    w_o, w_gu, w_d = (gemv_l3_types(g)[1] for g in cfg.gemvs)
+    return (
+        [row(e), row(e), w_o, row(e), w_gu, w_d]
+        + [row(e), row(e), row(e), row(2 * h), row(h), row(e)]
+        + [row(e)]
+    )
+
+
+def _at(x, tile: int, offset: int):
+    """affine.apply of x * tile + offset: a PE's first element."""
+    expr = AffineExpr.get_add(
+        AffineExpr.get_mul(AffineSymbolExpr.get(0), AffineConstantExpr.get(tile)),
+        AffineConstantExpr.get(offset),
+    )
+    return affine_apply(AffineMap.get(0, 1, [expr]), [x])
+
+
+def eltwise_launch(
+    func, name: str, n: int, pes: int, sources, operands, out_index: int
+):
+    """One element-wise launch over n elements on a herd [pes, 1]: PE x takes elements x * n / pes onward
+    of each source ((operand index, element offset)), calls func(sources..., out, n / pes) and writes
+    its stretch of operands[out_index]."""
+    tile = n // pes
+    l1 = MemRefType.get(
+        [1, tile], BF16Type.get(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L1)
+    )
+    widths = [op.type.shape[1] for op in operands]
+
+    @launch(operands=list(operands))
+    def launch_body(*l3):
+        @segment(name=f"{name}_seg", operands=list(l3))
+        def segment_body(*s3):
+            @herd(name=f"{name}_herd", sizes=[pes, 1], operands=list(s3))
+            def herd_body(x, _y, _sx, _sy, *h3):
+                ins = [AllocOp(l1, [], []) for _ in sources]
+                out = AllocOp(l1, [], [])
+                for buf, (i, offset) in zip(ins, sources):
+                    dma_memcpy_nd(
+                        buf,
+                        h3[i],
+                        src_offsets=[0, _at(x, tile, offset)],
+                        src_sizes=[1, tile],
+                        src_strides=[widths[i], 1],
+                    )
+                CallOp(func, [*ins, out, arith.ConstantOp(T.i32(), tile)])
+                dma_memcpy_nd(
+                    h3[out_index],
+                    out,
+                    dst_offsets=[0, _at(x, tile, 0)],
+                    dst_sizes=[1, tile],
+                    dst_strides=[widths[out_index], 1],
+                )
+                for buf in (*ins, out):
+                    DeallocOp(buf)
+
+
+def eltwise_funcs(tiles):
+    """The element-wise entries (kernels/eltwise_bf16.cc) declared for L1 rows of the given lengths:
+    {name: FuncOp}, name in add, rms_norm, silu_mul."""
+    bf16, l1 = BF16Type.get(), IntegerAttr.get(T.i32(), MemorySpace.L1)
+
+    def row(n):
+        return MemRefType.get([1, n], bf16, memory_space=l1)
+
+    symbols = {
+        "add": "eltwise_add_bf16",
+        "rms_norm": "rms_norm_bf16",
+        "silu_mul": "silu_mul_bf16",
+    }
+    return {
+        name: kernel_func(
+            symbols[name], [row(tiles[name])] * 3 + [T.i32()], ELTWISE_OBJECT
+        )
+        for name in symbols
+    }
+
+
+@module_builder
+def build_module(cfg: LayerConfig):
+    """The module of the layer's o_proj + FFN (the module docstring): seven launches, one dispatch."""
+    e, h = cfg.hidden, cfg.intermediate
+    gemv_funcs = {}
+    for g in cfg.gemvs:  # each distinct kernel object's entries, once
+        if g.kernel not in gemv_funcs:
+            gemv_funcs[g.kernel] = gemv_kernel_funcs(g)
+    elt = eltwise_funcs({"add": e // COLUMNS, "rms_norm": e, "silu_mul": h // COLUMNS})
+
+    @FuncOp.from_py_func(*l3_types(cfg))
+    def o_gemv_ffn_int4(
+        attn, x, w_o, norm_w, w_gu, w_d, proj, hs, normed, gu, act, d, out
+    ):
+        o, gate_up, down = cfg.gemvs
+        gemv_launch(o, gemv_funcs[o.kernel], attn, w_o, proj, name="o_proj")
+        eltwise_launch(
+            elt["add"], "residual", e, COLUMNS, [(0, 0), (1, 0)], [proj, x, hs], 2
+        )
+        eltwise_launch(
+            elt["rms_norm"], "rms_norm", e, 1, [(0, 0), (1, 0)], [hs, norm_w, normed], 2
+        )
+        gemv_launch(
+            gate_up, gemv_funcs[gate_up.kernel], normed, w_gu, gu, name="gate_up"
+        )
+        eltwise_launch(
+            elt["silu_mul"], "swiglu", h, COLUMNS, [(0, 0), (0, h)], [gu, act], 1
+        )
+        gemv_launch(down, gemv_funcs[down.kernel], act, w_d, d, name="down")
+        eltwise_launch(
+            elt["add"], "residual2", e, COLUMNS, [(0, 0), (1, 0)], [d, hs, out], 2
+        )
+
+
+def backend_options(cfg: LayerConfig) -> dict:
+    """XRTBackend options: the ELF flow (13 arguments), the GEMVs' stack and launch tiling."""
+    return dict(
+        target_device="npu2",
+        output_format="elf",
+        stack_size=max(g.stack_bytes for g in cfg.gemvs),
+        omit_while_true_loop=False,
+        runtime_loop_tiling_sizes=list(cfg.o_proj.runtime_loop_tiling),
+        instance_name="o_gemv_ffn_int4",
+    )

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: MIT
+"""kernels/eltwise_bf16.cc's host build against int4awq.kernel.eltwise_model bit for bit, and the model
+against float64 definitions of the residual add, Llama's RMSNorm and SwiGLU within bf16 rounding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+from int4awq.kernel import eltwise_model as model
+from int4awq.kernel.kernel_model import aligned_empty, build_eltwise_kernel
+
+
+@pytest.fixture(scope="module")
+def lib():
+    lib = ctypes.CDLL(str(build_eltwise_kernel()))
+    for name in ("eltwise_add_bf16", "rms_norm_bf16", "silu_mul_bf16"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int32]
+        getattr(lib, name).restype = None
+    return lib
+
+
+def aligned(x) -> np.ndarray:
+    b = aligned_empty(np.shape(x), bfloat16)
+    b[...] = np.asarray(x).astype(bfloat16)
+    return b
+
+
+def call(fn, x, y) -> np.ndarray:
+    x, y = aligned(x), aligned(y)
+    out = aligned_empty(x.shape, bfloat16)
+    fn(x.ctypes.data, y.ctypes.data, out.ctypes.data, x.size)
+    return out
+
+
+def bits(x):
+    return np.asarray(x).view(np.uint16)
+
+
+def activations(n, seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n).astype(np.float32) * scale
+    x[:4] = [0.0, -0.0, 1e-30, -60.0]  # zero, signed zero, tiny, saturating
+    return x.astype(bfloat16)
+
+
+@pytest.mark.parametrize("n", [16, 2048])
+def test_add_matches_model(lib, n):
+    a, b = activations(n, 1), activations(n, 2, scale=300.0)
+    assert np.array_equal(bits(call(lib.eltwise_add_bf16, a, b)), bits(model.add(a, b)))
+
+
+@pytest.mark.parametrize(
+    "n,scale", [(16, 1.0), (2048, 1.0), (2048, 40.0), (8192, 0.01)]
+)
+def test_rms_norm_matches_model(lib, n, scale):
+    x, w = activations(n, 3, scale), activations(n, 4)
+    assert np.array_equal(
+        bits(call(lib.rms_norm_bf16, x, w)), bits(model.rms_norm(x, w))
+    )
+
+
+@pytest.mark.parametrize("n", [16, 1024])
+def test_silu_mul_matches_model(lib, n):
+    g, u = activations(n, 5, scale=4.0), activations(n, 6)
+    assert np.array_equal(
+        bits(call(lib.silu_mul_bf16, g, u)), bits(model.silu_mul(g, u))
+    )
+
+
+def test_model_against_float_definitions():
+    x, w = activations(2048, 7, 3.0), activations(2048, 8)
+    xf, wf = x.astype(np.float64), w.astype(np.float64)
+    want = xf / np.sqrt(np.mean(xf * xf) + 1e-5) * wf
+    got = model.rms_norm(x, w).astype(np.float64)
+    # three bf16 roundings (r, x * r, * w): each at most 2^-8 relative (bf16 unit roundoff)
+    assert np.all(np.abs(got - want) <= 4 * 2.0**-8 * np.abs(want) + 1e-30)
+    g, u = activations(2048, 9, 4.0), activations(2048, 10)
+    gf, uf = g.astype(np.float64), u.astype(np.float64)
+    want = gf / (1 + np.exp(-gf)) * uf
+    got = model.silu_mul(g, u).astype(np.float64)
+    # tanh, 1 + t, g * sigmoid, * up: four roundings; 1 + t loses bits of t where sigmoid is near 0
+    # (an absolute 2^-8 of sigmoid); products below bf16's range (1e-30 squared) flush to zero
+    err = np.abs(got - want)
+    assert np.all(err <= 6 * 2.0**-8 * np.abs(want) + 2.0**-8 * np.abs(gf * uf) + 1e-37)
+    a, b = activations(2048, 11), activations(2048, 12, 10.0)
+    want = a.astype(np.float64) + b.astype(np.float64)
+    assert np.all(
+        np.abs(model.add(a, b).astype(np.float64) - want) <= 2.0**-8 * np.abs(want)
+    )
+
+
+def test_rms_norm_of_a_constant_row():
+    # x = c everywhere: r = 1 / sqrt(c^2 + eps), so x * r is 1 up to bf16 rounding of r
+    x = np.full(64, 3.0, np.float32).astype(bfloat16)
+    w = np.full(64, 2.0, np.float32).astype(bfloat16)
+    out = model.rms_norm(x, w).astype(np.float32)
+    assert np.all(out == out[0]) and abs(out[0] - 2.0) <= 2.0 * 2.0**-7
