@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from int4_packed_record import COLUMNS, LayerConfig
+from int4_packed_record import COLUMNS, PES, ConfigError, LayerConfig
 
 from . import gemv, model
 from .llama import PROJECTIONS
-from ..kernel.record import FORMAT_GS
+from ..kernel.record import FORMAT_GS, GEMV_TILE_NS
 
 LAUNCH_BOUNDARY_S = (
     0.0  # mlir-air #1653: three launches of one ELF no slower than one fused launch
@@ -45,6 +45,14 @@ def default_layer(hidden: int, intermediate: int, formats=("awq",) * 3, gss=None
     its format and group size (formats, gss: o_proj, gate_up, down; gss None: each format's).
     """
     gss = gss or tuple(FORMAT_GS[f] for f in formats)
+    # the GEMV spreads N over its 32 PEs, 16 columns each at least; padding N would break the chain
+    least = PES * min(GEMV_TILE_NS)
+    if hidden % least or 2 * intermediate % least:
+        raise ConfigError(
+            f"hidden size {hidden}, intermediate size {intermediate}: the layer module's GEMVs spread N over "
+            f"{PES} PEs of at least {min(GEMV_TILE_NS)} columns, so the hidden size and twice the "
+            f"intermediate size must be multiples of {least}"
+        )
     shapes = ((hidden, hidden), (hidden, 2 * intermediate), (intermediate, hidden))
     return LayerConfig.named(
         *(

@@ -288,3 +288,22 @@ def test_a_checkpoint_without_its_heads_is_one_line(tmp_path):
         "--no-compile",
     )
     assert code == 2 and "num_attention_heads None" in err, err
+
+
+def test_a_layer_too_narrow_for_32_pes_is_one_line(tmp_path):
+    path = q4_k_m_file(tmp_path / "narrow.gguf", 256, 512)
+    code, out, err = run(
+        "--weights",
+        str(path),
+        "--decoder-layer",
+        "0",
+        "--layer-module",
+        "--backend",
+        "emu",
+        "--no-compile",
+    )
+    assert (
+        code == 2
+        and "hidden size 256, intermediate size 512" in err
+        and "multiples of 512" in err
+    ), err
