@@ -18,6 +18,7 @@ from int4awq.formats.quant import random_activations, random_weights
 from int4awq.kernel import eltwise_model as em
 from int4awq.kernel import record
 from int4awq.kernel.kernel_model import build_eltwise_kernel, kernel_gemv_model
+from int4awq.run.reference import dequantize
 from int4_packed_record import GemvConfig
 
 from host_args import REPO, run
@@ -307,3 +308,18 @@ def test_a_layer_too_narrow_for_32_pes_is_one_line(tmp_path):
         and "hidden size 256, intermediate size 512" in err
         and "multiples of 512" in err
     ), err
+
+
+def test_attention_at_position_0_is_each_query_heads_value():
+    """One key: softmax is 1, so query head i outputs the value of key/value head i // (heads / kv_heads)."""
+    from int4awq.run.decode_layer import attention_at_position_0
+
+    w_v = random_weights(128, 4, 128, seed=7)  # two key/value heads of 2
+    x = random_activations(1, 128, 8)
+    norm = np.ones(128, np.float32)
+    out = attention_at_position_0(x, norm, w_v, heads=4, kv_heads=2)
+    xf = x.astype(np.float64)[0]
+    v = (xf / np.sqrt(np.mean(xf * xf) + 1e-5)) @ dequantize(w_v).astype(np.float64)
+    np.testing.assert_allclose(
+        out[0], [v[0], v[1], v[0], v[1], v[2], v[3], v[2], v[3]], rtol=1e-12
+    )
