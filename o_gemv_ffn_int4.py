@@ -39,7 +39,16 @@ with E the hidden size, H the intermediate size and W_* the GEMV's packed record
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
+import os
 import sys
+
+if __name__ == "__main__" and importlib.util.find_spec("air") is None:
+    # run as a script where mlir-air is not installed: the emulator's air package prints the same module
+    sys.path.insert(
+        0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulator")
+    )
 
 try:
     from air.dialects import arith
@@ -214,3 +223,44 @@ def backend_options(cfg: LayerConfig) -> dict:
         runtime_loop_tiling_sizes=list(cfg.o_proj.runtime_loop_tiling),
         instance_name="o_gemv_ffn_int4",
     )
+
+
+def main(argv=None) -> int:
+    """-p: print Llama-3.2-1B's layer module (each GEMV at its default configuration) and stop. Runs go
+    through host/run.py --layer-module (make run_llama_decode_layer), which reads a checkpoint's layer.
+    """
+    from int4awq.design import layer
+    from int4awq.errors import ConfigError
+    from int4awq.kernel.record import FORMATS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "-p",
+        "--print-module-only",
+        action="store_true",
+        help="print the AIR module and stop",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="awq",
+        help="the three GEMVs' weight format",
+    )
+    args = parser.parse_args(argv)
+    if not args.print_module_only:
+        print(
+            "error: runs read a checkpoint's layer: host/run.py --weights F --decoder-layer L --layer-module "
+            "(make run_llama_decode_layer AWQ=F); -p prints the module",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        print(build_module(layer.llama_layer((args.format,) * 3)))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -323,3 +323,21 @@ def test_attention_at_position_0_is_each_query_heads_value():
     np.testing.assert_allclose(
         out[0], [v[0], v[1], v[0], v[1], v[2], v[3], v[2], v[3]], rtol=1e-12
     )
+
+
+def test_the_builder_prints_llama_layer_module():
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "o_gemv_ffn_int4.py"), "-p"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("air.launch") == 7
+    # AWQ: o_proj and down on one object, gate_up's 128-column tile on a second, its entries prefixed
+    assert (
+        "@k1_gemv_int4_accumulate" in proc.stdout
+        and "@gemv_int4_accumulate" in proc.stdout
+    )
+    assert "@rms_norm_bf16" in proc.stdout and "@silu_mul_bf16" in proc.stdout
