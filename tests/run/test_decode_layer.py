@@ -14,6 +14,7 @@ import pytest
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
+from int4awq.formats.weights_file import GGUF_PROJECTIONS, HF_PROJECTIONS
 from int4awq.formats.quant import random_activations, random_weights
 from int4awq.kernel import eltwise_model as em
 from int4awq.kernel import record
@@ -108,6 +109,12 @@ def test_layer_config_refuses_shapes_that_do_not_chain():
 HEADS, KV_HEADS = 8, 2  # head_dim 64: q 512, k and v 128
 
 
+def layer_shapes(e, h) -> list[tuple[int, int]]:
+    """(K, N) of q, k, v, o, gate, up, down at hidden e, intermediate h and HEADS / KV_HEADS heads."""
+    kv = e * KV_HEADS // HEADS
+    return [(e, e), (e, kv), (e, kv), (e, e), (e, h), (e, h), (h, e)]
+
+
 def awq_checkpoint(d, e=E, h=H):
     """One Llama-shaped decoder layer (hidden e, intermediate h; head_dim e / 8), AutoAWQ GEMM format, GS 128."""
     from test_checkpoints import (
@@ -118,16 +125,7 @@ def awq_checkpoint(d, e=E, h=H):
         write_safetensors,
     )
 
-    kv = e * KV_HEADS // HEADS
-    shapes = {
-        "self_attn.q_proj": (e, e),
-        "self_attn.k_proj": (e, kv),
-        "self_attn.v_proj": (e, kv),
-        "self_attn.o_proj": (e, e),
-        "mlp.gate_proj": (e, h),
-        "mlp.up_proj": (e, h),
-        "mlp.down_proj": (h, e),
-    }
+    shapes = dict(zip(HF_PROJECTIONS, layer_shapes(e, h)))
     tensors = {}
     for i, (name, (k, n)) in enumerate(shapes.items()):
         tensors |= awq_tensors(
@@ -155,24 +153,14 @@ def q4_k_m_file(path, e=E, h=H):
     positive scales, so the layer's values stay in a model's range)."""
     import gguf
 
-    from test_gguf_quants import TYPES, raw_blocks, write
+    from test_gguf_quants import TYPES, raw_blocks
 
     rng = np.random.default_rng(41)
-    kinds = {
-        "attn_q": "Q4_K",
-        "attn_k": "Q4_K",
-        "attn_v": "Q6_K",
-        "attn_output": "Q4_K",
-    }
-    kinds |= {"ffn_gate": "Q4_K", "ffn_up": "Q4_K", "ffn_down": "Q6_K"}
-    kv = e * KV_HEADS // HEADS
-    shapes = {
-        "attn_q": (e, e),
-        "attn_k": (e, kv),
-        "attn_v": (e, kv),
-        "attn_output": (e, e),
-    }
-    shapes |= {"ffn_gate": (e, h), "ffn_up": (e, h), "ffn_down": (h, e)}
+    # Q4_K_M's types: attn_v and ffn_down in Q6_K, the rest Q4_K
+    kinds = dict(
+        zip(GGUF_PROJECTIONS, ["Q4_K"] * 2 + ["Q6_K"] + ["Q4_K"] * 3 + ["Q6_K"])
+    )
+    shapes = dict(zip(GGUF_PROJECTIONS, layer_shapes(e, h)))
     small = lambda shape: (2.0 ** rng.uniform(-14, -11, shape)).astype(
         "<f2"
     )  # noqa: E731
@@ -208,6 +196,20 @@ def q4_k_m_file(path, e=E, h=H):
     return path
 
 
+def run_layer(path) -> tuple[int, str, str]:
+    """host/run.py --layer-module on layer 0 of path, on the emulator (make aircc-check compiles the module)."""
+    return run(
+        "--weights",
+        str(path),
+        "--decoder-layer",
+        "0",
+        "--layer-module",
+        "--backend",
+        "emu",
+        "--no-compile",
+    )
+
+
 def layer_lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("layer 0 ")]
 
@@ -219,16 +221,7 @@ def test_layer_module_runs_a_checkpoint_layer(tmp_path, kind):
         if kind == "awq"
         else q4_k_m_file(tmp_path / "l.gguf")
     )
-    code, out, err = run(
-        "--weights",
-        str(path),
-        "--decoder-layer",
-        "0",
-        "--layer-module",
-        "--backend",
-        "emu",
-        "--no-compile",
-    )
+    code, out, err = run_layer(path)
     assert code == 0, out + err
     lines = layer_lines(out)
     # each launch against float64 of the inputs it read, then the layer against the float layer
@@ -278,31 +271,13 @@ def test_a_checkpoint_without_its_heads_is_one_line(tmp_path):
     cfg = json.loads((d / "config.json").read_text())
     del cfg["num_attention_heads"]
     (d / "config.json").write_text(json.dumps(cfg))
-    code, out, err = run(
-        "--weights",
-        str(d),
-        "--decoder-layer",
-        "0",
-        "--layer-module",
-        "--backend",
-        "emu",
-        "--no-compile",
-    )
+    code, out, err = run_layer(d)
     assert code == 2 and "num_attention_heads None" in err, err
 
 
 def test_a_layer_too_narrow_for_32_pes_is_one_line(tmp_path):
     path = q4_k_m_file(tmp_path / "narrow.gguf", 256, 512)
-    code, out, err = run(
-        "--weights",
-        str(path),
-        "--decoder-layer",
-        "0",
-        "--layer-module",
-        "--backend",
-        "emu",
-        "--no-compile",
-    )
+    code, out, err = run_layer(path)
     assert (
         code == 2
         and "hidden size 256, intermediate size 512" in err
