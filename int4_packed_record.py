@@ -1107,25 +1107,28 @@ ELTWISE_LANES = 16
 
 @dataclass(frozen=True)
 class LayerConfig:
-    """The three GEMVs of the decode layer module (o_gemv_ffn_int4.py), validated together: one row, the shapes a decoder layer chains
-    (o_proj E x E, gate_up E x 2H, down H x E), and entry names of their own for each distinct kernel
-    object (the module declares each entry once)."""
+    """The GEMVs of the decode layer module (o_gemv_ffn_int4.py), validated together: one row; the shapes a
+    decoder layer chains (o_proj E x E, gate_up E x 2H, down H x E) and, when the module also starts the next
+    layer, that layer's q, k, v GEMVs over its normed input (K = E, one GEMV per run of parts that fuse);
+    entry names of their own for each distinct kernel object (the module declares each entry once).
+    """
 
     o_proj: GemvConfig
     gate_up: GemvConfig
     down: GemvConfig
+    next_qkv: tuple[GemvConfig, ...] = ()
 
     def __post_init__(self):
-        o, gu, d = self.o_proj, self.gate_up, self.down
         e, h = (
-            o.k,
-            gu.n // 2,
-        )  # o_proj fixes the hidden size, gate_up (gate | up) the intermediate
-        for name, cfg, k, n in (
-            ("o_proj", o, e, e),
-            ("gate_up", gu, e, 2 * h),
-            ("down", d, h, e),
-        ):
+            self.hidden,
+            self.intermediate,
+        )  # o_proj fixes the one, gate_up (gate | up) the other
+        shapes = [
+            ("o_proj", self.o_proj, e, e),
+            ("gate_up", self.gate_up, e, 2 * h),
+            ("down", self.down, h, e),
+        ] + [(f"next q, k, v GEMV {i}", g, e, g.n) for i, g in enumerate(self.next_qkv)]
+        for name, cfg, k, n in shapes:
             if (cfg.m, cfg.k, cfg.n) != (1, k, n):
                 raise ConfigError(
                     f"{name}: M={cfg.m} K={cfg.k} N={cfg.n}; the layer needs M=1 K={k} N={n} "
@@ -1137,7 +1140,7 @@ class LayerConfig:
                 f"herd's {COLUMNS} PEs times the kernel's {ELTWISE_LANES} lanes)"
             )
         seen = {}
-        for cfg in self.gemvs:
+        for cfg in self.launch_gemvs:
             key = replace(cfg.kernel, symbol_prefix="")
             prefix = seen.setdefault(key, cfg.symbol_prefix)
             if cfg.symbol_prefix != prefix or (
@@ -1150,21 +1153,31 @@ class LayerConfig:
 
     @classmethod
     def named(
-        cls, o_proj: GemvConfig, gate_up: GemvConfig, down: GemvConfig
+        cls,
+        o_proj: GemvConfig,
+        gate_up: GemvConfig,
+        down: GemvConfig,
+        next_qkv: tuple[GemvConfig, ...] = (),
     ) -> "LayerConfig":
-        """The three configurations with the first distinct kernel object's entries named as usual and
-        each further one's prefixed k1_, k2_."""
+        """The configurations with the first distinct kernel object's entries named as usual and each
+        further one's prefixed k1_, k2_, ..."""
         prefixes = {}
         out = []
-        for cfg in (o_proj, gate_up, down):
+        for cfg in (o_proj, gate_up, down, *next_qkv):
             key = replace(cfg.kernel, symbol_prefix="")
             prefix = prefixes.setdefault(key, f"k{len(prefixes)}_" if prefixes else "")
             out.append(replace(cfg, symbol_prefix=prefix))
-        return cls(*out)
+        return cls(*out[:3], tuple(out[3:]))
 
     @property
     def gemvs(self) -> tuple[GemvConfig, GemvConfig, GemvConfig]:
+        """The layer's own three: o_proj, gate_up, down."""
         return self.o_proj, self.gate_up, self.down
+
+    @property
+    def launch_gemvs(self) -> tuple[GemvConfig, ...]:
+        """Every GEMV launch of the module, in order: the layer's three, then the next layer's q, k, v."""
+        return self.gemvs + self.next_qkv
 
     @property
     def hidden(self) -> int:
@@ -1173,3 +1186,24 @@ class LayerConfig:
     @property
     def intermediate(self) -> int:
         return self.gate_up.n // 2
+
+    def buffers(self) -> list[tuple[str, int | GemvConfig]]:
+        """The module's host buffers in argument order, inputs, intermediates, outputs: (name, a row's bf16
+        elements, or the GemvConfig whose packed records it holds)."""
+        e, h = self.hidden, self.intermediate
+        qkv = [(f"w_qkv{i}", g) for i, g in enumerate(self.next_qkv)]
+        nxt = bool(self.next_qkv)
+        return (
+            [("attn", e), ("x", e), ("w_o", self.o_proj), ("ffn_norm", e)]
+            + [("w_gate_up", self.gate_up), ("w_down", self.down)]
+            + ([("next_norm", e)] + qkv if nxt else [])
+            + [("proj", e), ("h", e), ("normed", e), ("gate_up", 2 * h), ("act", h)]
+            + [("down", e)]
+            + ([("next_normed", e)] if nxt else [])
+            + [("out", e)]
+            + [(f"qkv{i}", g.n) for i, g in enumerate(self.next_qkv)]
+        )
+
+    def index(self, name: str) -> int:
+        """A buffer's position in the module's arguments."""
+        return [n for n, _ in self.buffers()].index(name)

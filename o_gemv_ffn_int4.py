@@ -29,7 +29,13 @@ The element-wise launches follow mlir-air's silu_and_mul example: a segment with
 for the norm, as weighted_rms_norm's single-tile run) whose PEs DMA their stretch of each operand from
 DDR into L1, call the kernel (kernels/eltwise_bf16.cc), and DMA the result back.
 
-Host buffers, in argument order (inputs, intermediates, output; every vector [1, n] bf16):
+With LayerConfig.next_qkv the module goes on with the next layer's attention: an RMSNorm of out by that
+layer's norm weight on one PE, and its q, k, v GEMVs over the result (one per run of parts that fuse), so a
+token takes one dispatch a layer (the host's attention sits between q, k, v and the next o_proj).
+
+Host buffers, in argument order (inputs, intermediates, output; every vector [1, n] bf16; with next_qkv,
+LayerConfig.buffers adds next_norm and W_qkv to the inputs, next_normed to the intermediates and each q, k,
+v GEMV's C to the outputs):
   attn [1, E], x [1, E], W_o, norm_w [1, E], W_gu, W_down,
   proj [1, E], h [1, E], normed [1, E], gu [1, 2H], act [1, H], d [1, E], out [1, E]
 with E the hidden size, H the intermediate size and W_* the GEMV's packed records
@@ -94,19 +100,16 @@ ELTWISE_OBJECT = "eltwise_bf16.o"  # kernels/Makefile ENTRIES=eltwise
 
 
 def l3_types(cfg: LayerConfig):
-    """The 13 host buffers' types, in argument order (the module docstring)."""
+    """The host buffers' types, in argument order (LayerConfig.buffers)."""
     bf16 = BF16Type.get()
-    e, h = cfg.hidden, cfg.intermediate
-
-    def row(n):
-        return MemRefType.get([1, n], bf16)
-
-    w_o, w_gu, w_d = (gemv_l3_types(g)[1] for g in cfg.gemvs)
-    return (
-        [row(e), row(e), w_o, row(e), w_gu, w_d]
-        + [row(e), row(e), row(e), row(2 * h), row(h), row(e)]
-        + [row(e)]
-    )
+    return [
+        (
+            MemRefType.get([1, kind], bf16)
+            if isinstance(kind, int)
+            else gemv_l3_types(kind)[1]
+        )
+        for _, kind in cfg.buffers()
+    ]
 
 
 def _at(x, tile: int, offset: int):
@@ -181,44 +184,78 @@ def eltwise_funcs(tiles):
 
 @module_builder
 def build_module(cfg: LayerConfig):
-    """The module of the layer's o_proj + FFN (the module docstring): seven launches, one dispatch."""
+    """The module of the layer's o_proj + FFN (the module docstring): seven launches, one dispatch; with
+    cfg.next_qkv, the next layer's attention RMSNorm and q, k, v GEMVs after them."""
     e, h = cfg.hidden, cfg.intermediate
     gemv_funcs = {}
-    for g in cfg.gemvs:  # each distinct kernel object's entries, once
+    for g in cfg.launch_gemvs:  # each distinct kernel object's entries, once
         if g.kernel not in gemv_funcs:
             gemv_funcs[g.kernel] = gemv_kernel_funcs(g)
     elt = eltwise_funcs({"add": e // COLUMNS, "rms_norm": e, "silu_mul": h // COLUMNS})
+    names = [n for n, _ in cfg.buffers()]
 
     @FuncOp.from_py_func(*l3_types(cfg))
-    def o_gemv_ffn_int4(
-        attn, x, w_o, norm_w, w_gu, w_d, proj, hs, normed, gu, act, d, out
-    ):
-        o, gate_up, down = cfg.gemvs
-        gemv_launch(o, gemv_funcs[o.kernel], attn, w_o, proj, name="o_proj")
-        eltwise_launch(
-            elt["add"], "residual", e, COLUMNS, [(0, 0), (1, 0)], [proj, x, hs], 2
+    def o_gemv_ffn_int4(*args):
+        b = dict(zip(names, args))
+
+        def gemv(g, a, w, c, name):
+            gemv_launch(g, gemv_funcs[g.kernel], b[a], b[w], b[c], name=name)
+
+        def eltwise(entry, name, n, pes, sources, operands):
+            # sources: (operand, element offset) read; the last operand is written
+            ops = [b[o] for o in operands]
+            srcs = [(operands.index(o), off) for o, off in sources]
+            eltwise_launch(elt[entry], name, n, pes, srcs, ops, len(ops) - 1)
+
+        gemv(cfg.o_proj, "attn", "w_o", "proj", "o_proj")
+        eltwise(
+            "add", "residual", e, COLUMNS, [("proj", 0), ("x", 0)], ["proj", "x", "h"]
         )
-        eltwise_launch(
-            elt["rms_norm"], "rms_norm", e, 1, [(0, 0), (1, 0)], [hs, norm_w, normed], 2
+        eltwise(
+            "rms_norm",
+            "rms_norm",
+            e,
+            1,
+            [("h", 0), ("ffn_norm", 0)],
+            ["h", "ffn_norm", "normed"],
         )
-        gemv_launch(
-            gate_up, gemv_funcs[gate_up.kernel], normed, w_gu, gu, name="gate_up"
+        gemv(cfg.gate_up, "normed", "w_gate_up", "gate_up", "gate_up")
+        eltwise(
+            "silu_mul",
+            "swiglu",
+            h,
+            COLUMNS,
+            [("gate_up", 0), ("gate_up", h)],
+            ["gate_up", "act"],
         )
-        eltwise_launch(
-            elt["silu_mul"], "swiglu", h, COLUMNS, [(0, 0), (0, h)], [gu, act], 1
+        gemv(cfg.down, "act", "w_down", "down", "down")
+        eltwise(
+            "add",
+            "residual2",
+            e,
+            COLUMNS,
+            [("down", 0), ("h", 0)],
+            ["down", "h", "out"],
         )
-        gemv_launch(down, gemv_funcs[down.kernel], act, w_d, d, name="down")
-        eltwise_launch(
-            elt["add"], "residual2", e, COLUMNS, [(0, 0), (1, 0)], [d, hs, out], 2
-        )
+        if cfg.next_qkv:
+            eltwise(
+                "rms_norm",
+                "next_rms_norm",
+                e,
+                1,
+                [("out", 0), ("next_norm", 0)],
+                ["out", "next_norm", "next_normed"],
+            )
+            for i, g in enumerate(cfg.next_qkv):
+                gemv(g, "next_normed", f"w_qkv{i}", f"qkv{i}", f"next_qkv{i}")
 
 
 def backend_options(cfg: LayerConfig) -> dict:
-    """XRTBackend options: the ELF flow (13 arguments), the GEMVs' stack and launch tiling."""
+    """XRTBackend options: the ELF flow (13 arguments or more), the GEMVs' stack and launch tiling."""
     return dict(
         target_device="npu2",
         output_format="elf",
-        stack_size=max(g.stack_bytes for g in cfg.gemvs),
+        stack_size=max(g.stack_bytes for g in cfg.launch_gemvs),
         omit_while_true_loop=False,
         runtime_loop_tiling_sizes=list(cfg.o_proj.runtime_loop_tiling),
         instance_name="o_gemv_ffn_int4",

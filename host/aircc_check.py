@@ -199,17 +199,19 @@ def designs(all_configs: bool = False) -> list[Design]:
     import o_gemv_ffn_int4
     from int4awq.design import layer
 
-    for what, formats in (
-        ("AWQ", ("awq",) * 3),
-        ("Q4_K_M", ("int4_min_bf16", "int4_min_bf16", "int8_triple")),
+    for what, formats, next_qkv in (
+        ("AWQ", ("awq",) * 3, None),
+        ("Q4_K_M", ("int4_min_bf16", "int4_min_bf16", "int8_triple"), None),
+        ("AWQ, ending with the next layer's q, k, v", ("awq",) * 3, "awq"),
     ):
-        cfg = layer.llama_layer(formats)
+        cfg = layer.llama_layer(formats, next_qkv_format=next_qkv)
         out.append(
             Design(
                 f"decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), {what}",
                 lambda c=cfg: o_gemv_ffn_int4.build_module(c),
                 o_gemv_ffn_int4.backend_options(cfg),
-                outputs=tuple(range(6, 13)),  # the six intermediates and the output
+                # the intermediates and the outputs: every buffer after the inputs
+                outputs=tuple(range(cfg.index("proj"), len(cfg.buffers()))),
                 ddr_bytes=layer.ddr_bytes(cfg),
             )
         )

@@ -649,20 +649,26 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
 
 
 def _layer_module_line(fmt: str, gs: int, qkv_s: float) -> str:
-    """One token with each layer in two dispatches: the fused q, k, v GEMV and the o_proj + FFN module of
-    seven launches (o_gemv_ffn_int4.py), always MODELLED (the bench does not run the module).
-    """
+    """One token with each layer in two dispatches (the fused q, k, v GEMV and the o_proj + FFN module of
+    seven launches, o_gemv_ffn_int4.py), and in one a layer plus one (the module ending with the next layer's
+    attention norm and q, k, v GEMV: the host's attention sits between them and the next o_proj); always
+    MODELLED (the bench does not run the module)."""
     from int4awq.design import layer
 
-    est = layer.modelled(layer.llama_layer((fmt,) * 3, (gs,) * 3))
-    per_token = LAYERS * (qkv_s + est.seconds)
+    own = layer.modelled(layer.llama_layer((fmt,) * 3, (gs,) * 3))
+    chained = layer.modelled(
+        layer.llama_layer((fmt,) * 3, (gs,) * 3, next_qkv_format=fmt)
+    )
+    two = LAYERS * (qkv_s + own.seconds)
+    one = qkv_s + (LAYERS - 1) * chained.seconds + own.seconds
     return (
-        f"{fmt}: one token, 2 dispatches (qkv_proj; o_proj + FFN as one module of 7 launches, "
-        f"o_gemv_ffn_int4.py) x {LAYERS} layers, MODELLED (projections, residuals, the FFN's RMSNorm and "
-        f"SwiGLU; no attention, LM head): {per_token * 1e3:.2f} ms = {1 / per_token:.1f} tok/s; the module "
-        f"{est.seconds * 1e6:.1f} us, {est.ddr_bytes / 1e6:.2f} MB; {2 * LAYERS} dispatches at "
-        f"{model.FIXED_S * 1e6:.0f} us = {2 * LAYERS * model.FIXED_S * 1e3:.2f} ms; launch boundaries "
-        f"inside a dispatch {layer.LAUNCH_BOUNDARY_S * 1e6:.0f} us (mlir-air #1653)"
+        f"{fmt}: one token, MODELLED (projections, residuals, the FFN's RMSNorm and SwiGLU; no attention, LM "
+        f"head), o_proj + FFN as one module of 7 launches (o_gemv_ffn_int4.py, {own.seconds * 1e6:.1f} us, "
+        f"{own.ddr_bytes / 1e6:.2f} MB): with qkv_proj apart, {2 * LAYERS} dispatches, {two * 1e3:.2f} ms = "
+        f"{1 / two:.1f} tok/s; ending with the next layer's norm and q, k, v ({len(chained.launches)} launches, "
+        f"{chained.seconds * 1e6:.1f} us), {LAYERS + 1} dispatches, {one * 1e3:.2f} ms = {1 / one:.1f} tok/s; "
+        f"{model.FIXED_S * 1e6:.0f} us a dispatch, launch boundaries inside one "
+        f"{layer.LAUNCH_BOUNDARY_S * 1e6:.0f} us (mlir-air #1653)"
     )
 
 

@@ -156,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the attention from the host's reference at position 0, checked against a float reference of the layer",
     )
     p.add_argument(
+        "--next-qkv",
+        action="store_true",
+        help="with --layer-module: the module also computes the next layer's attention RMSNorm and its q, k, "
+        "v GEMVs (fused where the file's types allow), so a token needs one dispatch a layer plus one",
+    )
+    p.add_argument(
         "--activations",
         metavar="A.npy",
         help="A [M, K] instead of random activations (.npy: bfloat16, float16, float32 or float64)",
@@ -257,6 +263,10 @@ def check_options(args) -> None:
     if args.layer_module and args.decoder_layer is None:
         raise ConfigError(
             "--layer-module runs a decoder layer's o_proj and FFN: it needs --weights PATH --decoder-layer L"
+        )
+    if args.next_qkv and not args.layer_module:
+        raise ConfigError(
+            "--next-qkv extends the decoder layer module: it needs --decoder-layer L --layer-module"
         )
     if args.layer_module and (
         args.fused or args.m not in (None, 1) or args.backend == "sim"

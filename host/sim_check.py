@@ -128,30 +128,28 @@ def cases() -> list[Case]:
     layer = small_layer()
 
     def layer_inputs():
-        e, h = layer.hidden, layer.intermediate
-        weights = [
-            record.pack_weights(
-                random_format_weights("awq", g.k, g.n, g.gs, seed=i),
-                g.tile_n,
-                g.tile_k_l1,
-            )
-            for i, g in enumerate(layer.gemvs)
-        ]
-        rows = [random_activations(1, e, s) for s in (3, 4, 5)]
-        return [rows[0], rows[1], weights[0], rows[2], weights[1], weights[2]] + [
-            np.zeros((1, n), bfloat16) for n in (e, e, e, 2 * h, h, e, e)
-        ]
+        out = []
+        for i, (name, kind) in enumerate(layer.buffers()):
+            if not isinstance(kind, int):  # a GEMV's packed records
+                w = random_format_weights("awq", kind.k, kind.n, kind.gs, seed=i)
+                out.append(record.pack_weights(w, kind.tile_n, kind.tile_k_l1))
+            elif name in ("attn", "x", "ffn_norm", "next_norm"):
+                out.append(random_activations(1, kind, i))
+            else:  # written by the module
+                out.append(np.zeros((1, kind), bfloat16))
+        return out
 
     out.append(
         Case(
-            "decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), hidden 512",
+            "decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), hidden 512, ending with the next "
+            "layer's q, k, v",
             lambda: o_gemv_ffn_int4.build_module(layer),
             o_gemv_ffn_int4.backend_options(layer),
             layer_inputs,
-            tuple(range(6, 13)),
+            tuple(range(layer.index("proj"), len(layer.buffers()))),
             lambda: os.pathsep.join(
                 sorted(
-                    {build_config_kernel(g) for g in layer.gemvs}
+                    {build_config_kernel(g) for g in layer.launch_gemvs}
                     | {str(build_eltwise_kernel().parent)}
                 )
             ),
@@ -188,15 +186,18 @@ def cases() -> list[Case]:
 
 
 def small_layer():
-    """The layer module at hidden 512, intermediate 1024: o_proj and down on one object, gate_up's tile_n 32
-    a second (its entries prefixed)."""
+    """The layer module at hidden 512, intermediate 1024, ending with a q, k, v GEMV over N 1024: o_proj and
+    down on one object, gate_up's and the q, k, v GEMV's tile_n 32 a second (its entries prefixed).
+    """
     from int4_packed_record import GemvConfig
     from int4_packed_record import LayerConfig
 
     def gemv(k, n, tn=16):
         return GemvConfig(m=1, k=k, n=n, gs=128, tile_n=tn, tile_k_l1=128)
 
-    return LayerConfig.named(gemv(512, 512), gemv(512, 2048, 32), gemv(1024, 512))
+    return LayerConfig.named(
+        gemv(512, 512), gemv(512, 2048, 32), gemv(1024, 512), (gemv(512, 1024, 32),)
+    )
 
 
 @dataclasses.dataclass

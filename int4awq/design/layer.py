@@ -2,7 +2,8 @@
 """A decoder layer's o_proj + FFN as one module (o_gemv_ffn_int4.py): its default configuration, its DDR
 traffic and its modelled time.
 
-time = FIXED_S (one dispatch) + the sum over its seven launches of max(DDR, compute)
+time = FIXED_S (one dispatch) + the sum over its launches (seven; more with the next layer's q, k, v) of
+       max(DDR, compute)
        + LAUNCH_BOUNDARY_S per launch after the first
 
 MODELLED, never measured. The GEMV launches are matvec_int4_packed's, priced by gemv.modelled without its
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from int4_packed_record import COLUMNS, PES, ConfigError, LayerConfig
 
 from . import gemv, model
-from .llama import PROJECTIONS
+from .llama import PROJECTIONS, shape_of
 from ..kernel.record import FORMAT_GS, GEMV_TILE_NS
 
 LAUNCH_BOUNDARY_S = (
@@ -29,50 +30,64 @@ LAUNCH_BOUNDARY_S = (
 ELTWISE_OPS_PER_VECTOR = 8
 
 
-def eltwise_launches(hidden: int, intermediate: int) -> list[tuple[str, int, int]]:
-    """(name, DDR bytes, elements of the busiest PE) of each element-wise launch, in module order."""
-    e, h = hidden, intermediate
-    return [
+def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
+    """(name, DDR bytes, elements of the busiest PE) of each element-wise launch of the module."""
+    e, h = cfg.hidden, cfg.intermediate
+    out = [
         ("residual", 2 * 3 * e, e // COLUMNS),
         ("rms_norm", 2 * 3 * e, 2 * e),  # one PE, two passes over the row
         ("swiglu", 2 * 3 * h, h // COLUMNS),
         ("residual2", 2 * 3 * e, e // COLUMNS),
     ]
+    return out + ([("next_rms_norm", 2 * 3 * e, 2 * e)] if cfg.next_qkv else [])
 
 
-def default_layer(hidden: int, intermediate: int, formats=("awq",) * 3, gss=None):
+def default_layer(
+    hidden: int,
+    intermediate: int,
+    formats=("awq",) * 3,
+    gss=None,
+    next_qkv=(),
+):
     """The LayerConfig of the shapes: each GEMV at its own default configuration (gemv.default_config) for
-    its format and group size (formats, gss: o_proj, gate_up, down; gss None: each format's).
+    its format and group size (formats, gss: o_proj, gate_up, down; gss None: each format's); next_qkv:
+    (N, format, group size) of each of the next layer's q, k, v GEMVs the module should end with.
     """
     gss = gss or tuple(FORMAT_GS[f] for f in formats)
     # the GEMV spreads N over its 32 PEs, 16 columns each at least; padding N would break the chain
     least = PES * min(GEMV_TILE_NS)
-    if hidden % least or 2 * intermediate % least:
+    bad = [n for n, _, _ in next_qkv if n % least]
+    if hidden % least or 2 * intermediate % least or bad:
         raise ConfigError(
-            f"hidden size {hidden}, intermediate size {intermediate}: the layer module's GEMVs spread N over "
-            f"{PES} PEs of at least {min(GEMV_TILE_NS)} columns, so the hidden size and twice the "
-            f"intermediate size must be multiples of {least}"
+            f"hidden size {hidden}, intermediate size {intermediate}"
+            + (f", next q, k, v N {bad[0]}" if bad else "")
+            + f": the layer module's GEMVs spread N over {PES} PEs of at least {min(GEMV_TILE_NS)} "
+            f"columns, so the hidden size, twice the intermediate size and each q, k, v GEMV's N must be "
+            f"multiples of {least}"
         )
     shapes = ((hidden, hidden), (hidden, 2 * intermediate), (intermediate, hidden))
-    return LayerConfig.named(
-        *(
-            gemv.default_config(1, k, n, gs, fmt)
-            for (k, n), fmt, gs in zip(shapes, formats, gss)
-        )
-    )
+    own = [
+        gemv.default_config(1, k, n, gs, fmt)
+        for (k, n), fmt, gs in zip(shapes, formats, gss)
+    ]
+    nxt = tuple(gemv.default_config(1, hidden, n, gs, fmt) for n, fmt, gs in next_qkv)
+    return LayerConfig.named(*own, nxt)
 
 
-def llama_layer(formats=("awq",) * 3, gss=None):
-    """Llama-3.2-1B's layer (hidden 2048, intermediate 8192)."""
+def llama_layer(formats=("awq",) * 3, gss=None, next_qkv_format=None):
+    """Llama-3.2-1B's layer (hidden 2048, intermediate 8192); next_qkv_format: also the next layer's q, k
+    and v as one GEMV (N 3072) in that format, at its group size."""
+    k, n = shape_of("qkv_proj")
+    nxt = ((n, next_qkv_format, FORMAT_GS[next_qkv_format]),) if next_qkv_format else ()
     return default_layer(
-        PROJECTIONS["o_proj"][0], PROJECTIONS["down_proj"][0], formats, gss
+        PROJECTIONS["o_proj"][0], PROJECTIONS["down_proj"][0], formats, gss, nxt
     )
 
 
 def ddr_bytes(cfg) -> int:
     """Bytes one dispatch of the module moves: the GEMVs' and the element-wise launches'."""
-    return sum(g.ddr_bytes() for g in cfg.gemvs) + sum(
-        b for _, b, _ in eltwise_launches(cfg.hidden, cfg.intermediate)
+    return sum(g.ddr_bytes() for g in cfg.launch_gemvs) + sum(
+        b for _, b, _ in eltwise_launches(cfg)
     )
 
 
@@ -91,19 +106,23 @@ class LayerEstimate:
 
 def modelled(cfg) -> LayerEstimate:
     """The module's modelled time (MODELLED): the module docstring's sum."""
-    o, gu, d = (gemv.modelled(g) for g in cfg.gemvs)
+    names = ["o_proj", "gate_up", "down"] + [
+        f"next_qkv{i}" for i in range(len(cfg.next_qkv))
+    ]
     gemvs = {
-        name: est.seconds - model.FIXED_S
-        for name, est in zip(("o_proj", "gate_up", "down"), (o, gu, d))
+        name: gemv.modelled(g).seconds - model.FIXED_S
+        for name, g in zip(names, cfg.launch_gemvs)
     }
     elt = {
         name: max(
             b / model.DDR_BYTES_PER_S,
             per_pe / 16 * ELTWISE_OPS_PER_VECTOR / gemv.CLOCK_HZ,
         )
-        for name, b, per_pe in eltwise_launches(cfg.hidden, cfg.intermediate)
+        for name, b, per_pe in eltwise_launches(cfg)
     }
-    order = ("o_proj", "residual", "rms_norm", "gate_up", "swiglu", "down", "residual2")
+    order = ["o_proj", "residual", "rms_norm", "gate_up", "swiglu", "down", "residual2"]
+    if cfg.next_qkv:
+        order += ["next_rms_norm"] + names[3:]
     launches = tuple((n, (gemvs | elt)[n]) for n in order)
     seconds = (
         model.FIXED_S

@@ -137,9 +137,8 @@ COMPILED_HERE = [
     for d in DESIGNS
     if ("FORMAT=" not in d.name or d.name.endswith("FORMAT=awq"))
     and d.name != "make run_llama_down"
-    and not d.name.endswith(
-        "Q4_K_M"
-    )  # the layer module's second form: make aircc-check compiles it
+    # the layer module's other forms: make aircc-check compiles them
+    and not d.name.endswith(("Q4_K_M", "q, k, v"))
 ]
 
 
@@ -160,12 +159,16 @@ def test_every_design_through_aircc(design, tmp_path, record_property):
     # every design ping-pongs its chunk loop in L1 (the A chunk and the record), in each of its launches,
     # unless it has none (the bring-up probes, the two-launch copy module)
     if "probe" not in design.name and "two launches" not in design.name:
-        # the chained module's two GEMV launches, the layer module's three (its element-wise ones have
+        # the chained module's two GEMV launches, the layer module's three or four (its element-wise ones have
         # no chunk loop)
         launches = (
             2
             if "chained" in design.name
-            else 3 if "decoder layer" in design.name else 1
+            else (
+                (4 if "q, k, v" in design.name else 3)
+                if "decoder layer" in design.name
+                else 1
+            )
         )
         assert (
             sum(n for (space, _), n in r.decisions.doubled.items() if space == 2)

@@ -20,7 +20,7 @@ from int4awq.kernel import eltwise_model as em
 from int4awq.kernel import record
 from int4awq.kernel.kernel_model import build_eltwise_kernel, kernel_gemv_model
 from int4awq.run.reference import dequantize
-from int4_packed_record import GemvConfig
+from int4_packed_record import GemvConfig, LayerConfig
 
 from host_args import REPO, run
 
@@ -42,7 +42,11 @@ def u16(x):
     return np.asarray(x).view(np.uint16)
 
 
-def test_every_launch_is_the_model_bit_for_bit():
+@pytest.mark.parametrize("with_next", [False, True])
+def test_every_launch_is_the_model_bit_for_bit(with_next):
+    """Each launch's output bit for bit the kernels' models chained; with_next: the module also ends with
+    the next layer's attention norm and a q, k, v GEMV (a third kernel object, tile 32 x 64).
+    """
     sys.path.insert(0, os.path.join(REPO, "emulator"))
     from air.backend.xrt import XRTBackend
 
@@ -50,55 +54,76 @@ def test_every_launch_is_the_model_bit_for_bit():
     from int4awq.design.design import build_host_kernel
 
     # o_proj and down share the n16 object; gate_up's n32 tile is a second object, its entries prefixed
+    nxt = (
+        (GemvConfig(m=1, k=E, n=1024, gs=128, tile_n=32, tile_k_l1=64),)
+        if with_next
+        else ()
+    )
     cfg = builder.LayerConfig.named(
         gemv(E, E),
         GemvConfig(m=1, k=E, n=2 * H, gs=128, tile_n=32, tile_k_l1=128),
         gemv(H, E),
+        nxt,
     )
-    assert [g.symbol_prefix for g in cfg.gemvs] == ["", "k1_", ""]
-    libs = {build_host_kernel(g) for g in cfg.gemvs} | {
-        str(build_eltwise_kernel().parent)
+    prefixes = ["", "k1_", ""] + (["k2_"] if with_next else [])
+    assert [g.symbol_prefix for g in cfg.launch_gemvs] == prefixes
+    libs = {build_host_kernel(g) for g in cfg.launch_gemvs}
+    os.environ["AIR_EMU_LIB_PATH"] = os.pathsep.join(
+        sorted(libs | {str(build_eltwise_kernel().parent)})
+    )
+    rng = np.random.default_rng(3)
+    given = {
+        "attn": random_activations(1, E, 1),
+        "x": random_activations(1, E, 2),
+        "ffn_norm": (1 + 0.1 * rng.standard_normal((1, E))).astype(bfloat16),
+        "next_norm": (1 + 0.1 * rng.standard_normal((1, E))).astype(bfloat16),
     }
-    os.environ["AIR_EMU_LIB_PATH"] = os.pathsep.join(sorted(libs))
-    attn, x = random_activations(1, E, 1), random_activations(1, E, 2)
-    norm_w = (1 + 0.1 * np.random.default_rng(3).standard_normal((1, E))).astype(
-        bfloat16
-    )
-    w_o, w_gu, w_d = (
-        random_weights(k, n, 128, seed=s)
-        for k, n, s in ((E, E, 4), (E, 2 * H, 5), (H, E, 6))
-    )
+    weights = {
+        name: random_weights(g.k, g.n, 128, seed=4 + i)
+        for i, (name, g) in enumerate(
+            zip(["w_o", "w_gate_up", "w_down", "w_qkv0"], cfg.launch_gemvs)
+        )
+    }
+    buffers = [
+        (
+            record.pack_weights(weights[name], kind.tile_n, kind.tile_k_l1)
+            if name in weights
+            else given.get(name, np.zeros((1, kind), bfloat16))
+        )
+        for name, kind in cfg.buffers()
+    ]
     backend = XRTBackend(**builder.backend_options(cfg))
-    invoke = backend.compile_and_load(builder.build_module(cfg))
-    packed = [
-        record.pack_weights(w, g.tile_n, g.tile_k_l1)
-        for w, g in zip((w_o, w_gu, w_d), cfg.gemvs)
-    ]
-    rows = [np.zeros((1, n), bfloat16) for n in (E, E, E, 2 * H, H, E, E)]
-    out = [
-        np.asarray(o)
-        for o in invoke(attn, x, packed[0], norm_w, packed[1], packed[2], *rows)
-    ]
-    proj = kernel_gemv_model(attn, w_o, 128)
-    h = em.add(proj, x)
-    normed = em.rms_norm(h[0], norm_w[0])[None]
-    gu = kernel_gemv_model(normed, w_gu, 128)
-    act = em.silu_mul(gu[0, :H], gu[0, H:])[None]
-    d = kernel_gemv_model(act, w_d, 128)
-    for i, want in zip(range(6, 13), (proj, h, normed, gu, act, d, em.add(d, h))):
-        np.testing.assert_array_equal(u16(out[i].reshape(want.shape)), u16(want))
+    out = backend.compile_and_load(builder.build_module(cfg))(*buffers)
+    got = {name: np.asarray(out[i]) for i, (name, _) in enumerate(cfg.buffers())}
+    want = {"proj": kernel_gemv_model(given["attn"], weights["w_o"], 128)}
+    want["h"] = em.add(want["proj"], given["x"])
+    want["normed"] = em.rms_norm(want["h"][0], given["ffn_norm"][0])[None]
+    want["gate_up"] = kernel_gemv_model(want["normed"], weights["w_gate_up"], 128)
+    want["act"] = em.silu_mul(want["gate_up"][0, :H], want["gate_up"][0, H:])[None]
+    want["down"] = kernel_gemv_model(want["act"], weights["w_down"], 128)
+    want["out"] = em.add(want["down"], want["h"])
+    if with_next:
+        want["next_normed"] = em.rms_norm(want["out"][0], given["next_norm"][0])[None]
+        want["qkv0"] = kernel_gemv_model(want["next_normed"], weights["w_qkv0"], 64)
+    for name, value in want.items():
+        np.testing.assert_array_equal(
+            u16(got[name].reshape(value.shape)), u16(value), err_msg=name
+        )
     assert backend.emu_resources.summary() == "resources: within limits"
 
 
 def test_layer_config_refuses_shapes_that_do_not_chain():
-    import o_gemv_ffn_int4 as builder
-
     with pytest.raises(
         ConfigError, match=r"down: M=1 K=512 N=512; the layer needs M=1 K=1024 N=512"
     ):
-        builder.LayerConfig.named(gemv(E, E), gemv(E, 2 * H), gemv(E, E))
+        LayerConfig.named(gemv(E, E), gemv(E, 2 * H), gemv(E, E))
+    with pytest.raises(
+        ConfigError,
+        match=r"next q, k, v GEMV 0: M=1 K=1024 N=512; the layer needs M=1 K=512",
+    ):
+        LayerConfig.named(gemv(E, E), gemv(E, 2 * H), gemv(H, E), (gemv(H, E),))
     with pytest.raises(ConfigError, match="one symbol prefix per distinct object"):
-        builder.LayerConfig(
+        LayerConfig(
             gemv(E, E),
             gemv(E, 2 * H, symbol_prefix="k1_"),
             gemv(H, E, symbol_prefix="k1_"),
@@ -115,8 +140,8 @@ def layer_shapes(e, h) -> list[tuple[int, int]]:
     return [(e, e), (e, kv), (e, kv), (e, e), (e, h), (e, h), (h, e)]
 
 
-def awq_checkpoint(d, e=E, h=H):
-    """One Llama-shaped decoder layer (hidden e, intermediate h; head_dim e / 8), AutoAWQ GEMM format, GS 128."""
+def awq_checkpoint(d, e=E, h=H, layers=1):
+    """Llama-shaped decoder layers (hidden e, intermediate h; head_dim e / 8), AutoAWQ GEMM format, GS 128."""
     from test_checkpoints import (
         AWQ_CFG,
         awq_tensors,
@@ -127,15 +152,17 @@ def awq_checkpoint(d, e=E, h=H):
 
     shapes = dict(zip(HF_PROJECTIONS, layer_shapes(e, h)))
     tensors = {}
-    for i, (name, (k, n)) in enumerate(shapes.items()):
-        tensors |= awq_tensors(
-            *logical(k, n, 128, seed=30 + i), prefix=f"model.layers.0.{name}"
-        )
     rng = np.random.default_rng(40)
-    for norm in ("input_layernorm", "post_attention_layernorm"):
-        tensors[f"model.layers.0.{norm}.weight"] = st_bytes(
-            1 + 0.1 * rng.standard_normal(e), "BF16"
-        )
+    for layer in range(layers):
+        for i, (name, (k, n)) in enumerate(shapes.items()):
+            tensors |= awq_tensors(
+                *logical(k, n, 128, seed=30 + 10 * layer + i),
+                prefix=f"model.layers.{layer}.{name}",
+            )
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            tensors[f"model.layers.{layer}.{norm}.weight"] = st_bytes(
+                1 + 0.1 * rng.standard_normal(e), "BF16"
+            )
     d.mkdir(parents=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
@@ -148,7 +175,7 @@ def awq_checkpoint(d, e=E, h=H):
     return d
 
 
-def q4_k_m_file(path, e=E, h=H):
+def q4_k_m_file(path, e=E, h=H, layers=1):
     """The same layer as a Q4_K_M GGUF file keeps it: attn_v and ffn_down in Q6_K, the rest Q4_K (small
     positive scales, so the layer's values stay in a model's range)."""
     import gguf
@@ -165,14 +192,17 @@ def q4_k_m_file(path, e=E, h=H):
         "<f2"
     )  # noqa: E731
     tensors = {
-        f"blk.0.{p}.weight": (
+        f"blk.{layer}.{p}.weight": (
             raw_blocks(kind, *shapes[p], TYPES[kind][2], rng, fp16=small),
             kind,
         )
+        for layer in range(layers)
         for p, kind in kinds.items()
     }
-    for norm in ("attn_norm", "ffn_norm"):
-        tensors[f"blk.0.{norm}.weight"] = (
+    for norm in [
+        f"blk.{layer}.{n}" for layer in range(layers) for n in ("attn_norm", "ffn_norm")
+    ]:
+        tensors[f"{norm}.weight"] = (
             (1 + 0.1 * rng.standard_normal(e)).astype(np.float32),
             None,
         )
@@ -196,7 +226,7 @@ def q4_k_m_file(path, e=E, h=H):
     return path
 
 
-def run_layer(path) -> tuple[int, str, str]:
+def run_layer(path, *more: str) -> tuple[int, str, str]:
     """host/run.py --layer-module on layer 0 of path, on the emulator (make aircc-check compiles the module)."""
     return run(
         "--weights",
@@ -207,6 +237,7 @@ def run_layer(path) -> tuple[int, str, str]:
         "--backend",
         "emu",
         "--no-compile",
+        *more,
     )
 
 
@@ -254,6 +285,10 @@ def test_layer_module_runs_a_checkpoint_layer(tmp_path, kind):
         (
             ["--decoder-layer", "0", "--layer-module", "--m", "2"],
             "cannot be combined with --m 2",
+        ),
+        (
+            ["--decoder-layer", "0", "--next-qkv"],
+            "--next-qkv extends the decoder layer module: it needs",
         ),
         (
             ["--decoder-layer", "0", "--layer-module", "--fused"],
@@ -316,3 +351,38 @@ def test_the_builder_prints_llama_layer_module():
         and "@gemv_int4_accumulate" in proc.stdout
     )
     assert "@rms_norm_bf16" in proc.stdout and "@silu_mul_bf16" in proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["awq", "q4_k_m"])
+def test_the_module_can_end_with_the_next_layers_qkv(tmp_path, kind):
+    """--next-qkv: the next layer's attention norm and q, k, v GEMVs join the module (hidden 2048, so that
+    q, k and v fill 32 PEs: q 2048, k and v 512 each); AWQ fuses them into one GEMV, Q4_K_M into q | k and v
+    (its v is Q6_K)."""
+    e, h = 2048, 256
+    path = (
+        awq_checkpoint(tmp_path / "awq", e, h, layers=2)
+        if kind == "awq"
+        else q4_k_m_file(tmp_path / "l.gguf", e, h, layers=2)
+    )
+    code, out, err = run_layer(path, "--next-qkv")
+    assert code == 0, out + err
+    stages = [line.split()[2] for line in layer_lines(out)]
+    # the layer's launches, then the next norm and q, k, v each against float64 of what their launch read,
+    # then the layer and q, k, v against the float chain from x
+    assert stages[8:] == ["next_norm", "next_q", "next_k", "next_v"] + [
+        "layer",
+        "layer>q",
+        "layer>k",
+        "layer>v",
+    ], stages
+    launches = 9 if kind == "awq" else 10  # one q, k, v GEMV, or q | k and v
+    assert f"one dispatch of {launches} launches" in out and out.rstrip().endswith(
+        "PASS!"
+    )
+    assert all(line.endswith("PASS") for line in layer_lines(out)), out
+
+
+def test_next_qkv_without_a_next_layer_is_one_line(tmp_path):
+    code, out, err = run_layer(awq_checkpoint(tmp_path / "awq"), "--next-qkv")
+    assert code == 2 and "model.layers.1.self_attn.q_proj" in err, err
+    assert len(err.strip().splitlines()) == 1, err
