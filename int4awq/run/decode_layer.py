@@ -9,8 +9,13 @@ dequant(W_v)) over each group of query heads. The module then computes, on the N
 h = x + attn x W_o, and out = h + down(silu(gate(n)) * up(n)) with n = rms_norm(h) * ffn_norm, gate and up
 fused along N at load time (int4awq.formats.fuse).
 
-It is checked against a float64 reference of the same layer from the same bf16 inputs, each weight its own
-tensor's dequantisation: the o_proj output, the FFN's output (down) and the layer's output, a line each.
+With --next-qkv the module ends with layer L + 1's attention RMSNorm and its q, k, v GEMVs (one per run of
+parts that fuse), read from the file as well.
+
+Everything is checked against float64, each weight its own tensor's dequantisation, a line each: every
+launch against float64 of the inputs it read (a single GEMV's tolerances), then the layer's output, and
+the next q, k, v, against the float chain from x (the GEMVs in series compose the tolerances:
+series_tolerance).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ def rms_norm_f64(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def attention_at_position_0(x, attn_norm, w_v, heads: int, kv_heads: int) -> np.ndarray:
     """The attention's output for a token alone in its context: each query head's value, [1, heads * d]."""
-    values = rms_norm_f64(x[0], attn_norm) @ dequantize(w_v).astype(np.float64)
+    values = rms_norm_f64(x[0], attn_norm) @ _f64(w_v)
     d = w_v.n // kv_heads
     if w_v.n % kv_heads or heads % kv_heads:
         raise ConfigError(
