@@ -14,7 +14,6 @@ import pytest
 from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
-from int4awq.formats.weights_file import GGUF_PROJECTIONS, HF_PROJECTIONS
 from int4awq.formats.quant import random_activations, random_weights
 from int4awq.kernel import eltwise_model as em
 from int4awq.kernel import record
@@ -23,15 +22,7 @@ from int4awq.run.reference import dequantize
 from int4_packed_record import GemvConfig, LayerConfig
 
 from host_args import REPO, run
-
-sys.path.insert(
-    0, os.path.join(REPO, "tests", "formats")
-)  # the checkpoint writers of the format tests
-
-E, H = (
-    512,
-    1024,
-)  # the smallest hidden / intermediate sizes whose GEMVs fill 32 PEs at tile_n 16
+from layer_files import E, H, awq_checkpoint, q4_k_m_file
 
 
 def gemv(k, n, **kw):
@@ -131,101 +122,6 @@ def test_layer_config_refuses_shapes_that_do_not_chain():
 
 
 # -------------------------------------------------------------------------------------- checkpoints
-HEADS, KV_HEADS = 8, 2  # head_dim 64: q 512, k and v 128
-
-
-def layer_shapes(e, h) -> list[tuple[int, int]]:
-    """(K, N) of q, k, v, o, gate, up, down at hidden e, intermediate h and HEADS / KV_HEADS heads."""
-    kv = e * KV_HEADS // HEADS
-    return [(e, e), (e, kv), (e, kv), (e, e), (e, h), (e, h), (h, e)]
-
-
-def awq_checkpoint(d, e=E, h=H, layers=1):
-    """Llama-shaped decoder layers (hidden e, intermediate h; head_dim e / 8), AutoAWQ GEMM format, GS 128."""
-    from test_checkpoints import (
-        AWQ_CFG,
-        awq_tensors,
-        logical,
-        st_bytes,
-        write_safetensors,
-    )
-
-    shapes = dict(zip(HF_PROJECTIONS, layer_shapes(e, h)))
-    tensors = {}
-    rng = np.random.default_rng(40)
-    for layer in range(layers):
-        for i, (name, (k, n)) in enumerate(shapes.items()):
-            tensors |= awq_tensors(
-                *logical(k, n, 128, seed=30 + 10 * layer + i),
-                prefix=f"model.layers.{layer}.{name}",
-            )
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            tensors[f"model.layers.{layer}.{norm}.weight"] = st_bytes(
-                1 + 0.1 * rng.standard_normal(e), "BF16"
-            )
-    d.mkdir(parents=True)
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "quantization_config": AWQ_CFG | {"group_size": 128},
-    }
-    (d / "config.json").write_text(json.dumps(config))
-    write_safetensors(d / "model.safetensors", tensors)
-    return d
-
-
-def q4_k_m_file(path, e=E, h=H, layers=1):
-    """The same layer as a Q4_K_M GGUF file keeps it: attn_v and ffn_down in Q6_K, the rest Q4_K (small
-    positive scales, so the layer's values stay in a model's range)."""
-    import gguf
-
-    from test_gguf_quants import TYPES, raw_blocks
-
-    rng = np.random.default_rng(41)
-    # Q4_K_M's types: attn_v and ffn_down in Q6_K, the rest Q4_K
-    kinds = dict(
-        zip(GGUF_PROJECTIONS, ["Q4_K"] * 2 + ["Q6_K"] + ["Q4_K"] * 3 + ["Q6_K"])
-    )
-    shapes = dict(zip(GGUF_PROJECTIONS, layer_shapes(e, h)))
-    small = lambda shape: (2.0 ** rng.uniform(-14, -11, shape)).astype(
-        "<f2"
-    )  # noqa: E731
-    tensors = {
-        f"blk.{layer}.{p}.weight": (
-            raw_blocks(kind, *shapes[p], TYPES[kind][2], rng, fp16=small),
-            kind,
-        )
-        for layer in range(layers)
-        for p, kind in kinds.items()
-    }
-    for norm in [
-        f"blk.{layer}.{n}" for layer in range(layers) for n in ("attn_norm", "ffn_norm")
-    ]:
-        tensors[f"{norm}.weight"] = (
-            (1 + 0.1 * rng.standard_normal(e)).astype(np.float32),
-            None,
-        )
-    out = gguf.GGUFWriter(str(path), "llama")
-    out.add_head_count(HEADS)
-    out.add_head_count_kv(KV_HEADS)
-    for name, (raw, kind) in tensors.items():
-        if kind is None:
-            out.add_tensor(name, raw)
-        else:
-            out.add_tensor(
-                name,
-                raw,
-                raw_shape=raw.shape,
-                raw_dtype=gguf.GGMLQuantizationType[kind],
-            )
-    out.write_header_to_file()
-    out.write_kv_data_to_file()
-    out.write_tensors_to_file()
-    out.close()
-    return path
-
-
 def run_layer(path, *more: str) -> tuple[int, str, str]:
     """host/run.py --layer-module on layer 0 of path, on the emulator (make aircc-check compiles the module)."""
     return run(
