@@ -237,10 +237,13 @@ def gemv_kernel_funcs(cfg: GemvConfig):
     )
 
 
-def gemv_launch(cfg: GemvConfig, kernel, arg_a, arg_w, arg_c, name="gemv"):
+def gemv_launch(
+    cfg: GemvConfig, kernel, arg_a, arg_w, arg_c, name="gemv", herd_name=HERD
+):
     """The air.launch of C = A x dequant(W) over the host buffers arg_a, arg_w, arg_c (gemv_l3_types), its
-    segment named <name>_seg: the whole design, for build_module's function or one launch of a module of
-    several."""
+    segment named <name>_seg and its herd's three phases herd_name: the whole design, for build_module's
+    function or one launch of a module of several (which names each launch's herd apart, as mlir-air's
+    multi-launch stitching prefixes every symbol)."""
     zero, accumulate, drain = kernel
     m, k, n = cfg.m, cfg.k, cfg.n
     tn, tk1, tk2 = cfg.tile_n, cfg.tile_k_l1, cfg.tile_k_l2
@@ -275,7 +278,7 @@ def gemv_launch(cfg: GemvConfig, kernel, arg_a, arg_w, arg_c, name="gemv"):
                 AllocOp(t, [], []) for t in (acc_herd, out_herd, scratch_herd)
             )
 
-            @herd(name=HERD, sizes=[hx, hy], operands=[acc, scratch])
+            @herd(name=herd_name, sizes=[hx, hy], operands=[acc, scratch])
             def herd_zero(x, y, _sx, _sy, acc_h, scratch_h):
                 CallOp(zero, [pe_slice(acc_h, x, y, acc_n), arith.ConstantOp(i32, m)])
                 # keeps the scratch at herd scope, so aircc ping-pongs the chunk loop
@@ -306,7 +309,7 @@ def gemv_launch(cfg: GemvConfig, kernel, arg_a, arg_w, arg_c, name="gemv"):
                     src_strides=[hy * chunks * rec, chunks * rec, rec, 1],
                 )
 
-                @herd(name=HERD, sizes=[hx, hy], operands=[acc, scratch, l2a, l2w])
+                @herd(name=herd_name, sizes=[hx, hy], operands=[acc, scratch, l2a, l2w])
                 def herd_gemv(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
                     a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(w_l1, [], [])
                     for c in for_(0, cpl2):
@@ -343,7 +346,7 @@ def gemv_launch(cfg: GemvConfig, kernel, arg_a, arg_w, arg_c, name="gemv"):
 
                 yield_([])
 
-            @herd(name=HERD, sizes=[hx, hy], operands=[acc, out, l2c])
+            @herd(name=herd_name, sizes=[hx, hy], operands=[acc, out, l2c])
             def herd_drain(x, y, _sx, _sy, acc_h, out_h, l2c_h):
                 CallOp(
                     drain,

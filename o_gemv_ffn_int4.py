@@ -199,7 +199,15 @@ def build_module(cfg: LayerConfig):
         b = dict(zip(names, args))
 
         def gemv(g, a, w, c, name):
-            gemv_launch(g, gemv_funcs[g.kernel], b[a], b[w], b[c], name=name)
+            gemv_launch(
+                g,
+                gemv_funcs[g.kernel],
+                b[a],
+                b[w],
+                b[c],
+                name,
+                herd_name=f"{name}_herd",
+            )
 
         def eltwise(entry, name, n, pes, sources, operands):
             # sources: (operand, element offset) read; the last operand is written

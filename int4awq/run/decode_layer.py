@@ -21,6 +21,7 @@ series_tolerance).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -157,19 +158,19 @@ def series_tolerance(gemvs: int) -> dict:
 
 
 def _peano_objects(cfg, build_dir: str) -> None:
-    """Every kernel object the module links, built with Peano and linked into build_dir (aircc resolves
-    link_with there)."""
+    """Every kernel object the module links, built with Peano each time (as mlir-air's Makefiles rebuild
+    theirs: an object never outlives a source edit) and linked into build_dir, where aiecc resolves
+    link_with."""
     os.makedirs(build_dir, exist_ok=True)
     made = {g.kernel.lib_name(): g.kernel.make_args() for g in cfg.launch_gemvs}
     made[ELTWISE_OBJECT] = ["ENTRIES=eltwise"]
     for name, args in made.items():
         obj = os.path.join(KERNELS, "build", name)
-        if not os.path.isfile(obj):
-            proc = subprocess.run(["make", "-C", KERNELS, "peano", *args])
-            if proc.returncode or not os.path.isfile(obj):
-                raise ConfigError(
-                    f"kernel object {obj} could not be built (make -C kernels peano {' '.join(args)})"
-                )
+        proc = subprocess.run(["make", "-C", KERNELS, "peano", *args])
+        if proc.returncode or not os.path.isfile(obj):
+            raise ConfigError(
+                f"kernel object {obj} could not be built (make -C kernels peano {' '.join(args)})"
+            )
         link = os.path.join(build_dir, name)
         if not os.path.exists(link):
             os.symlink(obj, link)
@@ -212,11 +213,18 @@ def run_module(
         return list(XRTBackend(**options).compile_and_load(module)(*buffers))
     build_dir = os.path.join(REPO, "build", "npu", "o_gemv_ffn_int4")
     _peano_objects(cfg, build_dir)
+    # a compile's leftovers corrupt the next one (mlir-air's llms/shared/infra/cache.py clears them too)
+    shutil.rmtree(os.path.join(build_dir, "air_project"), ignore_errors=True)
+    for stale in ("air.elf", "air.mlir"):
+        if os.path.exists(os.path.join(build_dir, stale)):
+            os.remove(os.path.join(build_dir, stale))
     cwd = os.getcwd()
     os.chdir(build_dir)
+    backend = XRTBackend(**options)
     try:
-        return list(XRTBackend(**options).compile_and_load(module)(*buffers))
+        return list(backend.compile_and_load(module)(*buffers))
     finally:
+        backend.unload()
         os.chdir(cwd)
 
 
