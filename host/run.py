@@ -268,17 +268,10 @@ def check_options(args) -> None:
         raise ConfigError(
             "--next-qkv extends the decoder layer module: it needs --decoder-layer L --layer-module"
         )
-    if args.layer_module and (
-        args.fused or args.m not in (None, 1) or args.backend == "sim"
-    ):
-        what = (
-            "--fused"
-            if args.fused
-            else ("--backend sim" if args.backend == "sim" else f"--m {args.m}")
-        )
+    if args.layer_module and (args.fused or args.m not in (None, 1)):
+        what = "--fused" if args.fused else f"--m {args.m}"
         raise ConfigError(
-            f"--layer-module runs one token (M = 1) with gate and up fused, on the emulator or the NPU; "
-            f"it cannot be combined with {what}"
+            f"--layer-module runs one token (M = 1) with gate and up fused; it cannot be combined with {what}"
         )
     if args.decoder_layer is not None:
         if args.decoder_layer < 0:

@@ -69,25 +69,31 @@ def simulate(
     A module of several launches (one aie.device each, and a main device whose runtime sequence
     configures each device and runs its sequence in turn, `aiex.configure` / `aiex.run`) runs its launches
     in that order, each on a fresh array of its own device, the host arrays carried from one to the next
-    (DDR outlives a reconfiguration); the Simulator returned is the last launch's."""
+    (DDR outlives a reconfiguration); the Simulator returned is the last launch's, and its launch_cycles
+    lists (device, cycles) of every launch."""
     designs = load(parse(generic_text))
     runs = _main_runs(designs)
     if not runs:
         design = designs[device]
         sim = Simulator(design, host_kernels, costs, trace, run_kernels)
-        return sim.run(arrays), sim
+        outs = sim.run(arrays)
+        sim.launch_cycles = [(design.name, sim.end_t)]
+        return outs, sim
     by_name = {d.name: d for d in designs}
-    sim = None
+    sim, launch_cycles = None, []
     for dev, seq, argmap in runs:
         design = by_name[dev]
         index = next(i for i, q in enumerate(design.sequences) if q.name == seq)
         sim = Simulator(design, host_kernels, costs, trace, run_kernels)
         given = None if arrays is None else [arrays[a] for a in argmap]
         outs = sim.run(given, sequence=index)
+        launch_cycles.append((dev, sim.end_t))
         if arrays is not None:
             arrays = list(arrays)
             for a, out in zip(argmap, outs):
                 arrays[a] = out
+    # each launch's own time, in order: one after the other, a reconfiguration between them not charged
+    sim.launch_cycles = launch_cycles
     return arrays, sim
 
 

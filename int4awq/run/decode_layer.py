@@ -42,6 +42,7 @@ from .reference import check, dequantize
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KERNELS = os.path.join(REPO, "kernels")
 
+RAN = {"emu": "emulated", "sim": "simulated", "npu": "on the NPU"}
 # o_proj, v_proj (the host's attention) and the FFN's three, as decoder_layer_names orders the seven
 V, O, GATE, UP, DOWN = 2, 3, 4, 5, 6
 
@@ -176,14 +177,35 @@ def _peano_objects(cfg, build_dir: str) -> None:
             os.symlink(obj, link)
 
 
+class ModuleFailure(Exception):
+    """The module's run failed (an emulator run-time check, a hang in the simulator): exit 1."""
+
+
+def _compile_first(module, options) -> str | None:
+    """aircc + aiecc on the module where they are installed: the folder of their outputs, None without
+    them (a line says so); what they refuse is a ConfigError."""
+    try:
+        line, outdir = compiler.compile_first(
+            "o_gemv_ffn_int4",
+            str(module),
+            options,
+            os.path.join(REPO, "build", "aircc-runs"),
+        )
+    except compiler.CompileError as e:
+        raise ConfigError(str(e)) from None
+    print(line)
+    return outdir
+
+
 def run_module(
     cfg, buffers: list[np.ndarray], backend: str, compile_first: bool
 ) -> list[np.ndarray]:
-    """One dispatch of the module on the emulator ("emu") or the NPU ("npu", mlir-air's XRTBackend, the
-    ELF flow): every buffer back, flat, in argument order. On the emulator, compile_first: aircc + aiecc
-    compile the module first where they are installed, and what they refuse is refused.
-    """
-    if backend == "emu":
+    """One dispatch of the module, every buffer back (flat, in argument order): on the emulator ("emu"),
+    the simulator of the compiled module ("sim": emulator/aiesim, timed with sim_costs.layer_costs; it
+    prints the launches' simulated times), or the NPU ("npu", mlir-air's XRTBackend, the ELF flow). On the
+    emulator, compile_first: aircc + aiecc compile the module first where they are installed, and what
+    they refuse is refused."""
+    if backend in ("emu", "sim"):
         sys.path.insert(
             0, os.path.join(REPO, "emulator")
         )  # `import air` is the emulator's
@@ -199,18 +221,19 @@ def run_module(
     options = builder.backend_options(cfg)
     module = builder.build_module(cfg)
     if backend == "emu":
+        from air.emu import EmulatorError
+
         if compile_first:
-            try:
-                line, _ = compiler.compile_first(
-                    "o_gemv_ffn_int4",
-                    str(module),
-                    options,
-                    os.path.join(REPO, "build", "aircc-runs"),
-                )
-            except compiler.CompileError as e:
-                raise ConfigError(str(e)) from None
-            print(line)
-        return list(XRTBackend(**options).compile_and_load(module)(*buffers))
+            _compile_first(module, options)
+        try:
+            return list(XRTBackend(**options).compile_and_load(module)(*buffers))
+        except EmulatorError as e:
+            first = str(e).splitlines()[0]
+            if e.static:  # the module cannot be built for NPU2 as configured
+                raise ConfigError(f"emulator: {first}") from None
+            raise ModuleFailure(f"emulator: {first}") from None
+    if backend == "sim":
+        return _simulate(cfg, module, options, buffers)
     build_dir = os.path.join(REPO, "build", "npu", "o_gemv_ffn_int4")
     _peano_objects(cfg, build_dir)
     # a compile's leftovers corrupt the next one (mlir-air's llms/shared/infra/cache.py clears them too)
@@ -226,6 +249,41 @@ def run_module(
     finally:
         backend.unload()
         os.chdir(cwd)
+
+
+def _simulate(cfg, module, options, buffers) -> list[np.ndarray]:
+    """The module as aircc + aiecc compiled it, in the simulator of the compiled design, timed."""
+    import aiesim
+
+    from . import sim_costs
+
+    outdir = _compile_first(module, options)
+    if outdir is None:
+        raise ConfigError(
+            "--backend sim runs the module aircc + aiecc compile, and they are not installed here "
+            f"({compiler.tools_missing()})"
+        )
+    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
+    try:
+        outs, sim = aiesim.simulate(text, buffers, costs=sim_costs.layer_costs(cfg))
+    except aiesim.Hang as h:
+        raise ModuleFailure(
+            "the compiled module hangs: nothing can move and the runtime sequence has not ended\n  "
+            + "\n  ".join(h.report)
+        ) from None
+    except (aiesim.SimError, aiesim.DesignError) as e:
+        raise ModuleFailure(f"simulator: {e}") from None
+    launches = ", ".join(
+        f"{dev.removesuffix('_seg')} {c / sim_costs.CLOCK_HZ * 1e6:.1f}"
+        for dev, c in sim.launch_cycles
+    )
+    us = sim_costs.seconds(sim) * 1e6
+    print(
+        f"simulated the compiled module: MODELLED NPU2 time {us:.1f} us for its launches as compiled "
+        f"({launches} us; + {sim_costs.model.FIXED_S * 1e6:.0f} us for the dispatch: "
+        f"{us + sim_costs.model.FIXED_S * 1e6:.1f} us)"
+    )
+    return outs
 
 
 def run_decode_layer(args, backend: str) -> bool:
@@ -296,7 +354,11 @@ def run_decode_layer(args, backend: str) -> bool:
     for g, name in zip(cfg.launch_gemvs, labels):
         print(f"{name:<9} {g.summary()}")
     t0 = time.perf_counter()
-    out = run_module(cfg, buffers, backend, compile_first=not args.no_compile)
+    try:
+        out = run_module(cfg, buffers, backend, compile_first=not args.no_compile)
+    except ModuleFailure as e:
+        print(f"run failed: {e}\nFAIL!")
+        return False
     took = time.perf_counter() - t0
     buf = {name: out[i] for i, (name, _) in enumerate(cfg.buffers())}
     checks = [(name, got, want, {}) for name, got, want in launch_references(buf, wt)]
@@ -325,7 +387,7 @@ def run_decode_layer(args, backend: str) -> bool:
         )
     est = layer.modelled(cfg)
     print(
-        f"one dispatch of {len(est.launches)} launches ({'emulated' if backend == 'emu' else 'on the NPU'} "
+        f"one dispatch of {len(est.launches)} launches ({RAN[backend]} "
         f"in {took:.1f} s); MODELLED on NPU2: {est.seconds * 1e6:.1f} us, {est.ddr_bytes / 1e6:.2f} MB of DDR"
     )
     print("PASS!" if ok else "FAIL!")

@@ -54,8 +54,41 @@ def costs(cfg):
     )
 
 
+def layer_costs(cfg):
+    """The simulator's Costs for the decode layer module (o_gemv_ffn_int4.py, a LayerConfig): each GEMV
+    object's entries under their own (prefixed) names as costs() prices them, and the element-wise entries
+    at int4awq.design.layer's estimate (ELTWISE_OPS_PER_VECTOR per 16 lanes: not profiled)."""
+    import aiesim
+
+    from ..design.layer import ELTWISE_OPS_PER_VECTOR, eltwise_launches
+
+    per_call = {}
+    for g in cfg.launch_gemvs:
+        acc_bytes = 8 * g.tile_n * 4 * -(-g.m // 8)
+        per_call[g.kernel.symbol("gemv_int4_zero")] = acc_bytes / 64
+        per_call[g.kernel.symbol("gemv_int4_accumulate")] = gemv_cycles(
+            g.tile_n, g.tile_k_l1, g.gs, g.m, g.format
+        )
+        per_call[g.kernel.symbol("gemv_int4_drain")] = acc_bytes / 64
+    entries = {
+        "residual": "eltwise_add_bf16",
+        "rms_norm": "rms_norm_bf16",
+        "swiglu": "silu_mul_bf16",
+    }
+    for name, _, per_pe in eltwise_launches(cfg):
+        if name in entries:
+            per_call[entries[name]] = per_pe / 16 * ELTWISE_OPS_PER_VECTOR
+    return aiesim.Costs(
+        bd_setup=BD_SETUP_CYCLES,
+        lock=LOCK_CYCLES,
+        call=lambda name: per_call.get(name, 0.0),
+        ddr_bytes_per_cycle=model.DDR_BYTES_PER_S / CLOCK_HZ,
+    )
+
+
 def seconds(sim) -> float:
-    return sim.end_t / CLOCK_HZ
+    """The simulated time of the whole module: its launches one after the other."""
+    return sum(c for _, c in sim.launch_cycles) / CLOCK_HZ
 
 
 def timed_line(cfg, sim) -> str:

@@ -274,3 +274,36 @@ def test_next_qkv_without_a_next_layer_is_one_line(tmp_path):
     code, out, err = run_layer(awq_checkpoint(tmp_path / "awq"), "--next-qkv")
     assert code == 2 and "model.layers.1.self_attn.q_proj" in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_backend_sim_runs_the_compiled_module_and_times_its_launches(tmp_path):
+    """--backend sim: the module as aircc + aiecc compiled it, in the simulator, timed launch by launch."""
+    import compiler_tools
+
+    compiler_tools.require()
+    code, out, err = run(
+        "--weights",
+        str(awq_checkpoint(tmp_path / "awq")),
+        "--decoder-layer",
+        "0",
+        "--layer-module",
+        "--backend",
+        "sim",
+    )
+    assert code == 0, out + err
+    line = next(
+        x for x in out.splitlines() if x.startswith("simulated the compiled module")
+    )
+    launches = (
+        "o_proj",
+        "residual",
+        "rms_norm",
+        "gate_up",
+        "swiglu",
+        "down",
+        "residual2",
+    )
+    assert all(f"{name} " in line for name in launches), line
+    assert "one dispatch of 7 launches (simulated" in out and out.rstrip().endswith(
+        "PASS!"
+    )
