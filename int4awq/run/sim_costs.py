@@ -57,7 +57,8 @@ def costs(cfg):
 def layer_costs(cfg):
     """The simulator's Costs for the decode layer module (o_gemv_ffn_int4.py, a LayerConfig): each GEMV
     object's entries under their own (prefixed) names as costs() prices them, and the element-wise entries
-    at int4awq.design.layer's estimate (ELTWISE_OPS_PER_VECTOR per 16 lanes: not profiled)."""
+    at int4awq.design.layer's estimate (ELTWISE_OPS_PER_VECTOR per 16 lanes: not profiled).
+    """
     import aiesim
 
     from ..design.layer import ELTWISE_OPS_PER_VECTOR, eltwise_launches
