@@ -25,10 +25,12 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from int4awq.errors import (
+from int4awq.errors import (  # noqa: E402  (standard library only)
     ConfigError,
+    RunFailure,
+    emulator_failure,
     missing_module_line,
-)  # noqa: E402  (standard library only)
+)
 
 try:
     import numpy as np
@@ -568,21 +570,10 @@ def emulator_backend(cfg):
 
 
 def compile_design(cfg, module, quiet: bool) -> str | None:
-    """aircc + aiecc on the design's module, where they are installed: the folder of their outputs (None
-    without the compiler, which one line says); what they refuse is a ConfigError (exit 2) naming the
-    design and the compiler's first error."""
-    try:
-        line, outdir = compiler.compile_first(
-            cfg.name,
-            str(module),
-            builder_of(cfg).backend_options(cfg),
-            os.path.join(REPO, "build", "aircc-runs"),
-        )
-    except compiler.CompileError as e:
-        raise ConfigError(str(e)) from None
-    if not quiet:
-        print(line)
-    return outdir
+    """aircc + aiecc on the design's module, where they are installed (compiler.compile_before_run)."""
+    return compiler.compile_before_run(
+        cfg.name, str(module), builder_of(cfg).backend_options(cfg), quiet
+    )
 
 
 def run_sim(
@@ -594,31 +585,16 @@ def run_sim(
     emulator_backend(cfg)  # the emulator's air package and the host kernel library
     module = builder_of(cfg).build_module(**cfg.builder_args())
     outdir = compile_design(cfg, module, quiet)
-    if outdir is None:
-        raise ConfigError(
-            "--backend sim runs the design aircc + aiecc compile, and they are not installed here "
-            f"({compiler.tools_missing()})"
-        )
-    import aiesim
     from int4awq.run import sim_costs
 
-    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     t0 = time.perf_counter()
-    try:
-        with _Heartbeat("simulating"):
-            outs, sim = aiesim.simulate(
-                text,
-                [a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16)],
-                costs=sim_costs.costs(cfg),
-                trace=trace is not None,
-            )
-    except aiesim.Hang as h:
-        raise RunFailure(
-            "the compiled design hangs: nothing can move and the runtime sequence has not ended\n  "
-            + "\n  ".join(h.report)
-        ) from None
-    except (aiesim.SimError, aiesim.DesignError) as e:
-        raise RunFailure(f"simulator: {e}") from None
+    with _Heartbeat("simulating"):
+        outs, sim = sim_costs.simulate_compiled(
+            outdir,
+            [a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16)],
+            sim_costs.costs(cfg),
+            trace=trace is not None,
+        )
     if trace is not None:
         sim_costs.write_trace(sim, trace)
     if not quiet:
@@ -655,10 +631,7 @@ def run_emulator(
         with _Heartbeat("emulating"):
             _, _, c = invoke(a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16))
     except EmulatorError as e:
-        first = str(e).splitlines()[0]
-        if e.static:  # the design cannot be built for NPU2 as configured
-            raise ConfigError(f"emulator: {first}") from None
-        raise RunFailure(f"emulator: {first}") from None
+        raise emulator_failure(e) from None
     if not quiet:
         print(f"emulated in {time.perf_counter() - t0:.1f} s (CPU; not an NPU timing)")
     if isinstance(report, dict):
@@ -690,10 +663,6 @@ def run_npu(
         f"{2 * cfg.m * cfg.k * cfg.n / t / 1e6:.3f} TOPS (padded shape)"
     )
     return res.output, [t]
-
-
-class RunFailure(Exception):
-    """The run itself failed (device error, emulator run-time check): exit 1."""
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -123,21 +123,22 @@ def cases() -> list[Case]:
     # a decoder layer's o_proj + FFN as one module of seven launches (o_gemv_ffn_int4.py), at the smallest
     # sizes whose GEMVs fill 32 PEs; gate_up's tile makes it a second kernel object
     import o_gemv_ffn_int4
-    from int4awq.kernel.kernel_model import build_eltwise_kernel
+    from int4awq.design import layer as layer_model
 
     layer = small_layer()
 
     def layer_inputs():
-        out = []
-        for i, (name, kind) in enumerate(layer.buffers()):
-            if not isinstance(kind, int):  # a GEMV's packed records
-                w = random_format_weights("awq", kind.k, kind.n, kind.gs, seed=i)
-                out.append(record.pack_weights(w, kind.tile_n, kind.tile_k_l1))
-            elif name in ("attn", "x", "ffn_norm", "next_norm"):
-                out.append(random_activations(1, kind, i))
-            else:  # written by the module
-                out.append(np.zeros((1, kind), bfloat16))
-        return out
+        names = [name for name, _ in layer.buffers()]
+        weights = {
+            name: random_format_weights("awq", g.k, g.n, g.gs, seed=names.index(name))
+            for name, g in layer.buffers()
+            if not isinstance(g, int)
+        }
+        rows = {
+            name: random_activations(1, layer.hidden, names.index(name))
+            for name in ("attn", "x", "ffn_norm", "next_norm")
+        }
+        return layer_model.module_buffers(layer, weights, rows)
 
     out.append(
         Case(
@@ -147,12 +148,7 @@ def cases() -> list[Case]:
             o_gemv_ffn_int4.backend_options(layer),
             layer_inputs,
             tuple(range(layer.index("proj"), len(layer.buffers()))),
-            lambda: os.pathsep.join(
-                sorted(
-                    {build_config_kernel(g) for g in layer.launch_gemvs}
-                    | {str(build_eltwise_kernel().parent)}
-                )
-            ),
+            lambda: layer_model.host_libraries(layer),
         )
     )
     for obj, rows in (

@@ -17,6 +17,18 @@ if (
 from int4_packed_record import ConfigError  # noqa: E402
 
 
+class RunFailure(Exception):
+    """The run itself failed (device error, emulator run-time check, a hang in the simulator): exit 1."""
+
+
+def emulator_failure(e) -> Exception:
+    """An emulator error (air.emu.EmulatorError) as a run reports it, its first line: bad input when it is
+    static (the design cannot be built for NPU2 as configured: exit 2), a failed run otherwise.
+    """
+    first = str(e).splitlines()[0]
+    return (ConfigError if e.static else RunFailure)(f"emulator: {first}")
+
+
 def not_found(what: str, name: str, path, listed: str, known: list[str]) -> ConfigError:
     """'<what> 'name' not found in <path> (<listed>: the first four known names, and how many)'."""
     hint = ", ".join(known[:4]) + (

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import time
 
-from ..errors import REPO
+from ..errors import REPO, ConfigError
 
 PREBUILT_UNPACK = os.path.join(
     os.path.dirname(REPO), "shared", "tools", "aircc", "unpack"
@@ -484,3 +484,20 @@ def generic_form(path: str) -> str:
     if r.returncode != 0:
         raise CompileError(f"aie-opt: {first_error(r.stderr)}")
     return r.stdout
+
+
+def compile_before_run(
+    name: str, module_text: str, options: dict, quiet: bool = False
+) -> str | None:
+    """compile_first into build/aircc-runs, its line printed unless quiet: the folder of the compiler's
+    outputs (None without the compiler); what the compiler refuses is a ConfigError (exit 2) naming the
+    design and the compiler's first error."""
+    try:
+        line, outdir = compile_first(
+            name, module_text, options, os.path.join(REPO, "build", "aircc-runs")
+        )
+    except CompileError as e:
+        raise ConfigError(str(e)) from None
+    if not quiet:
+        print(line)
+    return outdir

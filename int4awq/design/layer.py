@@ -14,6 +14,7 @@ measured one fused launch at 1,375 us against the same work as three launches of
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from int4_packed_record import COLUMNS, PES, ConfigError, LayerConfig
@@ -82,6 +83,36 @@ def llama_layer(formats=("awq",) * 3, gss=None, next_qkv_format=None):
     return default_layer(
         PROJECTIONS["o_proj"][0], PROJECTIONS["down_proj"][0], formats, gss, nxt
     )
+
+
+def host_libraries(cfg) -> str:
+    """AIR_EMU_LIB_PATH for the module on the emulator or the simulator: the folders of the host builds of
+    every kernel object it links (each GEMV object, the element-wise one), built where out of date.
+    """
+    from ..kernel.kernel_model import build_eltwise_kernel
+    from .design import build_host_kernel
+
+    dirs = {build_host_kernel(g) for g in cfg.launch_gemvs}
+    return os.pathsep.join(sorted(dirs | {str(build_eltwise_kernel().parent)}))
+
+
+def module_buffers(cfg, weights: dict, rows: dict) -> list:
+    """The module's host buffers in argument order (LayerConfig.buffers): each GEMV's records packed from
+    weights[name] (the kernel's record format), the rows given by name, zeros for what the module writes.
+    """
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from ..kernel.record import padded_operands
+
+    out = []
+    for name, kind in cfg.buffers():
+        if name in weights:
+            a = np.zeros((1, kind.k), bfloat16)
+            out.append(padded_operands(kind, a, weights[name])[1])
+        else:
+            out.append(rows.get(name, np.zeros((1, kind), bfloat16)))
+    return out
 
 
 def ddr_bytes(cfg) -> int:

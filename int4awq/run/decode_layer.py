@@ -31,12 +31,12 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from ..design import compiler, layer
-from ..errors import ConfigError
+from ..errors import ConfigError, emulator_failure
 from ..formats.fuse import fusable_runs, fuse_columns, offsets
 from ..formats.quant import random_activations
 from ..kernel import record
 from ..kernel.eltwise_model import RMS_EPSILON
-from ..kernel.kernel_model import ELTWISE_OBJECT, build_eltwise_kernel
+from ..kernel.kernel_model import ELTWISE_OBJECT
 from .reference import check, dequantize
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -144,15 +144,16 @@ def launch_references(buf: dict, wt: Weights) -> list:
     return out
 
 
-def series_tolerance(gemvs: int) -> dict:
-    """A result against the float layer: gemvs GEMVs in series, each allowed a single GEMV check's budget
-    (reference.check: rtol 5 %, atol 5 % of the reference's RMS, mean relative L1 3 %, correlation 0.999;
-    the bfp16 conversion of A dominates it), each one's error carried into the next one's input, so the
-    budgets add: that many times each. A correlation c allows a relative RMS error of about
-    sqrt(2 (1 - c)), so n times that error is a correlation of 1 - n^2 (1 - c)."""
+def series_tolerance(gemvs: int, want: np.ndarray) -> dict:
+    """reference.check's tolerances for a result against float64 through gemvs GEMVs in series (1: its
+    defaults): each GEMV allowed a single GEMV check's budget (rtol 5 %, atol 5 % of the reference's RMS,
+    mean relative L1 3 %, correlation 0.999; the bfp16 conversion of A dominates it), each one's error
+    carried into the next one's input, so the budgets add: that many times each. A correlation c allows a
+    relative RMS error of about sqrt(2 (1 - c)), so n times that error is a correlation of 1 - n^2 (1 - c).
+    """
     return dict(
         rtol=0.05 * gemvs,
-        atol_of_rms=0.05 * gemvs,
+        atol=0.05 * gemvs * float(np.sqrt(np.mean(want * want))),
         max_mean_rel_l1=0.03 * gemvs,
         min_correlation=1 - 0.001 * gemvs**2,
     )
@@ -177,26 +178,6 @@ def _peano_objects(cfg, build_dir: str) -> None:
             os.symlink(obj, link)
 
 
-class ModuleFailure(Exception):
-    """The module's run failed (an emulator run-time check, a hang in the simulator): exit 1."""
-
-
-def _compile_first(module, options) -> str | None:
-    """aircc + aiecc on the module where they are installed: the folder of their outputs, None without
-    them (a line says so); what they refuse is a ConfigError."""
-    try:
-        line, outdir = compiler.compile_first(
-            "o_gemv_ffn_int4",
-            str(module),
-            options,
-            os.path.join(REPO, "build", "aircc-runs"),
-        )
-    except compiler.CompileError as e:
-        raise ConfigError(str(e)) from None
-    print(line)
-    return outdir
-
-
 def run_module(
     cfg, buffers: list[np.ndarray], backend: str, compile_first: bool
 ) -> list[np.ndarray]:
@@ -204,17 +185,12 @@ def run_module(
     the simulator of the compiled module ("sim": emulator/aiesim, timed with sim_costs.layer_costs; it
     prints the launches' simulated times), or the NPU ("npu", mlir-air's XRTBackend, the ELF flow). On the
     emulator, compile_first: aircc + aiecc compile the module first where they are installed, and what
-    they refuse is refused."""
+    they refuse is refused. A failed run is a RunFailure (exit 1)."""
     if backend in ("emu", "sim"):
         sys.path.insert(
             0, os.path.join(REPO, "emulator")
         )  # `import air` is the emulator's
-        from ..design.design import build_host_kernel
-
-        dirs = {build_host_kernel(g) for g in cfg.launch_gemvs} | {
-            str(build_eltwise_kernel().parent)
-        }
-        os.environ["AIR_EMU_LIB_PATH"] = os.pathsep.join(sorted(dirs))
+        os.environ["AIR_EMU_LIB_PATH"] = layer.host_libraries(cfg)
     import o_gemv_ffn_int4 as builder
     from air.backend.xrt import XRTBackend
 
@@ -224,14 +200,11 @@ def run_module(
         from air.emu import EmulatorError
 
         if compile_first:
-            _compile_first(module, options)
+            compiler.compile_before_run("o_gemv_ffn_int4", str(module), options)
         try:
             return list(XRTBackend(**options).compile_and_load(module)(*buffers))
         except EmulatorError as e:
-            first = str(e).splitlines()[0]
-            if e.static:  # the module cannot be built for NPU2 as configured
-                raise ConfigError(f"emulator: {first}") from None
-            raise ModuleFailure(f"emulator: {first}") from None
+            raise emulator_failure(e) from None
     if backend == "sim":
         return _simulate(cfg, module, options, buffers)
     build_dir = os.path.join(REPO, "build", "npu", "o_gemv_ffn_int4")
@@ -253,26 +226,10 @@ def run_module(
 
 def _simulate(cfg, module, options, buffers) -> list[np.ndarray]:
     """The module as aircc + aiecc compiled it, in the simulator of the compiled design, timed."""
-    import aiesim
-
     from . import sim_costs
 
-    outdir = _compile_first(module, options)
-    if outdir is None:
-        raise ConfigError(
-            "--backend sim runs the module aircc + aiecc compile, and they are not installed here "
-            f"({compiler.tools_missing()})"
-        )
-    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
-    try:
-        outs, sim = aiesim.simulate(text, buffers, costs=sim_costs.layer_costs(cfg))
-    except aiesim.Hang as h:
-        raise ModuleFailure(
-            "the compiled module hangs: nothing can move and the runtime sequence has not ended\n  "
-            + "\n  ".join(h.report)
-        ) from None
-    except (aiesim.SimError, aiesim.DesignError) as e:
-        raise ModuleFailure(f"simulator: {e}") from None
+    outdir = compiler.compile_before_run("o_gemv_ffn_int4", str(module), options)
+    outs, sim = sim_costs.simulate_compiled(outdir, buffers, sim_costs.layer_costs(cfg))
     launches = ", ".join(
         f"{dev.removesuffix('_seg')} {c / sim_costs.CLOCK_HZ * 1e6:.1f}"
         for dev, c in sim.launch_cycles
@@ -331,39 +288,27 @@ def run_decode_layer(args, backend: str) -> bool:
     given = {"attn": attn, "x": x, "ffn_norm": ffn_norm.astype(bfloat16)[None]}
     if wt.next_runs:
         given["next_norm"] = wt.next_norm.astype(bfloat16)[None]
-    records = dict(
+    weights = dict(
         zip(
             ["w_o", "w_gate_up", "w_down"]
             + [f"w_qkv{i}" for i in range(len(wt.next_runs))],
             gemv_weights,
         )
     )
-    buffers = []
-    for name, kind in cfg.buffers():
-        if name in records:
-            buffers.append(
-                record.padded_operands(
-                    kind, np.zeros((1, kind.k), bfloat16), records[name]
-                )[1]
-            )
-        else:
-            buffers.append(given.get(name, np.zeros((1, kind), bfloat16)))
+    buffers = layer.module_buffers(cfg, weights, given)
     labels = ["o_proj", "gate_up", "down"] + [
         f"next_qkv{i}" for i in range(len(wt.next_runs))
     ]
     for g, name in zip(cfg.launch_gemvs, labels):
         print(f"{name:<9} {g.summary()}")
     t0 = time.perf_counter()
-    try:
-        out = run_module(cfg, buffers, backend, compile_first=not args.no_compile)
-    except ModuleFailure as e:
-        print(f"run failed: {e}\nFAIL!")
-        return False
+    out = run_module(cfg, buffers, backend, compile_first=not args.no_compile)
     took = time.perf_counter() - t0
     buf = {name: out[i] for i, (name, _) in enumerate(cfg.buffers())}
-    checks = [(name, got, want, {}) for name, got, want in launch_references(buf, wt)]
+    # (stage, result, reference, GEMVs in series from the inputs it is checked from; 1: a launch alone)
+    checks = [(name, got, want, 1) for name, got, want in launch_references(buf, wt)]
     ref = layer_reference(x, attn, wt)
-    checks.append(("layer", buf["out"], ref.pop("layer"), series_tolerance(3)))
+    checks.append(("layer", buf["out"], ref.pop("layer"), 3))
     next_parts = [
         (p, i, off)
         for i, run in enumerate(wt.next_runs)
@@ -371,15 +316,12 @@ def run_decode_layer(args, backend: str) -> bool:
     ]
     for (name, want), (part, i, off) in zip(ref.items(), next_parts):
         got = np.asarray(buf[f"qkv{i}"]).reshape(1, -1)[:, off : off + part.n]
-        checks.append((name, got, want, series_tolerance(4)))
+        checks.append((name, got, want, 4))
     ok = True
-    for stage, got, want, tolerance in checks:
-        tolerance = dict(tolerance)
-        if "atol_of_rms" in tolerance:
-            tolerance["atol"] = tolerance.pop("atol_of_rms") * float(
-                np.sqrt(np.mean(want * want))
-            )
-        res = check(np.asarray(got).reshape(want.shape), want, **tolerance)
+    for stage, got, want, series in checks:
+        res = check(
+            np.asarray(got).reshape(want.shape), want, **series_tolerance(series, want)
+        )
         ok &= res.passed
         print(
             f"layer {index} {stage:<9} N={want.shape[1]:<5} corr {res.correlation:.6f}  mean rel L1 "

@@ -16,8 +16,10 @@ project's designs, and how its timeline is shown. Every figure it produces is MO
 from __future__ import annotations
 
 import json
+import os
 
-from ..design import model
+from ..design import compiler, model
+from ..errors import ConfigError, RunFailure
 from ..design.kernel_cost import CLOCK_HZ, gemv_cycles, kernel_cycles
 
 BD_SETUP_CYCLES = 8  # estimate: a BD's fetch and start (not published)
@@ -85,6 +87,29 @@ def layer_costs(cfg):
         call=lambda name: per_call.get(name, 0.0),
         ddr_bytes_per_cycle=model.DDR_BYTES_PER_S / CLOCK_HZ,
     )
+
+
+def simulate_compiled(outdir: str | None, arrays, costs, trace: bool = False):
+    """(outputs, Simulator) of the design aircc + aiecc compiled into outdir, run by the simulator of the
+    compiled design: ConfigError without the compiler (outdir None), RunFailure (with the simulator's
+    report) when it hangs or the simulator stops."""
+    import aiesim
+
+    if outdir is None:
+        raise ConfigError(
+            "--backend sim runs the design aircc + aiecc compile, and they are not installed here "
+            f"({compiler.tools_missing()})"
+        )
+    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
+    try:
+        return aiesim.simulate(text, arrays, costs=costs, trace=trace)
+    except aiesim.Hang as h:
+        raise RunFailure(
+            "the compiled design hangs: nothing can move and the runtime sequence has not ended\n  "
+            + "\n  ".join(h.report)
+        ) from None
+    except (aiesim.SimError, aiesim.DesignError) as e:
+        raise RunFailure(f"simulator: {e}") from None
 
 
 def seconds(sim) -> float:

@@ -17,7 +17,7 @@ from int4awq.errors import ConfigError
 from int4awq.formats.quant import random_activations, random_weights
 from int4awq.kernel import eltwise_model as em
 from int4awq.kernel import record
-from int4awq.kernel.kernel_model import build_eltwise_kernel, kernel_gemv_model
+from int4awq.kernel.kernel_model import kernel_gemv_model
 from int4awq.run.reference import dequantize
 from int4_packed_record import GemvConfig, LayerConfig
 
@@ -42,7 +42,7 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
     from air.backend.xrt import XRTBackend
 
     import o_gemv_ffn_int4 as builder
-    from int4awq.design.design import build_host_kernel
+    from int4awq.design import layer
 
     # o_proj and down share the n16 object; gate_up's n32 tile is a second object, its entries prefixed
     nxt = (
@@ -58,10 +58,7 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
     )
     prefixes = ["", "k1_", ""] + (["k2_"] if with_next else [])
     assert [g.symbol_prefix for g in cfg.launch_gemvs] == prefixes
-    libs = {build_host_kernel(g) for g in cfg.launch_gemvs}
-    os.environ["AIR_EMU_LIB_PATH"] = os.pathsep.join(
-        sorted(libs | {str(build_eltwise_kernel().parent)})
-    )
+    os.environ["AIR_EMU_LIB_PATH"] = layer.host_libraries(cfg)
     rng = np.random.default_rng(3)
     given = {
         "attn": random_activations(1, E, 1),
