@@ -227,8 +227,12 @@ format: dev-deps
 	@$(PYTHON) -m black -q $(call tracked,'*.py')
 	@$(CLANG_FORMAT) -i $(CXX_SOURCES)
 
+# The tests whose runs change with the compiler's presence (a run compiles first where it can) run a second
+# time with it hidden (INT4AWQ_NO_COMPILER=1), as on a clone without ../shared or aircc.
+WITHOUT_COMPILER_TESTS = tests/run/test_cli_run.py tests/test_cli_make.py tests/run/test_bringup.py
 test: dev-deps format-check
 	$(PYTHON) -m pytest -q -n auto --dist loadfile $(srcdir)/tests $(srcdir)/emulator/tests
+	INT4AWQ_NO_COMPILER=1 $(PYTHON) -m pytest -q -n auto --dist loadfile $(addprefix $(srcdir)/,$(WITHOUT_COMPILER_TESTS))
 	$(PYTHON) -c 'from lit.main import main; main()' -sv $(srcdir)/tests
 
 # The tests marked `formats` (tests/conftest.py), with the formats' own libraries: they write and dequantise

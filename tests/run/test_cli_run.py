@@ -641,7 +641,48 @@ def test_no_compile_skips_the_compiler_and_without_it_one_line_says_so(monkeypat
     assert code == 0 and "compiled" not in out
     from int4awq.design import compiler
 
-    monkeypatch.setattr(compiler, "tools_missing", lambda *n: "aircc not found (...)")
+    monkeypatch.setenv(compiler.HIDDEN, "1")
     line, outdir = compiler.compile_first("x", "module {}", {}, tempfile.mkdtemp())
     assert outdir is None
-    assert line.startswith("not compiled with aircc + aiecc (aircc not found")
+    assert (
+        line
+        == "not compiled with aircc + aiecc: air-opt hidden by INT4AWQ_NO_COMPILER=1"
+    )
+
+
+@pytest.mark.parametrize(
+    "script, reason",
+    [
+        # what a clone on a machine without Debian's MLIR 22 runtime meets (the prebuilt binaries load it)
+        (
+            "echo '/root/.cache/npu2-aircc/753939021/bin/air-opt: error while loading shared libraries: "
+            "libLLVM.so.22.1: cannot open shared object file: No such file or directory' >&2; exit 127",
+            "air-opt cannot load its libraries (apt-get install mlir-22-tools)",
+        ),
+        (
+            "echo 'Segmentation fault in a very long message "
+            + "x" * 200
+            + "' >&2; exit 139",
+            "air-opt does not run (exit 139: Segmentation fault in a very lon)",
+        ),
+        (None, "air-opt not found ($AIRCC_BIN, PATH, ../shared/tools/aircc)"),
+    ],
+)
+def test_the_not_compiled_line_names_the_reason_within_100_columns(
+    monkeypatch, tmp_path, script, reason
+):
+    from int4awq.design import compiler
+
+    if script is not None:
+        tool = tmp_path / "air-opt"
+        tool.write_text("#!/bin/sh\n" + script + "\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("AIRCC_BIN", str(tmp_path))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("AIR_OPT", raising=False)
+    monkeypatch.delenv(compiler.HIDDEN, raising=False)
+    monkeypatch.setattr(compiler, "_prebuilt", lambda: None)
+    line, outdir = compiler.compile_first("x", "module {}", {}, str(tmp_path))
+    assert outdir is None
+    assert line == f"not compiled with aircc + aiecc: {reason}"
+    assert len(line) <= 100
