@@ -35,3 +35,9 @@ def test_every_section_link_names_a_heading():
                 broken.append(f"{os.path.relpath(f, REPO)} -> {target}#{name}")
     assert sum(len(a) for a in anchors.values()) > 100  # the headings were read
     assert broken == []
+
+
+def test_the_readme_keeps_to_one_screenful_of_sections():
+    # the README is the first screen and the commands; details live in docs/ (at most 250 lines)
+    lines = open(os.path.join(REPO, "README.md")).read().splitlines()
+    assert 100 < len(lines) <= 250, len(lines)
