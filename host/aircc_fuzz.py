@@ -74,7 +74,7 @@ REASONS = (
 # NPU2 failures mlir-air documents that no compiler pass refuses (air/emu/resources.py), and flows
 # chained on one DMA channel (below): the emulator refuses them, the compiler compiles them; counted
 # apart, not as disagreements.
-HAZARDS = ("odd trip count", "runtime_loop_tiling_sizes")
+HAZARDS = ("odd trip count", "runtime_loop_tiling_sizes", "aircc lock race")
 NOT_MODELLED = "not modelled"
 
 

@@ -40,7 +40,7 @@ from air.dialects.air import (  # noqa: E402
     launch,
     segment,
 )
-from air.dialects.memref import AllocOp, subview  # noqa: E402
+from air.dialects.memref import AllocOp, load, store, subview  # noqa: E402
 from air.dialects.scf import for_, yield_  # noqa: E402
 from air.ir import (  # noqa: E402
     AffineMap,
@@ -474,13 +474,13 @@ def refed(loops, *, pure=False):
         def hb(x, y, sx, sy, ho):
             for name, trips in zip(chans, loops):
                 n = int(np.prod(trips if isinstance(trips, tuple) else (trips,)))
+                # every send taken into one buffer, sent back once (a buffer filled and sent in one
+                # loop is an aircc lock race: test_lock_races.py)
+                b = AllocOp(memref([8], space=L1), [], [])
                 for i in for_(0, n):
-                    b = AllocOp(memref([8], space=L1), [], [])
                     ChannelGet(name, b)
-                    dma_memcpy_nd(
-                        ho, b, dst_offsets=[0], dst_sizes=[8], dst_strides=[1]
-                    )
                     yield_([])
+                dma_memcpy_nd(ho, b, dst_offsets=[0], dst_sizes=[8], dst_strides=[1])
 
     return in_segment(
         [memref([8]), memref([8])],
@@ -555,17 +555,21 @@ def test_a_refed_buffer_the_split_would_cut_is_refused_unless_pinned():
 
         @herd(name="h", sizes=[6, 1], operands=[out])
         def hb(x, y, sx, sy, ho):
+            # both rows taken into one buffer, sent back once (test_lock_races.py)
+            b = AllocOp(memref([16], space=L1), [], [])
             for i in for_(0, 2):
-                b = AllocOp(memref([8], space=L1), [], [])
-                ChannelGet("a", b, indices=[x, y])
-                dma_memcpy_nd(
-                    ho,
+                ChannelGet(
+                    "a",
                     b,
-                    dst_offsets=[scaled(x, 16), scaled(i, 8)],
-                    dst_sizes=[1, 8],
-                    dst_strides=[16, 1],
+                    indices=[x, y],
+                    offsets=[scaled(i, 8)],
+                    sizes=[8],
+                    strides=[1],
                 )
                 yield_([])
+            dma_memcpy_nd(
+                ho, b, dst_offsets=[scaled(x, 16)], dst_sizes=[16], dst_strides=[1]
+            )
 
     def build():
         return in_segment(
@@ -632,15 +636,27 @@ def pp_loop(trips):
 
         @herd(name="h", sizes=[1, 1], operands=[l2, out])
         def hb(x, y, sx, sy, l2h, ho):
+            # the core copies each slice into a result buffer sent back once: a buffer filled and
+            # sent in one loop is an aircc lock race (test_lock_races.py)
+            r = AllocOp(memref([8 * trips], space=L1), [], [])
             for i in for_(0, trips):
                 b = AllocOp(memref([8], space=L1), [], [])
                 dma_memcpy_nd(
                     b, l2h, src_offsets=[scaled(i, 8)], src_sizes=[8], src_strides=[1]
                 )
-                dma_memcpy_nd(
-                    ho, b, dst_offsets=[scaled(i, 8)], dst_sizes=[8], dst_strides=[1]
-                )
+                for e in for_(0, 8):
+                    at = affine_apply(
+                        AffineMap.get(
+                            0,
+                            2,
+                            [AffineSymbolExpr.get(0) * 8 + AffineSymbolExpr.get(1)],
+                        ),
+                        [i, e],
+                    )
+                    store(load(b, [e]), r, [at])
+                    yield_([])
                 yield_([])
+            dma_memcpy_nd(ho, r)
 
     return in_segment([memref([8 * trips]), memref([8 * trips])], seg)
 

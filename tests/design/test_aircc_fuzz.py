@@ -37,11 +37,12 @@ CASES = {
         "run",
         {"memref<2560xi32, 2 : i32>": 1, "memref<5120xi32, 2 : i32>": 1},
     ),
-    # two DMAs into one buffer in an iteration: two gets, not a candidate
+    # two DMAs into one buffer in an iteration: two gets, not a candidate; the buffer, filled in pieces
+    # and sent in the same loop of 2 trips with one slot, is an aircc lock race (test_lock_races.py)
     "two fills per iteration: not doubled": (
         Spec((1, 1), (2,), (Buffer(3072, 0, "dma", 2),)),
         None,
-        "run",
+        "hazard",
         {},
     ),
     # runLoopUnroll (~3739-3765) keeps an odd count's one-trip epilogue with its own alloc: three copies
@@ -92,13 +93,13 @@ CASES = {
     "memtile BD [10 x 1024]: AIR splits 1024 into 2 x 512": (
         Spec((1, 1), (5, 2), (Buffer(1024, 1, "dma", 2, via_l2="rows"),)),
         None,
-        "run",
+        "hazard",  # ten rounds of two pieces in one slot: a lock race
         None,
     ),
     "memtile BD [10 x 4096]: 2048 into 4 x 512": (
         Spec((1, 1), (5, 2), (Buffer(4096, 1, "dma", 2, via_l2="rows"),)),
         None,
-        "run",
+        "hazard",  # ten rounds of two pieces in one slot: a lock race
         None,
     ),
     "memtile BD [10 x 1026]: 513": (

@@ -531,6 +531,7 @@ def analyse(compiler, options, check=True):
     w.problems += w.refeeds.problems
     _check_fill_once_read_many(w)
     _check_odd_ping_pong(w, labelled)
+    _check_l1_lock_races(w, pp_loop)
     tiles = _compute_tiles(w, compiler, pp_loop)
     mem, tiled = _memtiles(w, pp_loop, columns)
     _check_runtime_loop_tiling(w, compiler, options)
@@ -740,6 +741,99 @@ def _check_odd_ping_pong(w, labelled):
                     f"mlir-air documents the data corruption this causes on NPU2 (kernel_registry "
                     f"EltwiseAdd_bf16.md, fused_decode_qwen.py). Use an even trip count, or mark the loop "
                     f"air.disable_ping_pong",
+                )
+            )
+
+
+def _executions(end_or_op, herd, loops=None) -> int:
+    """How often an op inside a herd runs per dispatch: the product of its herd loops' trips (a loop of
+    unknown trip count taken as 2, the smallest that repeats)."""
+    if loops is None:
+        loops, p = [], getattr(end_or_op, "parent", None)
+        while p is not None and p is not herd:
+            if getattr(p, "OPERATION_NAME", "") == "scf.for":
+                loops.append(p)
+            p = getattr(p, "parent", None)
+    n = 1
+    for lp in loops:
+        if _inside(lp, herd):
+            n *= _trip(lp) or 2
+    return n
+
+
+def _check_l1_lock_races(w, pp_loop):
+    """Two L1 buffer shapes aircc compiles to a racy lock protocol (found by running the compiled
+    designs in the simulator of the compiled design; their lock sequences in docs/emulator.md).
+
+    air-to-aie gives each core-side transfer a lock pair and places the core's release of a fill at the
+    end of the buffer's lifetime as it sees it: before the next transfer that writes the buffer, else
+    after the last op that touches it (AIRToAIEPass.cpp allocateCoreLocksPerMemcpyOp ~6136-6300,
+    findNextDmaWriteOp ~6040-6075). Two readings follow:
+
+    * a buffer filled by a DMA and sent by a DMA: the send (a channel put has no destination memref,
+      so it is no write) does not end the fill's lifetime, and the S2MM and the MM2S of one buffer draw
+      unrelated lock pairs (getLockForDMA, AIRToAIESchedulingUtils.cpp ~1038-1200). The core hands the
+      buffer back to the S2MM before the MM2S has sent it: once fills outnumber the buffer's slots, a
+      fill overwrites a result not yet sent;
+    * a buffer filled in several transfers per round (pieces): the second piece's fill counts as a
+      write of the same buffer (isDmaWriteToBuffer ~6006 compares buffers, not offsets), so the core
+      releases the first piece as soon as it acquires it, before it reads the buffer, and the next
+      round's first piece can land first once rounds outnumber the slots.
+
+    Refused as compiler hazards: the compiler compiles both and the compiled design computes a wrong
+    output. Upstream's hardware-tested examples keep such buffers apart (passthrough_dma: one L1 buffer
+    in, another out)."""
+    by_root = {}
+    for e in w.ends:
+        if e.level != L1 or e.herd is None:
+            continue
+        root, _ = w.root(e.side.memref)
+        by_root.setdefault(root._uid, (root, []))[1].append(e)
+    for root, ends in by_root.values():
+        fills = [e for e in ends if e.direction == "s2mm"]
+        sends = [e for e in ends if e.direction == "mm2s"]
+        if not fills:
+            continue
+        herd = fills[0].herd
+        slots = 2 if pp_loop(fills[0]) is not None else 1
+        owner = root.owner
+        rounds = 1 if isinstance(owner, Block) else _executions(owner, herd)
+        # a send between two fills: in a loop around both, of more trips than the buffer has slots
+        shared = [
+            (f, s, _executions(None, herd, [lp for lp in f.loops if lp in s.loops]))
+            for f in fills
+            for s in sends
+        ]
+        f, s, n_fills = max(shared, key=lambda t: t[2], default=(None, None, 0))
+        if n_fills > slots:
+            w.problems.append(
+                (
+                    f"aircc lock race: L1 buffer {root.type} filled and sent by DMA, {n_fills} fills "
+                    f"in {slots} slot(s)",
+                    f"{f.where()} fills the L1 buffer {root.type} and {s.where()} sends it, {n_fills} "
+                    f"times a dispatch in a loop around both, with {slots} slot(s): aircc's core releases the fill's lock after "
+                    f"its last use of the buffer and before the send (AIRToAIEPass.cpp "
+                    f"allocateCoreLocksPerMemcpyOp; a put is not a write; the S2MM and MM2S of one "
+                    f"buffer draw unrelated lock pairs, getLockForDMA), so a later fill overwrites a "
+                    f"result not yet sent: the compiled design computes a wrong output. Give the "
+                    f"result a buffer of its own (as mlir-air's passthrough_dma does)",
+                )
+            )
+            continue
+        n_fills = sum(_executions(e, herd, e.loops) for e in fills)
+        if n_fills > rounds and rounds > slots:
+            f = fills[0]
+            w.problems.append(
+                (
+                    f"aircc lock race: L1 buffer {root.type} filled in {n_fills // rounds} pieces a "
+                    f"round, {rounds} rounds in {slots} slot(s)",
+                    f"{f.where()} and {len(fills) - 1 or 'its loop'} more fill the L1 buffer "
+                    f"{root.type} in {n_fills // rounds} pieces a round, {rounds} rounds a dispatch with "
+                    f"{slots} slot(s): aircc counts each piece's fill as a write of the whole buffer "
+                    f"(AIRToAIEPass.cpp isDmaWriteToBuffer compares buffers, not offsets), so the core "
+                    f"releases a piece as soon as it acquires it and the next round's fill can land "
+                    f"before the core reads it: the compiled design computes a wrong output. Fill it "
+                    f"in one transfer a round",
                 )
             )
 
