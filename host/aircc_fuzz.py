@@ -65,6 +65,7 @@ REASONS = (
         "found constant operands",
     ),
     ("tile for L3 allocation", "ResourceError", "segments in one launch"),
+    ("failed to legalize operation 'airrt.dma_memcpy_nd'", "ResourceError", "no herd"),
     (
         "failed to link to any shim dma allocation",
         "ResourceError",

@@ -3,8 +3,9 @@
 (host/aircc_fuzz.py): each is built with the `air` Python API (the emulator's, or mlir-air's) and comes
 with the output it must compute, so that a design the compiler accepts can also be run and checked.
 
-A design is a `Spec`: launches x segments, each segment one herd; in every PE a loop nest (1-3 loops of
-1-5 trips); and L1 buffers, each allocated in the body of one loop of the nest (its `level`), first
+A design is a `Spec`: launches x segments, each segment one herd (or, one design in 20, none: the segment
+copies its data L3 -> L2 -> L3, which aircc refuses); in every PE a loop nest (1-3 loops of 1-5 trips); and
+L1 buffers, each allocated in the body of one loop of the nest (its `level`), first
 accessed in one of five ways, and sent back to DDR from there:
 
 * `dma`:   filled by `air.dma_memcpy_nd` from DDR, or from an L2 staging buffer of the segment (`via_l2`);
@@ -86,6 +87,8 @@ class Spec:
     segments: int = 1  # per launch; each segment one herd on its own data
     launches: int = 1
     stack: int = 1024
+    # each segment moves its buffers' regions L3 -> L2 -> L3 with no herd (aircc refuses such a segment)
+    herdless: bool = False
 
     @property
     def pes(self) -> int:
@@ -122,6 +125,8 @@ class Spec:
             )
             for b in self.buffers
         )
+        if self.herdless:
+            return f"{self.launches} launch x {self.segments} segment, no herd: {bufs}"
         return (
             f"{self.launches} launch x {self.segments} segment, herd {self.herd[0]}x{self.herd[1]}, "
             f"loops {list(self.trips)}, stack {self.stack}: {bufs}"
@@ -209,6 +214,9 @@ def _segment(spec: Spec, regions, li: int, si: int, s_in, s_out):
 
     @segment(name=f"seg{li}_{si}", operands=[s_in, s_out])
     def segment_body(g_in, g_out):
+        if spec.herdless:
+            _copy_through_l2(spec, regions, li, si, g_in, g_out)
+            return
         staged = {}
         for i, b in enumerate(spec.buffers):
             base = _block(spec, li, si, b, regions[i])
@@ -248,6 +256,17 @@ def _segment(spec: Spec, regions, li: int, si: int, s_in, s_out):
 
         for v in staged.values():
             DeallocOp(v)
+
+
+def _copy_through_l2(spec, regions, li, si, g_in, g_out):
+    """A herd-less segment: each buffer's part of its region in and out through an L2 buffer."""
+    for i, b in enumerate(spec.buffers):
+        base = _block(spec, li, si, b, regions[i])
+        span = spec.pes * spec.iterations(b.level) * b.words
+        l2 = AllocOp(_l2([span]), [], [])
+        dma_memcpy_nd(l2, g_in, src_offsets=[base], src_sizes=[span], src_strides=[1])
+        dma_memcpy_nd(g_out, l2, dst_offsets=[base], dst_sizes=[span], dst_strides=[1])
+        DeallocOp(l2)
 
 
 def _nest(spec, regions, li, si, tx, ty, h_in, h_out, sources, level, ivs):
@@ -385,7 +404,7 @@ def io(spec: Spec) -> tuple[np.ndarray, np.ndarray]:
     inp = (np.arange(spec.words, dtype=np.int64) * 7 + 3).astype(np.int32)
     want = inp.copy()
     for i, ((at, n), b) in enumerate(zip(spec.regions(), spec.buffers)):
-        if b.first in ("store", "call"):
+        if b.first in ("store", "call") and not spec.herdless:
             want[at : at + n] = spec.value(i)
     return inp, want
 
@@ -420,6 +439,17 @@ INTERPRETED_STORES = (
 
 
 def random_spec(rng: random.Random) -> Spec:
+    if (
+        rng.random() < 0.05
+    ):  # a segment with no herd: L3 <-> L2 only, small enough for one memtile
+        words = rng.choice((8, 64, 256, 1024))
+        return Spec(
+            (1, 1),
+            (1,),
+            (Buffer(words, 0, "dma"),),
+            launches=rng.choice((1, 2)),
+            herdless=True,
+        )
     depth = rng.choice((1, 1, 2, 2, 3))
     trips = tuple(rng.choice((1, 2, 2, 3, 4, 5)) for _ in range(depth))
     herd_ = rng.choice(HERDS)

@@ -65,6 +65,14 @@ CASES = {
         "segments in one launch",
         None,
     ),
+    # AIRRtToNpuPass.cpp DmaToNpuPattern (~554-590): a runtime DMA lowers only through the shim
+    # allocation air-to-aie makes for a herd's flows
+    "a segment with no herd": (
+        Spec((1, 1), (1,), (Buffer(64, 0, "dma"),), herdless=True),
+        "failed to legalize operation 'airrt.dma_memcpy_nd'",
+        "no herd",
+        None,
+    ),
     "two launches of one segment each": (
         Spec((1, 1), (1,), (Buffer(513, 0, "store"),), launches=2),
         None,

@@ -526,6 +526,7 @@ def analyse(compiler, options, check=True):
     w.herd_x = _herd_columns(compiler, columns)
     w.segment_tiles = _check_total_pes(w, compiler)
     _check_segments_per_launch(w, compiler)
+    _check_segments_have_herds(w, compiler)
     _check_packet_upgrade(w, compiler)
     w.refeeds = annotate_refeed(w, lambda e: e.where())
     w.problems += w.refeeds.problems
@@ -604,6 +605,26 @@ def _check_segments_per_launch(w, compiler):
                     f"on the whole device from column 0 (AIRHerdPlacementPass.cpp ~228-245), so their "
                     f"herds take the same tiles and air-to-aie finds no shim channel for the second "
                     f"segment's L3 transfers. Use one segment per launch, or one launch per segment",
+                )
+            )
+
+
+def _check_segments_have_herds(w, compiler):
+    """A segment with no herd (L3 <-> L2 transfers only): aircc lowers each runtime DMA through a
+    `metadata` symbol naming a shim DMA allocation that air-to-aie makes for the flows of a segment's
+    herds; with no herd there is none, the pattern does not apply, and airrt-to-npu fails with "failed
+    to legalize operation 'airrt.dma_memcpy_nd'" (AIRRtToNpuPass.cpp DmaToNpuPattern ~554-590; every
+    such design tried, at e972f29)."""
+    for seg in compiler.segment_ops:
+        if not any(_inside(h, seg) for h, _ in compiler.herd_ops):
+            w.problems.append(
+                (
+                    f"segment @{seg.sym_name or 'segment'} without a herd",
+                    f"the segment @{seg.sym_name or 'segment'} at {seg._loc} has no herd: aircc lowers "
+                    f"a runtime DMA only through the shim allocation air-to-aie makes for a herd's "
+                    f'flows, so airrt-to-npu cannot lower its L3 transfers ("failed to legalize '
+                    f"operation 'airrt.dma_memcpy_nd'\", AIRRtToNpuPass.cpp DmaToNpuPattern). Give "
+                    f"the segment a herd that moves the data",
                 )
             )
 
