@@ -19,7 +19,8 @@ Consumers (programming_examples/llms/llama32_1b_int4 at e972f29):
   order, fp16 scales); reference: its own `awq_dequant_layer`, times A in f32.
 * o_ffn, rms_gemms_rope: the calls `o_ffn_int4_multi.py` and `rms_gemms_rope_int4_multi.py` make of the
   example for each GEMM (packed_tile_bytes for the weight argument's type, pack_inputs(W_q, W_s, W_z, SEQ,
-  K, N, GS, 16, 128), cpu_reference), at their tiles and herds on a smaller model; each GEMM checked. Their
+  K, N, GS, 16, 128), cpu_reference), at their tiles and herds and Llama-3.2-1B's shapes at seq 2048
+  (--shape small: a smaller model); each GEMM a line, PASS or the reason. Their
   stitched multi-launch modules are not built: the emulator runs one launch per module (issue 44), and
   their stitching keeps upstream's kernel symbols unprefixed (EXTERNS), which this kernel names otherwise.
 """
@@ -33,22 +34,36 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LLMS = os.path.join("programming_examples", "llms")
 
-# (K, N) of each GEMM with (herd_m, herd_n), at the consumers' tiles (tile_m = tile_n = 16, tile_k_l1 = 128),
-# for a model of emb 256, kv 128, hidden 512 and a sequence of 128 (theirs: 2048, 512, 8192, 2048)
-SEQ, EMB, KV, HIDDEN = 128, 256, 128, 512
-CALLS = {
-    "o_ffn": [
-        ("o", EMB, EMB, 8, 4),
-        ("gate", EMB, HIDDEN, 8, 4),
-        ("up", EMB, HIDDEN, 8, 4),
-        ("down", HIDDEN, EMB, 2, 4),
-    ],
-    "rms_gemms_rope": [
-        ("q", EMB, EMB, 8, 4),
-        ("k", EMB, KV, 8, 4),
-        ("v", EMB, KV, 8, 4),
-    ],
+# The shapes the consumers run: Llama-3.2-1B's at a prefill of 2048 (theirs: seq 2048, emb 2048, kv 512,
+# hidden 8192), or a small model for a quick look (--shape small).
+SHAPES = {"llama": (2048, 2048, 512, 8192), "small": (128, 256, 128, 512)}
+# Each consumer's file and its GEMMs: (name, K, N, herd_m, herd_n) in units of the model's dimensions, at the
+# consumers' tiles (tile_m = tile_n = 16, tile_k_l1 = 128, tile_k_l2 = K)
+FILES = {
+    "o_ffn": "multi_launch_builder/o_ffn_int4_multi.py",
+    "rms_gemms_rope": "multi_launch_builder/rms_gemms_rope_int4_multi.py",
+    "gemm_builder": "gemm_builder.py",
+    "awq_pack": "awq_pack.py",
 }
+
+
+def calls(which: str, shape: str):
+    seq, emb, kv, hidden = SHAPES[shape]
+    return {
+        "o_ffn": [
+            ("o", emb, emb, 8, 4),
+            ("gate", emb, hidden, 8, 4),
+            ("up", emb, hidden, 8, 4),
+            ("down", hidden, emb, 2, 4),
+        ],
+        "rms_gemms_rope": [
+            ("q", emb, emb, 8, 4),
+            ("k", emb, kv, 8, 4),
+            ("v", emb, kv, 8, 4),
+        ],
+    }[which]
+
+
 TILE, K_CHUNK, GS = 16, 128, 128
 
 
@@ -65,7 +80,8 @@ def operands(rng, k, n, gs):
 
 
 def run_gemm(build, m, k, n, herd_m, herd_n, packed, a, m_per_segment=1):
-    """C of the module `build` makes with the consumers' argument order, run on the emulator."""
+    """C of the module `build` makes with the consumers' argument order, run on the emulator (ConfigError
+    when the configuration is one this example refuses)."""
     import numpy as np
     from ml_dtypes import bfloat16
 
@@ -97,7 +113,7 @@ def verdict(name, c, ref) -> str | None:
     return None if err <= bound else f"{name}: max |C - ref| {err:.4g} > {bound:.4g}"
 
 
-def consumer_gemm_builder(air_src, rng):
+def consumer_gemm_builder(air_src, rng, shape):
     import numpy as np
     from ml_dtypes import bfloat16
 
@@ -105,13 +121,14 @@ def consumer_gemm_builder(air_src, rng):
 
     import matmul_int4_packed as ours
 
-    m, k, n = 256, 256, 128
+    # its m_per_segment keyword at the q projection's K and N
+    m, k, n = (256, 256, 128) if shape == "small" else (2048, 2048, 2048)
     w_q, w_s, w_z = operands(rng, k, n, GS)
     a = rng.standard_normal((m, k)).astype(bfloat16)
     packed = ours.pack_inputs(w_q, w_s, w_z, m, k, n, GS, TILE, K_CHUNK)
     c = run_gemm(_build_int4_gemm_module, m, k, n, 8, 4, packed, a, m_per_segment=2)
     ref = np.asarray(ours.cpu_reference(w_q, w_s, w_z, a), np.float32)
-    return [verdict("gemm_builder m_per_segment=2", c, ref)]
+    return [verdict(f"gemm_builder m_per_segment=2 (M {m}, K {k}, N {n})", c, ref)]
 
 
 def autoawq_layer(rng, k, n, gs):
@@ -133,49 +150,63 @@ def autoawq_layer(rng, k, n, gs):
     return pack(q), pack(z), s
 
 
-def consumer_awq_pack(air_src, rng):
+def consumer_awq_pack(air_src, rng, shape):
     import numpy as np
     from ml_dtypes import bfloat16
 
     from llama32_1b_int4.awq_pack import awq_dequant_layer, awq_pack_for_npu
     from llama32_1b_int4.gemm_builder import _build_int4_gemm_module
 
-    m, k, n = 128, 256, 128
+    # a q projection's layer at a prefill of 2048
+    m, k, n = (128, 256, 128) if shape == "small" else (2048, 2048, 2048)
     qw, qz, sc = autoawq_layer(rng, k, n, GS)
     packed = awq_pack_for_npu(qw, qz, sc, gs=GS, n_tile=TILE, k_chunk=K_CHUNK, M_seq=m)
     a = rng.standard_normal((m, k)).astype(bfloat16)
     c = run_gemm(_build_int4_gemm_module, m, k, n, 8, 4, packed, a)
     w = np.asarray(awq_dequant_layer(qw, qz, sc, gs=GS), np.float32)
-    return [verdict("awq_pack", c, a.astype(np.float32) @ w)]
+    return [verdict(f"awq_pack (M {m}, K {k}, N {n})", c, a.astype(np.float32) @ w)]
 
 
 def consumer_calls(which):
-    def run(air_src, rng):
+    def run(air_src, rng, shape):
         import numpy as np
         from ml_dtypes import bfloat16
 
         from llama32_1b_int4.gemm_builder import _build_int4_gemm_module as build
 
+        from int4awq.errors import ConfigError
         from matmul_int4_packed import cpu_reference, pack_inputs, packed_tile_bytes
 
+        SEQ = SHAPES[shape][0]
         out = []
-        for name, k, n, herd_m, herd_n in CALLS[which]:
+        for name, k, n, herd_m, herd_n in calls(which, shape):
+            what = f"{which} {name} (M {SEQ}, K {k}, N {n}, herd {herd_m}x{herd_n})"
             w_q, w_s, w_z = operands(rng, k, n, GS)
             tile_bytes = packed_tile_bytes(TILE, K_CHUNK, GS)[3]
             packed = pack_inputs(w_q, w_s, w_z, SEQ, k, n, GS, TILE, K_CHUNK)
             # the stitchers type the weight argument memref<{N/tile_n}x{K/tile_k_l1}x{tile_bytes}xi8>
             want = f"memref<{n // TILE}x{k // K_CHUNK}x{tile_bytes}xi8>"
-            text = str(build(SEQ, k, n, GS, TILE, k, K_CHUNK, TILE, herd_m, herd_n))
+            try:
+                text = str(build(SEQ, k, n, GS, TILE, k, K_CHUNK, TILE, herd_m, herd_n))
+            except ConfigError as e:
+                out.append(f"{what}: refused: {e}")
+                continue
             if (
                 packed.shape != (n // TILE, k // K_CHUNK, tile_bytes)
                 or want not in text
             ):
-                out.append(f"{which} {name}: the weight argument is not {want}")
+                out.append(f"{what}: the weight argument is not {want}")
                 continue
             a = rng.standard_normal((SEQ, k)).astype(bfloat16)
-            c = run_gemm(build, SEQ, k, n, herd_m, herd_n, packed, a)
+            try:
+                c = run_gemm(build, SEQ, k, n, herd_m, herd_n, packed, a)
+            except ConfigError as e:
+                out.append(f"{what}: refused: {e}")
+                continue
             ref = np.asarray(cpu_reference(w_q, w_s, w_z, a), np.float32)
-            out.append(verdict(f"{which} {name} ({k} x {n})", c, ref))
+            out.append(verdict(what, c, ref))
+            if out[-1] is None:
+                print(f"{what}: PASS", flush=True)
         return out
 
     return run
@@ -193,6 +224,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--air-src", required=True, help="a checkout of Xilinx/mlir-air")
     ap.add_argument("--consumer", required=True, choices=sorted(CONSUMERS))
+    ap.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="llama",
+        help="llama: the consumers' own shapes (seq 2048, emb 2048, kv 512, hidden 8192); small: a quick look",
+    )
     args = ap.parse_args(argv)
     llms = os.path.join(args.air_src, LLMS)
     if not os.path.isdir(os.path.join(llms, "llama32_1b_int4")):
@@ -207,8 +244,13 @@ def main(argv=None) -> int:
     sys.path.append(llms)
     import numpy as np
 
+    print(f"{FILES[args.consumer]} at the {args.shape} shapes", flush=True)
     failed = [
-        f for f in CONSUMERS[args.consumer](args.air_src, np.random.default_rng(0)) if f
+        f
+        for f in CONSUMERS[args.consumer](
+            args.air_src, np.random.default_rng(0), args.shape
+        )
+        if f
     ]
     for f in failed:
         print(f)

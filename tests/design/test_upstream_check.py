@@ -197,6 +197,8 @@ def test_a_consumer_takes_our_builder_where_it_looks_for_upstreams(tmp_path):
             str(tmp_path),
             "--consumer",
             "gemm_builder",
+            "--shape",
+            "small",
         ],
         capture_output=True,
         text=True,
