@@ -91,6 +91,8 @@ class Outcome:
     aircc_decisions: compiled.AirDecisions | None = None
     compiler_refused: str | None = None
     run: str = ""  # "PASS", or what went wrong
+    # the compiled design in the simulator of the compiled design: "PASS", what went wrong, or "" (not run)
+    sim: str = ""
     seconds: float = 0.0
 
     @property
@@ -112,6 +114,14 @@ class Outcome:
             out.append(f"the emulator refuses ({e[0]}); the compiler accepts")
         elif not h and self.run != "PASS":
             out.append(f"compiles, but the emulator's run: {self.run}")
+        elif (
+            not h
+            and self.sim not in ("", "PASS")
+            and not self.sim.startswith(SIM_REFUSES)
+        ):
+            out.append(
+                f"the emulator runs it right, the compiled design as simulated does not: {self.sim}"
+            )
         return out
 
     @property
@@ -128,6 +138,31 @@ class Outcome:
 
 
 CRASH = ("PLEASE submit a bug report", "(no message)", compiler.CRASHED)
+# what the simulator of the compiled design refuses to run, naming it (docs/simulator.md)
+SIM_REFUSES = "not simulated"
+
+
+def simulate(spec: gen.Spec, outdir: str) -> str:
+    """The compiled design in outdir run by the simulator of the compiled design on the spec's input:
+    "PASS", how many output words are wrong, that it hangs, races or leaves data behind, or
+    "not simulated: ..." for what the simulator refuses by name."""
+    import aiesim
+
+    inp, want = gen.io(spec)
+    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
+    try:
+        outs, sim = aiesim.simulate(text, [inp, np.zeros_like(inp)])
+    except aiesim.Hang:
+        return "hangs"
+    except aiesim.DesignError as e:
+        return f"{SIM_REFUSES}: {str(e).splitlines()[0]}"
+    except aiesim.SimError as e:
+        return f"stops: {str(e).splitlines()[0]}"
+    left = aiesim.leftovers(sim)
+    if left:
+        return f"leaves data behind: {left[0]}"
+    bad = np.flatnonzero(outs[-1] != want)
+    return "PASS" if not bad.size else f"{bad.size} of {want.size} output words wrong"
 
 
 def same_reason(compiler_error: str, emulator_error: str) -> bool:
@@ -203,6 +238,8 @@ def judge(spec: gen.Spec, outdir: str | None = None) -> Outcome:
         res.aircc_decisions = compiled.air_decisions(text)
         with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
             compiler.compile_module(text, dict(stack_size=spec.stack), outdir or tmp)
+            if not res.not_modelled:
+                res.sim = simulate(spec, outdir or tmp)
     except compiler.CompileError as e:
         res.compiler_refused = str(e)
     if not (
@@ -280,6 +317,25 @@ def tally(outcomes: list[Outcome]) -> str:
     if crashes:
         lines.append(
             f"    (of which the compiler crashed on {crashes}: air-opt's crash, no reason)"
+        )
+    sims = Counter(
+        (
+            "right"
+            if o.sim == "PASS"
+            else "refused" if o.sim.startswith(SIM_REFUSES) else "wrong"
+        )
+        for o in outcomes
+        if o.sim
+    )
+    lines.append(
+        f"  compiled designs simulated: {sum(sims.values())}, output right {sims['right']}, "
+        f"wrong / hang / race {sims['wrong']}, refused by the simulator {sims['refused']}"
+    )
+    unseen = sum(1 for o in outcomes if o.verdict == "hazard" and o.sim == "PASS")
+    if unseen:
+        lines.append(
+            f"    hazards whose compiled form the simulator runs right (its one schedule does not "
+            f"show them): {unseen}"
         )
     labelled = sum(
         1 for o in outcomes if o.aircc_decisions and o.aircc_decisions.labelled_loops

@@ -452,6 +452,11 @@ def random_spec(rng: random.Random) -> Spec:
         )
     depth = rng.choice((1, 1, 2, 2, 3))
     trips = tuple(rng.choice((1, 2, 2, 3, 4, 5)) for _ in range(depth))
+    if rng.random() < 0.5:
+        # at most two fills of each buffer a dispatch: a buffer filled and sent back in a loop of more
+        # trips than its slots is an aircc lock race (docs/emulator.md#aircc-lock-races), so without
+        # this half of the designs would be hazards and few would run
+        trips = (min(trips[0], 2),) + (1,) * (depth - 1)
     herd_ = rng.choice(HERDS)
     segments = rng.choice((1, 1, 1, 2))
     launches = rng.choice((1, 1, 1, 2))
