@@ -834,6 +834,10 @@ def test_get_from_an_empty_channel_says_the_design_needs_concurrency():
                     l2 = AllocOp(memref([4], space=L2), [], [])
                     ChannelPut("c", l2)
 
+                    @herd(name="idle", sizes=[1, 1])
+                    def idle(_tx, _ty, _sx, _sy):
+                        pass
+
     with pytest.raises(
         emu.ChannelError, match="holds 0 bytes.*does not model concurrency"
     ):

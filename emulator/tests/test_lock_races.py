@@ -30,6 +30,49 @@ CASES = [
 ]
 
 
+def test_a_core_access_before_the_fill_is_refused(tmp_path):
+    """The core touches the buffer before its fill in the iteration: aircc's acquire of the fill's lock
+    sits at the fill, so the access holds no lock; compiled and simulated, the fill lands before the
+    core's store and the last word comes back wrong."""
+    inp = _input(1)
+    runner = XRTRunner(omit_while_true_loop=False)
+    assert (
+        runner.run_test(
+            lock_races.build("fill_first", 1), inputs=[inp], expected_outputs=[inp]
+        )
+        == 0
+    )
+    with pytest.raises(
+        ResourceError,
+        match="used by the core before its fill|uses the L1 buffer .* before",
+    ):
+        runner.run_test(
+            lock_races.build("read_first", 1), inputs=[inp], expected_outputs=[inp]
+        )
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from int4awq.design import compiler
+
+    if compiler.tools_missing() is not None:
+        return
+    import aiesim
+
+    wrong = {}
+    for kind in ("fill_first", "read_first"):
+        out = str(tmp_path / kind)
+        compiler.compile_module(str(lock_races.build(kind, 1)), {}, out)
+        text = compiler.generic_form(os.path.join(out, "input_physical.mlir"))
+        try:
+            outs, _ = aiesim.simulate(text, [inp, np.zeros_like(inp)])
+            wrong[kind] = int((outs[-1] != inp).sum())
+        except (
+            aiesim.SimError
+        ) as e:  # a simulator that checks lock ownership names the race
+            wrong[kind] = str(e)
+    assert wrong["fill_first"] == 0
+    assert wrong["read_first"] != 0, wrong
+
+
 def _input(trips):
     return np.arange(lock_races.ROW * trips, dtype=np.int32) * 10 - 7
 

@@ -318,17 +318,21 @@ def refeed(trips, refeed_form=True):
 
                     @herd(name="h", sizes=[1, 1], operands=[so])
                     def hb(x, y, sx, sy, ho):
+                        # every send into its own rows of one buffer, sent back once (a buffer
+                        # filled and sent in one loop is an aircc lock race: test_lock_races.py)
+                        b = AllocOp(memref([8 * trips], space=L1), [], [])
                         for i in for_(0, trips):
-                            b = AllocOp(memref([8], space=L1), [], [])
-                            ChannelGet("r", b)
-                            dma_memcpy_nd(
-                                ho,
-                                b,
-                                dst_offsets=[scaled(i, 8)],
-                                dst_sizes=[8],
-                                dst_strides=[1],
+                            ChannelGet(
+                                "r", b, offsets=[scaled(i, 8)], sizes=[8], strides=[1]
                             )
                             yield_([])
+                        dma_memcpy_nd(
+                            ho,
+                            b,
+                            dst_offsets=[0],
+                            dst_sizes=[8 * trips],
+                            dst_strides=[1],
+                        )
 
                 else:
                     for i in for_(0, trips):
@@ -481,13 +485,14 @@ def echo_pe(out, chunks):
 
     @herd(name="h", sizes=[1, 1], operands=[out])
     def hb(x, y, sx, sy, ho):
+        # each chunk into its own rows of one buffer, sent back once (test_lock_races.py)
+        b = AllocOp(memref([8 * chunks], space=L1), [], [])
         for j in for_(0, chunks):
-            b = AllocOp(memref([8], space=L1), [], [])
-            ChannelGet("c", b, indices=[0, 0])
-            dma_memcpy_nd(
-                ho, b, dst_offsets=[scaled(j, 8)], dst_sizes=[8], dst_strides=[1]
+            ChannelGet(
+                "c", b, indices=[0, 0], offsets=[scaled(j, 8)], sizes=[8], strides=[1]
             )
             yield_([])
+        dma_memcpy_nd(ho, b, dst_offsets=[0], dst_sizes=[8 * chunks], dst_strides=[1])
 
 
 def through_channel_c(chunks, seg):

@@ -159,7 +159,7 @@ def test_each_case_is_compared_with_aircc_s_passes(tmp_path, monkeypatch):
     path.write_text(json.dumps(mine))
     verdict = uc.aircc_agreement(str(tmp_path))
     assert verdict.startswith(
-        "aircc DISAGREES: ping-pong: aircc {'L1 memref<1024xi32, 2 : i32>': 1}"
+        "aircc DISAGREES: ping-pong: aircc {'L1 memref<2048xi32, 2 : i32>': 1}"
     )
 
 

@@ -815,6 +815,20 @@ def _check_l1_lock_races(w, pp_loop):
         sends = [e for e in ends if e.direction == "mm2s"]
         if not fills:
             continue
+        early = _access_before_fill(w, root, {id(e.op) for e in ends})
+        if early is not None:
+            w.problems.append(
+                (
+                    f"aircc lock race: L1 buffer {root.type} used by the core before its fill",
+                    f"{early.where()} uses the L1 buffer {root.type} before {fills[0].where()} fills "
+                    f"it: aircc places the core's acquire of the fill's lock at the fill "
+                    f"(AIRToAIEPass.cpp allocateCoreLocksPerMemcpyOp), so this access holds no lock "
+                    f"and the fill can land around it: the compiled design computes a wrong output "
+                    f"(the simulator of the compiled design shows the fill landing before a store "
+                    f"that precedes it). Touch the buffer only after its fill",
+                )
+            )
+            continue
         herd = fills[0].herd
         slots = 2 if pp_loop(fills[0]) is not None else 1
         owner = root.owner
@@ -857,6 +871,45 @@ def _check_l1_lock_races(w, pp_loop):
                     f"in one transfer a round",
                 )
             )
+
+
+def _uses(w, op, root) -> bool:
+    """Whether op, or an op nested in it, takes the buffer `root` (through views) as an operand."""
+    for v in op.operands:
+        if getattr(v, "type", None) is not None and "memref" in str(v.type):
+            try:
+                if w.root(v)[0] is root:
+                    return True
+            except Exception:  # a value the walk cannot root (not a buffer view)
+                continue
+    return any(
+        _uses(w, o, root) for r in op.regions for b in r.blocks for o in b.operations
+    )
+
+
+def _access_before_fill(w, root, transfers):
+    """The first op after the buffer's alloc, in its block, that uses the buffer before any of its
+    transfers (`transfers`: ids of its DMA / channel ops) has run, or None."""
+    alloc = root.owner
+    if isinstance(alloc, Block) or alloc.parent_block is None:
+        return None
+    ops = alloc.parent_block.operations
+    for op in ops[ops.index(alloc) + 1 :]:
+        if id(op) in transfers or any(id(o) in transfers for o in _nested_ops(op)):
+            return None
+        if op.OPERATION_NAME == "memref.dealloc":
+            continue
+        if _uses(w, op, root):
+            return op
+    return None
+
+
+def _nested_ops(op):
+    for r in op.regions:
+        for b in r.blocks:
+            for o in b.operations:
+                yield o
+                yield from _nested_ops(o)
 
 
 def _check_runtime_loop_tiling(w, compiler, options):

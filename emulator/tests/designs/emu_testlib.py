@@ -38,7 +38,8 @@ def build_kernels():
 
 # Small design builders (import after the sys.path set-up above: they need the emulated air).
 from air.backend.xrt import XRTBackend  # noqa: E402
-from air.dialects.air import launch, module_builder, segment  # noqa: E402
+from air.dialects.air import herd, launch, module_builder, segment  # noqa: E402
+from air.ir import InsertionPoint  # noqa: E402
 from air.dialects.func import FuncOp  # noqa: E402
 from air.ir import MemRefType  # noqa: E402
 from air.dialects.air import T  # noqa: E402
@@ -71,7 +72,9 @@ def run(module, *arrays, **backend_kw):
 
 
 def in_segment(arg_types, seg_body, seg_operands=None, channels=None):
-    """launch { segment(operands = all args) { seg_body(*segment args) } }"""
+    """launch { segment(operands = all args) { seg_body(*segment args) } }, with an idle 1x1 herd when
+    seg_body makes none: aircc refuses a segment without a herd (resources.py
+    _check_segments_have_herds), and these designs test the segment's own transfers."""
 
     def body(*args):
         @launch(operands=list(args))
@@ -79,5 +82,21 @@ def in_segment(arg_types, seg_body, seg_operands=None, channels=None):
             @segment(name="seg", operands=list(largs))
             def sb(*sargs):
                 seg_body(*sargs)
+                block = InsertionPoint._current_or_none().block
+                if not any(_herds(block)):
+
+                    @herd(name="idle", sizes=[1, 1])
+                    def idle(_tx, _ty, _sx, _sy):
+                        pass
 
     return design(arg_types, body, channels)
+
+
+def _herds(block):
+    """The herds among a block's ops, at any depth."""
+    for op in block.operations:
+        if op.OPERATION_NAME == "air.herd":
+            yield op
+        for r in op.regions:
+            for b in r.blocks:
+                yield from _herds(b)

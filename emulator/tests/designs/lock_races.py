@@ -6,6 +6,9 @@ one PE, a loop of `trips` over 16-word rows of an i32 array, a result sent back 
   sent back: out = in with out[16 t] + 1.
 * `halves`: each row filled into an L1 buffer in two transfers of 8 words, and the core writing row + 1
   into a second buffer that is sent back: out = in + 1.
+* `read_first` (one row a trip): the core copies the buffer's first word into its last before the
+  row's fill lands, then the row is filled and sent back: out = in (the fill overwrites both words);
+  `fill_first` is the same without the early access.
 """
 
 from air.dialects import arith
@@ -59,9 +62,7 @@ def build(kind: str, trips: int):
                     @herd(name="pe", sizes=[1, 1], operands=[s_in, s_out])
                     def herd_body(_tx, _ty, _sx, _sy, h_in, h_out):
                         for t in for_(0, trips):
-                            (_in_place if kind == "in_place" else _halves)(
-                                t, h_in, h_out
-                            )
+                            BODIES[kind](t, h_in, h_out)
                             yield_([])
 
     return module()
@@ -99,10 +100,29 @@ def _halves(t, h_in, h_out):
     DeallocOp(res)
 
 
+def _read_first(t, h_in, h_out, early=True):
+    buf = AllocOp(_l1(ROW), [], [])
+    if early:
+        first, last = (arith.ConstantOp.create_index(i) for i in (0, ROW - 1))
+        store(load(buf, [first]), buf, [last])
+    at = _row(t)
+    dma_memcpy_nd(buf, h_in, src_offsets=[at], src_sizes=[ROW], src_strides=[1])
+    dma_memcpy_nd(h_out, buf, dst_offsets=[at], dst_sizes=[ROW], dst_strides=[1])
+    DeallocOp(buf)
+
+
+BODIES = {
+    "in_place": _in_place,
+    "halves": _halves,
+    "read_first": _read_first,
+    "fill_first": lambda t, i, o: _read_first(t, i, o, early=False),
+}
+
+
 def expected(kind: str, inp):
     out = inp.copy()
     if kind == "in_place":
         out[::ROW] += 1
-    else:
+    elif kind == "halves":
         out += 1
     return out

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Passthrough through L2 and L1, written in plain mlir-air style.
 
-L3 -> L2 in one DMA, then a 1x1 herd walks the L2 buffer in tiles: L2 -> L1 -> L2,
-then L2 -> L3.  Runs unchanged on the emulator (PYTHONPATH=emulator) and, in
+L3 -> L2 in one DMA, then a 1x1 herd walks the L2 buffer in two tiles: L2 -> L1 -> L2,
+then L2 -> L3. Two tiles, no more: one L1 buffer filled and sent back in a loop of more trips than its two
+ping-pong slots is an aircc lock race (docs/emulator.md#aircc-lock-races).  Runs unchanged on the emulator (PYTHONPATH=emulator) and, in
 principle, with real mlir-air.
 """
 
@@ -25,7 +26,7 @@ from air.ir import IntegerAttr, MemRefType
 
 
 @module_builder
-def build_module(n=4096, tile=1024):
+def build_module(n=4096, tile=2048):
     l3_ty = MemRefType.get([n], T.i32())
     l2_ty = MemRefType.get(
         [n], T.i32(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L2)
@@ -70,7 +71,7 @@ def build_module(n=4096, tile=1024):
                 DeallocOp(l2_out)
 
 
-def main(n=4096, tile=1024):
+def main(n=4096, tile=2048):
     data = np.arange(n, dtype=np.int32) * 3 - 7
     runner = XRTRunner(omit_while_true_loop=False)
     return runner.run_test(
