@@ -13,7 +13,7 @@ The record (tile_n = TN, tile_k = TK, group size GS; every section starts on a 6
     L   = pad64(144 * TK / 8)                          bytes of one W pair line in the kernel's scratch
     Q   offset 0                      TN / 16 * L / 2 bytes   4-bit codes, two per byte
     S   offset S_OFF = pad64(Q bytes)  G * TN bf16          s[g0 + j, n] at S_OFF + 2 * (j * TN + n)
-    Z   offset Z_OFF = S_OFF + pad64(2 * G * TN)          z[g0 + j, n] at Z_OFF + j * TN + n (uint8)
+    Z   offset Z_OFF = S_OFF + pad64(2 * G * TN)          2 z[g0 + j, n] at Z_OFF + j * TN + n (uint8)
     total = Z_OFF + pad64(G * TN)                          (g0 = first group of the chunk)
 
 Q holds the codes in the memory-image order of the kernel's W pair lines, one nibble per image byte
@@ -348,8 +348,13 @@ BFP16_EXPONENT_ONE = (
 )
 
 
+# A block output stream writes whole 512-bit words only (the core's store FIFO; the host aie_api stops on a
+# stream that ends inside one), and 72-byte block vectors make whole words 8 at a time (576 bytes = 9 words):
+# every stream the kernel writes pushes a multiple of 8.
+STREAM_WORD_BLOCKS = 8
 W_SCRATCH_STAGE_BYTES = (
-    256  # where the kernel stages three block vectors of zero points
+    STREAM_WORD_BLOCKS
+    * 72  # where the kernel stages the zero-point pattern: [V0 V1] four times, 9 words
 )
 ROW_SUMS_BLOCK_BYTES = (
     256  # one span's row sums of one 8-row block: bf16 hi, lo, 64 lanes each
@@ -365,6 +370,17 @@ def w_pair_line_bytes(tile_k: int, span: int | None = None) -> int:
     return tile_k // span * _pad(2 * (span // 8) * BFP16_BLOCK_VECTOR_BYTES)
 
 
+def a_line_bytes(tile_k: int, span: int | None = None) -> int:
+    """The kernel's A pair line in its scratch (int4_kernel.h A_LINE_BYTES): per fold span the GEMM's
+    2 * span / 8 A block vectors, pushed through one output stream and padded to a multiple of 8 (whole
+    512-bit words); the GEMV's span / 8 fit in the same room. Equal to w_pair_line_bytes when 2 * span / 8
+    is a multiple of 8; a span of 16 or 48 takes 576 bytes a span where its W line takes 320.
+    """
+    span = tile_k if span is None else span
+    blocks = -(-2 * (span // 8) // STREAM_WORD_BLOCKS) * STREAM_WORD_BLOCKS
+    return tile_k // span * blocks * BFP16_BLOCK_VECTOR_BYTES
+
+
 def w_scratch_bytes(
     tile_n: int, tile_k: int, gs: int | None = None, fmt: str = "awq"
 ) -> int:
@@ -372,17 +388,19 @@ def w_scratch_bytes(
 
     4-bit codes: tile_n / 16 pair lines of dequantised W (one per pair of 8-column blocks, their bfp16ebs8
     block vectors interleaved along K), one pair line of A (the two 8-row blocks being swept, interleaved
-    likewise) and 256 bytes where the zero-point pattern is staged: (tile_n / 16 + 1) * pad64(18 * tile_k)
-    + 256 bytes. 8-bit codes: the A line only (the streams read W from the record). A min term adds each
-    fold span's row sums of two 8-row blocks (256 bytes each). Independent of tile_m.
+    likewise, each span's pushes padded to whole words: a_line_bytes) and 576 bytes where the zero-point
+    pattern is staged: tile_n / 16 * pad64(18 * tile_k) + a_line_bytes + 576 bytes. 8-bit codes: the A
+    line only (the streams read W from the record). A min term adds each fold span's row sums of two 8-row
+    blocks (256 bytes each). Independent of tile_m.
     """
     spec = FORMAT_SPECS[fmt]
     span = fold_span(tile_k, tile_k if gs is None else gs, fmt)
     line = w_pair_line_bytes(tile_k, span)
+    a_line = a_line_bytes(tile_k, span)
     if spec.codes == "int8":
-        need = line
+        need = a_line
     else:
-        need = (tile_n // 16 + 1) * line + W_SCRATCH_STAGE_BYTES
+        need = tile_n // 16 * line + a_line + W_SCRATCH_STAGE_BYTES
     if spec.min_term:
         need += 2 * (tile_k // span) * ROW_SUMS_BLOCK_BYTES
     return need
@@ -671,7 +689,10 @@ def pack_records(
         part = np.ascontiguousarray(np.concatenate([per_record(h) for h in parts], 2))
         out[:, :, offset : offset + size] = part.view(np.uint8)  # bf16 little-endian
     if spec.codes != "int8":
-        out[:, :, lay.z_offset : lay.z_offset + lay.z_bytes] = per_record(z)
+        # the zero points doubled (2 z, 0 .. 30): the kernel adds 0x80 to form the bf16 bits 0x5D80 + 2 z
+        # and never doubles a byte vector itself (x + x on bytes is llvm-aie #480's trigger)
+        z2 = (np.asarray(z, np.uint16) * 2).astype(np.uint8)
+        out[:, :, lay.z_offset : lay.z_offset + lay.z_bytes] = per_record(z2)
     return out
 
 
@@ -684,9 +705,14 @@ MEMTILES = 8
 # * the memtile BD chain of one A read stream: one BD per K-chunk of an L2 refill, twice that when the L2
 #   block is ping-ponged; bf16_x_bfp16's llama_qproj lit runs 16 (tile_k_l2 / tile_k_l1 = 2048 / 128);
 MAX_A_CHAIN = 16
-# * the launch grid: 8 launch iterations along M (bf16_in_bf16_out's high_precision_drain lit, [8, 4]),
-#   64 along N (bf16's llama_8x4_gate_up lit, [1, 64]), 64 in all.
-MAX_LAUNCH_M, MAX_LAUNCH_N, MAX_LAUNCHES = 8, 64, 64
+# * the launch grid: what llms/llama32_1b_int4's prefill runs this GEMM at, seq 2048 with 16x16 tiles and
+#   [2, 2] runtime loop tiling (multi_launch_builder/rms_gemms_rope_int4_multi.py, o_ffn_int4_multi.py;
+#   compiled by its run_npu2_compile.lit, timed on NPU2 in its README: 698 ms a layer): [16, 128] for
+#   gate and up on the 8x4 herd, [64, 32] for down on 2x4; so 64 along M, 128 along N, 2048 in all.
+MAX_LAUNCH_M, MAX_LAUNCH_N, MAX_LAUNCHES = 64, 128, 2048
+# * the decode GEMV's launch grid along N: 64 (bf16's llama_8x4_gate_up lit, [1, 64]), which no consumer
+#   of ours exceeds.
+MAX_GEMV_LAUNCH_N = 64
 # * runtime_loop_tiling_sizes: [2, 2], except [1, 1] on a herd of fewer than 8 cores with more than one
 #   launch iteration (matrix_multiplication/bfp16/run.py: there [2, 2] writes only the first launch
 #   iteration's output).
@@ -827,8 +853,8 @@ class GemmConfig(KernelSizes, RefillLoops):
             raise ConfigError(
                 f"launch grid [{lm}, {ln}] (M / (tile_m * herd_m * m_per_segment), N / (tile_n * herd_n)): "
                 "mlir-air's "
-                f"hardware-tested GEMMs run at most {MAX_LAUNCH_M} launch iterations along M, "
-                f"{MAX_LAUNCH_N} along N and {MAX_LAUNCHES} in all; use larger tiles or herd"
+                f"llama32_1b_int4 prefill runs this GEMM at most {MAX_LAUNCH_M} launch iterations along "
+                f"M, {MAX_LAUNCH_N} along N and {MAX_LAUNCHES} in all; use larger tiles or herd"
             )
         if self.runtime_loop_tiling == (1, 1) and lm * ln > MAX_UNROLLED_LAUNCHES:
             raise ConfigError(
@@ -993,10 +1019,10 @@ class GemvConfig(KernelSizes, RefillLoops):
             ("K", self.k, self.tile_k_l2, "tile_k_l2"),
             ("tile_k_l2", self.tile_k_l2, self.tile_k_l1, "tile_k_l1"),
         )
-        if self.launch_n > MAX_LAUNCH_N:
+        if self.launch_n > MAX_GEMV_LAUNCH_N:
             raise ConfigError(
                 f"launch grid [1, {self.launch_n}] (N / (tile_n * {PES})): mlir-air's hardware-tested "
-                f"designs run at most {MAX_LAUNCH_N} launch iterations along N; use a larger tile_n"
+                f"designs run at most {MAX_GEMV_LAUNCH_N} launch iterations along N; use a larger tile_n"
             )
         self.check_even_trips()
         b = self.l1_budget()

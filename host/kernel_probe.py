@@ -39,8 +39,9 @@ from int4awq.formats.quant import AwqWeights
 # The probes' kernel objects: the GEMM tile of `make run8x4` (64 x 64 x 64, GS 128) and the decode GEMV's
 # record tile at its smallest K-chunk; the numerics probe also builds the GEMV object under floor rounding.
 PROBE_GEMM = record.KernelObject("gemm", 64, 64, 128, 64)
-# tile_k 16: each fold span's A line is 4 block vectors, 288 bytes, so the output stream ends on a partly
-# filled 512-bit word and the conversion relies on the stream's final partial flush (gate/up's 64x128x16).
+# tile_k 16: each fold span's A line is 4 block vectors, 288 bytes, which end inside a 512-bit word; the
+# kernel pads the stream to 8 (576 bytes, whole words: the store FIFO writes only whole words), and the
+# probe checks that the 4 blocks' last bytes arrive (gate/up's 64x128x16).
 PROBE_GEMM_K16 = record.KernelObject("gemm", 16, 16, 128, 16)
 PROBE_GEMV = record.KernelObject("gemv", 64, 64, 128)
 PROBE_GEMV_FLOOR = record.KernelObject("gemv", 64, 64, 128, rounding="floor")

@@ -14,10 +14,13 @@
 // half to even (set at entry: the core resets to floor), in this order:
 //   add:      a + b (f32) -> bf16
 //   rms_norm: sum of squares in f32, lane i holding elements i, i + 16, ...,
-//             then the 16 lanes summed; r to bf16 (mlir-aie's aie2p rms_norm
-//             and mlir-air's weighted_rms_norm keep the epilogue in bf16);
-//             x * r -> bf16, then * w -> bf16 (Hugging Face's LlamaRMSNorm:
-//             the normalised value in the input's type, then the weight)
+//             then the 16 lanes summed; r (f32) held as bf16 hi + lo (hi =
+//             bf16(r), lo = bf16(r - hi): 16 bits of r); x * r = x * hi +
+//             x * lo in f32 (exact products, one f32 addition) -> bf16, one
+//             rounding to bf16 where bf16(r) then x * bf16(r) rounded twice
+//             (amd/IRON PR #139: that drifts with depth in decode); then
+//             * w -> bf16 (Hugging Face's LlamaRMSNorm: the normalised value
+//             in the input's type, then the weight)
 //   silu_mul: sigmoid(g) = (1 + tanh(g / 2)) / 2 with tanh to bf16 and the sum
 //             to bf16 (the halving is exact), g * sigmoid -> bf16, * up -> bf16
 // int4awq/kernel/eltwise_model.py holds the same steps in numpy.
@@ -58,10 +61,14 @@ void rms_norm_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict w,
   }
   const float sum = aie::reduce_add(squares.template to_vector<float>());
   const float r = aie::invsqrt(sum / float(n) + RMS_EPSILON);
-  const aie::vector<bfloat16, V> r_v = aie::broadcast<bfloat16, V>(r);
+  // r split as the GEMM's fold splits G: hi = bf16(r), lo = bf16(r - hi)
+  const aie::accum<accfloat, V> r_acc(aie::broadcast<float, V>(r));
+  const aie::vector<bfloat16, V> r_hi = rounded(r_acc);
+  const aie::vector<bfloat16, V> r_lo = rounded(aie::sub(r_acc, r_hi));
   for (int32_t i = 0; i < n; i += V) {
+    const aie::vector<bfloat16, V> xv = aie::load_v<V>(x + i);
     const aie::vector<bfloat16, V> normed =
-        rounded(aie::mul(aie::load_v<V>(x + i), r_v));
+        rounded(aie::mac(aie::mul(xv, r_hi), xv, r_lo));
     aie::store_v(out + i, rounded(aie::mul(normed, aie::load_v<V>(w + i))));
   }
 }

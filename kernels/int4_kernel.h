@@ -33,8 +33,9 @@
 //     as a byte; value = mantissa) and mantissas q - z, exactly. No to_float,
 //     no transpose, no block conversion per block. The zero-point words (the
 //     image repeats every 144 bytes, so 9 words per 576) come from two block
-//     vectors per column pair and span (one conversion each, exact) and 6
-//     shuffle_down_fill's.
+//     vectors per column pair and span (one conversion each, exact), pushed
+//     four times to a 576-byte staging (every output stream pushes whole
+//     512-bit words: pad_to_words) and loaded back as 9 aligned words.
 //  2. Per pair of 8-row blocks of A: convert those 16 rows to bfp16 blocks
 //     first, in a loop of their own (the same accfloat -> bfp16ebs8
 //     conversion the bfp16-emulated bf16 mmul applies to A), into one
@@ -299,6 +300,24 @@ static_assert(CODES8 || NF == 1 || SPAN_BYTES % 576 == 0,
 constexpr unsigned SPAN_WORDS = SPAN_STRIDE / 64;
 constexpr unsigned SPAN_PERIODS = SPAN_WORDS / 9, SPAN_TAIL = SPAN_WORDS % 9;
 
+// Every output stream pushes whole 512-bit words: the store FIFO writes a word
+// to memory only when it is complete (aie_api's push is fifo_st_push then
+// fifo_st_flush, which writes complete words; no aie_api call writes a partial
+// one), so a stream that ends inside a word may leave its tail unwritten. 72
+// and 64 meet at 576 bytes: a stream pushes a multiple of 8 block vectors,
+// padding its last span with copies of a block it holds (pad_to_words); the
+// pad is never read. The A line keeps each span's pushes whole: the GEMM's
+// 2 * SB block vectors per span padded to a multiple of 8 (A_SPAN_STRIDE;
+// the GEMV's SB fit inside), so a span of 2 or 6 K blocks (GS 16, tile_k 16
+// or 48) takes 576 bytes where its W line takes 320.
+constexpr unsigned WORD_BLOCKS = 8; // 8 x 72 bytes = 9 words
+constexpr unsigned whole_words(unsigned blocks) {
+  return (blocks + WORD_BLOCKS - 1) / WORD_BLOCKS * WORD_BLOCKS;
+}
+constexpr unsigned A_SPAN_STRIDE = whole_words(2 * SB) * BLOCKS::bytes();
+constexpr unsigned A_LINE_BYTES = NF * A_SPAN_STRIDE;
+static_assert(A_SPAN_STRIDE % 64 == 0 && A_LINE_BYTES >= PAIR_LINE);
+
 // Packed record (see int4_packed_record.py, which must agree), each section
 // starting on a 64-byte boundary:
 //   Q  nibble formats: the 4-bit codes in the image order of the W pair lines
@@ -307,7 +326,7 @@ constexpr unsigned SPAN_PERIODS = SPAN_WORDS / 9, SPAN_TAIL = SPAN_WORDS % 9;
 //   S  SCALE_PARTS x NF x TN bf16 (part i of span f, column n at i * NF * TN
 //      + f * TN + n)
 //   M  (MIN_TERM) the min terms, laid out as S
-//   Z  (nibble formats) NF x TN uint8 zero points
+//   Z  (nibble formats) NF x TN uint8 zero points, doubled (2z)
 // MXFP4 (int4awq/formats/mxfp4.py): the E2M1 codes in the nibble order, then X,
 // per 32-value group and column the bf16 2^(E - 64 - 127) whose block
 // conversion carries the group's exponent byte E = x + 5 (see dequantize).
@@ -329,12 +348,13 @@ static_assert(PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
 #endif
 
 // w_scratch (see int4_packed_record.py, w_scratch_bytes): NP W pair lines
-// (nibble formats), one A pair line, 256 bytes where the zero-point pattern is
-// staged (nibble formats), with MIN_TERM the row sums R of each span's two
-// 8-row blocks (bf16 hi then lo, 64 lanes each: 256 bytes per block).
+// (nibble formats), one A pair line (A_LINE_BYTES), 576 bytes where the
+// zero-point pattern is staged (nibble formats: 8 block vectors, 9 words),
+// with MIN_TERM the row sums R of each span's two 8-row blocks (bf16 hi then
+// lo, 64 lanes each: 256 bytes per block).
 constexpr unsigned A_LINE_OFFSET = CODES8 ? 0 : NP * PAIR_LINE;
-constexpr unsigned STAGE_OFFSET = A_LINE_OFFSET + PAIR_LINE;
-constexpr unsigned STAGE_BYTES = CODES8 ? 0 : 256;
+constexpr unsigned STAGE_OFFSET = A_LINE_OFFSET + A_LINE_BYTES;
+constexpr unsigned STAGE_BYTES = CODES8 ? 0 : WORD_BLOCKS * BLOCKS::bytes();
 constexpr unsigned R_OFFSET = STAGE_OFFSET + STAGE_BYTES;
 constexpr unsigned R_BLOCK_BYTES = 256;
 constexpr unsigned R_BYTES = MIN_TERM ? 2 * NF * R_BLOCK_BYTES : 0;
@@ -353,6 +373,15 @@ inline bfp16ebs8 *blocks_at(uint8_t *scratch, unsigned offset) {
   return reinterpret_cast<bfp16ebs8 *>(scratch + offset);
 }
 
+// After PUSHED block vectors, pushes copies of `fill` until the stream ends on
+// a whole 512-bit word (the pad is never read).
+template <unsigned PUSHED>
+inline void pad_to_words(BlockOut &out, const BLOCKS &fill) {
+  AIE_LOOP_UNROLL_FULL
+  for (unsigned i = PUSHED; i < whole_words(PUSHED); ++i)
+    out << fill;
+}
+
 // z of 8 columns, as the bf16 bits 0x5D80 + 2z = (64 + z) * 2^54, lanes 8j ..
 // 8j+7 = column j -> one block vector: block j has exponent byte 187 and 8
 // mantissas 64 + z_j (exact: every lane of a block is the same power-of-two
@@ -362,10 +391,10 @@ inline BLOCKS zero_point_blocks(const aie::vector<bfloat16, 8> &zbits) {
       .to_vector<bfp16ebs8>();
 }
 
-// The 576-byte pattern [V0 V1] repeated over one span of a pair line (9 words):
-// V0 V1 V0 go through the staging area, minus 64 per byte; its words at byte
-// offsets (64w) mod 144 = 0, 64, 128, 48, 112, 32, 96, 16, 80 (w = 0 .. 8) are
-// three aligned loads and six shuffle_down_fill's.
+// The 576-byte pattern [V0 V1] repeated over one span of a pair line (9
+// words): [V0 V1] four times through the staging area (8 block vectors, 9
+// whole words, so the stream ends on a word), then its 9 words loaded, minus 64
+// per byte.
 struct Pattern {
   aie::vector<uint8, 64> w[9];
 };
@@ -374,23 +403,14 @@ inline Pattern stage_pattern(const BLOCKS &v0, const BLOCKS &v1,
                              uint8_t *__restrict scratch) {
   {
     BlockOut st(blocks_at(scratch, STAGE_OFFSET));
-    st << v0 << v1 << v0;
+    st << v0 << v1 << v0 << v1 << v0 << v1 << v0 << v1;
   }
   const uint8_t *__restrict stage = scratch + STAGE_OFFSET;
-  const aie::vector<uint8, 64> w0 = aie::sub(aie::load_v<64>(stage), c64);
-  const aie::vector<uint8, 64> w1 = aie::sub(aie::load_v<64>(stage + 64), c64);
-  const aie::vector<uint8, 64> w2 = aie::sub(aie::load_v<64>(stage + 128), c64);
-  return Pattern{{
-      w0,
-      w1,
-      w2,
-      aie::shuffle_down_fill(w0, w1, 48),
-      aie::shuffle_down_fill(w1, w2, 48),
-      aie::shuffle_down_fill(w0, w1, 32),
-      aie::shuffle_down_fill(w1, w2, 32),
-      aie::shuffle_down_fill(w0, w1, 16),
-      aie::shuffle_down_fill(w1, w2, 16),
-  }};
+  Pattern pz;
+  AIE_LOOP_UNROLL_FULL
+  for (unsigned j = 0; j < 9; ++j)
+    pz.w[j] = aie::sub(aie::load_v<64>(stage + 64 * j), c64);
+  return pz;
 }
 
 // Record Q -> the W pair lines of w_scratch. For column pair p and fold span f,
@@ -434,14 +454,16 @@ inline void dequantize_pair(const uint8_t *__restrict record,
     dequantize_word(q, dst, 9 * SPAN_PERIODS + j, pz.w[j]);
 }
 
-// The zero points are read 64 at a time (their section is whole 64-byte words):
-// 0x80 + 2z on 512-bit vectors, zipped with 0x5D into the bf16 bits 0x5D80 + 2z
-// of 64 columns, staged in the A line's bytes (free until the A conversion
-// writes them), from where each column pair's loop iteration loads its 16. No
-// 8-bit arithmetic on 128-bit vectors: 128-bit values live only in AIE2P's q
-// registers, and an int8 x 16 add that LLVM turned into a shift crashed
-// llvm-aie's legalizer (llvm-aie #480); upstream's kernels work on 64 lanes.
-// Zero point i = f * TN + c is column c of span f.
+// The zero points are read 64 at a time (their section is whole 64-byte words),
+// stored doubled by the packer (2z: no byte vector is added to itself here,
+// x + x on bytes being llvm-aie #480's trigger): 0x80 + 2z on 512-bit vectors,
+// zipped with 0x5D into the bf16 bits 0x5D80 + 2z of 64 columns, staged in the
+// A line's bytes (free until the A conversion writes them), from where each
+// column pair's loop iteration loads its 16. No 8-bit arithmetic on 128-bit
+// vectors: 128-bit values live only in AIE2P's q registers, and an int8 x 16
+// add that LLVM turned into a shift crashed llvm-aie's legalizer (llvm-aie
+// #480); upstream's kernels work on 64 lanes. Zero point i = f * TN + c is
+// column c of span f.
 constexpr unsigned Z_WORDS = (NF * TN + 63) / 64;
 static_assert(Z_WORDS * 128 <= PAIR_LINE,
               "the zero points' bf16 bits are staged in the A line");
@@ -454,8 +476,8 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   AIE_LOOP_MIN_ITERATION_COUNT(1)
   for (unsigned c = 0; c < Z_WORDS; ++c) {
     KERNEL_ITERATION;
-    const aie::vector<uint8, 64> z = aie::load_v<64>(zp + 64 * c);
-    const auto zz = aie::interleave_zip(aie::add(aie::add(z, z), c80), c5d, 1);
+    const aie::vector<uint8, 64> z2 = aie::load_v<64>(zp + 64 * c);
+    const auto zz = aie::interleave_zip(aie::add(z2, c80), c5d, 1);
     aie::store_v(zbits + 64 * c, zz.first.cast_to<bfloat16>());
     aie::store_v(zbits + 64 * c + 32, zz.second.cast_to<bfloat16>());
   }
@@ -473,35 +495,44 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
 #else
 // The record's offset nibbles u = t + 8 (uint8 lanes, 1 .. 15; t the E2M1
 // code's magnitude index with its sign, int4awq/formats/mxfp4.py) -> 2 * value
-// + 56 (mod 256), an odd piecewise-linear map of t shifted: with m(t) = t +
+// + 58 (mod 256), an odd piecewise-linear map of t shifted: with m(t) = t +
 // max(t, 4) + min(t, -4) + 2 (max(t, 6) + min(t, -6)) (0, 1, 2, 3, 4, 6, 8, 12
 // for t = 0 .. 7), m(u - 8) + 56 = u + max(u, 12) + min(u, 4) + 2 (max(u, 14) +
-// min(u, 2)). All unsigned: Peano's aie_api mis-converts signed int4 (mlir-air
-// fused_decode/kernels/q4_k.h, issue #1818), so the codes never are. The 56
+// min(u, 2)). The doubled term is taken once from u and once from v = u + 1
+// (max(v, 15) = max(u, 14) + 1, min(v, 3) = min(u, 2) + 1), so no byte vector
+// is added to itself (x + x on bytes is llvm-aie #480's trigger) and the sum
+// is m + 58. All unsigned: Peano's aie_api mis-converts signed int4 (mlir-air
+// fused_decode/kernels/q4_k.h, issue #1818), so the codes never are. The 58
 // is taken back by the pattern word (dequantize).
+constexpr unsigned E2M1_OFFSET = 58;
 inline aie::vector<uint8, 64> e2m1_mantissas(const aie::vector<uint8, 64> &u) {
+  const aie::vector<uint8, 64> v = aie::add(u, aie::broadcast<uint8, 64>(1));
   const aie::vector<uint8, 64> a =
       aie::add(aie::max(u, aie::broadcast<uint8, 64>(12)),
                aie::min(u, aie::broadcast<uint8, 64>(4)));
   const aie::vector<uint8, 64> b =
       aie::add(aie::max(u, aie::broadcast<uint8, 64>(14)),
                aie::min(u, aie::broadcast<uint8, 64>(2)));
-  return aie::add(aie::add(u, a), aie::add(b, b));
+  const aie::vector<uint8, 64> b1 =
+      aie::add(aie::max(v, aie::broadcast<uint8, 64>(15)),
+               aie::min(v, aie::broadcast<uint8, 64>(3)));
+  return aie::add(aie::add(u, a), aie::add(b, b1));
 }
 
 // Record codes -> the W pair lines of w_scratch. For column pair p and MX
 // group g (576 bytes of the line, 9 words), the exponent pattern is [V0 V1]
 // repeated, V0, V1 the two column blocks' block vectors with exponent byte
 // E + 64 and mantissas 64 (the block conversion of X, 2^(E + 64 - 133) * 64),
-// staged as V0 V1 V0 minus 64 + 56 per byte (the AWQ zero points' 64, and the
-// mantissa map's offset): exponent lanes E - 56, mantissa lanes -56. Each
+// staged as [V0 V1] x 4 minus 64 + 58 per byte (the AWQ zero points' 64, and
+// the mantissa map's offset): exponent lanes E - 58, mantissa lanes -58. Each
 // image word is 32 record bytes unpacked to offset nibbles, mapped to
-// mantissas + 56 (an 8 sits where an exponent byte goes: 0 + 56) plus its
+// mantissas + 58 (an 8 sits where an exponent byte goes: 0 + 58) plus its
 // pattern word.
 void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
   const bfloat16 *__restrict xp =
       reinterpret_cast<const bfloat16 *>(record + X_OFFSET);
-  const aie::vector<uint8, 64> c120 = aie::broadcast<uint8, 64>(64 + 56);
+  const aie::vector<uint8, 64> c122 =
+      aie::broadcast<uint8, 64>(64 + E2M1_OFFSET);
   AIE_LOOP_MIN_ITERATION_COUNT(1)
   for (unsigned it = 0; it < NP * MX_GROUPS; ++it) {
     KERNEL_ITERATION;
@@ -509,7 +540,7 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     const bfloat16 *__restrict x = xp + g * TN + p * 16;
     const BLOCKS v0 = zero_point_blocks(aie::load_v<8>(x));
     const BLOCKS v1 = zero_point_blocks(aie::load_v<8>(x + 8));
-    const Pattern pe = stage_pattern(v0, v1, c120, scratch);
+    const Pattern pe = stage_pattern(v0, v1, c122, scratch);
     const uint8_t *__restrict q =
         record + p * Q_PAIR_BYTES + g * (GROUP_WORDS * 32);
     uint8_t *__restrict dst = scratch + p * PAIR_LINE + g * GROUP_WORDS * 64;

@@ -76,9 +76,11 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
       AIE_LOOP_MIN_ITERATION_COUNT(1)
       for (unsigned f = 0; f < NF; ++f) {
         KERNEL_ITERATION;
-        // Streams per span: pushes counted from here (static fills).
-        BlockOut ao(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_STRIDE));
+        // Streams per span: pushes counted from here (static fills); the
+        // span's 2 * SB pushes padded to whole words (A_SPAN_STRIDE).
+        BlockOut ao(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_STRIDE));
         RowSums<MIN_TERM> r0, r1;
+        BLOCKS last;
         KERNEL_KB_LOOP
         for (unsigned kb = 0; kb < SB; ++kb) {
           KERNEL_KB_ITERATION;
@@ -91,7 +93,9 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
           ao << a0 << a1;
           r0.add(a0);
           r1.add(a1);
+          last = a1;
         }
+        pad_to_words<2 * SB>(ao, last);
         r0.store(row_sums_at(scratch, f, 0));
         r1.store(row_sums_at(scratch, f, 1));
       }
@@ -105,7 +109,7 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
       float *__restrict c00 = c_acc + 2 * p * C_COL + mb * C_ROW;
       for (unsigned f = 0; f < NF; ++f) {
         // Two streams per span, each walking its interleaved line in K order.
-        BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * SPAN_STRIDE));
+        BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_STRIDE));
         BlockIn sb(w_line(w_record, scratch, p, f));
         MMUL g00 = span_start(c00), g01 = span_start(c00 + C_COL),
              g10 = span_start(c00 + C_ROW),

@@ -60,9 +60,10 @@ inline unsigned gemv_rows(int32_t m) {
 }
 
 // The GEMV's A line: fold span f's SB block vectors at f * A_SPAN_BYTES, each
-// span starting on 64 bytes so that a stream can open there.
-constexpr unsigned A_SPAN_BYTES = round64(SB * BLOCKS::bytes());
-static_assert(NF * A_SPAN_BYTES <= PAIR_LINE);
+// span's pushes padded to whole words (a multiple of 8 block vectors: the
+// output stream ends on a word), so that a stream can also open there.
+constexpr unsigned A_SPAN_BYTES = whole_words(SB) * BLOCKS::bytes();
+static_assert(NF * A_SPAN_BYTES <= A_LINE_BYTES);
 
 // Rows r0 .. r0 + rows - 1 of a_rows (row-major, DIM_K_CHUNK long) -> the A
 // line of w_scratch, one block vector per 8-deep K block; the rows past `rows`
@@ -87,6 +88,7 @@ void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
   for (unsigned f = 0; f < NF; ++f) {
     BlockOut out(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
     RowSums<MIN_TERM> r;
+    BLOCKS last;
     AIE_LOOP_MIN_ITERATION_COUNT(2)
     for (unsigned kb = f * SB; kb < (f + 1) * SB; ++kb) {
       KERNEL_ITERATION;
@@ -98,9 +100,21 @@ void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
       const BLOCKS a = aie::accum<accfloat, 64>(blk).to_vector<bfp16ebs8>();
       out << a;
       r.add(a);
+      last = a;
     }
+    pad_to_words<SB>(out, last);
     r.store(row_sums_at(scratch, f, 0));
   }
+}
+
+// Row R (0 .. 7) of a drained 8x8 block v to dst + R * TN, if the band holds
+// it: the row's sub-vector index is a compile-time constant, so no run-time
+// sub-vector extract is emitted; each row is stored under its own guard.
+template <unsigned R>
+inline void store_row(bfloat16 *__restrict dst,
+                      const aie::vector<bfloat16, 64> &v, unsigned n_rows) {
+  if (R < n_rows)
+    aie::store_v(dst + R * TN, v.extract<8>(R));
 }
 
 } // namespace
@@ -177,8 +191,14 @@ void gemv_int4_drain(float *__restrict acc, bfloat16 *__restrict c_out,
           aie::load_v<64>(acc + (b * NB + nb) * BLK));
       const aie::vector<bfloat16, 64> v = blk.to_vector<bfloat16>();
       bfloat16 *__restrict dst = c_out + b * 8 * TN + nb * 8;
-      for (unsigned r = 0; r < n_rows; ++r)
-        aie::store_v(dst + r * TN, v.extract<8>(r));
+      store_row<0>(dst, v, n_rows);
+      store_row<1>(dst, v, n_rows);
+      store_row<2>(dst, v, n_rows);
+      store_row<3>(dst, v, n_rows);
+      store_row<4>(dst, v, n_rows);
+      store_row<5>(dst, v, n_rows);
+      store_row<6>(dst, v, n_rows);
+      store_row<7>(dst, v, n_rows);
     }
   }
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import math
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ def libs():
         lib.op_reduce_add_f32.restype = ctypes.c_float
         lib.op_misaligned_load.restype = ctypes.c_int
         lib.aie_host_misaligned_accesses.restype = ctypes.c_ulong
+        lib.aie_host_runtime_extracts.restype = ctypes.c_ulong
         out[name] = lib
     return out
 
@@ -389,9 +391,10 @@ def test_bfp16_block_vector_memory_layout_and_conversion(libs):
     x[8:16] = 0.0  # zero block
     x[16:24] = [1e-40, -1e-40, 0, 0, 0, 0, 0, 0]  # f32 subnormals count as 0
     x[24:32] = [-1.0, 0.25, 0, 0, 0, 0, 0, 0.0078125]
-    out = buf(np.full(3 * 72, 0xAA), np.uint8)
+    out = buf(np.full(8 * 72, 0xAA), np.uint8)  # the pushes padded to whole words
     x_buf = buf(x, np.float32)
     libs["bfp16"].op_to_bfp16(ptr(x_buf), 3, ptr(out))
+    out = out[: 3 * 72]
     np.testing.assert_array_equal(out, bfp16_encode_ref(x))
     assert out[:9].tolist() == [
         127,
@@ -429,9 +432,10 @@ def test_bfp16_128_element_block_vectors(libs):
         rng.standard_normal(3 * 128) * np.exp2(rng.integers(-9, 9, 48)).repeat(8)
     ).astype(np.float32)
     src = buf(x, np.float32)  # kept alive: ptr() holds only the address
-    out = buf(np.full(3 * 144, 0xAA), np.uint8)
+    out = buf(np.full(4 * 144, 0xAA), np.uint8)  # the pushes padded to whole words
     back = aligned_empty((3 * 128,), np.float32)
     libs["bfp16"].op_bfp16_128_round_trip(ptr(src), 3, ptr(out), ptr(back))
+    out = out[: 3 * 144]
     np.testing.assert_array_equal(out, bfp16_encode_ref(x))
     np.testing.assert_array_equal(back, bfp16_decode_ref(out).reshape(-1))
 
@@ -451,29 +455,31 @@ def test_bfp16_block_vector_to_accum_and_stream_seek(libs):
             np.testing.assert_array_equal(
                 out, bfp16_decode_ref(raw)[index] * 2.0**shift
             )
-    copy = buf(np.zeros(9 * 72), np.uint8)
+    copy = buf(np.zeros(8 * 72), np.uint8)
     before = libs["bfp16"].aie_host_misaligned_accesses()
     libs["bfp16"].op_stream_copy(
-        ptr(src), 0, 9, ptr(copy)
-    )  # contiguous 72-byte vectors
-    np.testing.assert_array_equal(copy, raw)
+        ptr(src), 0, 8, ptr(copy)
+    )  # contiguous 72-byte vectors, 8 of them: 9 whole words
+    np.testing.assert_array_equal(copy, raw[: 8 * 72])
     assert libs["bfp16"].aie_host_misaligned_accesses() == before
 
 
 def test_bfp16_stream_misaligned_start_reads_the_aligned_word_and_is_counted(libs):
     lib = libs["bfp16"]
-    raw = buf(np.arange(10 * 72) % 251, np.uint8)
-    copy = buf(np.zeros(72), np.uint8)
+    raw = buf(np.arange(16 * 72) % 251, np.uint8)
+    copy = buf(
+        np.zeros(8 * 72), np.uint8
+    )  # 8 vectors: the copy's pushes make whole words
     before = lib.aie_host_misaligned_accesses()
     lib.op_stream_copy(
-        ptr(raw), 72, 1, ptr(copy)
+        ptr(raw), 72, 8, ptr(copy)
     )  # block vector 1 starts at byte 72, not 64-aligned
-    np.testing.assert_array_equal(copy, raw[64:136])
+    np.testing.assert_array_equal(copy, raw[64:640])
     assert lib.aie_host_misaligned_accesses() == before + 1
     lib.op_stream_copy(
-        ptr(raw), 576, 1, ptr(copy)
+        ptr(raw), 576, 8, ptr(copy)
     )  # 8 vectors = 576 bytes = 9 words: aligned
-    np.testing.assert_array_equal(copy, raw[576:648])
+    np.testing.assert_array_equal(copy, raw[576:1152])
     assert lib.aie_host_misaligned_accesses() == before + 1
 
 
@@ -481,9 +487,77 @@ def test_bank_hinted_restrict_streams_copy_like_plain_ones(libs):
     """aie_dm_resource and the __aie_dm_resource_* qualifiers pick a bank on the core; on the host they
     must change nothing: the same bytes arrive."""
     raw = buf(np.arange(9 * 72) % 253, np.uint8)
-    copy = buf(np.zeros(9 * 72), np.uint8)
+    copy = buf(np.zeros(16 * 72), np.uint8)  # 9 pushes padded to 16: whole words
     libs["bfp16"].op_stream_copy_banked(ptr(raw), 9, ptr(copy))
-    np.testing.assert_array_equal(copy, raw)
+    np.testing.assert_array_equal(copy[: 9 * 72], raw)
+
+
+def _stream_copy_in_a_child(count: int) -> subprocess.CompletedProcess:
+    """op_stream_copy of `count` block vectors in a child process (a partial word stops the process)."""
+    script = (
+        "import ctypes, sys\n"
+        f"lib = ctypes.CDLL({str(BUILD / 'ops_bfp16.so')!r})\n"
+        "src = ctypes.create_string_buffer(8 * 72 + 64)\n"
+        "dst = ctypes.create_string_buffer(8 * 72 + 64)\n"
+        "a = lambda b: ctypes.c_void_p((ctypes.addressof(b) + 63) // 64 * 64)\n"
+        "for i in range(8 * 72): src[(a(src).value - ctypes.addressof(src)) + i] = i % 251\n"
+        f"lib.op_stream_copy(a(src), 0, {count}, a(dst))\n"
+        "print('done', flush=True)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True
+    )
+
+
+def test_a_stream_that_ends_mid_word_stops_the_process(libs):
+    """The GEMV's A span at SB = 4: 4 block vectors, 288 bytes, 4.5 words. The store FIFO writes whole
+    512-bit words only, so the last 32 bytes would never reach memory: the host stops, naming the stream.
+    """
+    out = _stream_copy_in_a_child(4)
+    assert out.returncode != 0 and "done" not in out.stdout
+    assert "block_vector_output_buffer_stream opened at" in out.stderr, out.stderr
+    assert "ops.cc" in out.stderr and "op_stream_copy" in out.stderr
+    assert "destroyed with 32 bytes of a partial 512-bit word" in out.stderr
+
+
+def test_a_stream_of_whole_words_holds(libs):
+    """SB = 8: 8 block vectors, 576 bytes, 9 whole words: every byte arrives, in place, and nothing else."""
+    out = _stream_copy_in_a_child(8)
+    assert out.returncode == 0 and out.stdout == "done\n", out.stderr
+    raw = buf(np.arange(8 * 72) % 251, np.uint8)
+    copy = buf(np.full(8 * 72 + 64, 0xAA), np.uint8)
+    libs["bfp16"].op_stream_copy(ptr(raw), 0, 8, ptr(copy))
+    np.testing.assert_array_equal(copy[: 8 * 72], raw)
+    assert (copy[8 * 72 :] == 0xAA).all()
+
+
+@pytest.mark.parametrize("n_rows", [1, 5, 8])
+def test_a_run_time_extract_index_is_counted_a_constant_one_is_not(libs, n_rows):
+    """aie_api takes extract's index at run time; with an index the compiler cannot fold it emits a run-time
+    sub-vector extract. The host counts those (aie_host_runtime_extracts): the GEMV drain's old form (a loop
+    to a run-time row count) trips the count once per row, the unrolled rows under their own guards do not.
+    Both store the same rows."""
+    lib = libs["bf16"]
+    lib.op_rows_runtime_index.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint,
+        ctypes.c_void_p,
+    ]
+    lib.op_rows_constant_index.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint,
+        ctypes.c_void_p,
+    ]
+    block = buf(np.arange(64), bfloat16)
+    old, new = buf(np.zeros(64), bfloat16), buf(np.zeros(64), bfloat16)
+    before = lib.aie_host_runtime_extracts()
+    lib.op_rows_runtime_index(ptr(block), n_rows, ptr(old))
+    assert lib.aie_host_runtime_extracts() == before + n_rows
+    lib.op_rows_constant_index(ptr(block), n_rows, ptr(new))
+    assert lib.aie_host_runtime_extracts() == before + n_rows
+    np.testing.assert_array_equal(bits(new), bits(old))
+    np.testing.assert_array_equal(bits(new[: 8 * n_rows]), bits(block[: 8 * n_rows]))
+    assert not bits(new[8 * n_rows :]).any()
 
 
 def random_blocks(rng, count):
@@ -544,9 +618,8 @@ def test_block_mmul_equals_bfp16_emulated_bf16_mmul(libs, variant):
     )  # B^T: block j = column j of B
     a_f32 = buf(np.concatenate([x.reshape(-1) for x in a]), np.float32)
     a_bf16 = buf(a_f32, bfloat16)
-    bt_raw, a_raw = aligned_empty((steps * 72,), np.uint8), aligned_empty(
-        (steps * 72,), np.uint8
-    )
+    whole = -(-steps // 8) * 8 * 72  # op_to_bfp16 pads its pushes to whole words
+    bt_raw, a_raw = aligned_empty((whole,), np.uint8), aligned_empty((whole,), np.uint8)
     lib.op_to_bfp16(ptr(b_t), steps, ptr(bt_raw))
     lib.op_to_bfp16(ptr(a_f32), steps, ptr(a_raw))
     c = buf(np.zeros(64), np.float32)

@@ -27,7 +27,8 @@ def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def rms_norm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """One row: sums of squares per lane in order, the lanes summed by halving, r = 1 / sqrt(mean + eps)
-    to bf16, then (x * r) to bf16 and times w to bf16."""
+    held as bf16 hi = bf16(r) and lo = bf16(r - hi), then x * r = x * hi + x * lo in f32 (exact products,
+    one f32 addition) to bf16 (one rounding of x * r to bf16), and times w to bf16."""
     xf = _f32(x).reshape(-1, LANES)
     lanes = np.zeros(LANES, np.float32)
     for row in xf:
@@ -38,8 +39,10 @@ def rms_norm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
         n //= 2
     mean = np.float32(lanes[0] / np.float32(xf.size))
     r = np.float32(1.0 / np.sqrt(np.float64(np.float32(mean + RMS_EPSILON))))
-    r16 = _f32(_bf16(r))
-    normed = _bf16(_f32(x) * r16)
+    r_hi = _f32(_bf16(r))
+    r_lo = _f32(_bf16(r - r_hi))  # r - r_hi is exact in f32
+    xf = _f32(x)
+    normed = _bf16(xf * r_hi + xf * r_lo)  # f32 products (exact), one f32 addition
     return _bf16(_f32(normed) * _f32(w))
 
 

@@ -156,7 +156,9 @@ def unpack_weights(
     halves = [
         groups_of(h) for h in np.split(s_raw, 2 if fmt == "awq_f16" else 1, axis=2)
     ]
-    z = groups_of(packed[:, :, lay.z_offset : lay.z_offset + lay.z_bytes])
+    z = (
+        groups_of(packed[:, :, lay.z_offset : lay.z_offset + lay.z_bytes]) // 2
+    )  # stored doubled
     return AwqWeights(
         np.ascontiguousarray(q),
         np.ascontiguousarray(z),

@@ -22,10 +22,18 @@ v64bfp16ebs8 first_blocks(const uint8_t *p) {
   return s.pop();
 }
 
+// One block vector (72 bytes) to p: an output stream writes whole 512-bit
+// words only (the host stops on a stream that ends inside one), so the vector
+// is pushed 8 times (9 words) into a staging buffer and its image copied out.
 void store_blocks(uint8_t *p, const v64bfp16ebs8 &v) {
-  aie::block_vector_output_buffer_stream<bfp16ebs8, 64> s(
-      reinterpret_cast<bfp16ebs8 *>(p));
-  s << v;
+  alignas(64) uint8_t staged[8 * 72];
+  {
+    aie::block_vector_output_buffer_stream<bfp16ebs8, 64> s(
+        reinterpret_cast<bfp16ebs8 *>(staged));
+    for (int i = 0; i < 8; ++i)
+      s << v;
+  }
+  std::memcpy(p, staged, 72);
 }
 
 v64accfloat load_acc(const float *c) { return v64accfloat(aie::load_v<64>(c)); }

@@ -116,6 +116,42 @@ int op_misaligned_load(const int8_t *base, int offset) {
   return aie::load_v<64>(base + offset)[0];
 }
 
+// Rows 0 .. n_rows - 1 of an 8x8 bf16 block to out (8 apart), as the GEMV's
+// drain stored them before round 5: a loop over a run-time row count, so
+// every extract's index is a run-time value (counted by
+// aie_host_runtime_extracts).
+void op_rows_runtime_index(const bfloat16 *in, unsigned n_rows, bfloat16 *out) {
+  const aie::vector<bfloat16, 64> v = aie::load_v<64>(in);
+  for (unsigned r = 0; r < n_rows; ++r)
+    aie::store_v(out + 8 * r, v.extract<8>(r));
+}
+
+} // extern "C"
+
+template <unsigned R>
+static void row_if(bfloat16 *out, const aie::vector<bfloat16, 64> &v,
+                   unsigned n_rows) {
+  if (R < n_rows)
+    aie::store_v(out + 8 * R, v.extract<8>(R));
+}
+
+extern "C" {
+
+// The same rows, each extracted at a constant index under its own guard (the
+// drain's form since round 5): nothing counted.
+void op_rows_constant_index(const bfloat16 *in, unsigned n_rows,
+                            bfloat16 *out) {
+  const aie::vector<bfloat16, 64> v = aie::load_v<64>(in);
+  row_if<0>(out, v, n_rows);
+  row_if<1>(out, v, n_rows);
+  row_if<2>(out, v, n_rows);
+  row_if<3>(out, v, n_rows);
+  row_if<4>(out, v, n_rows);
+  row_if<5>(out, v, n_rows);
+  row_if<6>(out, v, n_rows);
+  row_if<7>(out, v, n_rows);
+}
+
 } // extern "C"
 
 // ---- bfp16ebs8 block vectors (72 bytes each: per block of 8, exponent byte
@@ -142,16 +178,30 @@ static void block_mmul_run(LoadA load_a, const uint8_t *b, float *c, int steps,
   aie::store_v(c, mm.template to_vector<float>());
 }
 
+// After `pushed` block vectors, pushes copies of `v` until the stream ends on
+// a 512-bit word: the host's output stream, as the core's store FIFO, writes
+// whole words only, and stops on a stream that ends inside one.
+template <typename V, typename OS>
+static void pad_to_words(OS &os, const V &v, int pushed) {
+  for (int n = pushed; n * V::bytes() % 64 != 0; ++n)
+    os << v;
+}
+
 extern "C" {
 
 // `count` x 64 floats -> accfloat -> bfp16ebs8 (conv_even), pushed through an
-// output stream (72 bytes each).
+// output stream (72 bytes each), then padded to whole words (out holds
+// `count` rounded up to a multiple of 8 block vectors).
 void op_to_bfp16(const float *in, int count, uint8_t *out) {
   aie::set_rounding(aie::rounding_mode::conv_even);
   aie::block_vector_output_buffer_stream<bfp16ebs8, 64> os(as_blocks(out));
-  for (int i = 0; i < count; ++i)
-    os << aie::to_vector<bfp16ebs8>(
+  Blocks last;
+  for (int i = 0; i < count; ++i) {
+    last = aie::to_vector<bfp16ebs8>(
         aie::accum<accfloat, 64>(aie::load_v<64>(in + 64 * i)));
+    os << last;
+  }
+  pad_to_words(os, last, count);
 }
 
 // Block vector number `index` of a buffer (input stream + seek) -> accfloat
@@ -166,7 +216,8 @@ void op_from_bfp16(const uint8_t *in, int index, int shift, float *out) {
 }
 
 // Pops `count` block vectors starting at byte `offset` and pushes them to out
-// (stream copy).
+// (stream copy), unpadded: `count` must make whole words (a multiple of 8), or
+// the output stream stops the process.
 void op_stream_copy(const uint8_t *in, int offset, int count, uint8_t *out) {
   aie::block_vector_input_buffer_stream<bfp16ebs8, 64> is(
       as_blocks(in + offset));
@@ -188,21 +239,30 @@ void op_stream_copy_banked(const uint8_t *in, int count, uint8_t *out) {
       is(src);
   aie::block_vector_output_buffer_stream<bfp16ebs8, 64, aie_dm_resource::c> os(
       dst);
-  for (int i = 0; i < count; ++i)
-    os.push(is.pop());
+  Blocks last;
+  for (int i = 0; i < count; ++i) {
+    last = is.pop();
+    os.push(last);
+  }
+  pad_to_words(os, last, count);
 }
 
 // `count` x 128 floats -> accfloat -> 128-element bfp16ebs8 block vectors
 // (144 bytes each) through an output stream, then read back through an input
-// stream into accfloat and out as floats (out_f).
+// stream into accfloat and out as floats (out_f); the pushes padded to whole
+// words (out holds `count` rounded up to a multiple of 4).
 void op_bfp16_128_round_trip(const float *in, int count, uint8_t *out,
                              float *out_f) {
   aie::set_rounding(aie::rounding_mode::conv_even);
   {
     aie::block_vector_output_buffer_stream<bfp16ebs8, 128> os(as_blocks(out));
-    for (int i = 0; i < count; ++i)
-      os << aie::accum<accfloat, 128>(aie::load_v<128>(in + 128 * i))
-                .to_vector<bfp16ebs8>();
+    aie::block_vector<bfp16ebs8, 128> last;
+    for (int i = 0; i < count; ++i) {
+      last = aie::accum<accfloat, 128>(aie::load_v<128>(in + 128 * i))
+                 .to_vector<bfp16ebs8>();
+      os << last;
+    }
+    pad_to_words(os, last, count);
   }
   aie::block_vector_input_buffer_stream<bfp16ebs8, 128> is(as_blocks(out));
   for (int i = 0; i < count; ++i)

@@ -43,12 +43,16 @@ QPROJ = dict(
         (dict(tile_k_l2=768), r"K = 2048 is not a multiple of 768 \(tile_k_l2\)"),
         # the limits of what mlir-air's hardware-tested GEMMs run (docs/design.md#provenance): one step
         # over each; test_proven_limits_sit_at_their_edge has each edge
+        # (the launch grid's: what llama32_1b_int4's prefill runs, [16, 128] and [64, 32])
         (
-            dict(tile_m=32, m=2304),
-            r"launch grid \[9, 8\].*at most 8 launch iterations along M",
+            dict(tile_m=16, m=65 * 128),
+            r"launch grid \[65, 8\].*at most 64 launch iterations along M",
         ),
-        (dict(herd_n=1, n=65 * 64, m=512), r"launch grid \[1, 65\]"),
-        (dict(tile_m=16, m=2048), r"launch grid \[16, 8\]"),
+        (dict(herd_n=1, n=129 * 64, m=512), r"launch grid \[1, 129\]"),
+        (
+            dict(tile_m=16, m=64 * 128, n=33 * 256),
+            r"launch grid \[64, 33\].*2048 in all",
+        ),
         (
             dict(tile_k_l2=1024),
             r"tile_k_l2 / tile_k_l1 = 16 \(x2: the L2 block is ping-ponged\) = 32 memtile BDs",
@@ -77,7 +81,7 @@ QPROJ = dict(
         ),
         (
             dict(tile_n=128, tile_k_l1=32, tile_k_l2=256, stack_size=16384),
-            r"needs 68160 bytes of L1 .*stack 16384",
+            r"needs 68480 bytes of L1 .*stack 16384",
         ),
     ],
 )
@@ -89,8 +93,9 @@ def test_invalid_configurations_name_the_rule(change, message):
 @pytest.mark.parametrize(
     "change",
     [
-        dict(tile_m=32, m=2048),  # launch [8, 8]: 8 along M, 64 in all
-        dict(herd_n=1, n=64 * 64, m=512),  # launch [1, 64]: 64 along N
+        dict(tile_m=16, m=64 * 128),  # launch [64, 8]: 64 along M
+        dict(herd_n=1, n=128 * 64, m=512),  # launch [1, 128]: 128 along N
+        dict(tile_m=16, m=64 * 128, n=32 * 256),  # launch [64, 32]: 2048 in all
         dict(tile_k_l2=1024, k=1024),  # 16 chunks, one refill: 16 BDs
         dict(tile_k_l2=512),  # 8 chunks x 2 (ping-ponged): 16 BDs
     ],
@@ -98,7 +103,7 @@ def test_invalid_configurations_name_the_rule(change, message):
 def test_proven_limits_sit_at_their_edge(change):
     cfg = DesignConfig(**{**QPROJ, **change})
     lm, ln = cfg.launch_grid
-    assert lm <= 8 and ln <= 64 and lm * ln <= 64 and cfg.a_chain_bds <= 16
+    assert lm <= 64 and ln <= 128 and lm * ln <= 2048 and cfg.a_chain_bds <= 16
 
 
 def test_runtime_loop_tiling_as_upstream_chooses_it():
@@ -128,8 +133,8 @@ def test_a_small_herd_takes_at_most_two_launch_iterations():
 def test_qproj_budget_and_traffic():
     cfg = DesignConfig(**QPROJ)
     # accumulator 16384 (drained in place) + A chunk x2 16384 + record x2 4992 (2496 each: Q 2304, S 128,
-    # Z 64) + scratch 6016 (five 1152-byte pair lines + 256 staging) + stack 4096
-    assert cfg.l1_total() == 47872 <= record.L1_BYTES
+    # Z 64) + scratch 6336 (five 1152-byte pair lines + 576 staging) + stack 4096
+    assert cfg.l1_total() == 48192 <= record.L1_BYTES
     rec = record.record_bytes(64, 64, 128)
     # A once per N block of 4 x 64 columns (8 of them), W once per 512-row block (4), C written once.
     assert cfg.ddr_bytes() == 8 * 2048 * 2048 * 2 + 32 * 32 * rec * 4 + 2048 * 2048 * 2
@@ -252,9 +257,9 @@ def test_unknown_shape_gets_a_legal_configuration():
 
 
 def test_rows_beyond_what_upstream_launches_are_refused_with_the_reason():
-    # 8 launch iterations along M of at most 8 x 128 rows: M = 8192 has a configuration, 8193 none
-    assert ranked(8192, 512, 256, 128)[0].cfg.launch_grid[0] <= 8
+    # 64 launch iterations along M of at most 8 x 128 rows: M = 65536 has a configuration, 65537 none
+    assert ranked(65536, 512, 256, 128)[0].cfg.launch_grid[0] <= 64
     with pytest.raises(
-        ConfigError, match=r"M=8193 .*take M <= 8192; run the rows in blocks"
+        ConfigError, match=r"M=65537 .*take M <= 65536; run the rows in blocks"
     ):
-        ranked(8193, 512, 256, 128)
+        ranked(65537, 512, 256, 128)

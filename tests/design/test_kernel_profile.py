@@ -40,8 +40,9 @@ extern "C" void probe(const int32 *in, int32 *out, uint8_t *blocks) {
     aie::block_vector_input_buffer_stream<bfp16ebs8, 64> s0(reinterpret_cast<bfp16ebs8 *>(blocks));
     aie::block_vector_input_buffer_stream<bfp16ebs8, 64> s1(reinterpret_cast<bfp16ebs8 *>(blocks + 128));
     aie::block_vector_output_buffer_stream<bfp16ebs8, 64> o(reinterpret_cast<bfp16ebs8 *>(blocks + 256));
-    o << s0.pop();
-    o << s1.pop();
+    const auto b0 = s0.pop(), b1 = s1.pop();
+    for (int i = 0; i < 4; ++i)  // 8 pushes: whole 512-bit words (the host stops on a partial one)
+        o << b0 << b1;
 }
 """
 
@@ -76,7 +77,7 @@ def run_probe(lib):
 
     a = np.zeros(128 + 16, np.int32)
     out = np.zeros(64 + 16, np.int32)
-    blocks = np.zeros(512 + 64, np.uint8)
+    blocks = np.zeros(256 + 576 + 64, np.uint8)
     off = (-blocks.ctypes.data) % 64
     lib.aie_host_profile_reset()
     lib.probe(
@@ -96,10 +97,10 @@ def test_the_profile_counts_loops_slots_and_streams(probe):
     assert (entry.iterations, per_iteration.iterations) == (0, 6)  # 0: not marked
     assert per_iteration.ops["STORE"] == 6
     # outside loops: the two 1024-bit loads (2 each), two pops (each stream's first pop refills its FIFO:
-    # 2 each), two pushes (push + flush)
-    assert p.outside["LOAD"] == 4 + 4 and p.outside["STORE"] == 4
+    # 2 each), eight pushes (push + flush)
+    assert p.outside["LOAD"] == 4 + 4 and p.outside["STORE"] == 16
     assert (p.peak_in, p.peak_out) == (2, 1)
-    assert p.cycles_lower_bound == 4 + 6 + 12  # loads in pairs; the rest one per cycle
+    assert p.cycles_lower_bound == 4 + 6 + 24  # loads in pairs; the rest one per cycle
 
 
 def test_the_kernels_hot_loop_is_one_mmul_per_step_and_its_streams_are_counted():

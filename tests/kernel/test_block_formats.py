@@ -183,11 +183,13 @@ def test_record_layouts_by_hand():
         0,
         3328,
     )
-    # scratch: int4_min 3 lines of 1152 + 256 staging + 2 spans x 2 row blocks x 256; int8 the A line
-    # (1280); int8 at tile_n 128, tile_k 16: the 320-byte A line, whatever tile_n (the drain stages nothing)
-    assert w_scratch_bytes(32, 64, 32, "int4_min") == 3 * 1152 + 256 + 1024
-    assert w_scratch_bytes(32, 64, 16, "int8") == 1280
-    assert w_scratch_bytes(128, 16, 32, "int8") == 320
+    # scratch: int4_min 3 lines of 1152 + 576 staging + 2 spans x 2 row blocks x 256; int8 the A line,
+    # each span's 4 block vectors pushed as 8 (whole 512-bit words): 4 spans x 576 where the W line
+    # takes 4 x 320; int8 at tile_n 128, tile_k 16: the 576-byte A line, whatever tile_n (the drain stages
+    # nothing)
+    assert w_scratch_bytes(32, 64, 32, "int4_min") == 3 * 1152 + 576 + 1024
+    assert w_scratch_bytes(32, 64, 16, "int8") == 4 * 576
+    assert w_scratch_bytes(128, 16, 32, "int8") == 576
 
 
 def test_eight_bit_image_in_the_record():

@@ -77,7 +77,8 @@ def test_model_against_float_definitions():
     xf, wf = x.astype(np.float64), w.astype(np.float64)
     want = xf / np.sqrt(np.mean(xf * xf) + 1e-5) * wf
     got = model.rms_norm(x, w).astype(np.float64)
-    # three bf16 roundings (r, x * r, * w): each at most 2^-8 relative (bf16 unit roundoff)
+    # two bf16 roundings (x * r with r held as hi + lo, then * w): each at most 2^-8 relative (bf16 unit
+    # roundoff), with room to spare
     assert np.all(np.abs(got - want) <= 4 * 2.0**-8 * np.abs(want) + 1e-30)
     g, u = activations(2048, 9, 4.0), activations(2048, 10)
     gf, uf = g.astype(np.float64), u.astype(np.float64)
@@ -100,3 +101,26 @@ def test_rms_norm_of_a_constant_row():
     w = np.full(64, 2.0, np.float32).astype(bfloat16)
     out = model.rms_norm(x, w).astype(np.float32)
     assert np.all(out == out[0]) and abs(out[0] - 2.0) <= 2.0 * 2.0**-7
+
+
+def test_rms_norm_rounds_x_times_r_once(lib):
+    """With w = 1 the output is x * r rounded to bf16 once: within half a bf16 ulp of the exact x * r, plus
+    r's hi + lo error (under 2^-16 relative). bf16(r) then x * bf16(r), rounded again (the form before
+    round 5, amd/IRON PR #139's drift), breaks that bound; the kernel and the model hold it.
+    """
+    x = activations(4096, 13, 2.0)
+    ones = np.ones(4096, np.float32).astype(bfloat16)
+    xf = x.astype(np.float64)
+    r = 1.0 / np.sqrt(np.mean(xf * xf) + 1e-5)
+    exact = xf * r
+    half_ulp = np.ldexp(1.0, np.frexp(exact)[1] - 9)  # bf16: 8 significant bits
+    bound = half_ulp + 2.0**-15 * np.abs(exact) + 1e-37
+    got = call(lib.rms_norm_bf16, x, ones)
+    assert np.array_equal(bits(got), bits(model.rms_norm(x, ones)))
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
+    twice = (
+        (x.astype(np.float32) * np.float32(bfloat16(np.float32(r))))
+        .astype(bfloat16)
+        .astype(np.float64)
+    )
+    assert np.any(np.abs(twice - exact) > bound)

@@ -37,6 +37,9 @@
 
 #include "host_mmul.hpp"
 
+#include <algorithm>
+#include <source_location>
+
 namespace aie {
 
 template <typename T, unsigned N>
@@ -260,6 +263,14 @@ private:
   int known_at_ = ::host::profile::rolled_depth();
 };
 
+// The output stream models the core's store FIFO in 512-bit words: a push
+// appends the block's 72 bytes to the word being assembled, and only a whole
+// word reaches memory (aie_api's push is fifo_st_push then fifo_st_flush, and
+// the flush writes complete words only; aie_api gives a stream no call that
+// writes a partial word). So a stream whose pushes do not end on a word
+// boundary leaves its tail in the FIFO: the host stops with an error naming the
+// stream (where it was opened) and the bytes left, when the stream is
+// destroyed or seeks (aie_api's seek restarts the FIFO at position 0).
 template <typename T, unsigned Elems,
           aie_dm_resource Resource = aie_dm_resource::none>
 class block_vector_output_buffer_stream {
@@ -267,36 +278,72 @@ public:
   using vector_type = block_vector<std::remove_const_t<T>, Elems>;
   using value_type = vector_type;
 
-  explicit block_vector_output_buffer_stream(T *ptr) : p_(start(ptr)) {
+  explicit block_vector_output_buffer_stream(
+      T *ptr, std::source_location at = std::source_location::current())
+      : p_(start(ptr)), at_(at) {
     ::host::profile::stream_opened(false);
   }
   block_vector_output_buffer_stream(const block_vector_output_buffer_stream &o)
-      : p_(o.p_) {
+      : p_(o.p_), fill_(o.fill_), at_(o.at_) {
+    std::memcpy(word_, o.word_, sizeof(word_));
     ::host::profile::stream_opened(false);
   }
   ~block_vector_output_buffer_stream() {
     ::host::profile::stream_closed(false);
+    require_whole_words("destroyed");
   }
 
   // A push is a push into the store FIFO and its flush: two store-slot
   // operations per 64 elements.
   void push(const vector_type &v) {
-    std::memcpy(p_, v.d_, vector_type::bytes());
-    p_ += vector_type::bytes();
+    for (unsigned i = 0; i < vector_type::bytes();) {
+      const unsigned n = std::min(64u - fill_, vector_type::bytes() - i);
+      std::memcpy(word_ + fill_, v.d_ + i, n);
+      fill_ += n;
+      i += n;
+      if (fill_ == 64) { // a whole word: written
+        std::memcpy(p_, word_, 64);
+        p_ += 64;
+        fill_ = 0;
+      }
+    }
     ::host::profile::count(::host::profile::STORE, 2 * (Elems / 64));
   }
   block_vector_output_buffer_stream &operator<<(const vector_type &v) {
     push(v);
     return *this;
   }
-  void seek(int inc) { p_ = start(p_ + inc * int(vector_type::bytes())); }
-  void seek_byte(int inc) { p_ = start(p_ + inc); }
+  void seek(int inc) {
+    require_whole_words("seeking");
+    p_ = start(p_ + inc * int(vector_type::bytes()));
+  }
+  void seek_byte(int inc) {
+    require_whole_words("seeking");
+    p_ = start(p_ + inc);
+  }
 
 private:
   static uint8_t *start(void *p) {
     return host::aligned_access<64>(static_cast<uint8_t *>(p));
   }
-  uint8_t *p_;
+  void require_whole_words(const char *when) const {
+    if (fill_ == 0)
+      return;
+    char msg[512];
+    std::snprintf(msg, sizeof(msg),
+                  "block_vector_output_buffer_stream opened at %s:%u (%s) %s "
+                  "with %u bytes of a partial 512-bit word in the store FIFO: "
+                  "they never reach memory (a stream must push a whole "
+                  "number of 64-byte words: 8 block vectors of 72 bytes, 4 of "
+                  "144)",
+                  at_.file_name(), unsigned(at_.line()), at_.function_name(),
+                  when, fill_);
+    host::fatal(msg);
+  }
+  uint8_t *p_;        // the next word's address
+  uint8_t word_[64];  // the word being assembled in the FIFO
+  unsigned fill_ = 0; // its bytes so far
+  std::source_location at_;
 };
 
 template <typename T, unsigned Elems,

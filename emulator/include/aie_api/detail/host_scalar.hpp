@@ -325,6 +325,15 @@ using next_int_t = typename next_int<T>::type;
 // never relies on it. -DAIE_HOST_STRICT_ALIGNMENT aborts instead.
 AIE_HOST_PER_LIBRARY inline unsigned long g_misaligned = 0;
 
+// Sub-vector extracts whose partition index the compiler does not know: aie_api
+// takes the index as a run-time argument, and with one the compiler emits a
+// run-time sub-vector extract, which no upstream Peano-built kernel uses
+// outside a loop of constant trip count. The host cannot refuse it (the
+// signature is aie_api's), so it counts extracts whose index GCC's optimizer
+// has not folded to a constant (__builtin_constant_p after inlining; builds at
+// -O1 or above), for a test to assert the kernel has none.
+AIE_HOST_PER_LIBRARY inline unsigned long g_runtime_extracts = 0;
+
 [[noreturn]] inline void fatal(const char *msg) {
   std::fprintf(stderr, "host aie_api: %s\n", msg);
   std::abort();
@@ -338,4 +347,11 @@ AIE_HOST_PER_LIBRARY inline unsigned long g_misaligned = 0;
 extern "C" __attribute__((visibility("default"), used, weak)) unsigned long
 aie_host_misaligned_accesses() {
   return aie::host::g_misaligned;
+}
+
+// The count of sub-vector extracts with a run-time index since load (see
+// g_runtime_extracts), for tests (ctypes) of a host-built kernel.
+extern "C" __attribute__((visibility("default"), used, weak)) unsigned long
+aie_host_runtime_extracts() {
+  return aie::host::g_runtime_extracts;
 }

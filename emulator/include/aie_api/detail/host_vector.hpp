@@ -117,11 +117,15 @@ public:
   }
 
   // Sub-vector idx of E elements (idx is a partition index, not an element
-  // offset).
+  // offset). An index the optimizer cannot fold is counted
+  // (aie_host_runtime_extracts): always inlined, so that a constant index at
+  // the call site is seen as one.
   template <unsigned E>
-  vector<T, E> extract(unsigned idx) const {
+  [[gnu::always_inline]] inline vector<T, E> extract(unsigned idx) const {
     static_assert(N % E == 0 && E <= N,
                   "extract: E must divide the vector size");
+    if (!__builtin_constant_p(idx))
+      ++host::g_runtime_extracts;
     if (idx >= N / E)
       host::fatal("extract: partition index out of range");
     vector<T, E> r;
@@ -299,9 +303,11 @@ public:
   }
 
   template <unsigned E>
-  accum<Tag, E> extract(unsigned idx) const {
+  [[gnu::always_inline]] inline accum<Tag, E> extract(unsigned idx) const {
     static_assert(N % E == 0 && E <= N,
                   "accum::extract: E must divide the size");
+    if (!__builtin_constant_p(idx)) // as vector::extract
+      ++host::g_runtime_extracts;
     if (idx >= N / E)
       host::fatal("accum::extract: partition index out of range");
     accum<Tag, E> r;
