@@ -66,7 +66,7 @@ ALIGN = (
 )
 BLOCK = 8  # mmul block edge (8x8x8 bf16 mmul)
 L1_BYTES = 64 * 1024  # data memory of one compute tile, stack included
-# The stack a PE's core needs: what gemm_int4_accumulate keeps live at its busiest point (the 2x2 hot
+# The stack a PE's core needs: what matmul_int4_bf16_packed_f32 keeps live at its busiest point (the 2x2 hot
 # loop and the scale folds that follow it), in bytes if every value spilled at once, plus the frame of the
 # core function aircc generates around the calls. The kernel keeps no arrays on the stack and nothing here
 # grows with the tile. Peano's real frames: `make -C kernels stack-report` (docs/kernel.md#building).
@@ -697,6 +697,16 @@ def pack_records(
 
 
 # ------------------------------------------------------------------------------------------ the GEMM design
+# The GEMM's kernel entries under the names of mlir-air's int4 GEMM (matrix_multiplication/int4_awq/
+# matmul_int4_packed.py at e972f29): its llms stitchers (o_ffn_int4_multi.py, rms_gemms_rope_int4_multi.py)
+# keep exactly these symbols unprefixed when they merge the builder's modules, and take their declarations
+# from the builder's own IR. Our signatures are ours (the record, the blocked in-place accumulator, the
+# scratch: docs/kernel.md); the names are upstream's.
+GEMM_ENTRIES = {
+    "zero": "zero_vectorized_f32_mn",
+    "accumulate": "matmul_int4_bf16_packed_f32",
+    "drain": "f32_to_bf16_mn",
+}
 HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
 MEMTILE_BYTES = 512 * 1024
 MEMTILES = 8

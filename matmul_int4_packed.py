@@ -110,6 +110,7 @@ from ml_dtypes import bfloat16
 
 # the record and the rules of this example, beside this file
 from int4_packed_record import (
+    GEMM_ENTRIES,
     ConfigError,
     GemmConfig,
     check_dims,
@@ -258,11 +259,11 @@ def build_module(
     )
 
     obj = cfg.kernel_object
-    zero = kernel_func("gemm_int4_zero", [acc_pe], obj)
+    zero = kernel_func(GEMM_ENTRIES["zero"], [acc_pe], obj)
     accumulate = kernel_func(
-        "gemm_int4_accumulate", [w_l1, a_l1, acc_pe, scratch_pe], obj
+        GEMM_ENTRIES["accumulate"], [w_l1, a_l1, acc_pe, scratch_pe], obj
     )
-    drain = kernel_func("gemm_int4_drain", [acc_pe], obj)
+    drain = kernel_func(GEMM_ENTRIES["drain"], [acc_pe], obj)
 
     def pe_slice(buf, x, y, size=2 * tile):
         return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])

@@ -5,7 +5,7 @@
   * the reference GEMM for M = N = K = 2048 (f64 and f32 accumulation), budget 2 s;
   * the packer's time for every Llama-3.2-1B projection weight of 16 layers
     (q, o 2048x2048; k, v 2048x512; gate, up 2048x8192; down 8192x2048), budget 10 s;
-  * the host-built kernel's speed for one tile configuration (MAC/s of gemm_int4_accumulate calls,
+  * the host-built kernel's speed for one tile configuration (MAC/s of matmul_int4_bf16_packed_f32 calls,
     i.e. the emulator's speed), default 64x64 tile, K-chunk 64, GS 128.
 
 Usage: python3 host/bench_host.py [--tile-m 64 --tile-n 64 --tile-k 64 --gs 128 --calls 2000]
@@ -92,7 +92,12 @@ def main() -> int:
     rec = pack_weights(w, tn, tk)[0, 0]
     hk.zero()
     hk.accumulate(rec, a_tile_blocked(random_activations(tm, tk, 2)))
-    fn, bufs = hk.lib.gemm_int4_accumulate, (hk.w_buf, hk.a_buf, hk.c_acc, hk.scratch)
+    fn, bufs = hk.lib.matmul_int4_bf16_packed_f32, (
+        hk.w_buf,
+        hk.a_buf,
+        hk.c_acc,
+        hk.scratch,
+    )
     ptrs = [b.ctypes.data for b in bufs]
     t0 = time.perf_counter()
     for _ in range(args.calls):
@@ -102,7 +107,7 @@ def main() -> int:
     per_call = dt / args.calls
     print(
         f"host kernel {tm}x{tn}x{tk} (gs {gs}): {macs / dt / 1e6:.0f} MMAC/s, {per_call * 1e6:.0f} us per "
-        f"gemm_int4_accumulate call; a 2048^3 GEMM ({2048**3 // (tm * tn * tk)} calls) ~ "
+        f"matmul_int4_bf16_packed_f32 call; a 2048^3 GEMM ({2048**3 // (tm * tn * tk)} calls) ~ "
         f"{2048**3 / (macs / dt):.1f} s of kernel time"
     )
     assert np.isfinite(hk.c_acc).all()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from ml_dtypes import bfloat16
 
+from int4_packed_record import GEMM_ENTRIES
 from int4awq.kernel import record
 from int4awq.kernel.kernel_model import (
     GemvHostKernel,
@@ -346,7 +347,6 @@ def build_module(probe: Probe):
             for n, s, t in probe.l1_buffers()
         }
         i32 = T.i32()
-        prefix = "gemv" if probe.gemv else "gemm"
         rows = [i32] if probe.gemv else []
         calls = {
             "zero": ["zero"],
@@ -356,7 +356,8 @@ def build_module(probe: Probe):
         funcs = {}
         for entry in calls:
             params = [l1t[n] for n in probe.entry_args(entry)] + rows
-            f = FuncOp(f"{prefix}_int4_{entry}", (params, []), visibility="private")
+            name = f"gemv_int4_{entry}" if probe.gemv else GEMM_ENTRIES[entry]
+            f = FuncOp(name, (params, []), visibility="private")
             f.attributes["link_with"] = StringAttr.get(probe.kernel_object)
             f.attributes["llvm.emit_c_interface"] = UnitAttr.get()
             funcs[entry] = f

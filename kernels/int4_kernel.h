@@ -4,11 +4,11 @@
 // One PE computes a DIM_M x DIM_N tile of C = A x dequant(W), one K-chunk of
 // DIM_K_CHUNK per call:
 //
-//   gemm_int4_zero(c_mem)                          c = 0
-//   gemm_int4_accumulate(w_record, a_tile, c_mem, w_scratch)
+//   zero_vectorized_f32_mn(c_mem)                          c = 0
+//   matmul_int4_bf16_packed_f32(w_record, a_tile, c_mem, w_scratch)
 //                                                  c += a_tile x
 //                                                  dequant(w_record)
-//   gemm_int4_drain(c_mem)                         bf16(c), in place
+//   f32_to_bf16_mn(c_mem)                         bf16(c), in place
 //
 // c_mem is the accumulator's memory: DIM_M x DIM_N f32 during the K sweep in
 // 8x8 blocks, column-block outer; its first half the same blocks in bf16 after

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 //===- mm_int4_bf16.cc - int4 weight GEMM entries for AIE2P (aie_api) -----===//
 //
-// The GEMM's entries (gemm_int4_zero, gemm_int4_accumulate, gemm_int4_drain)
-// over int4_kernel.h, which says what they compute and how. Built per tile by
-// kernels/Makefile ENTRIES=gemm (-DDIM_M, -DDIM_N, -DDIM_K_CHUNK, -DDIM_GS and
-// the format's macros).
+// The GEMM's entries (zero_vectorized_f32_mn, matmul_int4_bf16_packed_f32,
+// f32_to_bf16_mn) over int4_kernel.h, which says what they compute and how.
+// Built per tile by kernels/Makefile ENTRIES=gemm (-DDIM_M, -DDIM_N,
+// -DDIM_K_CHUNK, -DDIM_GS and the format's macros).
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,7 +32,7 @@ extern "C" {
 
 // c_mem: the accumulator, DIM_M * DIM_N floats, blocked: block (mb, nb) of C
 // at (nb * DIM_M/8 + mb) * 64, row-major inside.
-void gemm_int4_zero(bfloat16 *__restrict c_mem) {
+void zero_vectorized_f32_mn(bfloat16 *__restrict c_mem) {
   KERNEL_ALIGNED(c_mem);
   float *__restrict c_acc = reinterpret_cast<float *>(c_mem);
   const aie::vector<float, 16> z = aie::zeros<float, 16>();
@@ -45,12 +45,12 @@ void gemm_int4_zero(bfloat16 *__restrict c_mem) {
 
 // w_record: one packed record (RECORD_BYTES); a_tile: DIM_M x DIM_K_CHUNK bf16
 // in 8x8 blocks, block (mb, kb) at (mb * DIM_K_CHUNK/8 + kb) * 64, row-major
-// inside; c_mem: the accumulator (as gemm_int4_zero); w_scratch: SCRATCH_BYTES
-// bytes (kernel-private; holds bfp16 block lines, see above).
-void gemm_int4_accumulate(uint8_t *__restrict w_record,
-                          bfloat16 *__restrict a_tile,
-                          bfloat16 *__restrict c_mem,
-                          uint8_t *__restrict w_scratch) {
+// inside; c_mem: the accumulator (as zero_vectorized_f32_mn); w_scratch:
+// SCRATCH_BYTES bytes (kernel-private; holds bfp16 block lines, see above).
+void matmul_int4_bf16_packed_f32(uint8_t *__restrict w_record,
+                                 bfloat16 *__restrict a_tile,
+                                 bfloat16 *__restrict c_mem,
+                                 uint8_t *__restrict w_scratch) {
   KERNEL_ALIGNED(w_record);
   KERNEL_ALIGNED(a_tile);
   KERNEL_ALIGNED(c_mem);
@@ -134,17 +134,17 @@ void gemm_int4_accumulate(uint8_t *__restrict w_record,
   }
 }
 
-// c_mem: the accumulator (as gemm_int4_zero) -> its first DIM_M * DIM_N * 2
-// bytes: the same 8x8 blocks of C in bf16, in the same order, round to nearest
-// even; the drain DMA un-blocks them. Novel: no upstream kernel drains in place
-// (docs/design.md#provenance). One 64-lane load, conversion and store
+// c_mem: the accumulator (as zero_vectorized_f32_mn) -> its first DIM_M * DIM_N
+// * 2 bytes: the same 8x8 blocks of C in bf16, in the same order, round to
+// nearest even; the drain DMA un-blocks them. Novel: no upstream kernel drains
+// in place (docs/design.md#provenance). One 64-lane load, conversion and store
 // per block, in place: bf16 block j (bytes 128 j .. 128 j + 127) lands inside
 // f32 block j / 2 <= j, already read, and below every block still to be read.
 // What keeps each store after the load it overwrites is program order on one
 // base pointer: the loads and stores all derive from c_mem, and clang gives
 // every vector-typed access the omnipotent char TBAA tag, so type-based alias
 // analysis separates none of them.
-void gemm_int4_drain(bfloat16 *__restrict c_mem) {
+void f32_to_bf16_mn(bfloat16 *__restrict c_mem) {
   KERNEL_ALIGNED(c_mem);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   const float *c_acc = reinterpret_cast<const float *>(c_mem);

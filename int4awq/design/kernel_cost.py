@@ -385,7 +385,7 @@ def kernel_hash() -> str:
     return h.hexdigest()[:16]
 
 
-# A call: (tm, tn, tk, gs) of gemm_int4_accumulate, or (None, tn, tk, gs, m) of gemv_int4_accumulate with m
+# A call: (tm, tn, tk, gs) of matmul_int4_bf16_packed_f32, or (None, tn, tk, gs, m) of gemv_int4_accumulate with m
 # rows (the GEMV object has no tile_m).
 def _key(
     tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
@@ -450,7 +450,7 @@ def measure_tile_ends(tm: int, tn: int) -> list[float]:
 def measure(
     tm: int | None, tn: int, tk: int, gs: int, m: int | None = None, fmt: str = "awq"
 ) -> dict:
-    """Profile one call (gemm_int4_accumulate, or gemv_int4_accumulate of m rows) of a format's kernel object
+    """Profile one call (matmul_int4_bf16_packed_f32, or gemv_int4_accumulate of m rows) of a format's kernel object
     into a table entry."""
     from .kernel_profile import profile_accumulate, profile_gemv
 
@@ -529,7 +529,7 @@ def _gemm_calls_of(tm: int, tn: int, tk: int) -> list[tuple]:
 
 
 def estimated_cycles(tm: int, tn: int, tk: int, gs: int, fmt: str = "awq") -> float:
-    """Modelled cycles of a gemm_int4_accumulate call without profiling it: the call's own profile when at
+    """Modelled cycles of a matmul_int4_bf16_packed_f32 call without profiling it: the call's own profile when at
     hand, else the profiled call of the same tile and format nearest in group size, else AWQ's (a ranking
     estimate for choosing which configurations to profile, never a reported figure)."""
     if known(tm, tn, tk, gs, None, fmt):
@@ -572,7 +572,7 @@ def entry(
 
 
 def kernel_cycles(tm: int, tn: int, tk: int, gs: int, fmt: str = "awq") -> float:
-    """Modelled cycles of one gemm_int4_accumulate call at these tiles (MODELLED)."""
+    """Modelled cycles of one matmul_int4_bf16_packed_f32 call at these tiles (MODELLED)."""
     return float(
         np.array(entry(tm, tn, tk, gs, None, fmt)["x"]) @ calibration().constants
     )

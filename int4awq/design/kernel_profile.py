@@ -3,7 +3,7 @@
 
 Printed with the calibrated cycles by `python3 -m int4awq.design.kernel_cost --tile-m 64 --tile-n 64 --tile-k 64`.
 
-Per marked (software-pipelined) loop of gemm_int4_accumulate: its entries and the instructions it issued
+Per marked (software-pipelined) loop of matmul_int4_bf16_packed_f32: its entries and the instructions it issued
 per AIE2P slot class (emulator/include/aie_api/detail/host_profile.hpp), the peak number of block streams
 live at once against the core's FIFO registers (two load, one store), and a LOWER BOUND on the cycles of
 a call: each loop as fast as its busiest slot allows (perfect pipelining, no fill or drain), everything
@@ -222,7 +222,7 @@ def _first_record(tile_n: int, tile_k: int, gs: int, fmt: str) -> np.ndarray:
 def profile_accumulate(
     tile_m: int, tile_n: int, tile_k: int, gs: int, fmt: str = "awq"
 ) -> Profile:
-    """One gemm_int4_accumulate call of the profiling build on seeded operands."""
+    """One matmul_int4_bf16_packed_f32 call of the profiling build on seeded operands."""
     from ..kernel.kernel_model import HostKernel, a_tile_blocked
     from ..formats.quant import random_activations
     from ..kernel.record import KernelObject
@@ -253,7 +253,7 @@ def tile_ends_chunk(tile_m: int, tile_n: int) -> int | None:
 
 
 def profile_tile_ends(tile_m: int, tile_n: int) -> Profile:
-    """gemm_int4_zero then gemm_int4_drain, the calls made once per C tile (tile_ends_chunk's object)."""
+    """zero_vectorized_f32_mn then f32_to_bf16_mn, the calls made once per C tile (tile_ends_chunk's object)."""
     from ..errors import ConfigError
     from ..kernel.kernel_model import HostKernel
     from ..kernel.record import KernelObject
@@ -295,7 +295,7 @@ def report(p: Profile, tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
         + f"{'cycles >=':>11}"
     )
     lines = [
-        f"gemm_int4_accumulate {tile_m}x{tile_n}x{tile_k}, GS {gs}: {steps} 8x8x8 mmul steps "
+        f"matmul_int4_bf16_packed_f32 {tile_m}x{tile_n}x{tile_k}, GS {gs}: {steps} 8x8x8 mmul steps "
         f"(host aie_api profile, not a Peano schedule)",
         head,
     ]

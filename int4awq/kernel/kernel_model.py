@@ -289,9 +289,9 @@ class HostKernel(_HostObject):
         super().__init__(
             KernelObject("gemm", tile_n, tile_k, gs, tile_m, rounding, format),
             (
-                ("gemm_int4_zero", [vp]),
-                ("gemm_int4_accumulate", [vp] * 4),
-                ("gemm_int4_drain", [vp]),
+                ("zero_vectorized_f32_mn", [vp]),
+                ("matmul_int4_bf16_packed_f32", [vp] * 4),
+                ("f32_to_bf16_mn", [vp]),
             ),
             lib,
         )
@@ -302,12 +302,12 @@ class HostKernel(_HostObject):
         self.a_buf = aligned_empty((tm * tk,), bfloat16)
 
     def zero(self) -> None:
-        self.lib.gemm_int4_zero(self.c_acc.ctypes.data)
+        self.lib.zero_vectorized_f32_mn(self.c_acc.ctypes.data)
 
     def accumulate(self, record: np.ndarray, a_blocked: np.ndarray) -> None:
         self.w_buf[...] = record
         self.a_buf[...] = a_blocked
-        self.lib.gemm_int4_accumulate(
+        self.lib.matmul_int4_bf16_packed_f32(
             self.w_buf.ctypes.data,
             self.a_buf.ctypes.data,
             self.c_acc.ctypes.data,
@@ -317,7 +317,7 @@ class HostKernel(_HostObject):
     def drain_blocks(self) -> np.ndarray:
         """bf16(C) drained in place: the accumulator's first tile_m * tile_n bf16, 8x8 blocks column-block
         outer (a copy)."""
-        self.lib.gemm_int4_drain(self.c_acc.ctypes.data)
+        self.lib.f32_to_bf16_mn(self.c_acc.ctypes.data)
         return self.c_acc.view(bfloat16)[: self.tile_m * self.tile_n].copy()
 
     def drain(self) -> np.ndarray:

@@ -2,7 +2,7 @@
 """The tools' side of the packed Q+S+Z weight record the AIE2P kernel reads: each format's packer and
 unpacker, over the layout and rules of int4_packed_record.py (beside the builders; re-exported here).
 
-One record per (N-tile nt, K-chunk kc) holds everything a PE needs for one `gemm_int4_accumulate` call,
+One record per (N-tile nt, K-chunk kc) holds everything a PE needs for one `matmul_int4_bf16_packed_f32` call,
 so a single DMA brings it. L3 order: record (nt, kc) at byte offset (nt * (K // tile_k) + kc) * record_bytes.
 The layout (int4_packed_record's module doc): Q in the memory-image order of the kernel's W pair lines, one
 nibble per image byte, so element (k, n) of the chunk is nibble

@@ -180,7 +180,7 @@ def test_every_design_through_aircc(design, tmp_path, record_property):
 @needs_compiler
 def test_a_module_the_compiler_refuses_names_its_error(tmp_path):
     d = next(d for d in DESIGNS if d.name == "make run1x1")
-    broken = d.text().replace("func.call @gemm_int4_drain", "func.call @no_such_entry")
+    broken = d.text().replace("func.call @f32_to_bf16_mn", "func.call @no_such_entry")
     with pytest.raises(compiler.CompileError, match="aircc: .*no_such_entry"):
         compiler.compile_module(broken, d.options, str(tmp_path))
 

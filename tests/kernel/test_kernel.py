@@ -549,7 +549,7 @@ def test_program_memory_is_refused_over_16_kb():
     # which mlir-aie's linker script puts in data memory, does not
     size = (
         "k.o  :\nsection            size   addr\n.text                 0      0\n"
-        ".text.gemm_int4_zero  {}      0\n.text.gemm_int4_drain  {}   0\n"
+        ".text.zero_vectorized_f32_mn  {}      0\n.text.f32_to_bf16_mn  {}   0\n"
         ".rodata            5000      0\n.bss                 64      0\nTotal  99\n"
     )
     at = _toolchain(
@@ -577,9 +577,9 @@ def test_a_misaligned_buffer_stops_a_debug_build(kernels):
         f"lib = ctypes.CDLL({str(hk.path)!r})\n"
         "buf = ctypes.create_string_buffer(1 << 16)\n"
         "p = (ctypes.addressof(buf) + 63) // 64 * 64\n"
-        "lib.gemm_int4_zero(ctypes.c_void_p(p))\n"
+        "lib.zero_vectorized_f32_mn(ctypes.c_void_p(p))\n"
         "print('aligned ok', flush=True)\n"
-        "lib.gemm_int4_zero(ctypes.c_void_p(p + 32))\n"
+        "lib.zero_vectorized_f32_mn(ctypes.c_void_p(p + 32))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.stdout == "aligned ok\n"

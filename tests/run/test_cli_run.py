@@ -378,7 +378,7 @@ def test_report_comes_after_the_result_within_100_columns(capsys):
     verdict = lines.index("PASS!")
     after = "\n".join(lines[verdict + 1 :])
     assert "Memory budget (emulator, static)" in after and "L1 per PE of herd" in after
-    assert "Emulator counters" in after and "gemm_int4_accumulate" in after
+    assert "Emulator counters" in after and "matmul_int4_bf16_packed_f32" in after
     assert (
         "NPU2 resources" in after and "resources: within limits" in lines[verdict + 1 :]
     )

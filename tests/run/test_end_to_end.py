@@ -116,7 +116,7 @@ def test_emulator_counters_agree_with_the_design():
         ddr = stats.bytes[("L3", "L2")] + stats.bytes[("L2", "L3")]
         assert ddr == cfg.ddr_bytes()
         calls = (cfg.m // cfg.tile_m) * (cfg.n // cfg.tile_n) * (cfg.k // cfg.tile_k_l1)
-        assert stats.kernel_calls["gemm_int4_accumulate"] == calls
+        assert stats.kernel_calls["matmul_int4_bf16_packed_f32"] == calls
         [herd] = (
             backend.emu_budget.herds
         )  # zero, compute and drain merge into one physical herd
