@@ -461,6 +461,15 @@ def packed_tile_bytes(n_tile, k_chunk, gs):
     """(q_bytes, s_bytes, z_bytes, total) of one weight record of n_tile columns and a K-chunk of k_chunk
     (group size gs): its codes, bf16 scales and uint8 zero points, and the record's size. Each section
     starts on 64 bytes (the kernel's 512-bit loads), so total can exceed the sum of the three.
+
+    Not upstream's sizes, by design: at (16, 128, 128) mlir-air's record is (1024, 32, 16, 1072), codes,
+    scales and zero points back to back; ours is (1152, 32, 16, 1280). The codes are laid out as the
+    memory image of the kernel's bfp16 pair lines, a nibble also where each 8-value block's exponent byte
+    goes (9 nibbles per 8 codes), so the kernel dequantises a 512-bit word with one unpack and one
+    subtract; Z holds 2 z (the kernel never doubles a byte vector); and each section starts on 64 bytes
+    (int4_packed_record.py has the layout byte by byte). Every size a consumer needs flows from this
+    function and pack_inputs, as mlir-air's stitchers take theirs; a buffer sized by hand to upstream's
+    1072 does not match build_module's W argument, and the emulator's invoker refuses it by its size.
     """
     lay = record_layout(n_tile, k_chunk, gs)
     return lay.q_bytes, lay.s_bytes, lay.z_bytes, lay.total
