@@ -6,6 +6,8 @@ upstream CLI conventions (-p / --print-module-only, --compile-mode, -v), here on
 import os
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "emulator"))
 
@@ -243,6 +245,38 @@ def test_upstreams_operands_run_through_the_module_on_the_emulator():
     ref = builder.cpu_reference(w_q, w_s, w_z, a).astype(np.float32)
     # the kernel rounds A to bfp16 blocks (8-bit mantissas): within 1 % of the largest output
     assert np.abs(c.astype(np.float32) - ref).max() <= 0.01 * np.abs(ref).max()
+
+
+def test_a_weight_buffer_sized_by_upstreams_record_is_refused_by_its_size():
+    # mlir-air's record at (16, 128, 128) is 1072 bytes, ours 1280: a consumer that sizes the weight
+    # buffer by hand gets an error naming the sizes, never a run on misread records
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from air.emu import ExecutionError
+    from host.run import emulator_backend
+
+    m, k, n, gs = 128, 128, 64, 128
+    cfg = DesignConfig(
+        m=m,
+        k=k,
+        n=n,
+        gs=gs,
+        tile_m=16,
+        tile_n=16,
+        tile_k_l1=128,
+        tile_k_l2=k,
+        herd_m=8,
+        herd_n=4,
+    )
+    assert builder.packed_tile_bytes(16, 128, 128)[3] == 1280
+    invoke = emulator_backend(cfg).compile_and_load(
+        builder.build_module(m, k, n, gs, 16, k, 128, 16, 8, 4)
+    )
+    by_hand = np.zeros((n // 16, k // 128, 1072), np.uint8)
+    a = np.zeros((m, k), bfloat16)
+    with pytest.raises(ExecutionError, match=r"has 4288 bytes.*needs 5120"):
+        invoke(a, by_hand, np.zeros((m, n), bfloat16))
 
 
 def test_importing_the_builders_loads_nothing_of_the_tools():
