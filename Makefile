@@ -7,6 +7,7 @@
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make run_llama_decode_layer AWQ=.. a layer's o_proj + FFN at decode as one module of 7 launches
 #   make compile print             aircc build for NPU2 / print the AIR module
+#   make compile-kernel all        the Peano kernel object / build and run (mlir-air's Makefile names)
 #   make aircc-check               every design through the real aircc + aiecc (no NPU needed)
 #   make sim                       run8x4 through the simulator of the compiled design (BACKEND=sim: any run)
 #   make sim-all                   every default design simulated from its compiled form, against the emulator
@@ -73,7 +74,7 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(srcdir)/emulator)
 
 
-.PHONY: help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode run_llama_decode_layer print compile bench test deps dev-deps format-deps clean
+.PHONY: all compile-kernel help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode run_llama_decode_layer print compile bench test deps dev-deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -156,9 +157,14 @@ print: deps
 bench: dev-deps
 	$(PYTHON) $(srcdir)/host/bench.py $(RUN_ARGS)
 
-compile: deps
-	$(MAKE) -C $(srcdir)/kernels peano $(KERNEL_ARGS)
+compile: compile-kernel
 	$(PYTHON) $(srcdir)/matmul_int4_packed.py $(DESIGN_ARGS) --compile-mode compile-only
+
+# The names mlir-air's example Makefiles use: compile-kernel (the Peano object of this configuration) and
+# all (build and run it: on the NPU with the toolchain, on the emulator elsewhere).
+compile-kernel: deps
+	$(MAKE) -C $(srcdir)/kernels peano $(KERNEL_ARGS)
+all: run
 
 # Every design through the real compiler (docs/verification.md#the-real-compiler): aircc's AIR passes
 # compared with the emulator's decisions, aircc + aiecc down to the NPU instructions, the runtime sequence
