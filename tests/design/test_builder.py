@@ -216,13 +216,11 @@ def test_m_per_segment_walks_m_blocks_inside_the_segment():
         builder.build_module(*args, 4)
 
 
-def test_upstreams_operands_run_through_the_module_on_the_emulator():
-    import numpy as np
-    from ml_dtypes import bfloat16
-
+def _upstreams_call_on_the_emulator(m, k, n, gs, herd_m, m_per_segment=1):
+    """The invoker of build_module at the tiles mlir-air's consumers call it with (16 x 16, K-chunks of
+    128, tile_k_l2 = K, herd_m x 4), on the emulator."""
     from host.run import emulator_backend
 
-    m, k, n, gs = 128, 256, 128, 128
     cfg = DesignConfig(
         m=m,
         k=k,
@@ -232,15 +230,24 @@ def test_upstreams_operands_run_through_the_module_on_the_emulator():
         tile_n=16,
         tile_k_l1=128,
         tile_k_l2=k,
-        herd_m=2,
+        herd_m=herd_m,
         herd_n=4,
-        m_per_segment=2,
+        m_per_segment=m_per_segment,
     )
+    module = builder.build_module(
+        m, k, n, gs, 16, k, 128, 16, herd_m, 4, m_per_segment=m_per_segment
+    )
+    return emulator_backend(cfg).compile_and_load(module)
+
+
+def test_upstreams_operands_run_through_the_module_on_the_emulator():
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    m, k, n, gs = 128, 256, 128, 128
     w_q, w_s, w_z, a, _ = upstream_operands(4, m, k, n, gs)
     packed = builder.pack_inputs(w_q, w_s, w_z, m, k, n, gs, 16, 128)
-    invoke = emulator_backend(cfg).compile_and_load(
-        builder.build_module(m, k, n, gs, 16, k, 128, 16, 2, 4, m_per_segment=2)
-    )
+    invoke = _upstreams_call_on_the_emulator(m, k, n, gs, herd_m=2, m_per_segment=2)
     c = np.asarray(invoke(a, packed, np.zeros((m, n), bfloat16))[2]).reshape(m, n)
     ref = builder.cpu_reference(w_q, w_s, w_z, a).astype(np.float32)
     # the kernel rounds A to bfp16 blocks (8-bit mantissas): within 1 % of the largest output
@@ -254,25 +261,10 @@ def test_a_weight_buffer_sized_by_upstreams_record_is_refused_by_its_size():
     from ml_dtypes import bfloat16
 
     from air.emu import ExecutionError
-    from host.run import emulator_backend
 
     m, k, n, gs = 128, 128, 64, 128
-    cfg = DesignConfig(
-        m=m,
-        k=k,
-        n=n,
-        gs=gs,
-        tile_m=16,
-        tile_n=16,
-        tile_k_l1=128,
-        tile_k_l2=k,
-        herd_m=8,
-        herd_n=4,
-    )
     assert builder.packed_tile_bytes(16, 128, 128)[3] == 1280
-    invoke = emulator_backend(cfg).compile_and_load(
-        builder.build_module(m, k, n, gs, 16, k, 128, 16, 8, 4)
-    )
+    invoke = _upstreams_call_on_the_emulator(m, k, n, gs, herd_m=8)
     by_hand = np.zeros((n // 16, k // 128, 1072), np.uint8)
     a = np.zeros((m, k), bfloat16)
     with pytest.raises(ExecutionError, match=r"has 4288 bytes.*needs 5120"):
