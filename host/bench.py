@@ -232,7 +232,9 @@ def simulated_us(cfg) -> float:
         cfg, builder_of(cfg).build_module(**cfg.builder_args()), quiet=True
     )
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
-    _, sim = aiesim.simulate(text, None, costs=sim_costs.costs(cfg), run_kernels=False)
+    _, sim = aiesim.simulate(
+        text, None, costs=sim_costs.costs(cfg), run_kernels=False, insts=outdir
+    )
     return (sim_costs.seconds(sim) + model.FIXED_S) * 1e6
 
 

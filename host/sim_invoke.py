@@ -31,7 +31,13 @@ def run(module_text: str, options: dict, arrays) -> tuple:
         if outdir is None:
             raise AirBackendError(f"the simulator needs aircc + aiecc: {line}")
         text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
-        outs, _ = aiesim.simulate(text, [np.asarray(a) for a in arrays])
+        # AIR_SIM_SEQUENCE=dialect runs the runtime sequence at the dialect level (the cross-check)
+        outs, _ = aiesim.simulate(
+            text,
+            [np.asarray(a) for a in arrays],
+            insts=outdir,
+            dialect=os.environ.get("AIR_SIM_SEQUENCE") == "dialect",
+        )
     except compiler.CompileError as e:
         raise AirBackendError(str(e)) from None
     except aiesim.Hang as h:

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Broken copies of a compiled design, run by the simulator of the compiled design (emulator/aiesim):
 each mutation changes one thing aiecc decided (a lock's initial value, a BD's length, a BD chain, BD ids,
-a switchbox connection, a buffer's address) in the generic-form text of input_physical.mlir, and the
-simulator must not pass it silently: it hangs with its report, gives another C, or the mutation is
+a switchbox connection, a buffer's address, a core acquire removed, a release doubled, a core access moved
+past its release, a BD's acquire removed, a task started twice) in the generic-form text of
+input_physical.mlir, and the simulator must not pass it silently: it hangs with its report, reports a
+race (the lock-ownership rule), gives another C, leaves data behind (a failure), or the mutation is
 harmless for a reason the table states.
 
 `python3 host/sim_mutations.py` prints the table for `make run1x1`'s compiled design (docs/verification.md
@@ -156,6 +158,114 @@ def overlap_buffers(text):
     return "\n".join(lines)
 
 
+def _core_body(lines) -> tuple[int, int]:
+    """(first, last) line index of the first compute tile's core body."""
+    tile = _core_tile(lines)
+    start = next(i for i, ln in enumerate(lines) if f'"aie.core"({tile})' in ln)
+    end = next(i for i in range(start, len(lines)) if lines[i].strip().startswith("})"))
+    return start + 1, end
+
+
+def _core_lock_lines(lines, action: int) -> list[int]:
+    first, last = _core_body(lines)
+    return [
+        i
+        for i in range(first, last)
+        if '"aie.use_lock"' in lines[i] and f"action = {action} : i32" in lines[i]
+    ]
+
+
+def core_acquires(text) -> int:
+    """How many AcquireGreaterEqual the first compute tile's core body holds."""
+    return len(_core_lock_lines(_lines(text), 2))
+
+
+def drop_core_acquire(k: int):
+    """The k-th AcquireGreaterEqual of the first compute tile's core body removed."""
+
+    def mutate(text):
+        lines = _lines(text)
+        del lines[_core_lock_lines(lines, 2)[k]]
+        return "\n".join(lines)
+
+    return mutate
+
+
+def release_twice(text):
+    """The core body's first release written twice."""
+    lines = _lines(text)
+    i = _core_lock_lines(lines, 1)[0]
+    lines.insert(i + 1, lines[i])
+    return "\n".join(lines)
+
+
+def call_after_release(text):
+    """The core body's last kernel call (the drain) moved after the release that follows it."""
+    lines = _lines(text)
+    first, last = _core_body(lines)
+    i = max(j for j in range(first, last) if '"func.call"' in lines[j])
+    assert '"aie.use_lock"' in lines[i + 1] and "action = 1 : i32" in lines[i + 1]
+    lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    return "\n".join(lines)
+
+
+def drop_bd_acquire(text):
+    """The first input ring's first BD (in the compute tile's DMA) loses its acquire."""
+    lines = _lines(text)
+    i, _ = _mem_bds(lines)[1]
+    assert '"aie.use_lock"' in lines[i - 1] and "action = 2 : i32" in lines[i - 1]
+    del lines[i - 1]
+    return "\n".join(lines)
+
+
+def start_twice(text):
+    """The runtime sequence starts the task that sends its first argument (A) twice: the second copy
+    goes where the first went and nothing consumes all of it before the sequence ends.
+    """
+    lines = _lines(text)
+    task = None
+    for i, ln in enumerate(lines):
+        m = re.match(r'\s*(%\w+) = "aiex.dma_configure_task_for"', ln)
+        if m and '"aie.dma_bd"(%arg0)' in lines[i + 1]:
+            task = m.group(1)
+        if task and f'"aiex.dma_start_task"({task})' in ln:
+            lines.insert(i + 1, ln)
+            return "\n".join(lines)
+    raise ValueError("no task sending %arg0")
+
+
+def start_twice_insts(data: bytes) -> bytes:
+    """The same in an instruction stream: the task-queue write of shim MM2S 0 (A's channel in run1x1)
+    written twice."""
+    from aiesim import insts
+
+    stream = insts.decode(data)
+    for i, ins in enumerate(stream.instrs):
+        if ins.name == "write32":
+            col, row, off = insts.split(ins.address)
+            name = insts.register_name(col, row, off) or ""
+            if re.fullmatch(r"DMA_MM2S_0_\w*Queue", name):
+                stream.instrs.insert(i + 1, ins)
+                return insts.encode(stream.header, stream.instrs)
+    raise ValueError("no start-queue write of MM2S 0")
+
+
+def mutated_folder(outdir: str, dest: str, text: str, mutate, mutate_insts) -> str:
+    """A copy of a compiler output folder with its design mutated at both levels the simulator reads:
+    input_physical.mlir (generic form) and each runtime sequence's instruction stream.
+    """
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(dest, "input_physical.mlir"), "w") as f:
+        f.write(mutate(text))
+    for name in os.listdir(outdir):
+        if name.startswith("insts") and name.endswith(".bin"):
+            with open(os.path.join(outdir, name), "rb") as f:
+                data = f.read()
+            with open(os.path.join(dest, name), "wb") as f:
+                f.write(mutate_insts(data))
+    return dest
+
+
 MUTATIONS = [
     Mutation(
         "a lock's initial value +1 (2 -> 3: an input ring's free slots)",
@@ -182,7 +292,8 @@ MUTATIONS = [
     Mutation(
         "a BD's length +1 (the first input's)",
         bd_length(+1),
-        "refused: the BD writes one element past its buffer (on hardware, into the next buffer)",
+        "race: the BD's last element lies in the next buffer (buf1), which the other input's lock pair "
+        "guards (the lock-ownership rule; without it, refused: the BD writes past its buffer)",
     ),
     Mutation(
         "a next_bd cut (the input ring ends after one pass)", next_bd_to("end"), "hang"
@@ -205,31 +316,67 @@ MUTATIONS = [
         overlap_buffers,
         "wrong C",
     ),
+    *[
+        Mutation(
+            f"the core's AcquireGreaterEqual number {k + 1} removed",
+            drop_core_acquire(k),
+            "race: the core touches a buffer whose lock it does not hold (the lock-ownership rule)",
+        )
+        for k in range(5)  # run1x1's core body holds five (checked by the test)
+    ],
+    Mutation(
+        "a lock released twice (the core's first release)",
+        release_twice,
+        "race: the second release gives back a lock the core no longer holds (the ownership rule; the "
+        "lock's value stays far below 63)",
+    ),
+    Mutation(
+        "a core access moved outside its acquire/release pair (the drain after its release)",
+        call_after_release,
+        "race: the drain call touches the accumulator after the core gave its lock to the C DMA",
+    ),
+    Mutation(
+        "a BD's acquire removed (the first input ring's ping)",
+        drop_bd_acquire,
+        "race: the S2MM BD writes its buffer holding no lock that guards it",
+    ),
+    Mutation(
+        "the runtime sequence starts A's task twice",
+        start_twice,
+        "left behind: the same C, but the second copy of A is still on its way (its task unfinished) "
+        "when the sequence ends: on hardware it would meet the next dispatch",
+    ),
 ]
 
 
-def outcome(text: str, arrays, output: int, baseline) -> str:
-    """What the simulator makes of a (mutated) design: "hang: <first lines>", "wrong C: ...",
-    "same C", or "refused: <why>"."""
+def outcome(text: str, arrays, output: int, baseline, seed=None) -> str:
+    """What the simulator makes of a (mutated) design: "hang: <first lines>", "race: <who, where>" (the
+    lock-ownership rule), "wrong C: ...",
+    "left behind: <what>" (the same C, but words in a stream or a BD half received at the end: a
+    failure), "same C", or "refused: <why>"."""
     import aiesim
     import numpy as np
 
     try:
-        outs, sim = aiesim.simulate(text, [a.copy() for a in arrays])
+        outs, sim = aiesim.simulate(text, [a.copy() for a in arrays], seed=seed)
     except aiesim.Hang as h:
         return "hang: " + " | ".join(h.report[:3])
+    except aiesim.Race as e:
+        return str(e)
     except (aiesim.SimError, aiesim.DesignError) as e:
         return f"refused: {e}"
     got = np.asarray(outs[output]).view(np.uint8).reshape(-1)
     want = np.asarray(baseline).view(np.uint8).reshape(-1)
-    left = f"; {sim.leftovers()[0]}" if sim.leftovers() else ""
+    left = aiesim.leftovers(sim)
     if np.array_equal(got, want):
-        return "same C" + left
-    return f"wrong C: {int((got != want).sum())} of {want.size} bytes differ{left}"
+        return f"left behind: {left[0]}" if left else "same C"
+    more = f"; {left[0]}" if left else ""
+    return f"wrong C: {int((got != want).sum())} of {want.size} bytes differ{more}"
 
 
-def run1x1_case():
-    """(generic text, inputs, output index) of `make run1x1` as aircc + aiecc compile it."""
+def run1x1_case(folder: bool = False):
+    """(generic text, inputs, output index) of `make run1x1` as aircc + aiecc compile it (and the
+    compiler's output folder, with folder=True)."""
     import numpy as np
     from ml_dtypes import bfloat16
 
@@ -251,7 +398,8 @@ def run1x1_case():
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     w = random_weights(cfg.k, cfg.n, cfg.gs, seed=1)
     a_p, w_p = record.padded_operands(cfg, random_activations(cfg.m, cfg.k, 2), w)
-    return text, [a_p, w_p, np.zeros((cfg.m, cfg.n), bfloat16)], 2
+    case = text, [a_p, w_p, np.zeros((cfg.m, cfg.n), bfloat16)], 2
+    return (*case, outdir) if folder else case
 
 
 def table() -> list[tuple[str, str, str]]:

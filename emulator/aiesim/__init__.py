@@ -9,7 +9,9 @@ from __future__ import annotations
 import ctypes
 
 from .design import Design, DesignError, load
-from .engine import Costs, Hang, SimError, Simulator
+from . import insts as _insts
+from .engine import Costs, Hang, Race, SimError, Simulator
+from .insts import InstsError
 from .generic import ParseError, parse
 
 __all__ = [
@@ -17,10 +19,14 @@ __all__ = [
     "Design",
     "DesignError",
     "Hang",
+    "InstsError",
     "ParseError",
+    "Race",
     "SimError",
     "Simulator",
+    "hazards",
     "host_kernels",
+    "leftovers",
     "load",
     "parse",
     "simulate",
@@ -62,39 +68,98 @@ def simulate(
     trace=False,
     device: int = 0,
     run_kernels=True,
+    insts: str | None = None,
+    dialect: bool = False,
+    seed: int | None = None,
 ):
     """Run a compiled module (generic MLIR text) on host arrays: (outputs, the Simulator).
     run_kernels=False: a timing run, the cores' calls charged but not computed.
+
+    insts: the compiler's output folder; each runtime sequence then runs from the instruction stream aiecc
+    wrote for it there (`insts_<device>_<sequence>.bin`, insts.py), unless dialect=True, which runs the
+    dialect-level ops of input_physical.mlir instead (the cross-check). Without insts, the dialect level.
+    seed: a seeded schedule (engine.Simulator): the order of ready agents and the pieces each BD's
+    transfer moves in drawn from it; None, the one deterministic order.
 
     A module of several launches (one aie.device each, and a main device whose runtime sequence
     configures each device and runs its sequence in turn, `aiex.configure` / `aiex.run`) runs its launches
     in that order, each on a fresh array of its own device, the host arrays carried from one to the next
     (DDR outlives a reconfiguration); the Simulator returned is the last launch's, and its launch_cycles
-    lists (device, cycles) of every launch."""
+    lists (device, cycles) of every launch, and launch_leftovers (device, what it left behind) of every
+    launch (`leftovers` reads them)."""
     designs = load(parse(generic_text))
     runs = _main_runs(designs)
     if not runs:
         design = designs[device]
-        sim = Simulator(design, host_kernels, costs, trace, run_kernels)
-        outs = sim.run(arrays)
+        stream = None
+        if insts is not None and not dialect:
+            stream = _insts.for_sequence(insts, design, design.sequences[0])
+        sim = Simulator(design, host_kernels, costs, trace, run_kernels, seed=seed)
+        outs = sim.run(arrays, insts=stream)
         sim.launch_cycles = [(design.name, sim.end_t)]
+        sim.launch_leftovers = [(design.name, _left(sim))]
+        sim.launch_hazards = [(design.name, sim.hazards())]
         return outs, sim
     by_name = {d.name: d for d in designs}
-    sim, launch_cycles = None, []
-    for dev, seq, argmap in runs:
+    sim, launch_cycles, launch_leftovers, launch_hazards = None, [], [], []
+    streams = [None] * len(runs)
+    if insts is not None and not dialect:
+        streams = [
+            _insts.for_sequence(insts, by_name[dev], _sequence(by_name[dev], seq))
+            for dev, seq, _ in runs
+        ]
+        _insts.check_main(insts, *_insts.main_of(designs), streams)
+    for (dev, seq, argmap), stream in zip(runs, streams):
         design = by_name[dev]
         index = next(i for i, q in enumerate(design.sequences) if q.name == seq)
-        sim = Simulator(design, host_kernels, costs, trace, run_kernels)
+        sim = Simulator(design, host_kernels, costs, trace, run_kernels, seed=seed)
         given = None if arrays is None else [arrays[a] for a in argmap]
-        outs = sim.run(given, sequence=index)
+        outs = sim.run(given, sequence=index, insts=stream)
         launch_cycles.append((dev, sim.end_t))
+        launch_leftovers.append((dev, _left(sim)))
+        launch_hazards.append((dev, sim.hazards()))
         if arrays is not None:
             arrays = list(arrays)
             for a, out in zip(argmap, outs):
                 arrays[a] = out
     # each launch's own time, in order: one after the other, a reconfiguration between them not charged
     sim.launch_cycles = launch_cycles
+    sim.launch_leftovers = launch_leftovers
+    sim.launch_hazards = launch_hazards
     return arrays, sim
+
+
+def _sequence(design, name):
+    return next(q for q in design.sequences if q.name == name)
+
+
+def _left(sim) -> list[str]:
+    """The engine's leftovers, and the instruction stream's (tokens no sync took)."""
+    extra = getattr(getattr(sim, "main", None), "leftovers", None)
+    return sim.leftovers() + (extra() if extra else [])
+
+
+def leftovers(sim) -> list[str]:
+    """What a run `simulate` returned left behind, launch by launch: words in a stream or down a cascade,
+    a BD half received. Each is a failure: on hardware it would meet the next dispatch.
+    """
+    runs = getattr(sim, "launch_leftovers", None)
+    if runs is None:
+        runs = [(sim.design.name, sim.leftovers())]
+    many = len(runs) > 1
+    return [f"{dev}: {line}" if many else line for dev, lines in runs for line in lines]
+
+
+def hazards(sim) -> list[str]:
+    """The latent races a run `simulate` returned met, launch by launch (engine.Ownership): a DMA or a
+    core touching bytes that an S2MM BD of another lock pair holds its lock for and may write as soon
+    as words arrive. Not a failure by itself (no byte was written under the other's feet in this run);
+    it is the hazard of one buffer guarded by two unrelated lock pairs."""
+    runs = getattr(sim, "launch_hazards", None)
+    if runs is None:
+        runs = [(sim.design.name, sim.hazards())]
+    many = len(runs) > 1
+    return [f"{dev}: {line}" if many else line for dev, lines in runs for line in lines]
 
 
 def _main_runs(designs) -> list[tuple[str, str, list[int]]]:

@@ -6,9 +6,11 @@ agent by agent), or a step budget runs out.
 The semantics, with where each is defined:
 
 * Locks (AIE2P, AM020 "Lock" and mlir-aie AIE2 `aie.use_lock`): a semaphore of 0..63; AcquireGreaterEqual
-  v waits until the value is at least v and subtracts v; Acquire v (equal) waits until it equals v and
-  sets 0... modelled as waiting for value == v, then subtracting v; Release v adds v (above 63 is an
-  error here: the hardware's 6-bit lock would wrap).
+  v waits until the value is at least v and subtracts v; Acquire v (acquire-equal) waits until the value
+  equals v and leaves it unchanged (UG1583; mlir-aie lowers it to the acquire instruction with +v where
+  AcquireGreaterEqual gets -v: AIECoreToStandard, and aie_api's aiev2_locks.h acquire_equal /
+  acquire_greater_equal); Release v adds v (above 63 is an error here: the hardware's 6-bit lock would
+  wrap). `lock_acquirable` / `lock_take` below.
 * A DMA channel walks its BD chain (mlir-aie `aie.dma_start` / `aie.dma_bd` / `aie.next_bd`): for each BD
   acquire its locks, move its data, release its locks, go to the next; a chain that ends runs
   repeat_count + 1 times; one that loops runs forever.
@@ -23,6 +25,13 @@ The semantics, with where each is defined:
 * Cores run their body: control flow (`cf`), integer arithmetic (`arith`), `memref.load` / `store` on
   placed buffers, `aie.use_lock`, and `func.call` into the kernel built on the host from the same source,
   through ctypes, on the bytes of the buffers at their placed addresses.
+* Lock ownership (the simulator's rule, `Ownership`): which locks guard which buffer comes from the BDs'
+  use_lock pairs; a core access or a BD transfer on a guarded buffer without a held lock of its group, a
+  release of a lock the agent does not hold, or two agents on the same bytes (one writing) is a `Race`.
+* The end: words left in a stream or a cascade, a BD half received, a shim task not finished when the
+  sequence ends are `Simulator.leftovers()`, which the callers fail.
+* Interleavings: `Simulator(..., seed=S)` draws the order of the agents ready at one time and moves each
+  BD's transfer in pieces of random size, the others acting between them.
 
 Time (the timed mode) is MODELLED: each agent keeps its own clock; moving n bytes over a stream costs
 n / STREAM_BYTES_PER_CYCLE cycles (AM027: AIE-ML v2 streams are 64 bits wide), a BD's setup,
@@ -40,6 +49,7 @@ import numpy as np
 
 from .design import (
     ACQUIRE,
+    ACQUIRE_GE,
     MM2S,
     S2MM,
     BD,
@@ -90,6 +100,206 @@ class SimError(Exception):
     buffer): the message says what."""
 
 
+# -- locks ----------------------------------------------------------------------------------------------
+
+_ACQ_SIGN = {ACQUIRE: "==", ACQUIRE_GE: ">="}
+
+
+def lock_acquirable(lock: Lock, value: int, action: int) -> bool:
+    """Whether an acquire of `value` can pass now: acquire-equal when the lock holds exactly `value`,
+    AcquireGreaterEqual when it holds at least `value`."""
+    return lock.value == value if action == ACQUIRE else lock.value >= value
+
+
+def lock_take(lock: Lock, value: int, action: int) -> None:
+    """An acquire that passed: AcquireGreaterEqual takes `value` from the lock; acquire-equal leaves the
+    value as it is (the hardware's acquire with a positive value only compares, UG1583).
+    """
+    if action != ACQUIRE:
+        lock.value -= value
+
+
+class Race(SimError):
+    """An access to a buffer that the lock-ownership rule does not allow (Ownership): the message names
+    the agent, the core's line or the BD, the buffer and the locks that guard it."""
+
+
+def _span_bytes(buf) -> int:
+    """The bytes a (placed or viewed) buffer spans in its tile's memory."""
+    span = 1 + sum((d - 1) * st for d, st in zip(buf.shape, buf.strides()))
+    return span * buf.dtype.itemsize
+
+
+class Ownership:
+    """Which locks guard which buffers, derived from the design itself, and what each agent holds.
+
+    The rule (the simulator's, written from how aiecc lowers every buffer a DMA touches: each BD takes a
+    lock before its transfer and gives one after, `aie.use_lock` around `aie.dma_bd`; the core's side of
+    the same buffer uses the same two locks the other way round): every lock a BD acquires or releases
+    guards that BD's buffer, and locks that meet in one BD form one group (a ping-pong pair's two
+    buffers share one group: its two locks count the free and the full slots). An agent holds a group
+    from an AcquireGreaterEqual of one of its locks until a Release of one of them gives the value back
+    (counted: acquire 2, release 1 and 1). Then:
+
+    * a core's access (memref.load / store, vector.load / store, a func.call's memref arguments) and a
+      DMA BD's transfer touching a guarded buffer must hold a group that guards it: else a Race, naming
+      the core's line or the BD;
+    * a release of a guarding lock by an agent that holds none of its group is a Race (a release twice,
+      or one with no acquire);
+    * while a DMA BD is in flight (from its acquire to its release) no other agent may touch the same
+      bytes if either side writes (two readers may overlap): a Race. This catches one buffer guarded by
+      two unrelated groups (a fill and a send of one buffer) when the schedule makes them meet.
+
+    A buffer no BD touches is the core's own (a scratch, a stack): no lock is needed for it. A lock no BD
+    uses (core-to-core synchronisation) guards nothing and is not counted. An acquire-equal takes no
+    token (it leaves the value), so it gives no ownership.
+    """
+
+    def __init__(self, design):
+        parent: dict[int, int] = {}
+        self.locks: dict[int, Lock] = {}
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        bds = []
+        for ch in design.channels.values():
+            seen, bd = set(), ch.first
+            while bd is not None and id(bd) not in seen:
+                seen.add(id(bd))
+                bds.append(bd)
+                bd = bd.next
+        for bd in bds:
+            locks = [lk for lk, _, _ in bd.acquires] + [lk for lk, _ in bd.releases]
+            for lk in locks:
+                parent.setdefault(id(lk), id(lk))
+                self.locks[id(lk)] = lk
+            for lk in locks[1:]:
+                a, b = find(id(locks[0])), find(id(lk))
+                if a != b:
+                    parent[b] = a
+        self.group = {k: find(k) for k in parent}
+        # per tile: [start, end, buffer, set of groups guarding it]
+        ranges: dict[int, dict[int, list]] = {}
+        for bd in bds:
+            buf = bd.buffer
+            if buf.tile is None:
+                continue
+            entry = ranges.setdefault(id(buf.tile), {}).setdefault(
+                id(buf), [buf.address, buf.address + _span_bytes(buf), buf, set()]
+            )
+            for lk in [lk for lk, _, _ in bd.acquires] + [lk for lk, _ in bd.releases]:
+                entry[3].add(self.group[id(lk)])
+        self.ranges = {t: list(v.values()) for t, v in ranges.items()}
+        self.inflight: list[tuple] = []  # (agent, tile id, start, end, writes, what)
+        self.hazards: list[str] = []  # latent races (an armed S2MM met), see access()
+
+    def describe_group(self, g) -> str:
+        return " / ".join(
+            sorted(
+                f"lock {lk.lock_id}"
+                for k, lk in self.locks.items()
+                if self.group[k] == g
+            )
+        ) + (
+            f" of {next(lk.tile.name for k, lk in self.locks.items() if self.group[k] == g)}"
+        )
+
+    @staticmethod
+    def holds(agent) -> collections.Counter:
+        h = agent.__dict__.get("holds")
+        if h is None:
+            h = agent.__dict__["holds"] = collections.Counter()
+        return h
+
+    def acquired(self, agent, lock, value, action):
+        g = self.group.get(id(lock))
+        if g is not None and action != ACQUIRE:
+            self.holds(agent)[g] += value
+
+    def released(self, agent, lock, value, where: str):
+        g = self.group.get(id(lock))
+        if g is None:
+            return
+        h = self.holds(agent)
+        if h[g] < value:
+            guarded = sorted(
+                e[2].name for es in self.ranges.values() for e in es if g in e[3]
+            )
+            raise Race(
+                f"race: {agent.name} {where} releases {lock.describe()} by {value} holding "
+                f"{h[g]} of its group ({self.describe_group(g)}, guarding {', '.join(guarded)}): a "
+                f"release with no acquire of its own before it (a release twice, or an acquire "
+                f"missing)"
+            )
+        h[g] -= value
+
+    def access(
+        self, agent, buf, start: int, end: int, where: str, writes=True, armed=False
+    ):
+        """agent touches bytes [start, end) of buf's tile memory (absolute offsets in the tile); armed:
+        an S2MM BD that starts (it writes only when words arrive)."""
+        tile = buf.tile
+        if tile is None:
+            return
+        h = self.holds(agent)
+        for s, e, base, groups in self.ranges.get(id(tile), ()):
+            if start < e and s < end and not any(h[g] > 0 for g in groups):
+                raise Race(
+                    f"race: {agent.name} {where} touches {base.name} holding no lock that guards "
+                    f"it ({'; '.join(self.describe_group(g) for g in sorted(groups))}): on the "
+                    f"device another agent may be using it"
+                )
+        for other, t, s, e, w, what in self.inflight:
+            if other is agent or t != id(tile) or not (start < e and s < end):
+                continue
+            if not (w or writes):
+                continue  # two readers
+            overlap = f"bytes {max(s, start)}..{min(e, end) - 1} of {tile.name}"
+            if armed or (w and not getattr(other, "received", 0)):
+                # an S2MM BD that holds its lock but has not written yet: armed to write whatever
+                # arrives. A latent race (the data's arrival decides), recorded, not raised.
+                s2mm, other_side = (agent, other) if armed else (other, agent)
+                s2mm_what, other_what = (where, what) if armed else (what, where)
+                note = (
+                    f"{other_side.name} {other_what} touches {overlap} while {s2mm.name} "
+                    f"{s2mm_what} holds its lock and may write them as soon as words arrive (it "
+                    f"has none yet): the locks do not keep the two apart"
+                )
+                if note not in self.hazards:
+                    self.hazards.append(note)
+                continue
+            raise Race(
+                f"race: {agent.name} {where} touches {overlap} while {other.name} {what} is "
+                f"{'writing' if w else 'reading'} them"
+            )
+
+    def others_inflight(self, agent, tile) -> bool:
+        return tile is not None and any(
+            x[0] is not agent and x[1] == id(tile) for x in self.inflight
+        )
+
+    def begin(self, agent, buf, start, end, writes, what):
+        if buf.tile is not None:
+            self.inflight.append((agent, id(buf.tile), start, end, writes, what))
+
+    def end(self, agent):
+        self.inflight = [x for x in self.inflight if x[0] is not agent]
+
+
+def ownership(sim) -> Ownership | None:
+    """The simulator's Ownership (made on first use), or None when sim.check_ownership is False."""
+    if not getattr(sim, "check_ownership", True):
+        return None
+    own = sim.__dict__.get("_ownership")
+    if own is None:
+        own = sim.__dict__["_ownership"] = Ownership(sim.design)
+    return own
+
+
 # -- streams --------------------------------------------------------------------------------------------
 
 
@@ -100,6 +310,9 @@ class Segment:
         self, data: np.ndarray, source: str, receivers: int, t: float, ready_t=None
     ):
         self.data = data
+        self.avail = (
+            data.size
+        )  # bytes the sender has put on the stream so far (seeded runs: in pieces)
         self.source = source
         self.pending = receivers
         self.t = t  # when the first word can leave
@@ -203,18 +416,34 @@ class DmaAgent(Agent):
         sim = self.sim
         if self.stage == "acquire":
             for lock, value, action in bd.acquires:
-                ok = lock.value == value if action == ACQUIRE else lock.value >= value
-                if not ok:
-                    self.waiting = f"on {bd.describe()}: acquire {lock.describe()} >= {value}, it holds {lock.value}"
+                if not lock_acquirable(lock, value, action):
+                    self.waiting = (
+                        f"on {bd.describe()}: acquire {lock.describe()} "
+                        f"{_ACQ_SIGN[action]} {value}, it holds {lock.value}"
+                    )
                     sim.wait_lock(self, lock)
                     return False
-            for lock, value, _ in bd.acquires:
-                lock.value -= value
+            own = ownership(sim)
+            for lock, value, action in bd.acquires:
+                lock_take(lock, value, action)
+                if own is not None:
+                    own.acquired(self, lock, value, action)
                 self.t = max(self.t, sim.lock_time(lock)) + sim.costs.lock
             self.bd_start = self.t
             self.bd_name = bd.describe()
             self.t += sim.costs.bd_setup
             self.stage = "move"
+            if own is not None and bd.buffer.tile is not None:
+                # the lock-ownership rule: the BD's bytes, held from its acquire to its release
+                idx = bd.indices(self.execution)
+                if idx.size:
+                    e = bd.buffer.dtype.itemsize
+                    lo = bd.buffer.address + int(idx.min()) * e
+                    hi = bd.buffer.address + (int(idx.max()) + 1) * e
+                    where = f"on {bd.describe()} (line {bd.line})"
+                    writes = self.ch.direction == S2MM
+                    own.access(self, bd.buffer, lo, hi, where, writes, armed=writes)
+                    own.begin(self, bd.buffer, lo, hi, writes, where)
             if self.ch.direction == MM2S:
                 data = self.read(bd)
                 receivers = sim.routes.get(
@@ -230,6 +459,13 @@ class DmaAgent(Agent):
                 self.segment = Segment(
                     data, f"{self.name} {bd.describe()}", len(receivers), self.t, ready
                 )
+                if sim.rng is not None:
+                    # a seeded schedule: the words leave in pieces, each read from memory when it
+                    # leaves, the other agents acting between them (publish below)
+                    self.segment.avail = 0
+                    self.source = (self.sim.view(bd.buffer), bd.indices(self.execution))
+                    self.receivers = receivers
+                    self.publish()
                 for p in receivers:
                     p.queue.append([self.segment, 0])
                     sim.wake_port(p)
@@ -238,6 +474,10 @@ class DmaAgent(Agent):
                 self.target = self.write_indices(bd)
         if self.stage == "move":
             if self.ch.direction == MM2S:
+                if self.segment.avail < self.segment.data.size:
+                    self.publish()
+                    self.waiting = f"on {bd.describe()}: sending, in pieces"
+                    return True  # the others act before the next piece
                 if self.segment.pending:
                     self.waiting = (
                         f"on {bd.describe()}: {self.segment.data.size} bytes sent, not all taken by "
@@ -248,12 +488,20 @@ class DmaAgent(Agent):
                 self.t = max(self.t, self.segment.done_t)
                 self.segment = None
             else:
-                if not self.receive(bd):
+                got = self.receive(bd)
+                if got is None:
+                    return True  # a piece received; the others act before the next
+                if not got:
                     return False
                 if self.ch.tile.row == 0:  # into DDR
                     self.t = sim.ddr(self.t, self.received)
             self.stage = "release"
+        own = ownership(sim)
+        if own is not None:
+            own.end(self)
         for lock, value in bd.releases:
+            if own is not None:
+                own.released(self, lock, value, f"on {bd.describe()} (line {bd.line})")
             lock.value += value
             if lock.value > MAX_LOCK_VALUE:
                 raise SimError(
@@ -265,6 +513,20 @@ class DmaAgent(Agent):
         self.stage = "acquire"
         self.finish_bd()
         return True
+
+    def publish(self):
+        """A seeded schedule's next piece of the current MM2S BD: a random number of its elements (at
+        least one), read from memory now and put on the stream."""
+        seg, (arr, idx) = self.segment, self.source
+        e = arr.dtype.itemsize
+        done = seg.avail // e
+        k = int(self.sim.rng.integers(1, idx.size - done + 1)) if idx.size > done else 0
+        seg.data[done * e : (done + k) * e] = (
+            np.ascontiguousarray(arr[idx[done : done + k]]).view(np.uint8).reshape(-1)
+        )
+        seg.avail = (done + k) * e
+        for p in self.receivers:
+            self.sim.wake_port(p)
 
     def read(self, bd: BD) -> np.ndarray:
         arr = self.sim.view(bd.buffer)
@@ -285,20 +547,34 @@ class DmaAgent(Agent):
         e = arr.dtype.itemsize
         return (idx[:, None] * e + np.arange(e)[None, :]).ravel()
 
-    def receive(self, bd: BD) -> bool:
+    def receive(self, bd: BD) -> bool | None:
+        """Take words from the port into the BD: True when it has its length, False when it waits for
+        words, None (a seeded schedule) after a piece, to let the others act."""
         sim, need = self.sim, self.target.size
         raw = sim.view(bd.buffer).view(np.uint8)
         while self.received < need:
-            if not self.port.queue:
+            entry = self.port.queue[0] if self.port.queue else None
+            if entry is None or entry[0].avail == entry[1]:
                 self.waiting = (
                     f"on {bd.describe()}: {self.received} of {need} bytes received, waiting for "
                     f"words on its stream"
                 )
                 sim.wait_port(self, self.port)
                 return False
-            entry = self.port.queue[0]
             seg, taken = entry
-            n = min(need - self.received, seg.data.size - taken)
+            n = min(need - self.received, seg.avail - taken)
+            if sim.rng is not None:
+                n = int(sim.rng.integers(1, n + 1))
+            own = ownership(sim)
+            if own is not None and own.others_inflight(self, bd.buffer.tile):
+                part = self.target[self.received : self.received + n]
+                own.access(
+                    self,
+                    bd.buffer,
+                    bd.buffer.address + int(part.min()),
+                    bd.buffer.address + int(part.max()) + 1,
+                    f"on {bd.describe()} (line {bd.line}), writing",
+                )
             raw[self.target[self.received : self.received + n]] = seg.data[
                 taken : taken + n
             ]
@@ -313,6 +589,8 @@ class DmaAgent(Agent):
                 seg.done_t = max(seg.done_t, self.t)
                 if seg.pending == 0:
                     sim.segment_done(seg)
+            if sim.rng is not None and self.received < need:
+                return None
         return True
 
 
@@ -358,7 +636,10 @@ class CoreAgent(Agent):
                     else (op.attr("value") or 1)
                 )
                 action = op.attr("action")
+                own = ownership(sim)
                 if action == 1:  # release
+                    if own is not None:
+                        own.released(self, lock, v, f"at line {op.line}")
                     lock.value += v
                     if lock.value > MAX_LOCK_VALUE:
                         raise SimError(
@@ -367,15 +648,16 @@ class CoreAgent(Agent):
                     self.t += sim.costs.lock
                     sim.lock_released(lock, self.t)
                 else:
-                    ok = lock.value == v if action == ACQUIRE else lock.value >= v
-                    if not ok:
+                    if not lock_acquirable(lock, v, action):
                         self.waiting = (
-                            f"at line {op.line}: acquire {lock.describe()} >= {v}, it holds "
-                            f"{lock.value}"
+                            f"at line {op.line}: acquire {lock.describe()} {_ACQ_SIGN[action]} "
+                            f"{v}, it holds {lock.value}"
                         )
                         sim.wait_lock(self, lock)
                         return False
-                    lock.value -= v
+                    lock_take(lock, v, action)
+                    if own is not None:
+                        own.acquired(self, lock, v, action)
                     self.t = max(self.t, sim.lock_time(lock)) + sim.costs.lock
                 self.pc += 1
                 return True
@@ -439,11 +721,13 @@ class CoreAgent(Agent):
             buf = self.value(op.operands[0])
             at = self._flat(buf, op.operands[1:])
             count = _vector_length(op.result_types[0])
+            self.touch(buf, at, count, op, writes=False)
             self.env[op.results[0]] = self.sim.view(buf)[at : at + count].copy()
         elif n == "vector.store":
             buf = self.value(op.operands[1])
             at = self._flat(buf, op.operands[2:])
             vec = self.value(op.operands[0])
+            self.touch(buf, at, vec.size, op, writes=True)
             self.sim.view(buf)[at : at + vec.size] = vec
         elif n == "memref.subview":
             self.env[op.results[0]] = self.subview(op)
@@ -455,6 +739,7 @@ class CoreAgent(Agent):
             idx = op.operands[2:] if is_store else op.operands[1:]
             buf = self.value(mem)
             flat = self._flat(buf, idx)
+            self.touch(buf, flat, 1, op, writes=is_store)
             arr = self.sim.view(buf)
             if is_store:
                 arr[flat] = self.value(op.operands[0])
@@ -462,6 +747,22 @@ class CoreAgent(Agent):
                 self.env[op.results[0]] = arr[flat].item()
         else:
             raise DesignError(f"{self.name}: {n} (line {op.line}) is not simulated")
+
+    def touch(self, buf, first: int, count: int, op, writes: bool, what: str = ""):
+        """The lock-ownership rule on count elements of buf from element `first` (Ownership)."""
+        own = ownership(self.sim)
+        if own is None or getattr(buf, "tile", None) is None:
+            return
+        e = buf.dtype.itemsize
+        start = buf.address + first * e
+        own.access(
+            self,
+            buf,
+            start,
+            start + count * e,
+            f"at line {op.line} ({what or op.name})",
+            writes,
+        )
 
     def _flat(self, buf, idx) -> int:
         return sum(i * st for i, st in zip((self.value(x) for x in idx), buf.strides()))
@@ -499,6 +800,19 @@ class CoreAgent(Agent):
         sim = self.sim
         callee = op.attr("callee")
         t0 = self.t
+        own = ownership(sim)
+        if own is not None:
+            # a kernel may read and write all of each buffer it is given
+            for x in op.operands:
+                v = self.value(x)
+                if getattr(v, "tile", None) is not None:
+                    own.access(
+                        self,
+                        v,
+                        v.address,
+                        v.address + _span_bytes(v),
+                        f"at line {op.line} (func.call @{callee}, argument {v.name})",
+                    )
         if sim.run_kernels:
             fn = sim.kernel(callee, op)
             args = []
@@ -624,11 +938,17 @@ class Simulator:
         costs: Costs | None = None,
         trace=False,
         run_kernels=True,
+        seed: int | None = None,
     ):
         """kernels(callee, func) -> a ctypes function; costs: the timed mode's prices; run_kernels=False
-        charges the calls' cycles without computing (a timing run: the data still move).
+        charges the calls' cycles without computing (a timing run: the data still move). seed: a seeded
+        schedule (the order of agents ready at one time drawn at random, each BD's transfer moved in
+        pieces of random size with the other agents acting between them); None: the one deterministic
+        order, each transfer whole.
         """
         self.design = design
+        self.seed = seed
+        self.rng = None if seed is None else np.random.default_rng(seed)
         self.run_kernels = run_kernels
         self.costs = costs or Costs()
         self.kernels = kernels
@@ -666,7 +986,9 @@ class Simulator:
             return
         self._queued.add(id(agent))
         self._seq += 1
-        heapq.heappush(self._heap, (agent.t, self._seq, agent))
+        # a seeded schedule draws the order of the agents ready at one time
+        key = self._seq if self.rng is None else (self.rng.random(), self._seq)
+        heapq.heappush(self._heap, (agent.t, key, agent))
 
     def _wake(self, agents, t):
         for a in agents:
@@ -755,9 +1077,11 @@ class Simulator:
         return buffer.view()
 
     # running
-    def run(self, arrays, sequence: int = 0, max_steps: int = 50_000_000):
+    def run(self, arrays, sequence: int = 0, max_steps: int = 50_000_000, insts=None):
         """Run the runtime sequence on the host arrays (one per argument, in order); returns them as
-        the device left them. Hang when nothing can move; SimError past max_steps."""
+        the device left them. Hang when nothing can move; SimError past max_steps. insts: the sequence's
+        instruction stream (insts.Stream), run instead of the dialect-level ops (insts.InstsAgent).
+        """
         from .design import Buffer
 
         seq = self.design.sequences[sequence]
@@ -777,7 +1101,13 @@ class Simulator:
                 raise DesignError(f"argument {name} needs {need} bytes, got {raw.size}")
             self.host[name] = raw.view(dtype)
             self.args[name] = Buffer(name, None, 0, shape, dtype)
-        main = SequenceAgent(self, seq)
+        if insts is None:
+            main = SequenceAgent(self, seq)
+        else:
+            from .insts import InstsAgent
+
+            main = InstsAgent(self, seq, insts)
+        self.main = main
         agents = [main, *self.cores, *self.dma.values()]
         for a in agents:
             self.ready(a)
@@ -800,9 +1130,16 @@ class Simulator:
             for (name, _, _), a in zip(seq.args, arrays)
         ]
 
+    def hazards(self) -> list[str]:
+        """After a run: the latent races the lock-ownership rule met (Ownership.access)."""
+        own = self.__dict__.get("_ownership")
+        return list(own.hazards) if own is not None else []
+
     def leftovers(self) -> list[str]:
-        """After a run: words still on their way to a port (on hardware they would meet the next
-        dispatch)."""
+        """After a run: words still on their way to a port or down a cascade, a BD half received, a shim
+        task started and not finished. On
+        hardware they would meet the next dispatch: a run that leaves any fails (host/run.py --backend
+        sim, sim_costs.simulate_compiled, host/sim_check.py)."""
         out = []
         for p in self.ports.values():
             if p.queue:
@@ -812,6 +1149,18 @@ class Simulator:
             if a.ch.direction == S2MM and a.stage == "move" and a.received:
                 out.append(
                     f"{a.name} holds {a.received} bytes of a BD that never completes"
+                )
+        for a in self.dma.values():
+            if a.ch.first is None and (a.task is not None or a.tasks):
+                n = len(a.tasks) + (a.task is not None)
+                out.append(
+                    f"{a.name} has {n} started task(s) not finished (the first: "
+                    f"{(a.task or a.tasks[0]).name})"
+                )
+        for (col, row), queue in self.cascades.items():
+            if queue:
+                out.append(
+                    f"{len(queue)} cascade word(s) sent to tile ({col}, {row}) and never taken"
                 )
         return out
 

@@ -18,6 +18,10 @@ from __future__ import annotations
 import json
 import os
 
+from int4_packed_record import (
+    GEMM_ENTRIES,
+)  # the GEMM entries' names, beside its builder
+
 from ..design import compiler, model
 from ..errors import ConfigError, RunFailure
 from ..design.kernel_cost import CLOCK_HZ, gemv_cycles, kernel_cycles
@@ -44,6 +48,8 @@ def costs(cfg):
         "accumulate": accumulate,
         "drain": acc_bytes / 64,
     }
+    # the GEMM's entries carry mlir-air's names (GEMM_ENTRIES); the GEMV's end in their stage
+    per_call |= {GEMM_ENTRIES[k]: c for k, c in per_call.items()}
 
     def call(name: str) -> float:
         return next((c for k, c in per_call.items() if name.endswith(k)), 0.0)
@@ -89,10 +95,14 @@ def layer_costs(cfg):
     )
 
 
-def simulate_compiled(outdir: str | None, arrays, costs, trace: bool = False):
+def simulate_compiled(
+    outdir: str | None, arrays, costs, trace: bool = False, seed: int | None = None
+):
     """(outputs, Simulator) of the design aircc + aiecc compiled into outdir, run by the simulator of the
     compiled design: ConfigError without the compiler (outdir None), RunFailure (with the simulator's
-    report) when it hangs or the simulator stops."""
+    report) when it hangs, the simulator stops (a race among them), or the run leaves words in a stream or
+    a BD half received (on hardware they would meet the next dispatch). seed: a seeded schedule
+    (aiesim.Simulator)."""
     import aiesim
 
     if outdir is None:
@@ -102,7 +112,13 @@ def simulate_compiled(outdir: str | None, arrays, costs, trace: bool = False):
         )
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     try:
-        return aiesim.simulate(text, arrays, costs=costs, trace=trace)
+        outs, sim = aiesim.simulate(
+            text, arrays, costs=costs, trace=trace, insts=outdir, seed=seed
+        )
+    except (
+        aiesim.InstsError
+    ) as e:  # the instruction stream itself is bad input: one line, exit 2
+        raise ConfigError(f"simulator: {e}") from None
     except aiesim.Hang as h:
         raise RunFailure(
             "the compiled design hangs: nothing can move and the runtime sequence has not ended\n  "
@@ -110,6 +126,13 @@ def simulate_compiled(outdir: str | None, arrays, costs, trace: bool = False):
         ) from None
     except (aiesim.SimError, aiesim.DesignError) as e:
         raise RunFailure(f"simulator: {e}") from None
+    left = aiesim.leftovers(sim)
+    if left:
+        raise RunFailure(
+            "the compiled design leaves data behind when its runtime sequence ends (on hardware it "
+            "would meet the next dispatch)\n  " + "\n  ".join(left)
+        )
+    return outs, sim
 
 
 def seconds(sim) -> float:
