@@ -65,6 +65,14 @@ CASES = {
         "segments in one launch",
         None,
     ),
+    # two gets of one buffer in one round, sent back by DMA in the same round: the send's BD acquires 2
+    # tokens, the core releases 1 (docs/emulator.md#aircc-lock-races)
+    "two gets a round, one send": (
+        Spec((1, 1), (1,), (Buffer(64, 0, "get", 2),)),
+        None,
+        "hazard",
+        None,
+    ),
     # AIRRtToNpuPass.cpp DmaToNpuPattern (~554-590): a runtime DMA lowers only through the shim
     # allocation air-to-aie makes for a herd's flows
     "a segment with no herd": (
