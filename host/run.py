@@ -593,12 +593,6 @@ def compile_design(cfg, module, quiet: bool) -> str | None:
 SIM_SCHEDULES = 3
 
 
-def aiesim_hazards(sim) -> list[str]:
-    import aiesim
-
-    return aiesim.hazards(sim)
-
-
 def run_sim(
     cfg,
     a: np.ndarray,
@@ -615,6 +609,8 @@ def run_sim(
     emulator_backend(cfg)  # the emulator's air package and the host kernel library
     module = builder_of(cfg).build_module(**cfg.builder_args())
     outdir = compile_design(cfg, module, quiet)
+    import aiesim
+
     from int4awq.run import sim_costs
 
     t0 = time.perf_counter()
@@ -640,7 +636,7 @@ def run_sim(
                 f"the compiled design's C depends on the schedule: seed {seed} gives "
                 f"{int((first != got).sum())} of {first.size} bytes other than the deterministic order"
             )
-        hazards += [h for h in aiesim_hazards(other_sim) if h not in hazards]
+        hazards += [h for h in aiesim.hazards(other_sim) if h not in hazards]
     if trace is not None:
         sim_costs.write_trace(sim, trace)
     if not quiet:

@@ -43,13 +43,17 @@ def costs(cfg):
         accumulate = kernel_cycles(
             cfg.tile_m, cfg.tile_n, cfg.tile_k_l1, cfg.gs, cfg.format
         )
+    # the GEMM's entries carry mlir-air's names (GEMM_ENTRIES), the GEMV's end in their stage
+    entries = (
+        {stage: f"gemv_int4_{stage}" for stage in GEMM_ENTRIES}
+        if gemv
+        else GEMM_ENTRIES
+    )
     per_call = {
-        "zero": acc_bytes / 64,
-        "accumulate": accumulate,
-        "drain": acc_bytes / 64,
+        entries["zero"]: acc_bytes / 64,
+        entries["accumulate"]: accumulate,
+        entries["drain"]: acc_bytes / 64,
     }
-    # the GEMM's entries carry mlir-air's names (GEMM_ENTRIES); the GEMV's end in their stage
-    per_call |= {GEMM_ENTRIES[k]: c for k, c in per_call.items()}
 
     def call(name: str) -> float:
         return next((c for k, c in per_call.items() if name.endswith(k)), 0.0)

@@ -64,7 +64,7 @@ import itertools
 
 from ..ir import Block
 from . import patterns as P
-from .budget import _PingPong, sunk_herd_operands
+from .budget import _PingPong, _walk_all, sunk_herd_operands
 from .errors import DesignError, ResourceError
 from .refeed import annotate as annotate_refeed
 from .split_l2 import aircc_columns, Decision, Refusal, SplitModel, env_key, partners
@@ -766,25 +766,18 @@ def _check_odd_ping_pong(w, labelled):
             )
 
 
-def _executions(end_or_op, herd, loops=None) -> int:
-    """How often an op inside a herd runs per dispatch: the product of its herd loops' trips (a loop of
-    unknown trip count taken as 2, the smallest that repeats)."""
-    if loops is None:
-        loops, p = [], getattr(end_or_op, "parent", None)
-        while p is not None and p is not herd:
-            if getattr(p, "OPERATION_NAME", "") == "scf.for":
-                loops.append(p)
-            p = getattr(p, "parent", None)
+def _executions(loops) -> int:
+    """How often an op runs per dispatch inside its herd, from its herd loops: the product of their trips
+    (a loop of unknown trip count taken as 2, the smallest that repeats)."""
     n = 1
     for lp in loops:
-        if _inside(lp, herd):
-            n *= _trip(lp) or 2
+        n *= _trip(lp) or 2
     return n
 
 
 def _check_l1_lock_races(w, pp_loop):
-    """Two L1 buffer shapes aircc compiles to a racy lock protocol (found by running the compiled
-    designs in the simulator of the compiled design; their lock sequences in docs/emulator.md).
+    """Four L1 buffer shapes aircc compiles to a racy or hanging lock protocol (found by running the
+    compiled designs in the simulator of the compiled design; their lock sequences in docs/emulator.md).
 
     air-to-aie gives each core-side transfer a lock pair and places the core's release of a fill at the
     end of the buffer's lifetime as it sees it: before the next transfer that writes the buffer, else
@@ -799,10 +792,14 @@ def _check_l1_lock_races(w, pp_loop):
     * a buffer filled in several transfers per round (pieces): the second piece's fill counts as a
       write of the same buffer (isDmaWriteToBuffer ~6006 compares buffers, not offsets), so the core
       releases the first piece as soon as it acquires it, before it reads the buffer, and the next
-      round's first piece can land first once rounds outnumber the slots.
+      round's first piece can land first once rounds outnumber the slots;
+    * a core access before the buffer's first transfer: the acquire of the fill's lock sits at the fill,
+      so the access holds none;
+    * a buffer filled in several transfers in its alloc's body and sent in that body: the send's BD
+      acquires one token per fill, the core releases one a round, and the design hangs.
 
-    Refused as compiler hazards: the compiler compiles both and the compiled design computes a wrong
-    output. Upstream's hardware-tested examples keep such buffers apart (passthrough_dma: one L1 buffer
+    Refused as compiler hazards: the compiler compiles them and the compiled design computes a wrong
+    output or hangs. Upstream's hardware-tested examples keep such buffers apart (passthrough_dma: one L1 buffer
     in, another out)."""
     by_root = {}
     for e in w.ends:
@@ -832,10 +829,11 @@ def _check_l1_lock_races(w, pp_loop):
         herd = fills[0].herd
         slots = 2 if pp_loop(fills[0]) is not None else 1
         owner = root.owner
-        rounds = 1 if isinstance(owner, Block) else _executions(owner, herd)
+        home = [] if isinstance(owner, Block) else _loops_around(owner, herd)
+        rounds = _executions(home)
         # a send between two fills: in a loop around both, of more trips than the buffer has slots
         shared = [
-            (f, s, _executions(None, herd, [lp for lp in f.loops if lp in s.loops]))
+            (f, s, _executions([lp for lp in _herd_loops(f, herd) if lp in s.loops]))
             for f in fills
             for s in sends
         ]
@@ -846,8 +844,9 @@ def _check_l1_lock_races(w, pp_loop):
                     f"aircc lock race: L1 buffer {root.type} filled and sent by DMA, {n_fills} fills "
                     f"in {slots} slot(s)",
                     f"{f.where()} fills the L1 buffer {root.type} and {s.where()} sends it, {n_fills} "
-                    f"times a dispatch in a loop around both, with {slots} slot(s): aircc's core releases the fill's lock after "
-                    f"its last use of the buffer and before the send (AIRToAIEPass.cpp "
+                    f"times a dispatch in a loop around both, with {slots} slot(s): aircc's core "
+                    f"releases the fill's lock after its last use of the buffer and before the send "
+                    f"(AIRToAIEPass.cpp "
                     f"allocateCoreLocksPerMemcpyOp; a put is not a write; the S2MM and MM2S of one "
                     f"buffer draw unrelated lock pairs, getLockForDMA), so a later fill overwrites a "
                     f"result not yet sent: the compiled design computes a wrong output. Give the "
@@ -856,7 +855,6 @@ def _check_l1_lock_races(w, pp_loop):
             )
             continue
         # fills and a send side by side in the alloc's own body: a buffer filled in pieces each round
-        home = _loops_around(owner, herd) if not isinstance(owner, Block) else []
         side = [e for e in fills if _herd_loops(e, herd) == home]
         sent = [e for e in sends if _herd_loops(e, herd) == home]
         if len(side) > 1 and sent:
@@ -873,7 +871,7 @@ def _check_l1_lock_races(w, pp_loop):
                 )
             )
             continue
-        n_fills = sum(_executions(e, herd, e.loops) for e in fills)
+        n_fills = sum(_executions(_herd_loops(e, herd)) for e in fills)
         if n_fills > rounds and rounds > slots:
             f = fills[0]
             w.problems.append(
@@ -905,43 +903,35 @@ def _herd_loops(end, herd) -> list:
     return [lp for lp in end.loops if _inside(lp, herd)]
 
 
-def _uses(w, op, root) -> bool:
-    """Whether op, or an op nested in it, takes the buffer `root` (through views) as an operand."""
-    for v in op.operands:
-        if getattr(v, "type", None) is not None and "memref" in str(v.type):
-            try:
-                if w.root(v)[0] is root:
-                    return True
-            except Exception:  # a value the walk cannot root (not a buffer view)
-                continue
-    return any(
-        _uses(w, o, root) for r in op.regions for b in r.blocks for o in b.operations
-    )
+def _self_and_nested(op):
+    """op, then every op nested in it, pre-order."""
+    yield op
+    for r in op.regions:
+        for b in r.blocks:
+            yield from _walk_all(b)
 
 
 def _access_before_fill(w, root, transfers):
-    """The first op after the buffer's alloc, in its block, that uses the buffer before any of its
-    transfers (`transfers`: ids of its DMA / channel ops) has run, or None."""
+    """The first op after the buffer's alloc, in its block, that uses the buffer (as an operand, through
+    views, at any depth) before any of its transfers (`transfers`: ids of its DMA / channel ops) has
+    run, or None."""
     alloc = root.owner
     if isinstance(alloc, Block) or alloc.parent_block is None:
         return None
     ops = alloc.parent_block.operations
     for op in ops[ops.index(alloc) + 1 :]:
-        if id(op) in transfers or any(id(o) in transfers for o in _nested_ops(op)):
+        inner = list(_self_and_nested(op))
+        if any(id(o) in transfers for o in inner):
             return None
         if op.OPERATION_NAME == "memref.dealloc":
             continue
-        if _uses(w, op, root):
+        if any(
+            "memref" in str(getattr(v, "type", "")) and w.root(v)[0] is root
+            for o in inner
+            for v in o.operands
+        ):
             return op
     return None
-
-
-def _nested_ops(op):
-    for r in op.regions:
-        for b in r.blocks:
-            for o in b.operations:
-                yield o
-                yield from _nested_ops(o)
 
 
 def _check_runtime_loop_tiling(w, compiler, options):
@@ -1224,8 +1214,6 @@ def _stream_key(w, end, env):
 
 # ------------------------------------------------------------------------------------- memtiles
 def _program_order(w):
-    from .budget import _walk_all
-
     return {id(op): i for i, op in enumerate(_walk_all(w.compiler.entry.entry_block))}
 
 
