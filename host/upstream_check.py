@@ -541,6 +541,10 @@ CASES = (
         ("awq_pack", "awq_pack.awq_pack_for_npu of a synthetic AutoAWQ layer"),
         ("o_ffn", "o_ffn_int4_multi.py's calls, per GEMM (o, gate, up, down)"),
         ("rms_gemms_rope", "rms_gemms_rope_int4_multi.py's calls, per GEMM (q, k, v)"),
+        (
+            "gemv_api",
+            "the GEMV's users, each named with what it needs of matvec_int4_packed",
+        ),
     )
 )
 

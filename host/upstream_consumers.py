@@ -23,6 +23,8 @@ Consumers (programming_examples/llms/llama32_1b_int4 at e972f29):
   (--shape small: a smaller model); each GEMM a line, PASS or the reason. Their
   stitched multi-launch modules are not built: the emulator runs one launch per module (issue 44), and
   their stitching keeps upstream's kernel symbols unprefixed (EXTERNS), which this kernel names otherwise.
+* gemv_api: each user of upstream's int4 GEMV (GEMV_CONSUMERS), a line naming what it imports from
+  matvec_int4_packed that this checkout's file does not provide with upstream's meaning.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ FILES = {
     "rms_gemms_rope": "multi_launch_builder/rms_gemms_rope_int4_multi.py",
     "gemm_builder": "gemm_builder.py",
     "awq_pack": "awq_pack.py",
+    "gemv_api": "the users of matrix_vector_multiplication/int4_awq/matvec_int4_packed.py",
 }
 
 
@@ -212,7 +215,73 @@ def consumer_calls(which):
     return run
 
 
+# mlir-air's users of its int4 GEMV (matrix_vector_multiplication/int4_awq/matvec_int4_packed.py at
+# e972f29) and what each takes from it; upstream's GEMV is y = W x, W [M, K] row-major, packed per kernel
+# tile as [Q | S | Z] (pack_inputs), built by build_module(M, K, GS, M_TILE, K_CHUNK, N_CORES,
+# M_PER_LAUNCH) and linked with mv_int4_bf16.o (KERNEL_OBJ_NAME)
+GEMV_CONSUMERS = {
+    "matrix_vector_multiplication/int4_awq/matvec_int4_packed_add.py": ("pack_inputs",),
+    "decode_ffn_swiglu/matvec_int4_swiglu_rms.py": ("pack_inputs",),
+    "llms/llama32_1b_int4/multi_launch_builder/o_gemv_ffn_int4_multi.py": (
+        "pack_inputs",
+    ),
+    "llms/llama32_1b_int4/multi_launch_builder/o_gemv_ffn_int4_fused.py": (
+        "pack_inputs",
+    ),
+    "llms/llama32_1b_int4/multi_launch_builder/rms_qkv_int4_rope_multi.py": (
+        "build_module",
+        "pack_inputs",
+        "cpu_reference",
+    ),
+    "llms/llama32_1b_int4/llama32_1b_int4_weights.py": ("pack_inputs",),
+    "llms/llama32_1b_int4/awq_repacker.py": ("pack_inputs", "cpu_reference"),
+}
+UPSTREAM_GEMV_BUILD = ("M", "K", "GS", "M_TILE", "K_CHUNK", "N_CORES", "M_PER_LAUNCH")
+
+
+def consumer_gemv_api(air_src, rng, shape):
+    """One line per user of upstream's GEMV: what it imports from matvec_int4_packed and whether this
+    checkout's file has it with upstream's meaning. Ours computes C = A x dequant(W) on the GEMM's records
+    (docs/decode.md), not upstream's y = W x on [Q | S | Z] tiles: every such user is named, not run.
+    """
+    import inspect
+
+    import matvec_int4_packed as ours
+
+    params = tuple(inspect.signature(ours.build_module).parameters)
+    gaps = {
+        "build_module": (
+            None
+            if params[: len(UPSTREAM_GEMV_BUILD)] == UPSTREAM_GEMV_BUILD
+            else f"build_module({', '.join(params[:3])}, ...) is C = A x W, not upstream's "
+            f"build_module({', '.join(UPSTREAM_GEMV_BUILD)})"
+        ),
+        "pack_inputs": (
+            None
+            if hasattr(ours, "pack_inputs")
+            else "no pack_inputs (upstream's [Q | S | Z] tiles of W [M, K])"
+        ),
+        "cpu_reference": (
+            None
+            if hasattr(ours, "cpu_reference")
+            else "no cpu_reference(A_q, A_s, A_z, B)"
+        ),
+    }
+    out = []
+    for path, names in GEMV_CONSUMERS.items():
+        if not os.path.isfile(os.path.join(air_src, "programming_examples", path)):
+            out.append(f"{path}: not in this checkout")
+            continue
+        missing = [gaps[n] for n in names if gaps[n]]
+        if missing:
+            out.append(f"{path}: not run: {'; '.join(missing)}")
+        else:
+            print(f"{path}: its imports are present (not run: no runner for it yet)")
+    return out
+
+
 CONSUMERS = {
+    "gemv_api": consumer_gemv_api,
     "gemm_builder": consumer_gemm_builder,
     "awq_pack": consumer_awq_pack,
     "o_ffn": consumer_calls("o_ffn"),

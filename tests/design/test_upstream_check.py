@@ -218,3 +218,41 @@ def test_a_consumer_takes_our_builder_where_it_looks_for_upstreams(tmp_path):
         text=True,
     )
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_each_user_of_upstreams_gemv_is_named_with_what_ours_lacks(
+    tmp_path, monkeypatch
+):
+    """upstream_consumers' gemv_api: a line per user of upstream's GEMV present in the checkout, naming
+    what it imports that this checkout's matvec_int4_packed lacks; none once a module has upstream's API.
+    The checkout is a stand-in: empty files at the users' paths."""
+    import types
+
+    sys.path[:0] = [os.path.join(uc.REPO, d) for d in ("emulator", "host")]
+    import upstream_consumers as cons
+
+    for path in list(cons.GEMV_CONSUMERS)[:2]:
+        (tmp_path / "programming_examples" / path).parent.mkdir(
+            parents=True, exist_ok=True
+        )
+        (tmp_path / "programming_examples" / path).write_text("")
+    lines = cons.consumer_gemv_api(str(tmp_path), None, "small")
+    first, second, *absent = lines
+    assert first.startswith(
+        "matrix_vector_multiplication/int4_awq/matvec_int4_packed_add.py: not run: "
+    )
+    assert "no pack_inputs" in first and "no pack_inputs" in second
+    assert absent and all(a.endswith(": not in this checkout") for a in absent)
+
+    def build_module(
+        M, K, GS=128, M_TILE=8, K_CHUNK=2048, N_CORES=8, M_PER_LAUNCH=None
+    ):
+        pass
+
+    upstream_shaped = types.SimpleNamespace(
+        build_module=build_module, pack_inputs=None, cpu_reference=None
+    )
+    monkeypatch.setitem(sys.modules, "matvec_int4_packed", upstream_shaped)
+    lines = cons.consumer_gemv_api(str(tmp_path), None, "small")
+    assert all(a.endswith(": not in this checkout") for a in lines)
+    assert len(lines) == len(cons.GEMV_CONSUMERS) - 2
