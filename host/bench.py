@@ -535,6 +535,8 @@ def _main(argv) -> int:
         rows.append(row)
         say(table_line(columns, row))
     failures += decode_rows(rows, on_npu, args)
+    print()
+    print("\n".join(record_lines()))
     try:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -672,6 +674,56 @@ def _layer_module_line(fmt: str, gs: int, qkv_s: float) -> str:
         f"{model.FIXED_S * 1e6:.0f} us a dispatch, launch boundaries inside one "
         f"{layer.LAUNCH_BOUNDARY_S * 1e6:.0f} us (mlir-air #1653)"
     )
+
+
+def _file_types(fmt: str) -> list[str]:
+    """The GGUF block types a record format carries (gguf_quants.TYPES, the fast mode's, Q4_0, MXFP4)."""
+    from int4awq.formats.gguf_quants import FAST_FORMATS, TYPES
+
+    exact = {fast: base for base, fast in FAST_FORMATS.items()}.get(fmt, fmt)
+    extra = {"awq_f16": ["Q4_0"], "mxfp4": ["MXFP4"]}.get(fmt, [])
+    return extra + [t for t, spec in TYPES.items() if spec.format == exact]
+
+
+def record_lines(shape: tuple[int, int] = (2048, 2048)) -> list[str]:
+    """Bits per weight of the two records at q_proj's shape (the GEMM's default at M = 2048, the GEMV's at
+    M = 1) beside what the weights carry: AWQ's codes, bf16 scale and 4-bit zero point per group (4 + 20 /
+    GS bits; mlir-air's int4 record stores the zero point in a byte, 4 + 24 / GS), a GGUF type's own bits
+    per weight (gguf's block sizes)."""
+    from int4awq.design import gemv
+    from int4awq.formats.gguf_quants import quant_sizes
+
+    k, n = shape
+    lines = [
+        f"records at K = {k}, N = {n}, bits per weight (a record's bytes x 8 / its tile_n x tile_k_l1 "
+        "weights), against what the weights carry:"
+    ]
+    for fmt, gs in TABLE_FORMATS:
+        parts = []
+        for what, make in (
+            ("GEMM (M 2048)", lambda: default_config(2048, k, n, gs, fmt)[0]),
+            ("GEMV (M 1)", lambda: gemv.default_config(1, k, n, gs, fmt)),
+        ):
+            try:
+                cfg = make()
+            except ConfigError as e:
+                parts.append(f"{what} none ({e})")
+                continue
+            bpw = 8 * cfg.record_bytes / (cfg.tile_n * cfg.tile_k_l1)
+            parts.append(f"{what} {bpw:.3f}")
+        if fmt == "awq":
+            carried = (
+                f"AWQ g{gs} {4 + 20 / gs:.3f} (mlir-air's record {4 + 24 / gs:.3f})"
+            )
+        else:
+            carried = ", ".join(
+                f"{t} {8 * quant_sizes(t)[1] / quant_sizes(t)[0]:.3f}"
+                for t in _file_types(fmt)
+            )
+        lines.append(
+            f"  {fmt:<13} GS {gs:<3}: {'; '.join(parts)}; the weights: {carried}"
+        )
+    return lines
 
 
 def decode_rows(rows: list, on_npu: bool, args) -> int:

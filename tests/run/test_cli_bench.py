@@ -258,3 +258,28 @@ def test_the_fused_decode_token_takes_four_dispatches_a_layer(modelled):
         ln for ln in out.splitlines() if ln.startswith("awq: one token, 7 projections")
     )
     assert ms < float(re.search(r"\): ([0-9.]+) ms", seven).group(1))
+
+
+def test_the_records_bits_per_weight_are_printed_beside_what_the_weights_carry(
+    modelled,
+):
+    """Issue 52: both records' bytes, as bits per weight, beside AWQ's 4 + 20 / GS (mlir-air's record 4 +
+    24 / GS) and each GGUF type's own size (gguf's block bytes: Q6_K 210 per 256 values); no record holds
+    less than its weights carry."""
+    code, out, err, path = modelled
+    lines = out.split("records at K = 2048, N = 2048")[1].splitlines()[1:]
+    by_format = {ln.split()[0]: ln for ln in lines if ln.startswith("  ")}
+    assert set(by_format) == {fmt for fmt, _ in sweep.TABLE_FORMATS}
+    assert "AWQ g128 4.156 (mlir-air's record 4.188)" in by_format["awq"]
+    assert "Q6_K 6.562" in by_format["int8_triple"]
+    assert "MXFP4 4.250" in by_format["mxfp4"]
+    for fmt, line in by_format.items():
+        held = [float(x) for x in re.findall(r"\((?:M [0-9]+)\) ([0-9.]+)", line)]
+        carried = [
+            float(x)
+            for x in re.findall(
+                r"(?:g128|Q[0-9]_[0-9K]|IQ4_[A-Z]+|MXFP4) ([0-9.]+)", line
+            )
+        ]
+        assert len(held) == 2 and carried, line
+        assert min(held) >= min(carried), line
