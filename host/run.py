@@ -119,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"require the same C from each (default {SIM_SCHEDULES})",
     )
     p.add_argument(
+        "--dispatches",
+        type=int,
+        metavar="N",
+        help=f"with --backend sim: run the instruction stream N times on the same array (the cores go on "
+        f"in their loops; locks, buffers and BD registers carry over; the host buffers written again "
+        f"before each) and check each dispatch's C (default {SIM_DISPATCHES})",
+    )
+    p.add_argument(
         "--exact",
         action="store_true",
         help="exact-mode operands: the only error left is C's bf16 rounding, checked tightly",
@@ -232,6 +240,10 @@ def check_options(args) -> None:
     if args.schedules is not None and (args.backend != "sim" or args.schedules < 1):
         raise ConfigError(
             f"--schedules {args.schedules}: a number of seeded schedules (>= 1) for --backend sim"
+        )
+    if args.dispatches is not None and (args.backend != "sim" or args.dispatches < 1):
+        raise ConfigError(
+            f"--dispatches {args.dispatches}: a number of dispatches (>= 1) for --backend sim"
         )
     if args.trace is not None and args.backend != "sim":
         raise ConfigError(
@@ -591,6 +603,8 @@ def compile_design(cfg, module, quiet: bool) -> str | None:
 
 # seeded schedules a --backend sim run simulates by default (issue 51: at least 3)
 SIM_SCHEDULES = 3
+# dispatches of the instruction stream a --backend sim run simulates on one array by default (issue 51)
+SIM_DISPATCHES = 2
 
 
 def run_sim(
@@ -600,12 +614,16 @@ def run_sim(
     quiet: bool,
     trace: str | None = None,
     seeds=(0,),
+    dispatches: int = SIM_DISPATCHES,
 ):
     """C from the simulator of the compiled design (emulator/aiesim): the design aircc + aiecc place and
     route, with the kernel built on the host on its cores, in the deterministic order (timed: its time and
-    trace are reported) and under each seeded schedule of `seeds`. trace: write the timeline there
-    (Chrome / Perfetto JSON). A hang, a race, words left behind or a C that differs between schedules is
-    a failed run (exit 1) with the simulator's report."""
+    trace are reported) and under each seeded schedule of `seeds`, each running the instruction stream
+    `dispatches` times on one array. trace: write the timeline there (Chrome / Perfetto JSON). A hang, a
+    race, words left behind, or a C that differs between schedules or between dispatches is a failed run
+    (exit 1) with the simulator's report; the C returned (the first dispatch's in the deterministic order,
+    which every other equals bit for bit) is then checked against the reference by the caller.
+    """
     emulator_backend(cfg)  # the emulator's air package and the host kernel library
     module = builder_of(cfg).build_module(**cfg.builder_args())
     outdir = compile_design(cfg, module, quiet)
@@ -623,34 +641,47 @@ def run_sim(
                 sim_costs.costs(cfg) if seed is None else None,
                 trace=trace is not None and seed is None,
                 seed=seed,
+                dispatches=dispatches,
             )
             for seed in [None, *seeds]
         ]
-    outs, sim = runs[0]
-    first = np.asarray(outs[2]).view(np.uint8).reshape(-1)
+    _, sim = runs[0]
+    c = np.asarray(sim.dispatch_outputs[0][2])
+    first = c.view(np.uint8).reshape(-1)
     hazards = []
-    for seed, (other, other_sim) in zip([None, *seeds], runs):
-        got = np.asarray(other[2]).view(np.uint8).reshape(-1)
-        if not np.array_equal(first, got):
-            raise RunFailure(
-                f"the compiled design's C depends on the schedule: seed {seed} gives "
-                f"{int((first != got).sum())} of {first.size} bytes other than the deterministic order"
-            )
+    for seed, (_, other_sim) in zip([None, *seeds], runs):
+        for k, other in enumerate(other_sim.dispatch_outputs, 1):
+            got = np.asarray(other[2]).view(np.uint8).reshape(-1)
+            if not np.array_equal(first, got):
+                schedule = "the deterministic order" if seed is None else f"seed {seed}"
+                raise RunFailure(
+                    f"the compiled design's C differs: dispatch {k} of {dispatches} under {schedule} "
+                    f"gives {int((first != got).sum())} of {first.size} bytes other than the first "
+                    f"dispatch in the deterministic order"
+                )
         hazards += [h for h in aiesim.hazards(other_sim) if h not in hazards]
     if trace is not None:
         sim_costs.write_trace(sim, trace)
     if not quiet:
+        stream = sim.stream_file or "the dialect-level runtime sequence"
+        print(
+            f"simulated: {os.path.relpath(stream, REPO) if os.path.isabs(stream) else stream}, "
+            f"{dispatches} dispatch{'es' if dispatches > 1 else ''}, seeds "
+            f"{', '.join(map(str, seeds))} and the deterministic order (timed)"
+        )
         print(
             f"simulated the compiled design in {time.perf_counter() - t0:.1f} s (CPU): "
             f"{sim_costs.timed_line(cfg, sim)}"
         )
         print(
             f"schedules: the deterministic order (timed) and {len(seeds)} seeded (seeds {seeds[0]}.."
-            f"{seeds[-1]}), the same C from each; no race, nothing left behind"
+            f"{seeds[-1]}), the same C from each"
+            f"{f', on each of {dispatches} dispatches' if dispatches > 1 else ''}; no race, nothing "
+            f"left behind"
         )
     for note in hazards:
         print(f"HAZARD (a latent race, not a failure in this run): {note}")
-    return np.asarray(outs[2]).reshape(cfg.m, cfg.n)
+    return c.reshape(cfg.m, cfg.n)
 
 
 def run_emulator(
@@ -952,7 +983,8 @@ def run_gemm(
     if backend == "sim":
         n = SIM_SCHEDULES if args.schedules is None else args.schedules
         seeds = [args.seed + i for i in range(n)]
-        c = run_sim(cfg, a_padded, w_packed, quiet, args.trace, seeds)
+        d = SIM_DISPATCHES if args.dispatches is None else args.dispatches
+        c = run_sim(cfg, a_padded, w_packed, quiet, args.trace, seeds, d)
     elif backend == "emu":
         c = run_emulator(
             cfg,

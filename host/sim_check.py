@@ -7,8 +7,10 @@ data movement or the synchronisation the compiler produced.
 
 The designs: the GEMM at each make target and format, the decode GEMV in each format, and the bring-up
 probes (host/aircc_check.py's list). `--only TEXT` runs those whose name holds TEXT; `--small` the ones
-`make test` runs. Exit status: 0 all equal, 1 a difference, a hang, a race, words left in a stream or a
-BD half received at the end, or another failure; 2 no compiler.
+`make test` runs; `--dispatches N` (default 2) runs each instruction stream N times on the same array,
+each dispatch's outputs compared with the emulator's. Exit status: 0 all equal, 1 a difference, a hang, a
+race, words left in a stream or a BD half received at the end of any dispatch, or another failure; 2 no
+compiler, or a bad --dispatches.
 """
 
 from __future__ import annotations
@@ -212,12 +214,18 @@ class Result:
 # the seeded schedules each design is simulated under (issue 51: at least 3), each compared with the
 # emulator bit for bit
 SEEDS = (0, 1, 2)
+# the dispatches of the instruction stream each schedule runs on one array (issue 51), each dispatch's
+# outputs compared with the emulator's
+DISPATCHES = 2
 
 
-def check(case: Case, dialect: bool = False, seeds=SEEDS) -> Result:
+def check(
+    case: Case, dialect: bool = False, seeds=SEEDS, dispatches: int = DISPATCHES
+) -> Result:
     """One design through the emulator and the simulator of its compiled form: its runtime sequence run
     from the instruction stream aiecc wrote (dialect=True: from the dialect-level ops, the cross-check),
-    under each seeded schedule of `seeds`.
+    under each seeded schedule of `seeds`, `dispatches` times on the same array (aiesim.simulate), each
+    dispatch's outputs compared with the emulator's.
     """
     import aiesim
     from air.backend.xrt import XRTBackend
@@ -240,8 +248,13 @@ def check(case: Case, dialect: bool = False, seeds=SEEDS) -> Result:
         where = f"seed {seed}: " if len(seeds) > 1 else ""
         t0 = time.perf_counter()
         try:
-            simulated, sim = aiesim.simulate(
-                text, [b.copy() for b in bufs], insts=outdir, dialect=dialect, seed=seed
+            _, sim = aiesim.simulate(
+                text,
+                [b.copy() for b in bufs],
+                insts=outdir,
+                dialect=dialect,
+                seed=seed,
+                dispatches=dispatches,
             )
         except aiesim.Hang as h:
             res.equal = False
@@ -251,21 +264,25 @@ def check(case: Case, dialect: bool = False, seeds=SEEDS) -> Result:
             res.equal, res.detail = False, f"{where}the simulator stops: {e}"
             return res
         res.simulated_s += time.perf_counter() - t0
-        for i in case.outputs:
-            e = np.asarray(emulated[i]).view(np.uint8).reshape(-1)
-            s = np.asarray(simulated[i]).view(np.uint8).reshape(-1)
-            if not np.array_equal(e, s):
-                bad = np.flatnonzero(e != s)
-                diffs.append(
-                    f"{where}output {i}: {bad.size} of {e.size} bytes differ, the first at byte "
-                    f"{bad[0]}"
-                )
+        for k, simulated in enumerate(sim.dispatch_outputs, 1):
+            at = where + (f"dispatch {k}: " if dispatches > 1 else "")
+            for i in case.outputs:
+                e = np.asarray(emulated[i]).view(np.uint8).reshape(-1)
+                s = np.asarray(simulated[i]).view(np.uint8).reshape(-1)
+                if not np.array_equal(e, s):
+                    bad = np.flatnonzero(e != s)
+                    diffs.append(
+                        f"{at}output {i}: {bad.size} of {e.size} bytes differ, the first at byte "
+                        f"{bad[0]}"
+                    )
         # words in a stream or a BD half received when the sequence ends would meet the next dispatch
         diffs += [f"{where}left behind: {x}" for x in aiesim.leftovers(sim)]
         hazards += [h for h in aiesim.hazards(sim) if h not in hazards]
     res.equal = not diffs
     res.detail = "; ".join(diffs) or (
-        "bit for bit" + (f" under seeds {', '.join(map(str, seeds))}" if seeds else "")
+        "bit for bit"
+        + (f" under seeds {', '.join(map(str, seeds))}" if seeds else "")
+        + (f", on each of {dispatches} dispatches" if dispatches > 1 else "")
     )
     res.hazards = tuple(hazards)
     if res.hazards:
@@ -286,7 +303,21 @@ def main(argv=None) -> int:
         action="store_true",
         help="run the runtime sequences at the dialect level (the cross-check), not their instruction streams",
     )
+    ap.add_argument(
+        "--dispatches",
+        type=int,
+        default=DISPATCHES,
+        metavar="N",
+        help=f"run each instruction stream N times on the same array, each dispatch checked (default "
+        f"{DISPATCHES})",
+    )
     args = ap.parse_args(argv)
+    if args.dispatches < 1:
+        print(
+            f"sim-all: --dispatches {args.dispatches}: a number of dispatches (>= 1)",
+            file=sys.stderr,
+        )
+        return 2
     missing = compiler.tools_missing()
     if missing:
         print(
@@ -302,7 +333,7 @@ def main(argv=None) -> int:
     ]
     failed = 0
     for i, c in enumerate(todo, 1):
-        r = check(c, args.dialect)
+        r = check(c, args.dialect, dispatches=args.dispatches)
         failed += not r.equal
         print(
             f"[{i}/{len(todo)}] {'ok  ' if r.equal else 'FAIL'} {c.name}: {r.detail} "

@@ -32,7 +32,7 @@ def run(module_text: str, options: dict, arrays) -> tuple:
             raise AirBackendError(f"the simulator needs aircc + aiecc: {line}")
         text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
         # AIR_SIM_SEQUENCE=dialect runs the runtime sequence at the dialect level (the cross-check)
-        outs, _ = aiesim.simulate(
+        outs, sim = aiesim.simulate(
             text,
             [np.asarray(a) for a in arrays],
             insts=outdir,
@@ -44,6 +44,12 @@ def run(module_text: str, options: dict, arrays) -> tuple:
         raise AirBackendError(
             "the compiled design hangs:\n  " + "\n  ".join(h.report)
         ) from None
+    left = aiesim.leftovers(sim)
+    if left:  # a failure on every sim path (docs/simulator.md, "The end")
+        raise AirBackendError(
+            "the compiled design leaves data behind when its runtime sequence ends (on hardware it "
+            "would meet the next dispatch)\n  " + "\n  ".join(left)
+        )
     return tuple(
         np.asarray(o).view(np.asarray(a).dtype).reshape(-1)
         for o, a in zip(outs, arrays)

@@ -2,10 +2,11 @@
 """Broken copies of a compiled design, run by the simulator of the compiled design (emulator/aiesim):
 each mutation changes one thing aiecc decided (a lock's initial value, a BD's length, a BD chain, BD ids,
 a switchbox connection, a buffer's address, a core acquire removed, a release doubled, a core access moved
-past its release, a BD's acquire removed, a task started twice) in the generic-form text of
-input_physical.mlir, and the simulator must not pass it silently: it hangs with its report, reports a
-race (the lock-ownership rule), gives another C, leaves data behind (a failure), or the mutation is
-harmless for a reason the table states.
+past its release, an acquire whose release comes only on the next dispatch, the accumulator zeroed once
+instead of on every trip, a BD's acquire removed, a task started twice) in the generic-form text of
+input_physical.mlir, and the simulator, running it for two dispatches on one array, must not pass it
+silently: it hangs with its report, reports a race (the lock-ownership rule), gives another C on some
+dispatch, leaves data behind (a failure), or the mutation is harmless for a reason the table states.
 
 `python3 host/sim_mutations.py` prints the table for `make run1x1`'s compiled design (docs/verification.md
 has it); tests/run/test_sim.py checks every row.
@@ -209,6 +210,59 @@ def call_after_release(text):
     return "\n".join(lines)
 
 
+def _blocks(lines, first: int, last: int) -> list[tuple[str, int, int]]:
+    """(label, first line, end line) of each block of the core body between first and last (the entry
+    block has the label "")."""
+    out, label, start = [], "", first
+    for i in range(first, last):
+        m = re.match(r"\s*(\^bb\d+)", lines[i])
+        if m:
+            out.append((label, start, i))
+            label, start = m.group(1), i
+    out.append((label, start, last))
+    return out
+
+
+def zero_once(text):
+    """The accumulator's zeroing done once, when the core starts, not on every trip of its loop: the loop's
+    back edge goes to a copy of its head block without the zero call (the core's first kernel call). On
+    the first dispatch the accumulator is zeroed; on the next it still holds the last drained C.
+    """
+    lines = _lines(text)
+    first, last = _core_body(lines)
+    call = next(j for j in range(first, last) if '"func.call"' in lines[j])
+    label, b0, b1 = next(b for b in _blocks(lines, first, last) if b[1] <= call < b[2])
+    back = max(
+        j
+        for j in range(first, last)
+        if re.search(rf'"cf\.br"\(\)\[\{label}\]', lines[j])
+    )
+    used = re.findall(r"\^bb(\d+)", "\n".join(lines[first:last]))
+    fresh = f"^bb{1 + max(int(x) for x in used)}"
+    head = [f"    {fresh}:  // the loop's head without the zero call"] + [
+        lines[j] for j in range(b0 + 1, b1) if j != call
+    ]
+    lines[back] = lines[back].replace(f"[{label}]", f"[{fresh}]")
+    lines[last:last] = head
+    return "\n".join(lines)
+
+
+def acquire_next_dispatch(text):
+    """The core, before it gives the drained C to its send DMA (the release after the drain call), acquires
+    the full lock of the next W chunk (a copy of its loop's first AcquireGreaterEqual): a chunk that comes
+    only when the next dispatch streams W, so the release of that lock comes only on the next dispatch.
+    """
+    lines = _lines(text)
+    first, last = _core_body(lines)
+    i = max(j for j in range(first, last) if '"func.call"' in lines[j])
+    assert '"aie.use_lock"' in lines[i + 1] and "action = 1 : i32" in lines[i + 1]
+    inner = _core_lock_lines(lines, 2)[
+        1
+    ]  # the first acquire inside the K loop (W's full lock)
+    lines.insert(i + 1, lines[inner])
+    return "\n".join(lines)
+
+
 def drop_bd_acquire(text):
     """The first input ring's first BD (in the compute tile's DMA) loses its acquire."""
     lines = _lines(text)
@@ -341,6 +395,19 @@ MUTATIONS = [
         "race: the S2MM BD writes its buffer holding no lock that guards it",
     ),
     Mutation(
+        "an acquire whose release comes only on the next dispatch (the core acquires the next W "
+        "chunk's full lock, lock 2, before it releases the drained C)",
+        acquire_next_dispatch,
+        "hang: on the first dispatch the core waits at that acquire for a chunk only the next dispatch "
+        "streams, the C send waits for the core's release, and the host's wait for C never returns",
+    ),
+    Mutation(
+        "the accumulator's zeroing done once, when the core starts, not on every trip of its loop",
+        zero_once,
+        "wrong C on dispatch 2: the first dispatch is right; the second accumulates onto the C the first "
+        "drained (the state a dispatch leaves behind, caught only by running a second)",
+    ),
+    Mutation(
         "the runtime sequence starts A's task twice",
         start_twice,
         "left behind: the same C, but the second copy of A is still on its way (its task unfinished) "
@@ -349,29 +416,44 @@ MUTATIONS = [
 ]
 
 
-def outcome(text: str, arrays, output: int, baseline, seed=None) -> str:
-    """What the simulator makes of a (mutated) design: "hang: <first lines>", "race: <who, where>" (the
-    lock-ownership rule), "wrong C: ...",
-    "left behind: <what>" (the same C, but words in a stream or a BD half received at the end: a
-    failure), "same C", or "refused: <why>"."""
+# the dispatches each mutation runs on one array (aiesim.simulate): a design right on its first dispatch
+# and wrong on its second must not pass
+DISPATCHES = 2
+
+
+def outcome(
+    text: str, arrays, output: int, baseline, seed=None, dispatches: int = DISPATCHES
+) -> str:
+    """What the simulator makes of a (mutated) design run `dispatches` times on one array: "hang: <first
+    lines>" (naming the dispatch), "race: <who, where>" (the lock-ownership rule), "wrong C: ..." (or
+    "wrong C on dispatch k of n (the first right): ..."), "left behind: <what>" (the same C, but words in a
+    stream or a BD half received at the end: a failure), "same C", or "refused: <why>".
+    """
     import aiesim
     import numpy as np
 
     try:
-        outs, sim = aiesim.simulate(text, [a.copy() for a in arrays], seed=seed)
+        _, sim = aiesim.simulate(
+            text, [a.copy() for a in arrays], seed=seed, dispatches=dispatches
+        )
     except aiesim.Hang as h:
-        return "hang: " + " | ".join(h.report[:3])
+        named = h.report[0].startswith("on dispatch")  # a dispatch after the first
+        return "hang: " + " | ".join(h.report[: 4 if named else 3])
     except aiesim.Race as e:
         return str(e)
     except (aiesim.SimError, aiesim.DesignError) as e:
         return f"refused: {e}"
-    got = np.asarray(outs[output]).view(np.uint8).reshape(-1)
     want = np.asarray(baseline).view(np.uint8).reshape(-1)
     left = aiesim.leftovers(sim)
-    if np.array_equal(got, want):
-        return f"left behind: {left[0]}" if left else "same C"
     more = f"; {left[0]}" if left else ""
-    return f"wrong C: {int((got != want).sum())} of {want.size} bytes differ{more}"
+    for k, outs in enumerate(sim.dispatch_outputs, 1):
+        got = np.asarray(outs[output]).view(np.uint8).reshape(-1)
+        if not np.array_equal(got, want):
+            where = (
+                f" on dispatch {k} of {dispatches} (the first right)" if k > 1 else ""
+            )
+            return f"wrong C{where}: {int((got != want).sum())} of {want.size} bytes differ{more}"
+    return f"left behind: {left[0]}" if left else "same C"
 
 
 def run1x1_case(folder: bool = False):

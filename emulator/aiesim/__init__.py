@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from .design import Design, DesignError, load
 from . import insts as _insts
 from .engine import Costs, Hang, Race, SimError, Simulator
@@ -71,6 +73,7 @@ def simulate(
     insts: str | None = None,
     dialect: bool = False,
     seed: int | None = None,
+    dispatches: int = 1,
 ):
     """Run a compiled module (generic MLIR text) on host arrays: (outputs, the Simulator).
     run_kernels=False: a timing run, the cores' calls charged but not computed.
@@ -81,27 +84,57 @@ def simulate(
     seed: a seeded schedule (engine.Simulator): the order of ready agents and the pieces each BD's
     transfer moves in drawn from it; None, the one deterministic order.
 
+    dispatches: how many times the runtime sequence runs on the same array (Simulator.run called again:
+    the cores go on in their loops, locks, buffers, BD chains and shim BD registers carry over), the host
+    arrays written again from `arrays` before each, as mlir-air's XRTBackend writes every buffer before a
+    run. The outputs returned are the last dispatch's; sim.dispatch_outputs holds each dispatch's (copies),
+    sim.dispatch_cycles each dispatch's time. A hang or an error on a dispatch after the first names it;
+    a dispatch that leaves anything behind (`leftovers`; a line names the dispatch after the first) ends
+    the run there: the next would meet it.
+
     A module of several launches (one aie.device each, and a main device whose runtime sequence
     configures each device and runs its sequence in turn, `aiex.configure` / `aiex.run`) runs its launches
     in that order, each on a fresh array of its own device, the host arrays carried from one to the next
-    (DDR outlives a reconfiguration); the Simulator returned is the last launch's, and its launch_cycles
-    lists (device, cycles) of every launch, and launch_leftovers (device, what it left behind) of every
-    launch (`leftovers` reads them)."""
-    designs = load(parse(generic_text))
+    (DDR outlives a reconfiguration), on every dispatch (the main stream loads each launch's PDI again);
+    the Simulator returned is the last launch's, and its launch_cycles lists (device, cycles) of every
+    launch on the first dispatch, and launch_leftovers (device, what it left behind) of every launch
+    (`leftovers` reads them)."""
+    if dispatches < 1:
+        raise ValueError(f"dispatches {dispatches}: need at least 1")
+    module = parse(generic_text)
+    designs = load(module)
     runs = _main_runs(designs)
+
+    def tag(k, lines):
+        return (
+            [f"after dispatch {k} of {dispatches}: {x}" for x in lines]
+            if k > 1
+            else lines
+        )
+
     if not runs:
         design = designs[device]
         stream = None
         if insts is not None and not dialect:
             stream = _insts.for_sequence(insts, design, design.sequences[0])
         sim = Simulator(design, host_kernels, costs, trace, run_kernels, seed=seed)
-        outs = sim.run(arrays, insts=stream)
-        sim.launch_cycles = [(design.name, sim.end_t)]
-        sim.launch_leftovers = [(design.name, _left(sim))]
+        per, left = [], []
+        for k in range(1, dispatches + 1):
+            with _on_dispatch(k, dispatches):
+                outs = sim.run(arrays, insts=stream)
+            per.append([np.array(o) for o in outs])
+            left = tag(k, _left(sim))
+            if left:
+                break
+        ends = [0.0, *sim.dispatch_ends]
+        sim.launch_cycles = [(design.name, ends[1])]
+        sim.dispatch_cycles = [b - a for a, b in zip(ends, ends[1:])]
+        sim.launch_leftovers = [(design.name, left)]
         sim.launch_hazards = [(design.name, sim.hazards())]
-        return outs, sim
+        sim.dispatch_outputs = per
+        sim.stream_file = None if stream is None else stream.path
+        return per[-1], sim
     by_name = {d.name: d for d in designs}
-    sim, launch_cycles, launch_leftovers, launch_hazards = None, [], [], []
     streams = [None] * len(runs)
     if insts is not None and not dialect:
         streams = [
@@ -109,24 +142,74 @@ def simulate(
             for dev, seq, _ in runs
         ]
         _insts.check_main(insts, *_insts.main_of(designs), streams)
-    for (dev, seq, argmap), stream in zip(runs, streams):
-        design = by_name[dev]
-        index = next(i for i, q in enumerate(design.sequences) if q.name == seq)
-        sim = Simulator(design, host_kernels, costs, trace, run_kernels, seed=seed)
-        given = None if arrays is None else [arrays[a] for a in argmap]
-        outs = sim.run(given, sequence=index, insts=stream)
-        launch_cycles.append((dev, sim.end_t))
-        launch_leftovers.append((dev, _left(sim)))
-        launch_hazards.append((dev, sim.hazards()))
-        if arrays is not None:
-            arrays = list(arrays)
-            for a, out in zip(argmap, outs):
-                arrays[a] = out
+    given = arrays
+    sim, per, dispatch_cycles = None, [], []
+    for k in range(1, dispatches + 1):
+        arrays = given
+        if (
+            k > 1
+        ):  # each launch's PDI loaded again: every device as the compiler configured it
+            by_name = {d.name: d for d in load(module)}
+        launch_cycles, launch_leftovers, launch_hazards = [], [], []
+        for (dev, seq, argmap), stream in zip(runs, streams):
+            design = by_name[dev]
+            index = next(i for i, q in enumerate(design.sequences) if q.name == seq)
+            sim = Simulator(design, host_kernels, costs, trace, run_kernels, seed=seed)
+            launch_args = None if arrays is None else [arrays[a] for a in argmap]
+            with _on_dispatch(k, dispatches):
+                outs = sim.run(launch_args, sequence=index, insts=stream)
+            launch_cycles.append((dev, sim.end_t))
+            launch_leftovers.append((dev, tag(k, _left(sim))))
+            launch_hazards.append((dev, sim.hazards()))
+            if arrays is not None:
+                arrays = list(arrays)
+                for a, out in zip(argmap, outs):
+                    arrays[a] = np.array(out)
+        if k == 1:
+            first_cycles, hazards = launch_cycles, launch_hazards
+        else:
+            for (dev, hs), (_, seen) in zip(launch_hazards, hazards):
+                seen += [h for h in hs if h not in seen]
+        dispatch_cycles.append(sum(c for _, c in launch_cycles))
+        per.append(arrays)
+        if any(lines for _, lines in launch_leftovers):
+            break
     # each launch's own time, in order: one after the other, a reconfiguration between them not charged
-    sim.launch_cycles = launch_cycles
+    sim.launch_cycles = first_cycles
     sim.launch_leftovers = launch_leftovers
-    sim.launch_hazards = launch_hazards
-    return arrays, sim
+    sim.launch_hazards = hazards
+    sim.dispatch_cycles = dispatch_cycles
+    sim.dispatch_outputs = per
+    sim.stream_file = (
+        None
+        if streams[0] is None
+        else _insts.stream_path(insts, *_insts.main_of(designs))
+    )
+    return per[-1], sim
+
+
+class _on_dispatch:
+    """Name the dispatch in a hang report or an error raised on a dispatch after the first (one on the
+    first dispatch reads as it did before dispatches were counted)."""
+
+    def __init__(self, k: int, n: int):
+        self.k, self.n = k, n
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if e is None or self.k == 1:
+            return False
+        where = f"on dispatch {self.k} of {self.n}"
+        if isinstance(e, Hang):
+            e.report.insert(
+                0, f"{where} (the array as the dispatches before it left it):"
+            )
+            e.args = ("\n".join(e.report),)
+        elif isinstance(e, (SimError, DesignError)) and e.args:
+            e.args = (f"{where}: {e.args[0]}", *e.args[1:])
+        return False
 
 
 def _sequence(design, name):

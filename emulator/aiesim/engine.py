@@ -32,6 +32,10 @@ The semantics, with where each is defined:
   sequence ends are `Simulator.leftovers()`, which the callers fail.
 * Interleavings: `Simulator(..., seed=S)` draws the order of the agents ready at one time and moves each
   BD's transfer in pieces of random size, the others acting between them.
+* Several dispatches: `Simulator.run` called again runs the runtime sequence once more on the same array:
+  the cores go on in their loops (every compiled core body is an endless loop; one that ends stays
+  halted), locks, buffers, BD chains and the shim registers carry over, the host buffers are written
+  again (docs/simulator.md, "Several dispatches").
 
 Time (the timed mode) is MODELLED: each agent keeps its own clock; moving n bytes over a stream costs
 n / STREAM_BYTES_PER_CYCLE cycles (AM027: AIE-ML v2 streams are 64 bits wide), a BD's setup,
@@ -396,6 +400,7 @@ class DmaAgent(Agent):
             self.bd = nxt
             if nxt is None:
                 self.done = True
+                self.waiting = "its BD chain ended"
             return
         task = self.task
         self.task_bd += 1
@@ -459,6 +464,7 @@ class DmaAgent(Agent):
                 self.segment = Segment(
                     data, f"{self.name} {bd.describe()}", len(receivers), self.t, ready
                 )
+                self.segment.sender = self
                 if sim.rng is not None:
                     # a seeded schedule: the words leave in pieces, each read from memory when it
                     # leaves, the other agents acting between them (publish below)
@@ -588,6 +594,10 @@ class DmaAgent(Agent):
                 seg.pending -= 1
                 seg.done_t = max(seg.done_t, self.t)
                 if seg.pending == 0:
+                    # every word has left the sender's memory: its BD reads no more, though it holds
+                    # its locks until it steps to its release (the bytes are free to be written now)
+                    if own is not None and getattr(seg, "sender", None) is not None:
+                        own.end(seg.sender)
                     sim.segment_done(seg)
             if sim.rng is not None and self.received < need:
                 return None
@@ -979,6 +989,9 @@ class Simulator:
         self.cascades, self.cascade_waiters = {}, {}
         self.steps = 0
         self.ddr_free = 0.0
+        # several dispatches (run called again): the runtime sequence of the last one, and when each ended
+        self.main = None
+        self.dispatch_ends: list[float] = []
 
     # scheduling
     def ready(self, agent):
@@ -1079,8 +1092,16 @@ class Simulator:
     # running
     def run(self, arrays, sequence: int = 0, max_steps: int = 50_000_000, insts=None):
         """Run the runtime sequence on the host arrays (one per argument, in order); returns them as
-        the device left them. Hang when nothing can move; SimError past max_steps. insts: the sequence's
-        instruction stream (insts.Stream), run instead of the dialect-level ops (insts.InstsAgent).
+        the device left them. Hang when nothing can move; SimError past max_steps (counted per call).
+        insts: the sequence's instruction stream (insts.Stream), run instead of the dialect-level ops
+        (insts.InstsAgent).
+
+        Called again, it runs the next dispatch on the same array: the cores go on from where they are
+        in their loops, the locks, the buffers, the BD chains and the shim BD registers (the previous
+        stream's register model, insts.InstsAgent) stay as the last dispatch left them, and the host
+        arrays are written again into the same host buffers (XRT writes each buffer object before a
+        run: the addresses the stream patches stay those of the same buffers). The arrays returned are
+        views of those buffers: copy them before the next call.
         """
         from .design import Buffer
 
@@ -1091,7 +1112,9 @@ class Simulator:
             raise DesignError(
                 f"@{seq.name} takes {len(seq.args)} arguments, got {len(arrays)}"
             )
-        self.host, self.args = {}, {}
+        prior = self.main
+        if prior is None:
+            self.host, self.args = {}, {}
         for (name, shape, dtype), a in zip(seq.args, arrays):
             raw = np.frombuffer(
                 np.ascontiguousarray(a).tobytes(), dtype=np.uint8
@@ -1099,25 +1122,39 @@ class Simulator:
             need = int(np.prod(shape)) * dtype.itemsize
             if raw.size != need:
                 raise DesignError(f"argument {name} needs {need} bytes, got {raw.size}")
-            self.host[name] = raw.view(dtype)
-            self.args[name] = Buffer(name, None, 0, shape, dtype)
+            if name in self.host:
+                # the same buffer object written again, in place (word views of it stay valid)
+                self.host[name].view(np.uint8)[:] = raw
+            else:
+                self.host[name] = raw.view(dtype)
+                self.args[name] = Buffer(name, None, 0, shape, dtype)
         if insts is None:
             main = SequenceAgent(self, seq)
         else:
             from .insts import InstsAgent
 
-            main = InstsAgent(self, seq, insts)
+            main = InstsAgent(
+                self, seq, insts, prior=prior if isinstance(prior, InstsAgent) else None
+            )
+        if prior is not None:
+            main.t = prior.t  # the next dispatch starts when the last one returned
         self.main = main
         agents = [main, *self.cores, *self.dma.values()]
-        for a in agents:
-            self.ready(a)
+        if prior is None:
+            for a in agents:
+                self.ready(a)
+        else:
+            # the others go on as the last dispatch left them: ready, or waiting on a lock, a stream,
+            # a task
+            self.ready(main)
+        start = self.steps
         while not main.done:
             if not self._heap:
                 raise Hang(self.report(agents), self.steps)
             _, _, agent = heapq.heappop(self._heap)
             self._queued.discard(id(agent))
             self.steps += 1
-            if self.steps > max_steps:
+            if self.steps - start > max_steps:
                 raise SimError(
                     f"no end after {max_steps} steps (the time-out): "
                     + "; ".join(self.report(agents)[:4])
@@ -1125,6 +1162,7 @@ class Simulator:
             if agent.step():
                 self.ready(agent)
         self.end_t = main.t
+        self.dispatch_ends.append(main.t)
         return [
             self.host[name].view(a.dtype).reshape(np.shape(a))
             for (name, _, _), a in zip(seq.args, arrays)
@@ -1166,7 +1204,14 @@ class Simulator:
 
     def report(self, agents) -> list[str]:
         lines = []
+        later = bool(self.dispatch_ends)  # a dispatch after the first
         for a in agents:
+            if a.done and later and isinstance(a, (CoreAgent, DmaAgent)):
+                # what ended on an earlier dispatch stays ended: the stream starts no core, no tile DMA
+                lines.append(
+                    f"{a.name}: {a.waiting} on an earlier dispatch, and nothing starts it again"
+                )
+                continue
             if a.done and not isinstance(a, SequenceAgent):
                 continue
             if isinstance(a, DmaAgent) and a.waiting.startswith("idle"):

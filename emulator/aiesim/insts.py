@@ -435,7 +435,11 @@ class InstsAgent(Agent):
     """The runtime sequence run from its instruction stream: register writes into a model of each shim
     tile's BDs and task queues, address patches, and syncs on task-completion tokens."""
 
-    def __init__(self, sim, seq, stream: Stream):
+    def __init__(self, sim, seq, stream: Stream, prior: "InstsAgent | None" = None):
+        """prior: the stream of the previous dispatch on the same array, whose registers carry over:
+        the shim BDs' words (Iteration_Current as its tasks advanced it), the address patches (the
+        patched words hold the same host buffers' addresses), the task queues and their tokens.
+        """
         super().__init__(sim)
         self.seq = seq
         self.stream = stream
@@ -451,6 +455,13 @@ class InstsAgent(Agent):
         self.tokens: dict[tuple, list] = {}
         self.synced: dict[tuple, int] = {}
         self.dropped: list[str] = []
+        if prior is not None:
+            self.regs, self.patches = prior.regs, prior.patches
+            self.queues, self.tokens, self.synced = (
+                prior.queues,
+                prior.tokens,
+                prior.synced,
+            )
         self.args = [name for name, _, _ in seq.args]
         check_device(stream, sim.design)
 

@@ -179,13 +179,19 @@ def _peano_objects(cfg, build_dir: str) -> None:
 
 
 def run_module(
-    cfg, buffers: list[np.ndarray], backend: str, compile_first: bool
+    cfg,
+    buffers: list[np.ndarray],
+    backend: str,
+    compile_first: bool,
+    dispatches: int = 1,
 ) -> list[np.ndarray]:
     """One dispatch of the module, every buffer back (flat, in argument order): on the emulator ("emu"),
     the simulator of the compiled module ("sim": emulator/aiesim, timed with sim_costs.layer_costs; it
-    prints the launches' simulated times), or the NPU ("npu", mlir-air's XRTBackend, the ELF flow). On the
-    emulator, compile_first: aircc + aiecc compile the module first where they are installed, and what
-    they refuse is refused. A failed run is a RunFailure (exit 1)."""
+    prints the launches' simulated times; dispatches: the instruction stream run that many times, every
+    dispatch's buffers equal to the first's bit for bit or a RunFailure), or the NPU ("npu", mlir-air's
+    XRTBackend, the ELF flow). On the emulator, compile_first: aircc + aiecc compile the module first
+    where they are installed, and what they refuse is refused. A failed run is a RunFailure (exit 1).
+    """
     if backend in ("emu", "sim"):
         sys.path.insert(
             0, os.path.join(REPO, "emulator")
@@ -206,7 +212,7 @@ def run_module(
         except EmulatorError as e:
             raise emulator_failure(e) from None
     if backend == "sim":
-        return _simulate(cfg, module, options, buffers)
+        return _simulate(cfg, module, options, buffers, dispatches)
     build_dir = os.path.join(REPO, "build", "npu", "o_gemv_ffn_int4")
     _peano_objects(cfg, build_dir)
     # a compile's leftovers corrupt the next one (mlir-air's llms/shared/infra/cache.py clears them too)
@@ -224,12 +230,31 @@ def run_module(
         os.chdir(cwd)
 
 
-def _simulate(cfg, module, options, buffers) -> list[np.ndarray]:
-    """The module as aircc + aiecc compiled it, in the simulator of the compiled design, timed."""
+def _simulate(cfg, module, options, buffers, dispatches: int = 1) -> list[np.ndarray]:
+    """The module as aircc + aiecc compiled it, in the simulator of the compiled design, timed; run
+    `dispatches` times, each dispatch's buffers equal to the first's bit for bit (else a RunFailure).
+    """
+    from ..errors import RunFailure
     from . import sim_costs
 
     outdir = compiler.compile_before_run("o_gemv_ffn_int4", str(module), options)
-    outs, sim = sim_costs.simulate_compiled(outdir, buffers, sim_costs.layer_costs(cfg))
+    _, sim = sim_costs.simulate_compiled(
+        outdir, buffers, sim_costs.layer_costs(cfg), dispatches=dispatches
+    )
+    outs = sim.dispatch_outputs[0]
+    for k, later in enumerate(sim.dispatch_outputs[1:], 2):
+        for i, (a, b) in enumerate(zip(outs, later)):
+            a, b = (np.asarray(x).view(np.uint8).reshape(-1) for x in (a, b))
+            if not np.array_equal(a, b):
+                raise RunFailure(
+                    f"the compiled module's buffer {i} differs: dispatch {k} of {dispatches} gives "
+                    f"{int((a != b).sum())} of {a.size} bytes other than the first dispatch"
+                )
+    print(
+        f"simulated: {os.path.relpath(sim.stream_file, REPO) if sim.stream_file else 'the dialect'}, "
+        f"{dispatches} "
+        f"dispatch{'es' if dispatches > 1 else ''}, the deterministic order (timed)"
+    )
     launches = ", ".join(
         f"{dev.removesuffix('_seg')} {c / sim_costs.CLOCK_HZ * 1e6:.1f}"
         for dev, c in sim.launch_cycles
@@ -302,7 +327,10 @@ def run_decode_layer(args, backend: str) -> bool:
     for g, name in zip(cfg.launch_gemvs, labels):
         print(f"{name:<9} {g.summary()}")
     t0 = time.perf_counter()
-    out = run_module(cfg, buffers, backend, compile_first=not args.no_compile)
+    dispatches = getattr(args, "dispatches", None) or 2  # host/run.py's SIM_DISPATCHES
+    out = run_module(
+        cfg, buffers, backend, compile_first=not args.no_compile, dispatches=dispatches
+    )
     took = time.perf_counter() - t0
     buf = {name: out[i] for i, (name, _) in enumerate(cfg.buffers())}
     # (stage, result, reference, GEMVs in series from the inputs it is checked from; 1: a launch alone)

@@ -100,13 +100,20 @@ def layer_costs(cfg):
 
 
 def simulate_compiled(
-    outdir: str | None, arrays, costs, trace: bool = False, seed: int | None = None
+    outdir: str | None,
+    arrays,
+    costs,
+    trace: bool = False,
+    seed: int | None = None,
+    dispatches: int = 1,
 ):
     """(outputs, Simulator) of the design aircc + aiecc compiled into outdir, run by the simulator of the
     compiled design: ConfigError without the compiler (outdir None), RunFailure (with the simulator's
     report) when it hangs, the simulator stops (a race among them), or the run leaves words in a stream or
     a BD half received (on hardware they would meet the next dispatch). seed: a seeded schedule
-    (aiesim.Simulator)."""
+    (aiesim.Simulator). dispatches: the runtime sequence run that many times on the same array
+    (aiesim.simulate); the outputs are the last dispatch's, sim.dispatch_outputs each one's.
+    """
     import aiesim
 
     if outdir is None:
@@ -117,7 +124,13 @@ def simulate_compiled(
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     try:
         outs, sim = aiesim.simulate(
-            text, arrays, costs=costs, trace=trace, insts=outdir, seed=seed
+            text,
+            arrays,
+            costs=costs,
+            trace=trace,
+            insts=outdir,
+            seed=seed,
+            dispatches=dispatches,
         )
     except (
         aiesim.InstsError
@@ -146,9 +159,15 @@ def seconds(sim) -> float:
 
 def timed_line(cfg, sim) -> str:
     us = seconds(sim) * 1e6
+    later = [c / CLOCK_HZ * 1e6 for c in getattr(sim, "dispatch_cycles", [])[1:]]
+    more = (
+        f"; the later dispatches {', '.join(f'{x:.1f}' for x in later)} us"
+        if later
+        else ""
+    )
     return (
         f"{sim.steps} steps; MODELLED NPU2 time {us:.1f} us for the compiled schedule "
-        f"(+ {model.FIXED_S * 1e6:.0f} us per dispatch: {us + model.FIXED_S * 1e6:.1f} us)"
+        f"(+ {model.FIXED_S * 1e6:.0f} us per dispatch: {us + model.FIXED_S * 1e6:.1f} us{more})"
     )
 
 

@@ -16,6 +16,7 @@ sim, sim_costs.simulate_compiled and host/sim_check.py.
 """
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -213,6 +214,54 @@ def test_words_left_in_a_stream_are_reported():
     ]
 
 
+def looping(text):
+    """The tiny design as aiecc writes cores and tile DMAs: the core's body a loop (its lock acquire at the
+    head, its release branching back), the DMA's BD chained to itself."""
+    head = '      "aie.use_lock"(%3, %35) <{action = 2 : i32}> : (index, i32) -> ()\n'
+    tail = '      "aie.use_lock"(%4, %34) <{action = 1 : i32}> : (index, i32) -> ()\n'
+    end = '      "aie.end"() : () -> ()\n'
+    bd_tail = (
+        '      "aie.use_lock"(%3, %20) <{action = 1 : i32}> : (index, i32) -> ()\n'
+    )
+    for x in (head, tail + end, bd_tail + end):
+        assert text.count(x) == 1
+    return (
+        text.replace(head, '      "cf.br"()[^bb4] : () -> ()\n    ^bb4:\n' + head)
+        .replace(tail + end, tail + '      "cf.br"()[^bb4] : () -> ()\n')
+        .replace(bd_tail + end, bd_tail + '      "aie.next_bd"()[^bb1] : () -> ()\n')
+    )
+
+
+def test_several_dispatches_run_on_the_array_the_last_one_left():
+    # a core whose body ends (aie.end) has halted when the second dispatch comes: nothing restarts it,
+    # and the second dispatch hangs with the report naming it
+    out, sim = run(tiny(), dispatches=1)
+    assert out.tolist() == [7, 7, 7, 7, 0, 0, 0, 0]
+    with pytest.raises(aiesim.Hang) as e:
+        run(tiny(), dispatches=2)
+    report = e.value.report
+    assert report[0].startswith("on dispatch 2 of 2")
+    assert (
+        "core tile (0, 2): its body ended on an earlier dispatch, and nothing starts it again"
+        in report
+    )
+    assert (
+        "tile (0, 2) MM2S 0: its BD chain ended on an earlier dispatch, and nothing starts it again"
+        in report
+    )
+    # a core that loops, as every compiled core does, serves every dispatch: the locks stay where they
+    # were (the buffer back with its DMA), and each dispatch's output is its own copy
+    for seed in (None, 0):
+        out, sim = aiesim.simulate(
+            looping(tiny()), [np.full(8, -1, np.int32)], seed=seed, dispatches=3
+        )
+        assert [o[0].tolist() for o in sim.dispatch_outputs] == [[7] * 4 + [-1] * 4] * 3
+        assert len(sim.dispatch_cycles) == 3 and not aiesim.leftovers(sim)
+    # a dispatch count below one is refused
+    with pytest.raises(ValueError, match="dispatches 0"):
+        run(tiny(), dispatches=0)
+
+
 def test_a_lock_released_past_63_is_refused():
     # the core holds 1 of the lock pair that guards buf and releases 64: the ownership rule sees it first
     with pytest.raises(
@@ -288,14 +337,32 @@ def test_every_mutation_of_a_compiled_design_is_caught():
     text, arrays, out = sim_mutations.run1x1_case()
     # each of the core body's AcquireGreaterEqual has a row of its own (issue 51, item 2)
     assert sim_mutations.core_acquires(text) == 5
-    for name, expect, got in sim_mutations.table():
+    rows = {name: (expect, got) for name, expect, got in sim_mutations.table()}
+    for name, (expect, got) in rows.items():
         if expect.startswith("harmless"):
             assert got.startswith("same C"), (name, got)
         else:
             assert got.startswith(expect.split(":")[0]), (name, expect, got)
+    # an acquire whose release comes only on the next dispatch: the first dispatch never returns, and the
+    # report names the core at the acquire it added (lock 2, W's full lock, holding 0)
+    [got] = [
+        g for n, (_, g) in rows.items() if n.startswith("an acquire whose release")
+    ]
+    assert "runtime sequence @matmul_int4_packed: awaits task" in got
+    assert (
+        "core tile (0, 2): at line 89: acquire lock 2 of tile (0, 2) (%8) >= 1, it holds 0"
+        in got
+    )
+    # the accumulator zeroed once: right on one dispatch, wrong on the second of two
+    baseline = aiesim.simulate(text, [a.copy() for a in arrays])[0][out]
+    once = sim_mutations.zero_once(text)
+    assert sim_mutations.outcome(once, arrays, out, baseline, dispatches=1) == "same C"
+    [got] = [
+        g for n, (_, g) in rows.items() if n.startswith("the accumulator's zeroing")
+    ]
+    assert got.startswith("wrong C on dispatch 2 of 2 (the first right): "), got
     # an interleaving the deterministic order does not take: the swapped BD ids under seed 0 fill a slot
     # while the core computes on it, which the ownership rule sees as a race (wrong C without a seed)
-    baseline = aiesim.simulate(text, [a.copy() for a in arrays])[0][out]
     got = sim_mutations.outcome(
         sim_mutations.swap_bd_ids(text), arrays, out, baseline, seed=0
     )
@@ -340,6 +407,44 @@ def test_words_left_behind_fail_the_run_everywhere(monkeypatch, capsys, tmp_path
     r = sim_check.check(case)
     assert not r.equal and "left behind: tile (0, 0) MM2S 0" in r.detail
 
+    # and the XRTBackend's executor (make upstream-check RUN_ARGS=--sim)
+    from air.backend.abc import AirBackendError
+    from host import sim_invoke
+
+    with pytest.raises(AirBackendError, match="leaves data behind"):
+        sim_invoke.run("the module", {}, arrays)
+
+
+def test_a_design_wrong_only_on_its_second_dispatch_fails(
+    monkeypatch, capsys, tmp_path
+):
+    # run1x1 compiled, its core zeroing the accumulator once when it starts instead of on every trip of
+    # its loop: the first dispatch is right, the second accumulates onto the first's drained C. The
+    # references are independent of the simulator: host/run.py's numpy GEMM and the emulator's output.
+    compiler_tools.require()
+    from host import run as host_run
+    from host import sim_check, sim_mutations
+    from int4awq.design import compiler
+
+    text, arrays, _, outdir = sim_mutations.run1x1_case(folder=True)
+    folder = sim_mutations.mutated_folder(
+        outdir, str(tmp_path / "mutated"), text, sim_mutations.zero_once, lambda d: d
+    )
+    monkeypatch.setattr(compiler, "compile_first", lambda *a, **k: ("cached", folder))
+    # one dispatch: right against the reference GEMM
+    assert host_run.main([*RUN1X1, "--backend", "sim", "--dispatches", "1"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("PASS!")
+    # two (the default): the second dispatch's C fails the run
+    assert host_run.main([*RUN1X1, "--backend", "sim", "--schedules", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "dispatch 2 of 2 under the deterministic order gives" in out
+    assert out.rstrip().endswith("FAIL!")
+    # sim_check: the emulator's C equals the first dispatch's under each seed and not the second's
+    [case] = [c for c in sim_check.cases() if c.name == "make run1x1"]
+    r = sim_check.check(case, seeds=(0,))
+    assert not r.equal and r.detail.startswith("dispatch 2: output 2: "), r.detail
+    assert "dispatch 1:" not in r.detail
+
 
 def test_backend_sim_runs_a_make_target_and_writes_its_trace(tmp_path):
     compiler_tools.require()
@@ -355,6 +460,13 @@ def test_backend_sim_runs_a_make_target_and_writes_its_trace(tmp_path):
     )
     assert code == 0, out + err
     assert "simulated the compiled design" in out and "MODELLED NPU2 time" in out
+    # what it ran, in one line: the instruction stream, two dispatches (the default), the seeds
+    [line] = [x for x in out.splitlines() if x.startswith("simulated: ")]
+    assert re.fullmatch(
+        r"simulated: build/aircc-runs/\w+/insts_\w+\.bin, 2 dispatches, seeds 0, 1, 2 and "
+        r"the deterministic order \(timed\)",
+        line,
+    ), line
     # three seeded schedules by default (seeds --seed .. --seed + 2), the same C from each
     assert "and 3 seeded (seeds 0..2), the same C from each" in out
     assert out.rstrip().endswith("PASS!")
@@ -374,6 +486,24 @@ def test_schedules_without_the_simulator_is_one_line_and_exit_2():
 
     code, out, err = host_args.run("--backend", "emu", "--schedules", "2")
     assert code == 2 and "--schedules 2: a number of seeded schedules" in err
+
+
+def test_a_bad_dispatch_count_is_one_line_and_exit_2(capsys):
+    import host_args
+    from host import run as host_run
+    from host import sim_check
+
+    code, out, err = host_args.run("--backend", "sim", "--dispatches", "0")
+    assert code == 2 and err == (
+        "error: --dispatches 0: a number of dispatches (>= 1) for --backend sim\n"
+    )
+    assert host_run.main(["--backend", "sim", "--dispatches", "-1"]) == 2
+    assert sim_check.main(["--dispatches", "-1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "error: --dispatches -1: a number of dispatches (>= 1) for --backend sim",
+        "sim-all: --dispatches -1: a number of dispatches (>= 1)",
+    ]
 
 
 def test_trace_without_the_simulator_is_one_line_and_exit_2():
