@@ -11,6 +11,17 @@ project's designs, and how its timeline is shown. Every figure it produces is MO
 * DDR: all shim channels share DDR_BYTES_PER_S (int4awq/design/model.py, fitted to mlir-air's measured
   GEMMs), at the clock the kernel model uses (CLOCK_HZ).
 * BD setup and lock operations: the figures below, estimates (AM020 gives no cycle counts for them).
+* The instruction stream of a dispatch (the runtime sequence's `insts_*.bin`: register writes, address
+  patches, syncs), which the NPU's command processor reads and executes word by word over its control path:
+  CONTROL_NS_PER_WORD a 32-bit word, printed beside the schedule's time and not added to it (the simulator
+  issues the words at no cost; the per-dispatch FIXED_S, fitted to measured runs, already holds what a
+  measured design's stream cost). No AMD document or mlir-aie source gives the command processor's rate;
+  the figure is a least-squares fit to the one public measurement found that varies the stream's length on
+  NPU2: nod-ai/iree-amd-aie issue #1187 (2025-04-01, Strix, turbo off), a whole-array reconfiguration
+  timed over 5,000 runs with control code of 38, 118, 582 and 662 words (and 2 to 7,663 words of control
+  packets moved by DMA) taking 79, 101, 111 and 106 us. Fitting time = a + b * control words + c * DMA
+  words gives b = 25 ns (27 ns on the 1,000-run column; 36 to 43 ns with control words alone), with
+  residuals of +-7 us: 30 ns is an estimate good to a factor of about 2, not a published figure.
 """
 
 from __future__ import annotations
@@ -28,6 +39,9 @@ from ..design.kernel_cost import CLOCK_HZ, gemv_cycles, kernel_cycles
 
 BD_SETUP_CYCLES = 8  # estimate: a BD's fetch and start (not published)
 LOCK_CYCLES = 1  # estimate: one lock request (not published)
+# estimate: one 32-bit word of an instruction stream through the command processor (fitted to
+# nod-ai/iree-amd-aie #1187's NPU2 reconfiguration timings; see the module's docstring)
+CONTROL_NS_PER_WORD = 30
 
 
 def costs(cfg):
@@ -157,6 +171,18 @@ def seconds(sim) -> float:
     return sum(c for _, c in sim.launch_cycles) / CLOCK_HZ
 
 
+def stream_cost(sim) -> tuple[int, float] | None:
+    """(words, seconds) of one dispatch's instruction stream over the control path (MODELLED:
+    CONTROL_NS_PER_WORD a word, the header's 4 words included), for a run from an instruction stream (a
+    module of several launches: its main stream, every launch's ops and load_pdi); None for a run of the
+    dialect-level sequence."""
+    path = getattr(sim, "stream_file", None)
+    if not path:
+        return None
+    words = os.path.getsize(path) // 4
+    return words, words * CONTROL_NS_PER_WORD * 1e-9
+
+
 def timed_line(cfg, sim) -> str:
     us = seconds(sim) * 1e6
     later = [c / CLOCK_HZ * 1e6 for c in getattr(sim, "dispatch_cycles", [])[1:]]
@@ -165,9 +191,18 @@ def timed_line(cfg, sim) -> str:
         if later
         else ""
     )
+    control = stream_cost(sim)
+    stream = (
+        f"; its instruction stream {control[0]} words, {control[1] * 1e6:.2f} us a dispatch over "
+        f"the control path (MODELLED, {CONTROL_NS_PER_WORD} ns a word: an estimate fitted to "
+        f"iree-amd-aie #1187)"
+        if control
+        else ""
+    )
     return (
         f"{sim.steps} steps; MODELLED NPU2 time {us:.1f} us for the compiled schedule "
         f"(+ {model.FIXED_S * 1e6:.0f} us per dispatch: {us + model.FIXED_S * 1e6:.1f} us{more})"
+        f"{stream}"
     )
 
 

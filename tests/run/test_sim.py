@@ -348,7 +348,11 @@ def test_every_mutation_of_a_compiled_design_is_caught():
     [got] = [
         g for n, (_, g) in rows.items() if n.startswith("an acquire whose release")
     ]
-    assert "runtime sequence @matmul_int4_packed: awaits task" in got
+    # (each row runs from the instruction stream: the host's wait is the stream's sync on C's channel)
+    assert (
+        "at insts_gemm_seg_matmul_int4_packed.bin byte offset 404: sync waits for a task-completion "
+        "token of tile (0, 0) S2MM 0" in got
+    )
     assert (
         "core tile (0, 2): at line 89: acquire lock 2 of tile (0, 2) (%8) >= 1, it holds 0"
         in got
@@ -444,6 +448,22 @@ def test_a_design_wrong_only_on_its_second_dispatch_fails(
     r = sim_check.check(case, seeds=(0,))
     assert not r.equal and r.detail.startswith("dispatch 2: output 2: "), r.detail
     assert "dispatch 1:" not in r.detail
+    # the XRTBackend's executor (make upstream-check RUN_ARGS=--sim) dispatches twice: the second
+    # dispatch's C fails it; one dispatch (AIR_SIM_DISPATCHES=1) passes with the first's
+    from air.backend.abc import AirBackendError
+    from host import sim_invoke
+
+    with pytest.raises(AirBackendError) as e:
+        sim_invoke.run("the module", {}, [a.copy() for a in arrays])
+    assert str(e.value).startswith(
+        "the compiled design's argument 2 differs on dispatch 2 of 2: "
+    ), str(e.value)
+    monkeypatch.setenv("AIR_SIM_DISPATCHES", "1")
+    outs = sim_invoke.run("the module", {}, [a.copy() for a in arrays])
+    want = aiesim.simulate(text, [a.copy() for a in arrays], insts=outdir)[0][2]
+    assert np.array_equal(
+        outs[2].view(np.uint8), np.asarray(want).view(np.uint8).reshape(-1)
+    )
 
 
 def test_backend_sim_runs_a_make_target_and_writes_its_trace(tmp_path):
@@ -467,6 +487,19 @@ def test_backend_sim_runs_a_make_target_and_writes_its_trace(tmp_path):
         r"the deterministic order \(timed\)",
         line,
     ), line
+    # the timed line: what that stream costs a dispatch over the control path, its words at 30 ns
+    stream = os.path.join(REPO, line.split()[1].rstrip(","))
+    words = os.path.getsize(stream) // 4
+    [timed] = [
+        x for x in out.splitlines() if x.startswith("simulated the compiled design")
+    ]
+    found = re.search(
+        r"; its instruction stream (\d+) words, ([\d.]+) us a dispatch over the control path "
+        r"\(MODELLED, 30 ns a word: an estimate fitted to iree-amd-aie #1187\)$",
+        timed,
+    )
+    assert found and int(found.group(1)) == words, timed
+    assert float(found.group(2)) == pytest.approx(words * 0.030, abs=0.006)
     # three seeded schedules by default (seeds --seed .. --seed + 2), the same C from each
     assert "and 3 seeded (seeds 0..2), the same C from each" in out
     assert out.rstrip().endswith("PASS!")
