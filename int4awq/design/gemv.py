@@ -41,7 +41,10 @@ from int4_packed_record import (  # the decode design's rules, beside its builde
 from int4_packed_record import GemvConfig as GemvConfigCore
 
 EMULATOR_DIR = os.path.join(REPO, "emulator")
-GEMV_AUTO_MAX_M = 8  # host/run.py picks this design by itself for M <= 8 (decode)
+# host/run.py picks this design by itself for M <= 8 (decode). Not 32: as compiled (issue 52), the GEMM at
+# 256 of K per refill is within 3 % for gate / up and faster for q, k, v, o and down at M = 32 once the simulator
+# dates a lock acquire by its tokens (docs/performance.md#small-m-the-refill-pipeline).
+GEMV_AUTO_MAX_M = 8
 
 
 @dataclass(frozen=True)

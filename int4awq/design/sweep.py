@@ -4,6 +4,8 @@
     python -m int4awq.design.sweep --m 2048 --k 2048 --n 2048        the ten best configurations, modelled
                                                               (only those the resource model accepts)
     python -m int4awq.design.sweep --write-table                     regenerate configs.json (Llama-3.2-1B shapes)
+    python -m int4awq.design.sweep --write-table --as-compiled       the same, the model's 3 best per AWQ shape
+                                                              at M <= 512 re-ranked as compiled (aircc + aiecc)
 
 A configuration pads M and N up to whole herd blocks (the host pads A and W with zeros and drops the
 extra rows and columns of C), so every shape has legal configurations; the padding costs modelled time.
@@ -29,8 +31,20 @@ from .design import (
 )
 from ..errors import ConfigError
 from .llama import FUSED, PROJECTIONS, shape_of
-from .kernel_cost import calibration, int4_kernel_flops, kernel_cycles, known
-from .model import Estimate, estimate
+from .kernel_cost import (
+    CLOCK_HZ,
+    calibration,
+    int4_kernel_flops,
+    kernel_cycles,
+    known,
+)
+from .model import (
+    DDR_BYTES_PER_S,
+    STREAM_BYTES_PER_CYCLE,
+    Estimate,
+    estimate,
+    refill_pipeline_s,
+)
 from ..kernel.record import FORMAT_GS, leaves_default_spare
 from ..kernel.record import GEMM_K_CHUNKS as K_CHUNKS
 from ..kernel.record import GEMM_TILES as TILES
@@ -53,21 +67,82 @@ def modelled(
     cfg: DesignConfig, m: int, n: int, estimate_kernel: bool = False
 ) -> Estimate:
     """Modelled NPU2 time of cfg; TOPS counted on the useful m x n, not on the padding. estimate_kernel: a
-    kernel call not yet profiled is estimated from the nearest profiled one (for ranking only).
+    kernel call not yet profiled is estimated from the nearest profiled one (for ranking only). The
+    compiled schedule's refill pipeline (refill_pipeline) is a floor beside DDR and compute; where it
+    decides, the bound is named by what its refills wait on: "compute" when a refill's calls take longer
+    than its fill (the calls plus the fills nothing overlaps), else "refill".
     """
-    pes = cfg.herd_m * cfg.herd_n
-    ceiling = int4_kernel_flops(
+    ceiling = _ceiling(cfg, estimate_kernel)
+    pipe = refill_pipeline(cfg, ceiling)
+    padded = estimate(cfg.ddr_bytes(), cfg.m, cfg.k, cfg.n, ceiling, pipe.seconds)
+    bound = padded.bound
+    if bound == "refill" and pipe.compute_s >= pipe.fill_s:
+        bound = "compute"
+    return Estimate(padded.ddr_bytes, 2 * m * cfg.k * n, padded.seconds, bound)
+
+
+def _ceiling(cfg: DesignConfig, estimate_kernel: bool = False) -> float:
+    return int4_kernel_flops(
         cfg.tile_m,
         cfg.tile_n,
         cfg.tile_k_l1,
         cfg.gs,
-        pes,
+        cfg.herd_m * cfg.herd_n,
         cfg.format,
         estimate_kernel,
         k=cfg.k,
     )
-    padded = estimate(cfg.ddr_bytes(), cfg.m, cfg.k, cfg.n, ceiling)
-    return Estimate(padded.ddr_bytes, 2 * m * cfg.k * n, padded.seconds, padded.bound)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The compiled schedule's refill pipeline of a configuration (model.refill_pipeline_s), MODELLED:
+    iterations, the launch iterations (M blocks x N blocks) one after another on the segment; refills, the
+    L2 refills of one (K / tile_k_l2); fill_s, one refill from DDR into L2 (at DDR_BYTES_PER_S, or its
+    busiest shim channel's STREAM_BYTES_PER_CYCLE); compute_s, one refill's calls on a PE (each at least
+    its operands' L1 feed); seconds, the pipeline's whole time."""
+
+    iterations: int
+    refills: int
+    fill_s: float
+    compute_s: float
+    seconds: float
+
+
+def refill_pipeline(cfg: DesignConfig, ceiling: float | None = None) -> Pipeline:
+    """What the compiled schedule charges beyond the roofline (model.refill_pipeline_s). A refill brings
+    herd_m pieces of A (tile_m x tile_k_l2 bf16, one shim channel each) and herd_n runs of weight
+    records (tile_k_l2 / tile_k_l1 records, one shim channel each): it takes its bytes at DDR_BYTES_PER_S,
+    or its busiest channel's bytes at STREAM_BYTES_PER_CYCLE, whichever is longer. A kernel call takes its
+    cycles, or the time its record or A chunk takes to stream into L1, whichever is longer (the two are
+    ping-ponged under the call). ceiling: the compute rate modelled() uses (int4_kernel_flops with k).
+    """
+    if ceiling is None:
+        ceiling = _ceiling(cfg)
+    pes = cfg.herd_m * cfg.herd_n
+    call_cycles = pes * 2 * cfg.tile_m * cfg.tile_n * cfg.tile_k_l1 * CLOCK_HZ / ceiling
+    feed_cycles = (
+        max(cfg.record_bytes, cfg.tile_m * cfg.tile_k_l1 * 2) / STREAM_BYTES_PER_CYCLE
+    )
+    chunks = cfg.tile_k_l2 // cfg.tile_k_l1
+    a_channel = cfg.tile_m * cfg.tile_k_l2 * 2
+    w_channel = chunks * cfg.record_bytes
+    fill_s = max(
+        (cfg.herd_m * a_channel + cfg.herd_n * w_channel) / DDR_BYTES_PER_S,
+        max(a_channel, w_channel) / STREAM_BYTES_PER_CYCLE / CLOCK_HZ,
+    )
+    compute_s = chunks * max(call_cycles, feed_cycles) / CLOCK_HZ
+    iterations = (cfg.m // (cfg.tile_m * cfg.herd_m)) * (
+        cfg.n // (cfg.tile_n * cfg.herd_n)
+    )
+    refills = cfg.k // cfg.tile_k_l2
+    return Pipeline(
+        iterations,
+        refills,
+        fill_s,
+        compute_s,
+        refill_pipeline_s(iterations, refills, fill_s, compute_s),
+    )
 
 
 # The defaults keep to the launch grids mlir-air's NPU2 lit tests run and check (8 along M:
@@ -230,37 +305,99 @@ TABLE_FORMATS = tuple(FORMAT_GS.items())
 TABLE_SHAPES = {**LLAMA_PROJECTIONS, **{name: shape_of(name) for name in FUSED}}
 
 
-def write_table(path: str = TABLE) -> None:
-    rows = []
-    for m, (name, (k, n)), (fmt, gs) in itertools.product(
-        TABLE_M, TABLE_SHAPES.items(), TABLE_FORMATS
-    ):
-        row = {"projection": name, "format": fmt, "m": m, "k": k, "n": n, "gs": gs}
-        try:
-            best = accepted(m, k, n, gs, fmt=fmt)[0]
-        except (
-            ConfigError
-        ) as e:  # recorded: the refusal is the table's answer for the shape
-            rows.append(dict(row, none=str(e)))
-            continue
-        row.update({key: getattr(best.cfg, key) for key in TILE_OPTIONS})
-        row.update(
-            modelled_us=round(best.est.seconds * 1e6, 1),
-            modelled_tops=round(best.est.tops, 3),
-            ddr_mb=round(best.est.ddr_bytes / 1e6, 2),
+# `--write-table --as-compiled`: the model's few best configurations per AWQ shape at M <= AS_COMPILED_MAX_M
+# are compiled by aircc + aiecc and timed by the simulator of the compiled design (host/bench.py
+# simulated_us, MODELLED); the fastest of them goes into the table. Larger M stays the model's choice.
+AS_COMPILED_MAX_M = 512
+AS_COMPILED_CANDIDATES = 3
+
+
+def table_row(
+    m: int,
+    name: str,
+    k: int,
+    n: int,
+    fmt: str,
+    gs: int,
+    timer=None,
+    top: int = AS_COMPILED_CANDIDATES,
+) -> dict:
+    """One row of the default table: the model's best accepted configuration, or, with a timer (cfg -> us
+    as compiled) for an AWQ shape at M <= AS_COMPILED_MAX_M, the fastest as compiled of the model's `top`
+    best (a candidate the compiler or the simulator refuses is passed over; none timed: the model's best).
+    """
+    row = {"projection": name, "format": fmt, "m": m, "k": k, "n": n, "gs": gs}
+    try:
+        rows = accepted(m, k, n, gs, top=top if timer else 1, fmt=fmt)
+    except (
+        ConfigError
+    ) as e:  # recorded: the refusal is the table's answer for the shape
+        return dict(row, none=str(e))
+    best, timed = rows[0], None
+    if timer is not None and fmt == "awq" and m <= AS_COMPILED_MAX_M:
+        times = []
+        for r in rows:
+            try:
+                times.append((timer(r.cfg), r))
+            except Exception as e:  # the compiler's refusal, a hang: not a candidate
+                print(f"{r.cfg.name}: not timed ({e})", file=sys.stderr)
+        if times:
+            # ties: the model's order
+            us, best = min(times, key=lambda t: (round(t[0], 1), rows.index(t[1])))
+            timed = (us, len(times))
+    row.update({key: getattr(best.cfg, key) for key in TILE_OPTIONS})
+    row.update(
+        modelled_us=round(best.est.seconds * 1e6, 1),
+        modelled_tops=round(best.est.tops, 3),
+        ddr_mb=round(best.est.ddr_bytes / 1e6, 2),
+    )
+    if timed is not None:
+        row.update(as_compiled_us=round(timed[0], 1), as_compiled_of=timed[1])
+    return row
+
+
+def write_table(path: str = TABLE, timer=None) -> None:
+    """Regenerate the default table. timer (cfg -> us as compiled, MODELLED): re-rank the model's
+    AS_COMPILED_CANDIDATES best per AWQ shape at M <= AS_COMPILED_MAX_M by it (table_row).
+    """
+    rows = [
+        table_row(m, name, k, n, fmt, gs, timer)
+        for m, (name, (k, n)), (fmt, gs) in itertools.product(
+            TABLE_M, TABLE_SHAPES.items(), TABLE_FORMATS
         )
-        rows.append(row)
+    ]
+    note = (
+        "default configurations per shape; generated by `python -m int4awq.design.sweep "
+        "--write-table`; figures are MODELLED (int4awq/design/model.py), not measured"
+    )
+    if timer is not None:
+        note += (
+            f"; with --as-compiled: AWQ rows at M <= {AS_COMPILED_MAX_M} are the fastest of the model's "
+            f"{AS_COMPILED_CANDIDATES} best as compiled (as_compiled_us: the simulator of the compiled "
+            f"design's timed mode, MODELLED; as_compiled_of: how many candidates were timed)"
+        )
     with open(path, "w") as f:
-        json.dump(
-            {
-                "note": "default configurations per shape; generated by `python -m int4awq.design.sweep "
-                "--write-table`; figures are MODELLED (int4awq/design/model.py), not measured",
-                "configs": rows,
-            },
-            f,
-            indent=1,
-        )
+        json.dump({"note": note, "configs": rows}, f, indent=1)
         f.write("\n")
+
+
+def simulated_timer():
+    """cfg -> us as compiled (host/bench.py simulated_us: aircc + aiecc, then the simulator of the
+    compiled design, MODELLED), or ConfigError naming why the compiler cannot run here.
+    """
+    from . import compiler
+    from ..errors import REPO
+
+    missing = compiler.tools_missing()
+    if missing is not None:
+        raise ConfigError(
+            f"--as-compiled needs aircc + aiecc ({missing}); the committed table stands"
+        )
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from host.bench import simulated_us  # the host's runner: the top of the stack
+
+    return simulated_us
 
 
 def config_from_args(
@@ -303,10 +440,18 @@ def main(argv=None) -> int:
     p.add_argument("--gs", type=int, default=128)
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--write-table", action="store_true")
+    p.add_argument(
+        "--as-compiled",
+        action="store_true",
+        help=f"with --write-table: re-rank the model's {AS_COMPILED_CANDIDATES} best per AWQ shape at M <= "
+        f"{AS_COMPILED_MAX_M} by the simulator of the compiled design (needs aircc + aiecc)",
+    )
     args = p.parse_args(argv)
     try:
+        if args.as_compiled and not args.write_table:
+            raise ConfigError("--as-compiled goes with --write-table")
         if args.write_table:
-            write_table()
+            write_table(timer=simulated_timer() if args.as_compiled else None)
             print(f"wrote {TABLE}")
             return 0
         if None in (args.m, args.k, args.n):

@@ -221,9 +221,21 @@ def test_every_table_row_is_legal_and_covers_llama():
 
 @pytest.mark.parametrize("m, k, n", [(2048, 2048, 2048), (32, 2048, 512)])
 def test_table_holds_the_models_best(m, k, n):
-    best = accepted(m, k, n, 128)[0]
+    # or, for a row re-ranked as compiled (sweep --write-table --as-compiled), one of the model's few best
     cfg, _ = default_config(m, k, n, 128)
-    assert modelled(cfg, m, n).seconds == pytest.approx(best.est.seconds)
+    row = next(
+        r
+        for r in load_table()
+        if (r["m"], r["k"], r["n"], r["gs"], r["format"]) == (m, k, n, 128, "awq")
+    )
+    from int4awq.design.sweep import AS_COMPILED_CANDIDATES
+
+    best = accepted(
+        m, k, n, 128, top=AS_COMPILED_CANDIDATES if "as_compiled_us" in row else 1
+    )
+    assert cfg.name in {r.cfg.name for r in best}
+    if "as_compiled_us" not in row:
+        assert modelled(cfg, m, n).seconds == pytest.approx(best[0].est.seconds)
 
 
 def test_the_sweep_skips_what_the_resource_model_refuses():

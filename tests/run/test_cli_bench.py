@@ -179,7 +179,7 @@ def model_times(r: dict, gs: dict) -> tuple[float, float]:
     return cfg.ddr_bytes() / model.DDR_BYTES_PER_S, 2 * cfg.m * cfg.k * cfg.n / ceiling
 
 
-def test_the_bound_is_the_larger_of_the_models_two_times(modelled):
+def test_the_bound_is_the_largest_of_the_models_times(modelled):
     code, out, err, path = modelled
     gs = {
         (e["projection"], e["m"], e.get("format", "awq")): e["gs"]
@@ -195,6 +195,12 @@ def test_the_bound_is_the_larger_of_the_models_two_times(modelled):
     assert all(r["sim_us"] == "" for r in rows)  # only --sim fills it
     for r in rows:
         t_ddr, t_compute = model_times(r, gs)
+        us = float(r["us"])
+        if us > (max(t_ddr, t_compute) + model.FIXED_S) * 1e6 + 0.05:
+            # over the roofline: the compiled schedule's refill pipeline (issue 52) decides, named by
+            # what its refills wait on, the calls (compute) or the fills (refill), never DDR
+            assert r["bound"] in ("compute", "refill"), r
+            continue
         assert r["bound"] == ("compute" if t_compute > t_ddr else "DDR"), r
     # the issue's row: awq_f16 at q_proj, M = 2048 moves 54 MB yet its kernel time is the longer one
     (row,) = [
@@ -204,7 +210,9 @@ def test_the_bound_is_the_larger_of_the_models_two_times(modelled):
     ]
     t_ddr, t_compute = model_times(row, gs)
     assert t_compute > t_ddr and row["bound"] == "compute"
-    assert {r["bound"] for r in rows} == {"DDR", "compute"}
+    assert (
+        {"DDR", "compute"} <= {r["bound"] for r in rows} <= {"DDR", "compute", "refill"}
+    )
     printed = [
         line for _, lines in tables(out) for line in lines if "no legal" not in line
     ]
