@@ -46,6 +46,7 @@ void eltwise_add_bf16(const bfloat16 *__restrict a,
                       const bfloat16 *__restrict b, bfloat16 *__restrict out,
                       int32_t n) {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
+  // live: 3 vec, 0 acc
   for (int32_t i = 0; i < n; i += V)
     aie::store_v(out + i,
                  aie::add(aie::load_v<V>(a + i), aie::load_v<V>(b + i)));
@@ -55,6 +56,7 @@ void rms_norm_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict w,
                    bfloat16 *__restrict out, int32_t n) {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   aie::accum<accfloat, V> squares = aie::zeros<accfloat, V>();
+  // live: 1 vec, 1 acc
   for (int32_t i = 0; i < n; i += V) {
     const aie::vector<bfloat16, V> v = aie::load_v<V>(x + i);
     squares = aie::mac(squares, v, v); // bf16 x bf16 is exact in f32
@@ -65,6 +67,7 @@ void rms_norm_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict w,
   const aie::accum<accfloat, V> r_acc(aie::broadcast<float, V>(r));
   const aie::vector<bfloat16, V> r_hi = rounded(r_acc);
   const aie::vector<bfloat16, V> r_lo = rounded(aie::sub(r_acc, r_hi));
+  // live: 4 vec, 1 acc
   for (int32_t i = 0; i < n; i += V) {
     const aie::vector<bfloat16, V> xv = aie::load_v<V>(x + i);
     const aie::vector<bfloat16, V> normed =
@@ -79,6 +82,7 @@ void silu_mul_bf16(const bfloat16 *__restrict gate,
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   const aie::vector<bfloat16, V> half = aie::broadcast<bfloat16, V>(0.5f);
   const aie::vector<bfloat16, V> one = aie::broadcast<bfloat16, V>(1.0f);
+  // live: 5 vec, 1 acc
   for (int32_t i = 0; i < n; i += V) {
     const aie::vector<bfloat16, V> g = aie::load_v<V>(gate + i);
     const aie::vector<bfloat16, V> t =

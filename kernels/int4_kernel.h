@@ -56,7 +56,7 @@
 //     in f32. hi + lo keeps 17 significant bits of G (round to nearest), so
 //     integer-valued G below 2^16 (exact-mode operands) survive exactly;
 //     upstream's single bf16(G) does not. A scale of more than 8 significant
-//     bits is held as 2 or 3 bf16 parts (INT4_SCALE_PARTS), each multiplied in
+//     bits is held as 2 or 3 bf16 parts (scale_parts), each multiplied in
 //     turn. A min term adds R * m the same way, R the span's row sums of the
 //     converted A.
 //
@@ -72,7 +72,7 @@
 //
 // Block streams: at most two input and one output stream are live at any time
 // (AIE2P has two load FIFOs and one store FIFO); each is opened per fold span,
-// so the pops of a span are counted from its start (see KERNEL_KB_LOOP).
+// so the pops of a span are counted from its start (see KB_UNROLLED).
 //
 // Every buffer must be 64-byte aligned (512-bit vector accesses on AIE2P); a
 // debug build (no -DNDEBUG) asserts it on every buffer argument.
@@ -89,6 +89,11 @@
 #include <aie_api/aie.hpp>
 #include <stdint.h>
 
+// mlir-aie's loop annotations (AIE_LOOP_*, AIE_PREPARE_FOR_*): the installed
+// header under Peano (kernels/Makefile: -I <mlir-aie>/include/aie_kernels),
+// emulator/include's stand-in on the host.
+#include "aie_kernel_utils.h"
+
 #if !defined(NDEBUG)
 #include <cassert>
 // Debug builds (the host build; Peano builds pass -DNDEBUG) check every buffer
@@ -101,70 +106,14 @@
 #define KERNEL_ALIGNED(p) ((void)0)
 #endif
 
-// Loop annotations in mlir-aie's aie_kernel_utils.h pattern (AIE_LOOP_*,
-// AIE_PREPARE_FOR_*), written here: under Peano (__AIECC__) clang loop
-// pragmas; on the host nothing, except that a loop given a trip-count hint is a
-// marked (software-pipelined) loop of the profiling build
-// (AIE_HOST_LOOP_ENTRY_AT, empty unless -DAIE_HOST_PROFILE), its site numbered
-// KERNEL_FILE_BASE + __LINE__ so that the three files' loops stay apart (this
-// header 0, the GEMM's entries 100000, the GEMV's 200000:
-// int4awq/design/kernel_profile.py).
-#define KERNEL_FILE_BASE 0
-#if defined(__AIECC__)
-#define KERNEL_STR_(x) #x
-#define AIE_LOOP_MIN_ITERATION_COUNT(n)                                        \
-  _Pragma(KERNEL_STR_(clang loop min_iteration_count(n)))
-#define AIE_LOOP_UNROLL_FULL _Pragma("clang loop unroll(full)")
-// Hands a loop to llvm-aie's post-pipeliner instead of the machine pipeliner,
-// as mlir-aie PR #3650's ATB GEMM does with its 64-mmul loop (II 77, ResMII
-// 68, with kernels/Makefile's raised post-pipeliner limits).
-#define AIE_PREPARE_FOR_POSTPIPELINING _Pragma("clang loop pipeline(disable)")
-#else
-#define AIE_LOOP_MIN_ITERATION_COUNT(n)                                        \
-  AIE_HOST_LOOP_ENTRY_AT(KERNEL_FILE_BASE + __LINE__)
-#define AIE_LOOP_UNROLL_FULL
-#define AIE_PREPARE_FOR_POSTPIPELINING
-#endif
-// The first statement of a marked loop's body: nothing on the core; on the
-// host, one iteration of the loop for the profile (what one iteration issues
-// is what the post-pipeliner's II limit is about:
-// int4awq/design/kernel_cost.py).
-#if defined(__AIECC__)
+// The first statement of a loop marked with AIE_LOOP_MIN_ITERATION_COUNT:
+// nothing on the core; the host build's hooks (kernels/host_hooks.h, given
+// with -include) count one iteration there for the profile.
+#ifndef KERNEL_ITERATION
 #define KERNEL_ITERATION ((void)0)
-#else
-#define KERNEL_ITERATION AIE_HOST_ITERATION
 #endif
 
-// The K-block loop of a fold span (SB steps) is fully unrolled up to
-// KB_UNROLL_MAX steps: aie_api places a block stream's FIFO fills at compile
-// time only where it can count the pops since the stream was opened (otherwise
-// every pop issues a fill), and the streams are opened per span for that (the
-// Peano-built ATB bfp16 kernel unrolls its K steps the same way). Longer spans
-// stay a rolled, pipelined loop. On the host an unmarked loop counts as
-// unrolled (the profiling build, host_profile.hpp).
-#define KB_UNROLL_MAX 16
-#if defined(INT4_MXFP4)
-#define KERNEL_SPAN_BLOCKS ((DIM_K_CHUNK) / 8)
-#else
-#define KERNEL_SPAN_BLOCKS                                                     \
-  (((DIM_K_CHUNK) < (DIM_GS) ? (DIM_K_CHUNK) : (DIM_GS)) / 8)
-#endif
-#if KERNEL_SPAN_BLOCKS <= KB_UNROLL_MAX
-#define KERNEL_KB_LOOP AIE_LOOP_UNROLL_FULL
-#define KERNEL_KB_ITERATION ((void)0)
-#else
-#define KERNEL_KB_LOOP AIE_LOOP_MIN_ITERATION_COUNT(2)
-#define KERNEL_KB_ITERATION KERNEL_ITERATION
-#endif
-
-// One object per design, each with only the entries its design calls: the
-// entry file says which (mm_int4_bf16.cc INT4_GEMM, mv_int4_bf16.cc INT4_GEMV);
-// program memory is 16 KB per core.
-#if defined(INT4_GEMM) == defined(INT4_GEMV)
-#error "include int4_kernel.h from mm_int4_bf16.cc or mv_int4_bf16.cc"
-#endif
-#if !defined(DIM_N) || !defined(DIM_K_CHUNK) || !defined(DIM_GS) ||            \
-    (defined(INT4_GEMM) && !defined(DIM_M))
+#if !defined(DIM_N) || !defined(DIM_K_CHUNK) || !defined(DIM_GS)
 #error                                                                         \
     "define the tile: -DDIM_N=<tile_n> -DDIM_K_CHUNK=<tile_k_l1> -DDIM_GS=<group size>, and -DDIM_M=<tile_m> for the GEMM"
 #endif
@@ -178,7 +127,87 @@
 #define INT4_A_ROUNDING conv_even
 #endif
 
+// The record format, one of the policy types below by name (kernels/Makefile
+// FORMAT: -DINT4_FORMAT=awq, awq_f16, ...).
+#ifndef INT4_FORMAT
+#define INT4_FORMAT awq
+#endif
+
 namespace {
+
+// How the record holds the values: 4-bit codes with zero points (AWQ's),
+// the W lines' image itself (byte codes), or MXFP4's E2M1 codes.
+enum class Codes { nibbles, bytes, e2m1 };
+
+// Weight formats as policy types (int4_packed_record.py FORMAT_SPECS). AWQ is
+// the base; each other format states what it changes.
+namespace formats {
+// int4 AWQ / GPTQ / compressed-tensors: q, z and a bf16 s per group and
+// column, dequant(W) = (q - z) * s.
+struct awq {
+  static constexpr Codes codes = Codes::nibbles;
+  // Each scale as this many bf16 parts s = s_0 + .. + s_{P-1}, split with
+  // round to nearest; the fold multiplies G's two halves by every part. P = 2
+  // holds every value of up to 17 significant bits (the remainder of a round
+  // to nearest is at most half an ulp, so its sign stands in for a bit); P =
+  // 3 any f32 whose parts stay normal.
+  static constexpr unsigned scale_parts = 1;
+  // value = v * s + m per group and column (m in scale_parts parts): per fold
+  // span the kernel adds R * m, R the span's row sums of A as converted to
+  // bfp16 (one more 8x8x8 mmul per A block, against a block of ones).
+  static constexpr bool min_term = false;
+};
+// fp16 scales as exact bf16 pairs (GGUF Q4_0, AWQ / GPTQ fp16 scales).
+struct awq_f16 : awq {
+  static constexpr unsigned scale_parts = 2;
+};
+// GGUF Q4_1, Q4_K: 4-bit codes (zero point 0), scales and min terms as pairs.
+struct int4_min : awq {
+  static constexpr unsigned scale_parts = 2;
+  static constexpr bool min_term = true;
+};
+// Q4_1, Q4_K in the fast mode: one bf16 per scale and per min term.
+struct int4_min_bf16 : awq {
+  static constexpr bool min_term = true;
+};
+// Byte codes: the record holds the W pair lines' image itself, one signed
+// 8-bit mantissa per value (already v = q - z, q - 16, kvalues[q], ...) and
+// exponent byte 133, so the block streams read the record directly: no
+// dequantisation, no zero points (GGUF Q5_0, Q8_0, IQ4_NL, IQ4_XS).
+struct int8 : awq {
+  static constexpr Codes codes = Codes::bytes;
+  static constexpr unsigned scale_parts = 2;
+};
+// Q6_K: d * sc_j, an fp16 times an int8, needs up to 18 bits: triples.
+struct int8_triple : int8 {
+  static constexpr unsigned scale_parts = 3;
+};
+// Q5_1, Q5_K: byte codes with min terms, pairs.
+struct int8_min : int8 {
+  static constexpr bool min_term = true;
+};
+// Q5_1, Q5_K in the fast mode.
+struct int8_min_bf16 : int8 {
+  static constexpr unsigned scale_parts = 1;
+  static constexpr bool min_term = true;
+};
+// MXFP4: E2M1 codes with one E8M0 scale per 32 values along K, exact in the
+// block mmul (mantissa 2 * value, block exponent x + 5): no zero point, no
+// scale fold, the accumulator runs over all of K (int4awq/formats/mxfp4.py).
+struct mxfp4 : awq {
+  static constexpr Codes codes = Codes::e2m1;
+};
+} // namespace formats
+
+using Format = formats::INT4_FORMAT;
+constexpr unsigned SCALE_PARTS = Format::scale_parts;
+constexpr bool MIN_TERM = Format::min_term;
+constexpr bool CODES8 = Format::codes == Codes::bytes;
+constexpr bool MXFP4 = Format::codes == Codes::e2m1;
+static_assert(SCALE_PARTS >= 1 && SCALE_PARTS <= 3,
+              "1, 2 or 3 bf16 parts per scale");
+static_assert(!MXFP4 || (SCALE_PARTS == 1 && !MIN_TERM),
+              "MXFP4 has no scale fold and no min term");
 
 constexpr unsigned TN = DIM_N;       // columns of W and C per PE
 constexpr unsigned TK = DIM_K_CHUNK; // K per call
@@ -196,57 +225,10 @@ static_assert(TK % GS == 0 || GS % TK == 0,
               "whole groups, or a group spans whole chunks");
 static_assert(TN * TK * 2 <= 65536,
               "tile larger than a PE's 64 KiB data memory");
-#if defined(INT4_MXFP4)
-// MXFP4 (-DINT4_MXFP4): E2M1 codes with one E8M0 scale per 32 values along K,
-// exact in the block mmul (mantissa 2 * value, block exponent x + 5): no zero
-// point, no scale fold, the accumulator runs over all of K
-// (int4awq/formats/mxfp4.py).
-constexpr bool MXFP4 = true;
 constexpr unsigned MX_GROUP = 32;
-static_assert(GS == MX_GROUP && TK % MX_GROUP == 0,
+static_assert(!MXFP4 || (GS == MX_GROUP && TK % MX_GROUP == 0),
               "MXFP4: DIM_GS must be 32 (the MX group) and DIM_K_CHUNK a "
               "multiple of it");
-#else
-constexpr bool MXFP4 = false;
-#endif
-// Scale parts (-DINT4_SCALE_PARTS=P): each scale is held as P bf16 parts s =
-// s_0 + .. + s_{P-1}, split with round to nearest; the fold multiplies G's two
-// halves by every part (2P products, each exact in f32). P = 1: bf16 scales
-// (AWQ). P = 2 holds every value of up to 17 significant bits (the remainder
-// of a round to nearest is at most half an ulp, so its sign stands in for a
-// bit): fp16 scales (FORMAT=awq_f16: GGUF Q4_0, AWQ / GPTQ fp16 scales) and
-// GGUF's d * sc_j of 6-bit sc_j. P = 3 holds any f32 whose parts stay normal:
-// Q6_K's d * sc_j, an fp16 times an int8, up to 18 bits.
-#if defined(INT4_SCALE_PARTS)
-constexpr unsigned SCALE_PARTS = INT4_SCALE_PARTS;
-#else
-constexpr unsigned SCALE_PARTS = 1;
-#endif
-static_assert(SCALE_PARTS >= 1 && SCALE_PARTS <= 3,
-              "INT4_SCALE_PARTS: 1, 2 or 3 bf16 parts per scale");
-static_assert(!MXFP4 || SCALE_PARTS == 1, "MXFP4 has no scale fold");
-// Min term (-DINT4_MIN_TERM): value = v * s + m (GGUF Q4_1, Q5_1, Q4_K,
-// Q5_K), m per group and column in SCALE_PARTS bf16 parts. Per fold span the
-// kernel adds R * m, R the span's row sums of A as converted to bfp16 (one
-// more 8x8x8 mmul per A block, against a block of ones, in A's conversion
-// loop), held as bf16 hi + lo like G.
-#if defined(INT4_MIN_TERM)
-constexpr bool MIN_TERM = true;
-#else
-constexpr bool MIN_TERM = false;
-#endif
-// Byte codes (-DINT4_CODES8): the record holds the W pair lines' image
-// itself, one signed 8-bit mantissa per value (already v = q - z, q - 16,
-// kvalues[q], ...: GGUF Q5_*, Q6_K, Q8_0, IQ4_*) and exponent byte 133, so
-// the block streams read the record directly: no dequantisation, no zero
-// points, twice the nibble record's bytes.
-#if defined(INT4_CODES8)
-constexpr bool CODES8 = true;
-#else
-constexpr bool CODES8 = false;
-#endif
-static_assert(!MXFP4 || (!MIN_TERM && !CODES8),
-              "MXFP4 has its own codes and no min term");
 
 using MMUL = aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
 using BLOCKS = aie::block_vector<bfp16ebs8, 64>; // one 8x8 mmul operand: 8
@@ -262,6 +244,16 @@ constexpr unsigned SPAN = MXFP4 ? TK : (TK < GS ? TK : GS);
 constexpr unsigned SB = SPAN / 8;  // K blocks per fold
 constexpr unsigned NF = TK / SPAN; // folds per call = groups held by the record
 constexpr unsigned BLK = 64;       // elements per 8x8 block
+
+// The K-block loop of a fold span (SB steps) is fully unrolled up to
+// KB_UNROLL_MAX steps: aie_api places a block stream's FIFO fills at compile
+// time only where it can count the pops since the stream was opened (otherwise
+// every pop issues a fill), and the streams are opened per span for that (the
+// Peano-built ATB bfp16 kernel unrolls its K steps the same way). Longer spans
+// stay a rolled, pipelined loop. The entries write both loops over one step
+// and `if constexpr (KB_UNROLLED)` keeps one.
+constexpr unsigned KB_UNROLL_MAX = 16;
+constexpr bool KB_UNROLLED = SB <= KB_UNROLL_MAX;
 
 constexpr unsigned round64(unsigned x) { return (x + 63u) / 64u * 64u; }
 
@@ -340,12 +332,11 @@ constexpr unsigned M_BYTES = MIN_TERM ? S_BYTES : 0;
 constexpr unsigned Z_OFFSET = M_OFFSET + M_BYTES;
 constexpr unsigned Z_BYTES = CODES8 ? 0 : round64(NF * TN);
 constexpr unsigned RECORD_BYTES = Z_OFFSET + Z_BYTES;
-#if defined(INT4_MXFP4)
+// MXFP4: the X section, and a group's 576 bytes (9 words) of a pair line.
 constexpr unsigned MX_GROUPS = TK / MX_GROUP; // per record
 constexpr unsigned X_OFFSET = round64(Q_BYTES);
-constexpr unsigned GROUP_WORDS = 2 * (MX_GROUP / 8) * 72 / 64; // 576 bytes
-static_assert(PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
-#endif
+constexpr unsigned GROUP_WORDS = 2 * (MX_GROUP / 8) * 72 / 64;
+static_assert(!MXFP4 || PAIR_LINE == MX_GROUPS * GROUP_WORDS * 64);
 
 // w_scratch (see int4_packed_record.py, w_scratch_bytes): NP W pair lines
 // (nibble formats), one A pair line (A_LINE_BYTES), 576 bytes where the
@@ -377,6 +368,7 @@ inline bfp16ebs8 *blocks_at(uint8_t *scratch, unsigned offset) {
 // a whole 512-bit word (the pad is never read).
 template <unsigned PUSHED>
 inline void pad_to_words(BlockOut &out, const BLOCKS &fill) {
+  // live: 1 vec, 0 acc
   AIE_LOOP_UNROLL_FULL
   for (unsigned i = PUSHED; i < whole_words(PUSHED); ++i)
     out << fill;
@@ -392,34 +384,29 @@ inline BLOCKS zero_point_blocks(const aie::vector<bfloat16, 8> &zbits) {
 }
 
 // The 576-byte pattern [V0 V1] repeated over one span of a pair line (9
-// words): [V0 V1] four times through the staging area (8 block vectors, 9
-// whole words, so the stream ends on a word), then its 9 words loaded, minus 64
-// per byte.
-struct Pattern {
-  aie::vector<uint8, 64> w[9];
-};
-inline Pattern stage_pattern(const BLOCKS &v0, const BLOCKS &v1,
-                             const aie::vector<uint8, 64> &c64,
-                             uint8_t *__restrict scratch) {
-  {
-    BlockOut st(blocks_at(scratch, STAGE_OFFSET));
-    st << v0 << v1 << v0 << v1 << v0 << v1 << v0 << v1;
-  }
-  const uint8_t *__restrict stage = scratch + STAGE_OFFSET;
-  Pattern pz;
-  AIE_LOOP_UNROLL_FULL
-  for (unsigned j = 0; j < 9; ++j)
-    pz.w[j] = aie::sub(aie::load_v<64>(stage + 64 * j), c64);
-  return pz;
+// words), staged as [V0 V1] four times (8 block vectors, 9 whole words, so the
+// stream ends on a word). Each pattern word is loaded from there where it is
+// used (pattern_word), so no loop holds all nine.
+inline const uint8_t *stage_pattern(const BLOCKS &v0, const BLOCKS &v1,
+                                    uint8_t *__restrict scratch) {
+  BlockOut st(blocks_at(scratch, STAGE_OFFSET));
+  st << v0 << v1 << v0 << v1 << v0 << v1 << v0 << v1;
+  return scratch + STAGE_OFFSET;
+}
+// Staged pattern word j minus c per byte.
+inline aie::vector<uint8, 64> pattern_word(const uint8_t *__restrict stage,
+                                           unsigned j,
+                                           const aie::vector<uint8, 64> &c) {
+  return aie::sub(aie::load_v<64>(stage + 64 * j), c);
 }
 
-// Record Q -> the W pair lines of w_scratch. For column pair p and fold span f,
-// the zero-point pattern of the span's image is Z2 = [V0 V1] repeated (V0, V1:
-// the two column blocks' block vectors with exponent byte 123 and mantissas z,
-// staged by stage_pattern). Each image word is then 32 record bytes
-// unpacked to uint8 minus its zero-point word: exponent lanes 0 - 123 = 133,
-// mantissa lanes q - z.
-#if !defined(INT4_MXFP4)
+// Record Q -> the W pair lines of w_scratch (nibble formats). For column pair
+// p and fold span f, the zero-point pattern of the span's image is Z2 = [V0
+// V1] repeated (V0, V1: the two column blocks' block vectors with exponent
+// byte 123 and mantissas z, staged by stage_pattern, minus 64). Each image
+// word is then 32 record bytes unpacked to uint8 minus its zero-point word:
+// exponent lanes 0 - 123 = 133, mantissa lanes q - z.
+//
 // Image word w: 32 record bytes of nibbles unpacked to bytes, minus its
 // zero-point pattern word.
 inline void dequantize_word(const uint8_t *__restrict q,
@@ -436,22 +423,21 @@ inline void dequantize_pair(const uint8_t *__restrict record,
                             uint8_t *__restrict scratch, unsigned p, unsigned f,
                             const BLOCKS &v0, const BLOCKS &v1,
                             const aie::vector<uint8, 64> &c64) {
-  const Pattern pz = stage_pattern(v0, v1, c64, scratch);
+  const uint8_t *__restrict stage = stage_pattern(v0, v1, scratch);
   const uint8_t *__restrict q =
       record + p * Q_PAIR_BYTES + f * (SPAN_STRIDE / 2);
   uint8_t *__restrict dst = scratch + p * PAIR_LINE + f * SPAN_STRIDE;
-  // Word w takes pattern word w % 9: walked as whole periods of 9, each
-  // unrolled, then the tail, so no modulo is computed at run time (an
-  // unsigned remainder is a library call on AIE2P, and a call in a loop stops
-  // it from pipelining).
-  for (unsigned r = 0; r < SPAN_PERIODS; ++r) {
-    AIE_LOOP_UNROLL_FULL
-    for (unsigned j = 0; j < 9; ++j)
-      dequantize_word(q, dst, 9 * r + j, pz.w[j]);
-  }
+  // Word w takes pattern word w % 9: pattern word j outer (unrolled: one
+  // pattern word live, no modulo at run time, an unsigned remainder being a
+  // library call on AIE2P), then the words 9r + j of the span.
+  // live: 4 vec, 0 acc
   AIE_LOOP_UNROLL_FULL
-  for (unsigned j = 0; j < SPAN_TAIL; ++j)
-    dequantize_word(q, dst, 9 * SPAN_PERIODS + j, pz.w[j]);
+  for (unsigned j = 0; j < 9; ++j) {
+    const aie::vector<uint8, 64> pz = pattern_word(stage, j, c64);
+    // live: 4 vec, 0 acc
+    for (unsigned r = 0; r < SPAN_PERIODS + (j < SPAN_TAIL); ++r)
+      dequantize_word(q, dst, 9 * r + j, pz);
+  }
 }
 
 // The zero points are read 64 at a time (their section is whole 64-byte words),
@@ -465,14 +451,16 @@ inline void dequantize_pair(const uint8_t *__restrict record,
 // #480); upstream's kernels work on 64 lanes. Zero point i = f * TN + c is
 // column c of span f.
 constexpr unsigned Z_WORDS = (NF * TN + 63) / 64;
-static_assert(Z_WORDS * 128 <= PAIR_LINE,
+static_assert(MXFP4 || Z_WORDS * 128 <= PAIR_LINE,
               "the zero points' bf16 bits are staged in the A line");
 
-void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
+inline void dequantize_nibbles(const uint8_t *__restrict record,
+                               uint8_t *__restrict scratch) {
   const uint8_t *__restrict zp = record + Z_OFFSET;
   bfloat16 *zbits = reinterpret_cast<bfloat16 *>(scratch + A_LINE_OFFSET);
   const aie::vector<uint8, 64> c80 = aie::broadcast<uint8, 64>(0x80);
   const aie::vector<uint8, 64> c5d = aie::broadcast<uint8, 64>(0x5D);
+  // live: 5 vec, 0 acc
   AIE_LOOP_MIN_ITERATION_COUNT(1)
   for (unsigned c = 0; c < Z_WORDS; ++c) {
     KERNEL_ITERATION;
@@ -482,6 +470,7 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
     aie::store_v(zbits + 64 * c + 32, zz.second.cast_to<bfloat16>());
   }
   const aie::vector<uint8, 64> c64 = aie::broadcast<uint8, 64>(64);
+  // live: 6 vec, 1 acc
   AIE_LOOP_MIN_ITERATION_COUNT(1)
   for (unsigned it = 0; it < NP * NF; ++it) {
     KERNEL_ITERATION;
@@ -492,66 +481,87 @@ void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
                     zero_point_blocks(aie::load_v<8>(zb + 8)), c64);
   }
 }
-#else
-// The record's offset nibbles u = t + 8 (uint8 lanes, 1 .. 15; t the E2M1
-// code's magnitude index with its sign, int4awq/formats/mxfp4.py) -> 2 * value
-// + 58 (mod 256), an odd piecewise-linear map of t shifted: with m(t) = t +
-// max(t, 4) + min(t, -4) + 2 (max(t, 6) + min(t, -6)) (0, 1, 2, 3, 4, 6, 8, 12
-// for t = 0 .. 7), m(u - 8) + 56 = u + max(u, 12) + min(u, 4) + 2 (max(u, 14) +
-// min(u, 2)). The doubled term is taken once from u and once from v = u + 1
-// (max(v, 15) = max(u, 14) + 1, min(v, 3) = min(u, 2) + 1), so no byte vector
-// is added to itself (x + x on bytes is llvm-aie #480's trigger) and the sum
-// is m + 58. All unsigned: Peano's aie_api mis-converts signed int4 (mlir-air
-// fused_decode/kernels/q4_k.h, issue #1818), so the codes never are. The 58
-// is taken back by the pattern word (dequantize).
-constexpr unsigned E2M1_OFFSET = 58;
-inline aie::vector<uint8, 64> e2m1_mantissas(const aie::vector<uint8, 64> &u) {
-  const aie::vector<uint8, 64> v = aie::add(u, aie::broadcast<uint8, 64>(1));
-  const aie::vector<uint8, 64> a =
-      aie::add(aie::max(u, aie::broadcast<uint8, 64>(12)),
-               aie::min(u, aie::broadcast<uint8, 64>(4)));
-  const aie::vector<uint8, 64> b =
-      aie::add(aie::max(u, aie::broadcast<uint8, 64>(14)),
-               aie::min(u, aie::broadcast<uint8, 64>(2)));
-  const aie::vector<uint8, 64> b1 =
-      aie::add(aie::max(v, aie::broadcast<uint8, 64>(15)),
-               aie::min(v, aie::broadcast<uint8, 64>(3)));
-  return aie::add(aie::add(u, a), aie::add(b, b1));
+
+// MXFP4: the record's offset nibbles u = t + 8 (uint8 lanes, 1 .. 15; t the
+// E2M1 code's magnitude index with its sign, int4awq/formats/mxfp4.py) -> 2 *
+// value + 62 (mod 256), an odd piecewise-linear map of t shifted: with m(t) =
+// t + max(t, 4) + min(t, -4) + 2 (max(t, 6) + min(t, -6)) (0, 1, 2, 3, 4, 6, 8,
+// 12 for t = 0 .. 7), m(u - 8) + 56 = u + max(u, 12) + min(u, 4) + 2 (max(u,
+// 14) + min(u, 2)). Each doubled term is taken once from u and once from w = u
+// + 2 (max(w, 16) = max(u, 14) + 2, min(w, 4) = min(u, 2) + 2), and max(u, 12)
+// as max(w, 14) - 2, so no byte vector is added to itself (x + x on bytes is
+// llvm-aie #480's trigger) and four constants serve (2, 4, 14, 16: register
+// pressure); the sum is m + 62. All unsigned: Peano's aie_api mis-converts
+// signed int4 (mlir-air fused_decode/kernels/q4_k.h, issue #1818), so the codes
+// never are. The 62 is taken back by the pattern word (dequantize_e2m1).
+constexpr unsigned E2M1_OFFSET = 62;
+struct E2m1Constants {
+  aie::vector<uint8, 64> c2 = aie::broadcast<uint8, 64>(2),
+                         c4 = aie::broadcast<uint8, 64>(4),
+                         c14 = aie::broadcast<uint8, 64>(14),
+                         c16 = aie::broadcast<uint8, 64>(16);
+};
+inline aie::vector<uint8, 64> e2m1_mantissas(const aie::vector<uint8, 64> &u,
+                                             const E2m1Constants &k) {
+  const aie::vector<uint8, 64> w = aie::add(u, k.c2);
+  aie::vector<uint8, 64> s = aie::add(u, aie::max(w, k.c14));
+  s = aie::add(s, aie::min(u, k.c4));
+  s = aie::add(s, aie::max(u, k.c14));
+  s = aie::add(s, aie::max(w, k.c16));
+  s = aie::add(s, aie::min(u, k.c2));
+  return aie::add(s, aie::min(w, k.c4));
 }
 
-// Record codes -> the W pair lines of w_scratch. For column pair p and MX
-// group g (576 bytes of the line, 9 words), the exponent pattern is [V0 V1]
-// repeated, V0, V1 the two column blocks' block vectors with exponent byte
-// E + 64 and mantissas 64 (the block conversion of X, 2^(E + 64 - 133) * 64),
-// staged as [V0 V1] x 4 minus 64 + 58 per byte (the AWQ zero points' 64, and
-// the mantissa map's offset): exponent lanes E - 58, mantissa lanes -58. Each
-// image word is 32 record bytes unpacked to offset nibbles, mapped to
-// mantissas + 58 (an 8 sits where an exponent byte goes: 0 + 58) plus its
+// Record codes -> the W pair lines of w_scratch (MXFP4). For column pair p and
+// MX group g (576 bytes of the line, 9 words), the exponent pattern is [V0 V1]
+// repeated, V0, V1 the two column blocks' block vectors with exponent byte E +
+// 64 and mantissas 64 (the block conversion of X, 2^(E + 64 - 133) * 64),
+// staged as [V0 V1] x 4 and taken minus 64 + 62 per byte (the AWQ zero points'
+// 64, and the mantissa map's offset): exponent lanes E - 62, mantissa lanes
+// -62. Each image word is 32 record bytes unpacked to offset nibbles, mapped
+// to mantissas + 62 (an 8 sits where an exponent byte goes: 0 + 62) plus its
 // pattern word.
-void dequantize(const uint8_t *__restrict record, uint8_t *__restrict scratch) {
+inline void dequantize_e2m1(const uint8_t *__restrict record,
+                            uint8_t *__restrict scratch) {
   const bfloat16 *__restrict xp =
       reinterpret_cast<const bfloat16 *>(record + X_OFFSET);
-  const aie::vector<uint8, 64> c122 =
+  const aie::vector<uint8, 64> c126 =
       aie::broadcast<uint8, 64>(64 + E2M1_OFFSET);
+  const E2m1Constants k;
+  // live: 10 vec, 1 acc
   AIE_LOOP_MIN_ITERATION_COUNT(1)
   for (unsigned it = 0; it < NP * MX_GROUPS; ++it) {
     KERNEL_ITERATION;
     const unsigned p = it / MX_GROUPS, g = it - p * MX_GROUPS;
     const bfloat16 *__restrict x = xp + g * TN + p * 16;
-    const BLOCKS v0 = zero_point_blocks(aie::load_v<8>(x));
-    const BLOCKS v1 = zero_point_blocks(aie::load_v<8>(x + 8));
-    const Pattern pe = stage_pattern(v0, v1, c122, scratch);
+    const uint8_t *__restrict stage =
+        stage_pattern(zero_point_blocks(aie::load_v<8>(x)),
+                      zero_point_blocks(aie::load_v<8>(x + 8)), scratch);
     const uint8_t *__restrict q =
         record + p * Q_PAIR_BYTES + g * (GROUP_WORDS * 32);
     uint8_t *__restrict dst = scratch + p * PAIR_LINE + g * GROUP_WORDS * 64;
+    // Unrolled (issue 50): a rolled loop over w could keep the nine pattern
+    // words as a 576-byte array on the stack.
+    // live: 9 vec, 0 acc
+    AIE_LOOP_UNROLL_FULL
     for (unsigned w = 0; w < GROUP_WORDS; ++w) {
       const aie::vector<uint8, 64> u =
           aie::load_v<32>(q + 32 * w).cast_to<uint4>().unpack();
-      aie::store_v(dst + 64 * w, aie::add(e2m1_mantissas(u), pe.w[w]));
+      aie::store_v(dst + 64 * w, aie::add(e2m1_mantissas(u, k),
+                                          pattern_word(stage, w, c126)));
     }
   }
 }
-#endif
+
+// Record -> the W pair lines the block streams read: nibbles and E2M1 codes
+// are dequantised into w_scratch; byte codes are read from the record itself.
+inline void dequantize(const uint8_t *__restrict record,
+                       uint8_t *__restrict scratch) {
+  if constexpr (Format::codes == Codes::nibbles)
+    dequantize_nibbles(record, scratch);
+  else if constexpr (Format::codes == Codes::e2m1)
+    dequantize_e2m1(record, scratch);
+}
 
 // One A block (8x8 bf16, row-major) -> bfp16ebs8 blocks along K: the vector
 // goes to an accumulator by a move (to_blocks) or, for the second block of a
@@ -566,38 +576,20 @@ inline BLOCKS to_blocks_on_mac(const bfloat16 *__restrict a,
   return aie::mul(aie::load_v<64>(a), ones).to_vector<bfp16ebs8>();
 }
 
-// The scales (or min terms) of 8 columns at sp, each replicated down the 8
-// rows of a block: SCALE_PARTS parts, part i at sp + i * S_PART.
-struct Parts8 {
-  aie::vector<bfloat16, 64> v[SCALE_PARTS];
-};
-inline Parts8 load_parts(const bfloat16 *sp) {
-  Parts8 s;
-  for (unsigned i = 0; i < SCALE_PARTS; ++i)
-    s.v[i] = replicate_row(aie::load_v<8>(sp + i * S_PART));
-  return s;
-}
-// A column block's fold terms: its scales, and with MIN_TERM its min terms
-// (the M section follows S, S_BYTES further on).
-struct Terms8 {
-  Parts8 s, m;
-};
-inline Terms8 load_terms(const bfloat16 *sp) {
-  Terms8 t;
-  t.s = load_parts(sp);
-  if constexpr (MIN_TERM)
-    t.m = load_parts(sp + S_BYTES / 2);
-  return t;
-}
-
 // acc += (hi + lo) * s, part by part: hi * s_i, then lo * s_i (acc in place:
-// one accumulator register, as a mac chain).
+// one accumulator register, as a mac chain). s_i is the scales (or min terms)
+// of 8 columns at sp + i * S_PART, each replicated down the 8 rows of a block,
+// loaded where it is used: one part live at a time.
 inline void mac_parts(aie::accum<accfloat, 64> &acc,
                       const aie::vector<bfloat16, 64> &hi,
-                      const aie::vector<bfloat16, 64> &lo, const Parts8 &s) {
+                      const aie::vector<bfloat16, 64> &lo, const bfloat16 *sp) {
+  // live: 7 vec, 1 acc
+  AIE_LOOP_UNROLL_FULL
   for (unsigned i = 0; i < SCALE_PARTS; ++i) {
-    acc = aie::mac(acc, hi, s.v[i]);
-    acc = aie::mac(acc, lo, s.v[i]);
+    const aie::vector<bfloat16, 64> s =
+        replicate_row(aie::load_v<8>(sp + i * S_PART));
+    acc = aie::mac(acc, hi, s);
+    acc = aie::mac(acc, lo, s);
   }
 }
 
@@ -636,16 +628,19 @@ struct RowSums<true> {
 };
 
 // c (one 8x8 f32 block of the accumulator) += G * s (+ R * m with MIN_TERM, R
-// at r), G and R each split into bf16 hi + lo, in the order of mac_parts.
-inline void fold(const MMUL &g, const Terms8 &t, const bfloat16 *r,
+// at r, the min terms S_BYTES after the scales), G and R each split into bf16
+// hi + lo, in the order of mac_parts. Each fold loads its own terms, so no
+// fold holds the scales and the min terms at once (register pressure).
+inline void fold(const MMUL &g, const bfloat16 *sp, const bfloat16 *r,
                  float *__restrict c) {
   const aie::accum<accfloat, 64> gacc = g.to_accum();
   const aie::vector<bfloat16, 64> hi = gacc.to_vector<bfloat16>();
   const aie::vector<bfloat16, 64> lo = aie::sub(gacc, hi).to_vector<bfloat16>();
   aie::accum<accfloat, 64> acc(aie::load_v<64>(c));
-  mac_parts(acc, hi, lo, t.s);
+  mac_parts(acc, hi, lo, sp);
   if constexpr (MIN_TERM)
-    mac_parts(acc, aie::load_v<64>(r), aie::load_v<64>(r + 64), t.m);
+    mac_parts(acc, aie::load_v<64>(r), aie::load_v<64>(r + 64),
+              sp + S_BYTES / 2);
   aie::store_v(c, acc.to_vector<float>());
 }
 
@@ -664,33 +659,20 @@ inline void span_end(const MMUL &g, const bfloat16 *sp, const bfloat16 *r,
   if constexpr (MXFP4)
     aie::store_v(c, g.to_accum().to_vector<float>());
   else
-    fold(g, load_terms(sp), r, c);
+    fold(g, sp, r, c);
 }
 // The 2x2 block of C at c00 (blocks (mb, nb), (mb, nb+1), (mb+1, nb), (mb+1,
 // nb+1); the next column block `col` floats on, the next row block `row`):
 // the terms of columns 8nb .. 8nb+15 at sp, the row sums of the two row blocks
-// at r0, r1.
+// at r0, r1. Each fold writes its own C block, so the order is free.
 inline void span_end_2x2(const MMUL &g00, const MMUL &g01, const MMUL &g10,
                          const MMUL &g11, const bfloat16 *sp,
                          const bfloat16 *r0, const bfloat16 *r1, float *c00,
                          unsigned col, unsigned row) {
-  if constexpr (MXFP4) {
-    span_end(g00, sp, r0, c00);
-    span_end(g01, sp, r0, c00 + col);
-    span_end(g10, sp, r1, c00 + row);
-    span_end(g11, sp, r1, c00 + col + row);
-  } else {
-    // one column block's terms live at a time (2P replicated vectors, 4P with
-    // a min term); each fold writes its own C block, so the order is free
-    {
-      const Terms8 t0 = load_terms(sp);
-      fold(g00, t0, r0, c00);
-      fold(g10, t0, r1, c00 + row);
-    }
-    const Terms8 t1 = load_terms(sp + 8);
-    fold(g01, t1, r0, c00 + col);
-    fold(g11, t1, r1, c00 + col + row);
-  }
+  span_end(g00, sp, r0, c00);
+  span_end(g10, sp, r1, c00 + row);
+  span_end(g01, sp + 8, r0, c00 + col);
+  span_end(g11, sp + 8, r1, c00 + col + row);
 }
 
 // The block stream base of column pair p's W line, span f: the record itself

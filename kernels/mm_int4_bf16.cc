@@ -8,10 +8,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#define INT4_GEMM
 #include "int4_kernel.h"
-#undef KERNEL_FILE_BASE
-#define KERNEL_FILE_BASE 100000
+
+#if !defined(DIM_M)
+#error "define the tile's rows: -DDIM_M=<tile_m>"
+#endif
 
 namespace {
 constexpr unsigned TM = DIM_M; // rows of A and C per PE
@@ -36,6 +37,7 @@ void zero_vectorized_f32_mn(bfloat16 *__restrict c_mem) {
   KERNEL_ALIGNED(c_mem);
   float *__restrict c_acc = reinterpret_cast<float *>(c_mem);
   const aie::vector<float, 16> z = aie::zeros<float, 16>();
+  // live: 1 vec, 0 acc
   AIE_LOOP_MIN_ITERATION_COUNT(16)
   for (unsigned i = 0; i < TM * TN; i += 16) {
     KERNEL_ITERATION;
@@ -64,6 +66,7 @@ void matmul_int4_bf16_packed_f32(uint8_t *__restrict w_record,
   const bfloat16 *__restrict scales =
       reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
   const aie::vector<bfloat16, 64> ones = aie::broadcast<bfloat16, 64>(1.0f);
+  // live: 9 vec, 5 acc
   for (unsigned mb = 0; mb < MB; mb += 2) {
     // A rows 8mb .. 8mb+15 -> the A pair line, in a loop of their own: two
     // conversions live, one output stream (with MIN_TERM also the two blocks'
@@ -73,6 +76,7 @@ void matmul_int4_bf16_packed_f32(uint8_t *__restrict w_record,
     {
       const bfloat16 *__restrict pa0 = a_tile + mb * KB * BLK;
       const bfloat16 *__restrict pa1 = pa0 + KB * BLK;
+      // live: 8 vec, 3 acc
       AIE_LOOP_MIN_ITERATION_COUNT(1)
       for (unsigned f = 0; f < NF; ++f) {
         KERNEL_ITERATION;
@@ -81,9 +85,7 @@ void matmul_int4_bf16_packed_f32(uint8_t *__restrict w_record,
         BlockOut ao(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_STRIDE));
         RowSums<MIN_TERM> r0, r1;
         BLOCKS last;
-        KERNEL_KB_LOOP
-        for (unsigned kb = 0; kb < SB; ++kb) {
-          KERNEL_KB_ITERATION;
+        const auto step = [&](unsigned kb) {
           const unsigned at = (f * SB + kb) * BLK;
           // With a min term the row sums' mmuls hold the MAC slot, so the
           // second block takes the plain conversion too.
@@ -94,6 +96,19 @@ void matmul_int4_bf16_packed_f32(uint8_t *__restrict w_record,
           r0.add(a0);
           r1.add(a1);
           last = a1;
+        };
+        if constexpr (KB_UNROLLED) {
+          // live: 8 vec, 3 acc
+          AIE_LOOP_UNROLL_FULL
+          for (unsigned kb = 0; kb < SB; ++kb)
+            step(kb);
+        } else {
+          // live: 8 vec, 3 acc
+          AIE_LOOP_MIN_ITERATION_COUNT(2)
+          for (unsigned kb = 0; kb < SB; ++kb) {
+            KERNEL_ITERATION;
+            step(kb);
+          }
         }
         pad_to_words<2 * SB>(ao, last);
         r0.store(row_sums_at(scratch, f, 0));
@@ -102,11 +117,13 @@ void matmul_int4_bf16_packed_f32(uint8_t *__restrict w_record,
     }
     // Every column pair reads the A pair line: two input streams, pops and
     // macs only.
+    // live: 9 vec, 5 acc
     AIE_PREPARE_FOR_POSTPIPELINING
     AIE_LOOP_MIN_ITERATION_COUNT(1)
     for (unsigned p = 0; p < NP; ++p) {
       KERNEL_ITERATION;
       float *__restrict c00 = c_acc + 2 * p * C_COL + mb * C_ROW;
+      // live: 9 vec, 5 acc
       for (unsigned f = 0; f < NF; ++f) {
         // Two streams per span, each walking its interleaved line in K order.
         BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_STRIDE));
@@ -114,9 +131,7 @@ void matmul_int4_bf16_packed_f32(uint8_t *__restrict w_record,
         MMUL g00 = span_start(c00), g01 = span_start(c00 + C_COL),
              g10 = span_start(c00 + C_ROW),
              g11 = span_start(c00 + C_COL + C_ROW);
-        KERNEL_KB_LOOP
-        for (unsigned kb = 0; kb < SB; ++kb) {
-          KERNEL_KB_ITERATION;
+        const auto step = [&](unsigned) {
           const BLOCKS a0 = sa.pop();
           const BLOCKS a1 = sa.pop();
           const BLOCKS b0 = sb.pop();
@@ -125,6 +140,19 @@ void matmul_int4_bf16_packed_f32(uint8_t *__restrict w_record,
           g01.mac(a0, aie::op_transpose(b1));
           g10.mac(a1, aie::op_transpose(b0));
           g11.mac(a1, aie::op_transpose(b1));
+        };
+        if constexpr (KB_UNROLLED) {
+          // live: 6 vec, 4 acc
+          AIE_LOOP_UNROLL_FULL
+          for (unsigned kb = 0; kb < SB; ++kb)
+            step(kb);
+        } else {
+          // live: 6 vec, 4 acc
+          AIE_LOOP_MIN_ITERATION_COUNT(2)
+          for (unsigned kb = 0; kb < SB; ++kb) {
+            KERNEL_ITERATION;
+            step(kb);
+          }
         }
         span_end_2x2(g00, g01, g10, g11, scales + f * TN + p * 16,
                      row_sums_at(scratch, f, 0), row_sums_at(scratch, f, 1),
@@ -148,6 +176,7 @@ void f32_to_bf16_mn(bfloat16 *__restrict c_mem) {
   KERNEL_ALIGNED(c_mem);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   const float *c_acc = reinterpret_cast<const float *>(c_mem);
+  // live: 2 vec, 1 acc
   AIE_LOOP_MIN_ITERATION_COUNT(2)
   for (unsigned j = 0; j < MB * NB; ++j) {
     KERNEL_ITERATION;

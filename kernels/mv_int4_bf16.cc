@@ -7,10 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#define INT4_GEMV
 #include "int4_kernel.h"
-#undef KERNEL_FILE_BASE
-#define KERNEL_FILE_BASE 200000
 
 //===----------------------------------------------------------------------===//
 // GEMV entries: the same packed record, m = 1 .. GEMV_MAX_M rows of A (decode,
@@ -85,10 +82,12 @@ inline aie::vector<bfloat16, 8> gemv_row_block(const bfloat16 *__restrict pa,
 void gemv_convert_a(const bfloat16 *__restrict a_rows, unsigned r0,
                     unsigned rows, uint8_t *__restrict scratch) {
   const bfloat16 *__restrict pa = a_rows + r0 * TK;
+  // live: 6 vec, 2 acc
   for (unsigned f = 0; f < NF; ++f) {
     BlockOut out(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
     RowSums<MIN_TERM> r;
     BLOCKS last;
+    // live: 6 vec, 2 acc
     AIE_LOOP_MIN_ITERATION_COUNT(2)
     for (unsigned kb = f * SB; kb < (f + 1) * SB; ++kb) {
       KERNEL_ITERATION;
@@ -125,6 +124,7 @@ void gemv_int4_zero(float *__restrict acc, int32_t m) {
   KERNEL_ALIGNED(acc);
   const aie::vector<float, 16> z = aie::zeros<float, 16>();
   const unsigned n = gemv_bands(m) * 8 * TN;
+  // live: 1 vec, 0 acc
   AIE_LOOP_MIN_ITERATION_COUNT(4)
   for (unsigned i = 0; i < n; i += 16) {
     KERNEL_ITERATION;
@@ -147,27 +147,41 @@ void gemv_int4_accumulate(uint8_t *__restrict w_record,
   const bfloat16 *__restrict scales =
       reinterpret_cast<const bfloat16 *>(w_record + S_OFFSET);
   const unsigned rows = gemv_rows(m);
+  // live: 7 vec, 3 acc
   for (unsigned b = 0; b < gemv_bands(m); ++b) {
     const unsigned r0 = b * 8;
     gemv_convert_a(a_rows, r0, rows - r0 < 8 ? rows - r0 : 8, scratch);
+    // live: 7 vec, 3 acc
     AIE_PREPARE_FOR_POSTPIPELINING
     AIE_LOOP_MIN_ITERATION_COUNT(1)
     for (unsigned p = 0; p < NP; ++p) {
       KERNEL_ITERATION;
       float *__restrict c0 = acc + (b * NB + 2 * p) * BLK;
       float *__restrict c1 = c0 + BLK;
+      // live: 7 vec, 3 acc
       for (unsigned f = 0; f < NF; ++f) {
         BlockIn sa(blocks_at(scratch, A_LINE_OFFSET + f * A_SPAN_BYTES));
         BlockIn sb(w_line(w_record, scratch, p, f));
         MMUL g0 = span_start(c0), g1 = span_start(c1);
-        KERNEL_KB_LOOP
-        for (unsigned kb = 0; kb < SB; ++kb) {
-          KERNEL_KB_ITERATION;
+        const auto step = [&](unsigned) {
           const BLOCKS a = sa.pop();
           const BLOCKS b0 = sb.pop();
           const BLOCKS b1 = sb.pop();
           g0.mac(a, aie::op_transpose(b0));
           g1.mac(a, aie::op_transpose(b1));
+        };
+        if constexpr (KB_UNROLLED) {
+          // live: 3 vec, 2 acc
+          AIE_LOOP_UNROLL_FULL
+          for (unsigned kb = 0; kb < SB; ++kb)
+            step(kb);
+        } else {
+          // live: 3 vec, 2 acc
+          AIE_LOOP_MIN_ITERATION_COUNT(2)
+          for (unsigned kb = 0; kb < SB; ++kb) {
+            KERNEL_ITERATION;
+            step(kb);
+          }
         }
         const bfloat16 *sp = scales + f * TN + p * 16;
         const bfloat16 *r = row_sums_at(scratch, f, 0);
@@ -184,8 +198,10 @@ void gemv_int4_drain(float *__restrict acc, bfloat16 *__restrict c_out,
   KERNEL_ALIGNED(c_out);
   ::aie::set_rounding(aie::rounding_mode::conv_even);
   const unsigned rows = gemv_rows(m);
+  // live: 3 vec, 1 acc
   for (unsigned b = 0; b < gemv_bands(m); ++b) {
     const unsigned n_rows = rows - b * 8 < 8 ? rows - b * 8 : 8;
+    // live: 3 vec, 1 acc
     for (unsigned nb = 0; nb < NB; ++nb) {
       const aie::accum<accfloat, 64> blk(
           aie::load_v<64>(acc + (b * NB + nb) * BLK));

@@ -3,10 +3,15 @@
 
     python3 kernels/toolchain.py version --minimum V --pin V -- "<clang++ --version output>"
     python3 kernels/toolchain.py size --limit BYTES --object F -- "<llvm-size output>"
+    python3 kernels/toolchain.py registers FILE...
 
 version: an llvm-aie build older than the minimum is refused (exit 2); one other than the pin is warned about
 (stderr, exit 0); one whose build cannot be read from the version text is warned about too. size: an object
 whose code (the .text sections in llvm-size -A) exceeds the core's program memory is refused (exit 2).
+registers: every `for` loop of the files must state, in the comment lines (or loop macros) just above it,
+what it keeps live as `// live: N vec, M acc` (N 512-bit vector registers, M 2048-bit accumulators, counted
+from the source: docs/kernel.md#register-pressure); a loop without it, or past AIE2P's 12 / 5, is refused
+(exit 2). No compiler needed: it reads the source.
 """
 
 from __future__ import annotations
@@ -81,6 +86,71 @@ def check_size(size_output: str, limit: int, obj: str) -> tuple[int, str]:
     )
 
 
+# AIE2P's register file (llvm-aie AIE2PRegisterInfo.td): 12 x 512-bit vector registers, 5 x 2048-bit
+# accumulators.
+VEC_REGISTERS, ACC_REGISTERS = 12, 5
+LIVE = re.compile(r"//\s*live:\s*(\d+)\s*vec,\s*(\d+)\s*acc\b")
+# Lines that may stand between a loop's annotation and its `for`: comments, loop macros.
+LOOP_MACRO = re.compile(r"(AIE_\w+|KERNEL_\w+)(\(.*\))?$")
+
+
+def _without_comments(source: str) -> str:
+    """C++ source with its comments blanked (line breaks kept, so line numbers hold)."""
+    return re.sub(
+        r"//[^\n]*|/\*.*?\*/",
+        lambda m: re.sub(r"[^\n]", " ", m.group()),
+        source,
+        flags=re.S,
+    )
+
+
+def loop_registers(source: str) -> list[tuple[int, int | None, int | None]]:
+    """(line, vec, acc) of every `for` loop in the source: the counts its `// live:` annotation states,
+    None where it has none."""
+    lines = source.splitlines()
+    loops = []
+    for i, code in enumerate(_without_comments(source).splitlines()):
+        if not re.search(r"\bfor\s*\(", code):
+            continue
+        vec = acc = None
+        for above in reversed(lines[:i]):
+            text = above.strip()
+            if text.startswith("//"):
+                m = LIVE.search(text)
+                if m and vec is None:
+                    vec, acc = int(m.group(1)), int(m.group(2))
+            elif not LOOP_MACRO.match(text):
+                break
+        loops.append((i + 1, vec, acc))
+    return loops
+
+
+def check_registers(sources: dict[str, str]) -> tuple[int, str]:
+    """(exit code, message) for the files' loops (name -> text): 2 if one lacks its annotation or states
+    more than the registers."""
+    bad, n = [], 0
+    for name, text in sources.items():
+        for line, vec, acc in loop_registers(text):
+            n += 1
+            if vec is None:
+                bad.append(
+                    f"{name}:{line}: loop without a `// live: N vec, M acc` annotation"
+                )
+            elif vec > VEC_REGISTERS or acc > ACC_REGISTERS:
+                bad.append(
+                    f"{name}:{line}: {vec} vector values and {acc} accumulators live, past AIE2P's "
+                    f"{VEC_REGISTERS} / {ACC_REGISTERS}: restructure the loop"
+                )
+    if bad:
+        return 2, "\n".join(
+            ["kernels/toolchain.py registers (docs/kernel.md#register-pressure):"] + bad
+        )
+    return 0, (
+        f"{n} loops, each within {VEC_REGISTERS} vector registers and {ACC_REGISTERS} accumulators as "
+        "stated"
+    )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -92,13 +162,20 @@ def main(argv=None) -> int:
     s.add_argument("--limit", type=int, required=True)
     s.add_argument("--object", required=True)
     s.add_argument("text")
+    r = sub.add_parser("registers")
+    r.add_argument("files", nargs="+")
     args = ap.parse_args(argv)
     try:
-        code, msg = (
-            check_version(args.text, args.minimum, args.pin)
-            if args.what == "version"
-            else check_size(args.text, args.limit, args.object)
-        )
+        if args.what == "version":
+            code, msg = check_version(args.text, args.minimum, args.pin)
+        elif args.what == "size":
+            code, msg = check_size(args.text, args.limit, args.object)
+        else:
+            texts = {}
+            for path in args.files:
+                with open(path, encoding="utf-8") as f:
+                    texts[path] = f.read()
+            code, msg = check_registers(texts)
     except ValueError as e:
         code, msg = 2, f"kernels/toolchain.py: {e}"
     if msg:

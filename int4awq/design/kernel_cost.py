@@ -62,8 +62,12 @@ from ..errors import REPO
 
 CALIBRATION = os.path.join(HERE, "kernel_calibration.json")
 TABLE = os.path.join(HERE, "kernel_cycles.json")
-# The kernel's sources: the shared header, the GEMM's entries, the GEMV's (kernel_profile.KERNEL_FILES)
-KERNEL_SOURCES = [os.path.join(REPO, "kernels", f) for f in KERNEL_FILES]
+# The kernel's sources: the shared header, the GEMM's entries, the GEMV's (kernel_profile.KERNEL_FILES), and
+# what the host build adds to them (its profiling hooks, the stand-in of mlir-aie's loop macros)
+KERNEL_SOURCES = [os.path.join(REPO, "kernels", f) for f in KERNEL_FILES] + [
+    os.path.join(REPO, "kernels", "host_hooks.h"),
+    os.path.join(REPO, "emulator", "include", "aie_kernel_utils.h"),
+]
 KERNEL_MAKEFILE = os.path.join(REPO, "kernels", "Makefile")
 HOST_AIE_API = os.path.join(REPO, "emulator", "include", "aie_api")
 CACHE = os.path.join(REPO, "build", "kernel_cycles_cache.json")

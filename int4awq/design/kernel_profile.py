@@ -140,7 +140,7 @@ def _block_end(text: str, i: int, open_: str, close: str) -> int:
 
 
 # The kernel's files, in the order of their loop-site bases: a marked loop's site is base * SITE_BASE + its
-# line in the file (kernels/int4_kernel.h KERNEL_FILE_BASE).
+# line in the file (kernels/host_hooks.h, the host build's hooks, numbers them from __FILE__).
 KERNEL_FILES = ("int4_kernel.h", "mm_int4_bf16.cc", "mv_int4_bf16.cc")
 SITE_BASE = 100000
 

@@ -235,7 +235,7 @@ ZERO_NIBBLE = 8
 def offset_nibbles(codes: np.ndarray) -> np.ndarray:
     """uint8 nibbles the record stores for E2M1 codes: the magnitude index k = c & 7 with the code's sign,
     t = +-k (-0 is 0), stored offset as u = t + 8 (1 .. 15). The kernel reads them unsigned and maps u to
-    2 * value + 56 with four min / max and adds (kernels/int4_kernel.h e2m1_mantissas), the 56 taken
+    2 * value + 62 with six min / max and seven adds (kernels/int4_kernel.h e2m1_mantissas), the 62 taken
     back by its pattern word: no signed int4 anywhere, which Peano's aie_api mis-converts (mlir-air
     fused_decode/kernels/q4_k.h, #1818)."""
     k = (codes & 7).astype(np.int16)

@@ -373,7 +373,9 @@ def test_a_comment_or_whitespace_edit_keeps_the_table_a_code_edit_does_not(
     before = kc.kernel_hash()
     edited = tmp_path / "kernel.cc"
     monkeypatch.setattr(
-        kc, "KERNEL_SOURCES", [kc.KERNEL_SOURCES[0], str(edited), kc.KERNEL_SOURCES[2]]
+        kc,
+        "KERNEL_SOURCES",
+        [kc.KERNEL_SOURCES[0], str(edited), *kc.KERNEL_SOURCES[2:]],
     )
     edited.write_text(
         "// a new comment line\n"

@@ -124,8 +124,9 @@ def test_the_kernels_hot_loop_is_one_mmul_per_step_and_its_streams_are_counted()
     # per (row pair, column pair): 16 mmuls of 2 instructions, 4 folds of two macs of 2
     assert hot.ops["MAC"] == 16 * (8 * 2 * 2 + 4 * 2 * 2)
     # hot loop pops: 4 a step from two streams that each read 16 block vectors (18 words) per column
-    # pair; then per 8x8 block of C a 2048-bit load of c, and per column pair two 128-bit scale loads
-    assert hot.ops["LOAD"] == 16 * 2 * 18 + 64 * 4 + 16 * 2
+    # pair; then per 8x8 block of C a 2048-bit load of c and a 128-bit scale load (each fold loads its own
+    # scales, so no fold holds two columns' worth: docs/kernel.md#register-pressure)
+    assert hot.ops["LOAD"] == 16 * 2 * 18 + 64 * 4 + 16 * 4
     # the kernel keeps at most two input and one output block stream alive (the core's FIFOs)
     assert (p.peak_in, p.peak_out) == (2, 1)
     # per loop: the conversion writes the A line; the hot loop reads the A line and W
@@ -271,7 +272,6 @@ def test_no_marked_loop_of_our_kernel_has_a_remainder_or_a_call():
             base * SITE_BASE + i
             for i, line in enumerate(src.splitlines(), 1)
             if line.strip().startswith("AIE_LOOP_MIN_ITERATION_COUNT(")
-            or line.strip() == "KERNEL_KB_LOOP"
         ]
     assert len(sites) >= 10 and {s // SITE_BASE for s in sites} == {0, 1, 2}
     assert {s: site_hazards(s) for s in sites} == {s: [] for s in sites}
