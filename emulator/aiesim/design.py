@@ -230,6 +230,9 @@ class Design:
     sequences: list[Sequence]
     values: dict[str, object]  # SSA name -> Tile / Lock / Buffer (device level)
     cascade_out: dict = dataclasses.field(default_factory=dict)
+    # MM2S (col, row, ch) -> for each S2MM port of routes[...], in the same order, the FIFO stages its
+    # words pass on the way (engine.stage_bytes prices each): what bounds how far the sender runs ahead
+    paths: dict = dataclasses.field(default_factory=dict)
 
 
 def _const_values(ops) -> dict[str, int]:
@@ -328,7 +331,8 @@ def _device(dev: Op) -> Design:
         tile = values[op.operands[0]]
         for ch in _dma_channels(op, tile, values):
             channels[(tile.col, tile.row, ch.direction, ch.index)] = ch
-    routes = _routes(channels, switchboxes, muxes)
+    paths: dict = {}
+    routes = _routes(channels, switchboxes, muxes, paths)
     return Design(
         dev.attr("sym_name") or "device",
         tiles,
@@ -342,6 +346,7 @@ def _device(dev: Op) -> Design:
         sequences,
         values,
         cascade_out,
+        paths,
     )
 
 
@@ -491,23 +496,30 @@ def _dma_channels(op: Op, tile: Tile, values) -> list[Channel]:
     return out
 
 
-def _routes(channels, switchboxes, muxes):
+def _routes(channels, switchboxes, muxes, paths=None):
     """Each MM2S port (col, row, channel) -> the S2MM ports its circuit reaches, traced through the
-    switchboxes' connects and the shim muxes, hop by hop across the mesh."""
+    switchboxes' connects and the shim muxes, hop by hop across the mesh. paths (a dict, filled when
+    given): the same key -> for each of those ports, in order, the FIFO stages on its way
+    (engine.Stream bounds a stream by them)."""
     by_pos = {(t.col, t.row): sb for t, sb in switchboxes.items()}
     mux_pos = {(t.col, t.row): m for t, m in muxes.items()}
     out = {}
     for col, row, d, idx in channels:
         if d != MM2S:
             continue
-        dests = []
+        dests, ways = [], []
+        start = (("mm2s", col, row, idx),)
         if row == 0:
             for b, c in mux_pos.get((col, row), {}).get((DMA, idx), []):
                 if b == NORTH:  # into the shim tile's switchbox from its South side
-                    _follow(by_pos, mux_pos, col, row, SOUTH, c, dests, set())
+                    _follow(
+                        by_pos, mux_pos, col, row, SOUTH, c, dests, set(), start, ways
+                    )
         else:
-            _follow(by_pos, mux_pos, col, row, DMA, idx, dests, set())
+            _follow(by_pos, mux_pos, col, row, DMA, idx, dests, set(), start, ways)
         out[(col, row, idx)] = dests
+        if paths is not None:
+            paths[(col, row, idx)] = ways
     return out
 
 
@@ -519,21 +531,31 @@ _STEP = {
 }
 
 
-def _follow(by_pos, mux_pos, col, row, bundle, ch, dests, seen):
+def _follow(by_pos, mux_pos, col, row, bundle, ch, dests, seen, path=(), ways=None):
+    """path: the FIFO stages so far (the sender's channel, then each switchbox's slave port and master
+    port passed); ways: the full path of each destination appended to dests, in the same order.
+    """
     key = (col, row, bundle, ch)
     if key in seen:
         raise DesignError(f"a routing loop through switchbox ({col}, {row})")
     seen.add(key)
+    here = path + (("slave", col, row, bundle, ch),)
+    ways = [] if ways is None else ways
     for db, dc in by_pos.get((col, row), {}).get((bundle, ch), []):
+        out = here + (("master", col, row, db, dc),)
         if db == DMA:
             dests.append((col, row, dc))
+            ways.append(out + (("s2mm", col, row, dc),))
         elif db == SOUTH and row == 0:  # down into the shim mux
             for mb, mc in mux_pos.get((col, row), {}).get((NORTH, dc), []):
                 if mb == DMA:
                     dests.append((col, row, mc))
+                    ways.append(out + (("s2mm", col, row, mc),))
         elif db in _STEP:
             dx, dy, enter = _STEP[db]
-            _follow(by_pos, mux_pos, col + dx, row + dy, enter, dc, dests, seen)
+            _follow(
+                by_pos, mux_pos, col + dx, row + dy, enter, dc, dests, seen, out, ways
+            )
         elif db == CORE:
             raise DesignError(
                 f"a stream into the core of ({col}, {row}): not simulated"

@@ -15,9 +15,15 @@ The semantics, with where each is defined:
   acquire its locks, move its data, release its locks, go to the next; a chain that ends runs
   repeat_count + 1 times; one that loops runs forever.
 * A stream (the circuit the switchboxes route, design.py) carries the words an MM2S BD reads to every S2MM
-  port it reaches (a broadcast reaches several). An MM2S BD completes when every receiver has taken its
-  words; an S2MM BD completes when it has received its length, whichever MM2S BDs they came from. When
-  the two sides' lengths disagree the receiver takes what its BD needs and the rest goes to its next BD.
+  port it reaches (a broadcast reaches several), through bounded FIFOs (`Stream`, the depths below): the
+  sender runs ahead of each receiver by at most the FIFOs of its path, a broadcast moves at the pace of
+  its slowest receiver (one receiver ahead of another by at most the FIFOs on the other's branch). An
+  MM2S BD completes when its last word has left (every receiver has taken all but what its path holds,
+  and none that is receiving can take more); an S2MM BD completes when it has received its length,
+  whichever MM2S BDs they came from. When the two sides' lengths disagree the receiver takes what its BD
+  needs and the rest goes to its next BD.
+* A cascade (`aie.put_cascade` / `get_cascade`) holds CASCADE_DEPTH_WORDS 512-bit words between two
+  cores: a put into a full cascade waits for the neighbour's get.
 * Shim DMA tasks (mlir-aie `aiex.dma_configure_task_for` / `dma_start_task` / `dma_await_task`): a started
   task runs on its allocation's channel after the tasks started before it there, repeat_count + 1 times;
   an MM2S task reads the host array of its argument, an S2MM task writes it; a BD with four dimensions
@@ -40,7 +46,8 @@ The semantics, with where each is defined:
 Time (the timed mode) is MODELLED: each agent keeps its own clock; moving n bytes over a stream costs
 n / STREAM_BYTES_PER_CYCLE cycles (AM027: AIE-ML v2 streams are 64 bits wide), a BD's setup,
 a lock operation and a kernel call cost what `Costs` gives; an agent blocked on a lock or a stream resumes
-at the time the other side acted. Contention in the switch and DDR bandwidth are not modelled.
+at the time the other side acted; a broadcast receiver more than its sibling's branch FIFOs ahead goes at
+that sibling's pace. Contention in the switch and DDR bandwidth are not modelled.
 """
 
 from __future__ import annotations
@@ -74,6 +81,35 @@ MAX_LOCK_VALUE = 63  # AIE2 locks are 6-bit (mlir-aie AIE2TargetModel::getMaxLoc
 # banks, six channels each way) is the one mlir-aie's NPU2 target model gives (an inference, not a
 # statement of AMD's).
 STREAM_BYTES_PER_CYCLE = 8
+
+# Bounded FIFOs (docs/simulator.md, "Bounded FIFOs"): what a stream holds between its sender and each
+# receiver, and what a cascade holds between two cores, in bytes.
+# * A stream switch buffers 4 entries at each slave port and 4 at each master port a circuit passes (8
+#   per switch): AM020, "Stream Switch Buffering and Latency" (AIE-ML; AM009 gives AIE the same). An
+#   entry is one beat of the switch's data path, 64 bits on AIE-ML v2 (AM027, "AXI4-Stream
+#   Interconnect": every element of the switch data path is 64-bit; UG1603: the v2 switch's FIFO is
+#   64 bits wide): that the v2 ports keep AIE-ML's 4 entries is an inference, AM027's port list was
+#   not at hand.
+# * A DMA channel's own FIFO (MM2S after its memory reads, S2MM before its writes): AMD publishes no
+#   depth; an ESTIMATE of 4 entries, as a switch port.
+# * A cascade: two 512-bit words at the sender's output and two at the receiver's input, four between
+#   two cores (AM027 and AM020, "Interfaces", "Cascade Stream Interface").
+STREAM_FIFO_ENTRY_BYTES = 8
+SWITCH_PORT_FIFO_ENTRIES = 4
+DMA_CHANNEL_FIFO_ENTRIES = 4  # an estimate (no published figure)
+CASCADE_WORD_BYTES = 64
+CASCADE_DEPTH_WORDS = 4
+
+
+def stage_bytes(stage) -> int:
+    """The bytes one FIFO stage of a stream's path holds (design.py's stages: the sender's DMA channel,
+    each switchbox's slave and master port, the receiver's DMA channel)."""
+    entries = (
+        DMA_CHANNEL_FIFO_ENTRIES
+        if stage[0] in ("mm2s", "s2mm")
+        else SWITCH_PORT_FIFO_ENTRIES
+    )
+    return entries * STREAM_FIFO_ENTRY_BYTES
 
 
 @dataclasses.dataclass
@@ -282,16 +318,25 @@ class Ownership:
             )
 
     def others_inflight(self, agent, tile) -> bool:
-        return tile is not None and any(
-            x[0] is not agent and x[1] == id(tile) for x in self.inflight
-        )
+        if tile is None:
+            return False
+        on = self.__dict__.setdefault("on_tile", {}).get(id(tile))
+        return bool(on) and any(a is not agent for a in on)
 
     def begin(self, agent, buf, start, end, writes, what):
         if buf.tile is not None:
             self.inflight.append((agent, id(buf.tile), start, end, writes, what))
+            # the agents with a BD in flight on each tile (others_inflight, called on every piece)
+            self.__dict__.setdefault("on_tile", {}).setdefault(id(buf.tile), []).append(
+                agent
+            )
 
     def end(self, agent):
-        self.inflight = [x for x in self.inflight if x[0] is not agent]
+        if any(x[0] is agent for x in self.inflight):
+            self.inflight = [x for x in self.inflight if x[0] is not agent]
+            for on in self.__dict__.setdefault("on_tile", {}).values():
+                while agent in on:
+                    on.remove(agent)
 
 
 def ownership(sim) -> Ownership | None:
@@ -323,7 +368,10 @@ class Segment:
         self.ready_t = (
             t if ready_t is None else ready_t
         )  # when the last word can leave (DDR reads)
-        self.done_t = t  # when the last receiver took the last word
+        # where its first byte is in its stream (Stream.head when it was sent), and the receivers that
+        # had to take words before its last could leave (their FIFOs were full of it)
+        self.start = 0
+        self.room: list[int] = []
 
 
 class Port:
@@ -332,6 +380,97 @@ class Port:
     def __init__(self, name: str):
         self.name = name
         self.queue: collections.deque = collections.deque()  # [segment, bytes taken]
+        # the circuit that reaches it (one: circuits do not merge)
+        self.stream: Stream | None = None
+        self.k = 0  # its index among the stream's receivers
+        self.agent = None  # its S2MM DmaAgent
+        self.taken = 0  # bytes taken from the stream, ever
+        self.last_t = 0.0  # when its last take ended
+
+
+class Stream:
+    """The circuit of one MM2S port to its S2MM ports, with the FIFOs on the way (bounded).
+
+    With pushed the bytes the sender has put on the stream and taken_k what receiver k has taken:
+    pushed - taken_k <= depth[k] (the FIFOs from the sender to k: the sender runs ahead of each receiver
+    by at most that), and taken_i - taken_k <= lead[k][i] (the FIFOs on k's branch that are not on i's:
+    a word i has taken waits for k there, so a broadcast moves at the pace of its slowest receiver).
+    """
+
+    def __init__(self, source: str, ports: list, paths):
+        self.source = source
+        self.ports = ports
+        if paths is None or len(paths) != len(ports):
+            # a design given without its paths (not from design.load): unbounded, as before
+            self.depth = [float("inf")] * len(ports)
+            self.lead = [[float("inf")] * len(ports) for _ in ports]
+        else:
+            sets = [set(p) for p in paths]
+            self.depth = [sum(stage_bytes(st) for st in p) for p in paths]
+            self.lead = [
+                [
+                    sum(stage_bytes(st) for st in paths[k] if st not in sets[i])
+                    for i in range(len(ports))
+                ]
+                for k in range(len(ports))
+            ]
+        # for each receiver k, (j, lead[j][k]) of every other receiver j (fit)
+        self.others = [
+            [(j, self.lead[j][k]) for j in range(len(ports)) if j != k]
+            for k in range(len(ports))
+        ]
+        self.head = 0  # bytes of every segment sent so far
+        self.last: Segment | None = None  # the newest segment
+        self.waiters: list = []  # the sender, waiting for room
+
+    def capacity(self) -> float:
+        """How far (in bytes of the stream) the sender can have pushed: the receivers' room."""
+        return min(
+            (p.taken + d for p, d in zip(self.ports, self.depth)), default=float("inf")
+        )
+
+    def published(self) -> int:
+        """The bytes the sender has read and offers (a seeded schedule reads a BD in pieces)."""
+        return self.head if self.last is None else self.last.start + self.last.avail
+
+    def fit(self, pos, ub, active) -> list:
+        """The furthest each receiver can have taken, given where each is (pos), how far each active one
+        wants to go (ub: its BD's remaining bytes) and the FIFOs: the greatest positions within the
+        bounds (a fixed point of the difference constraints, at most a pass per receiver and one more).
+        """
+        x = list(ub)
+        raw = self.published()
+        depth, others, n = self.depth, self.others, len(x)
+        for _ in range(n + 2):
+            pushed = raw
+            for j in range(n):
+                v = x[j] + depth[j]
+                if v < pushed:
+                    pushed = v
+            changed = False
+            for k in active:
+                v = x[k] if x[k] < pushed else pushed
+                for j, lead in others[k]:
+                    w = x[j] + lead
+                    if w < v:
+                        v = w
+                if v < x[k]:
+                    x[k] = v if v > pos[k] else pos[k]
+                    changed = True
+            if not changed:
+                break
+        return x
+
+    def describe_full(self) -> str:
+        """Which receivers' FIFOs are full (back-pressure on the sender)."""
+        cap = self.capacity()
+        full = [
+            f"{p.name} (its path buffers {self.depth[k]} bytes, and it has taken {p.taken} "
+            f"bytes of the stream)"
+            for k, p in enumerate(self.ports)
+            if p.taken + self.depth[k] <= cap
+        ]
+        return "; ".join(full)
 
 
 # -- agents -------------------------------------------------------------------------------------------------
@@ -376,6 +515,13 @@ class DmaAgent(Agent):
         self.port = (
             sim.ports.get((ch.tile.col, ch.tile.row, ch.index))
             if ch.direction == S2MM
+            else None
+        )
+        if self.port is not None:
+            self.port.agent = self
+        self.stream = (
+            sim.streams.get((ch.tile.col, ch.tile.row, ch.index))
+            if ch.direction == MM2S
             else None
         )
 
@@ -433,7 +579,9 @@ class DmaAgent(Agent):
                 lock_take(lock, value, action)
                 if own is not None:
                     own.acquired(self, lock, value, action)
-                self.t = max(self.t, sim.lock_time(lock)) + sim.costs.lock
+                self.t = (
+                    max(self.t, sim.acquire_time(lock, value, action)) + sim.costs.lock
+                )
             self.bd_start = self.t
             self.bd_name = bd.describe()
             self.t += sim.costs.bd_setup
@@ -461,37 +609,62 @@ class DmaAgent(Agent):
                     )
                     return False  # holding its locks, for good
                 ready = sim.ddr(self.t, data.size) if self.ch.tile.row == 0 else self.t
-                self.segment = Segment(
+                seg = self.segment = Segment(
                     data, f"{self.name} {bd.describe()}", len(receivers), self.t, ready
                 )
-                self.segment.sender = self
+                seg.sender = self
+                st = self.stream
+                seg.start = st.head
+                seg.room = [
+                    k
+                    for k, p in enumerate(st.ports)
+                    if seg.start + data.size > p.taken + st.depth[k]
+                ]
+                st.head += data.size
+                st.last = seg
                 if sim.rng is not None:
                     # a seeded schedule: the words leave in pieces, each read from memory when it
-                    # leaves, the other agents acting between them (publish below)
-                    self.segment.avail = 0
+                    # leaves (as far as the FIFOs have room), the other agents acting between them
+                    seg.avail = 0
                     self.source = (self.sim.view(bd.buffer), bd.indices(self.execution))
                     self.receivers = receivers
                     self.publish()
                 for p in receivers:
-                    p.queue.append([self.segment, 0])
+                    p.queue.append([seg, 0])
                     sim.wake_port(p)
             else:
                 self.received = 0
                 self.target = self.write_indices(bd)
         if self.stage == "move":
             if self.ch.direction == MM2S:
-                if self.segment.avail < self.segment.data.size:
-                    self.publish()
+                seg, st = self.segment, self.stream
+                size = seg.data.size
+                if seg.avail < size and self.publish():
                     self.waiting = f"on {bd.describe()}: sending, in pieces"
                     return True  # the others act before the next piece
-                if self.segment.pending:
-                    self.waiting = (
-                        f"on {bd.describe()}: {self.segment.data.size} bytes sent, not all taken by "
-                        f"the receivers of its stream"
-                    )
-                    sim.wait_segment(self, self.segment)
+                if seg.avail < size or st.capacity() < seg.start + size:
+                    # back-pressure: the FIFOs to a receiver are full, the rest cannot leave
+                    self.waiting = self.stall(bd)
+                    st.waiters.append(self)
                     return False
-                self.t = max(self.t, self.segment.done_t)
+                takers = sim.stream_takers(st)
+                if takers:
+                    # a receiver that is taking words takes the rest in the same move; the BD ends
+                    # when it has (the words left in the FIFOs matter only where no receiver takes them)
+                    self.waiting = (
+                        f"on {bd.describe()}: {size} bytes sent, "
+                        f"{', '.join(st.ports[k].name for k in takers)} still taking them"
+                    )
+                    st.waiters.append(self)
+                    return False
+                # the last word has left: when the receivers that had to make room took it (the
+                # timed mode keeps the time of their whole take), and not before the stream's rate
+                self.t = max(
+                    self.t,
+                    seg.t + size / STREAM_BYTES_PER_CYCLE,
+                    seg.ready_t,
+                    *(st.ports[k].last_t for k in seg.room),
+                )
                 self.segment = None
             else:
                 got = self.receive(bd)
@@ -515,24 +688,65 @@ class DmaAgent(Agent):
                     f"{lock.value}, past the 6-bit lock's 63"
                 )
             self.t += sim.costs.lock
-            sim.lock_released(lock, self.t)
+            sim.lock_released(lock, self.t, value)
         self.stage = "acquire"
         self.finish_bd()
         return True
 
+    def stall(self, bd: BD) -> str:
+        """The hang line of a sender held by back-pressure (as things are now)."""
+        seg, st = self.segment, self.stream
+        size = seg.data.size
+        sent = int(min(st.capacity(), seg.start + seg.avail) - seg.start)
+        return (
+            f"on {bd.describe()}: {sent} of {size} bytes sent, stalled by back-pressure: the "
+            f"FIFOs of its stream are full towards {st.describe_full()}"
+        )
+
+    def refresh(self):
+        """Its waiting line brought up to date (a hang report): a stream's state changes while an agent
+        waits on it without waking it."""
+        if self.stage != "move" or self.done:
+            return
+        bd = self.current()
+        if self.ch.direction == MM2S:
+            seg, st = self.segment, self.stream
+            if (
+                seg is not None
+                and self in st.waiters
+                and (
+                    seg.avail < seg.data.size
+                    or st.capacity() < seg.start + seg.data.size
+                )
+            ):
+                self.waiting = self.stall(bd)
+        elif self.target is not None and self.received < self.target.size:
+            self.waiting = (
+                f"on {bd.describe()}: {self.received} of {self.target.size} bytes received, "
+                + self.sim.stream_block(self)
+            )
+
     def publish(self):
         """A seeded schedule's next piece of the current MM2S BD: a random number of its elements (at
-        least one), read from memory now and put on the stream."""
+        least one, at most what the FIFOs have room for), read from memory now and put on the stream.
+        False when there is no room (or nothing left)."""
         seg, (arr, idx) = self.segment, self.source
         e = arr.dtype.itemsize
         done = seg.avail // e
-        k = int(self.sim.rng.integers(1, idx.size - done + 1)) if idx.size > done else 0
+        room = (
+            min(self.sim.stream_room(self.stream) - seg.start, seg.data.size) // e
+            - done
+        )
+        if room <= 0 or idx.size <= done:
+            return False  # the FIFOs are full (or nothing is left to read)
+        k = int(self.sim.rng.integers(1, min(idx.size - done, room) + 1))
         seg.data[done * e : (done + k) * e] = (
             np.ascontiguousarray(arr[idx[done : done + k]]).view(np.uint8).reshape(-1)
         )
         seg.avail = (done + k) * e
         for p in self.receivers:
             self.sim.wake_port(p)
+        return True
 
     def read(self, bd: BD) -> np.ndarray:
         arr = self.sim.view(bd.buffer)
@@ -555,25 +769,34 @@ class DmaAgent(Agent):
 
     def receive(self, bd: BD) -> bool | None:
         """Take words from the port into the BD: True when it has its length, False when it waits for
-        words, None (a seeded schedule) after a piece, to let the others act."""
+        words, None (a seeded schedule) after a piece, to let the others act. The receivers of a
+        broadcast that are receiving too move with it (Simulator.stream_move)."""
         sim, need = self.sim, self.target.size
+        if self.received >= need:
+            return True
+        moved = sim.stream_move(self) if self.port.stream is not None else 0
+        if self.received >= need:
+            return True
+        if moved and sim.rng is not None:
+            return None
+        self.waiting = (
+            f"on {bd.describe()}: {self.received} of {need} bytes received, "
+            + (sim.stream_block(self))
+        )
+        sim.wait_port(self, self.port)
+        return False
+
+    def take(self, bd: BD, n: int):
+        """Move n bytes from the port (published, within the FIFOs' bounds) into the BD's buffer."""
+        sim = self.sim
         raw = sim.view(bd.buffer).view(np.uint8)
-        while self.received < need:
-            entry = self.port.queue[0] if self.port.queue else None
-            if entry is None or entry[0].avail == entry[1]:
-                self.waiting = (
-                    f"on {bd.describe()}: {self.received} of {need} bytes received, waiting for "
-                    f"words on its stream"
-                )
-                sim.wait_port(self, self.port)
-                return False
+        own = ownership(sim)
+        while n > 0:
+            entry = self.port.queue[0]
             seg, taken = entry
-            n = min(need - self.received, seg.avail - taken)
-            if sim.rng is not None:
-                n = int(sim.rng.integers(1, n + 1))
-            own = ownership(sim)
+            m = min(n, seg.data.size - taken)
             if own is not None and own.others_inflight(self, bd.buffer.tile):
-                part = self.target[self.received : self.received + n]
+                part = self.target[self.received : self.received + m]
                 own.access(
                     self,
                     bd.buffer,
@@ -581,27 +804,19 @@ class DmaAgent(Agent):
                     bd.buffer.address + int(part.max()) + 1,
                     f"on {bd.describe()} (line {bd.line}), writing",
                 )
-            raw[self.target[self.received : self.received + n]] = seg.data[
-                taken : taken + n
+            raw[self.target[self.received : self.received + m]] = seg.data[
+                taken : taken + m
             ]
             start = max(self.t, seg.t)
-            self.t = start + n / STREAM_BYTES_PER_CYCLE
-            self.received += n
-            entry[1] += n
+            self.t = start + m / STREAM_BYTES_PER_CYCLE
+            self.received += m
+            self.port.taken += m
+            entry[1] += m
+            n -= m
             if entry[1] == seg.data.size:
                 self.t = max(self.t, seg.ready_t)
                 self.port.queue.popleft()
                 seg.pending -= 1
-                seg.done_t = max(seg.done_t, self.t)
-                if seg.pending == 0:
-                    # every word has left the sender's memory: its BD reads no more, though it holds
-                    # its locks until it steps to its release (the bytes are free to be written now)
-                    if own is not None and getattr(seg, "sender", None) is not None:
-                        own.end(seg.sender)
-                    sim.segment_done(seg)
-            if sim.rng is not None and self.received < need:
-                return None
-        return True
 
 
 class CoreAgent(Agent):
@@ -656,7 +871,7 @@ class CoreAgent(Agent):
                             f"{self.name}: release takes {lock.describe()} past 63"
                         )
                     self.t += sim.costs.lock
-                    sim.lock_released(lock, self.t)
+                    sim.lock_released(lock, self.t, v)
                 else:
                     if not lock_acquirable(lock, v, action):
                         self.waiting = (
@@ -668,7 +883,9 @@ class CoreAgent(Agent):
                     lock_take(lock, v, action)
                     if own is not None:
                         own.acquired(self, lock, v, action)
-                    self.t = max(self.t, sim.lock_time(lock)) + sim.costs.lock
+                    self.t = (
+                        max(self.t, sim.acquire_time(lock, v, action)) + sim.costs.lock
+                    )
                 self.pc += 1
                 return True
             if n == "cf.br":
@@ -693,7 +910,9 @@ class CoreAgent(Agent):
                 self.pc += 1
                 return True
             if n == "aie.put_cascade":
-                sim.cascade_put(self, self.value(op.operands[0]))
+                if not sim.cascade_put(self, self.value(op.operands[0])):
+                    self.waiting = f"at line {op.line}: {self.waiting}"
+                    return False
                 self.pc += 1
                 continue
             if n == "aie.get_cascade":
@@ -702,8 +921,9 @@ class CoreAgent(Agent):
                     self.waiting = f"at line {op.line}: get_cascade, nothing has come down the cascade"
                     sim.wait_cascade(self, self.core.tile)
                     return False
-                vec, t = queue.popleft()
+                vec, t, _ = queue.popleft()
                 self.t = max(self.t, t)
+                sim.cascade_taken(self.core.tile, self.t)
                 self.env[op.results[0]] = vec
                 self.pc += 1
                 continue
@@ -975,18 +1195,34 @@ class Simulator:
                     f"the stream from {src} reaches {missing}, where no S2MM channel is started"
                 )
             self.routes[src] = [self.ports[d] for d in dsts]
+        self.streams = {}
+        for src, ports in self.routes.items():
+            st = Stream(
+                f"tile ({src[0]}, {src[1]}) MM2S {src[2]}",
+                ports,
+                design.paths.get(src),
+            )
+            for k, p in enumerate(ports):
+                if p.stream is not None:
+                    raise DesignError(
+                        f"two circuits reach {p.name} ({p.stream.source} and {st.source})"
+                    )
+                p.stream, p.k = st, k
+            self.streams[src] = st
         self.dma = {id(ch): DmaAgent(self, ch) for ch in design.channels.values()}
         self.cores = [CoreAgent(self, c) for c in design.cores]
         self.lock_waiters = collections.defaultdict(list)
         self.lock_t = {}
+        self.lock_tokens = (
+            {}
+        )  # per lock, when each token it holds was released (acquire_time)
         self.port_waiters = collections.defaultdict(list)
-        self.segment_waiters = collections.defaultdict(list)
         self.task_waiters = collections.defaultdict(list)
         self._heap = []
         self._queued = set()
         self._seq = 0
         self.trace = [] if trace else None
-        self.cascades, self.cascade_waiters = {}, {}
+        self.cascades, self.cascade_waiters, self.cascade_put_waiters = {}, {}, {}
         self.steps = 0
         self.ddr_free = 0.0
         # several dispatches (run called again): the runtime sequence of the last one, and when each ended
@@ -1015,7 +1251,31 @@ class Simulator:
     def lock_time(self, lock) -> float:
         return self.lock_t.get(id(lock), 0.0)
 
-    def lock_released(self, lock, t):
+    def _tokens(self, lock, held: int) -> list[float]:
+        """The times at which the tokens a counting lock holds were released (a min-heap), made on first
+        use with the `held` tokens it then holds, there from the start."""
+        tokens = self.lock_tokens.get(id(lock))
+        if tokens is None:
+            tokens = self.lock_tokens[id(lock)] = [0.0] * max(held, 0)
+        return tokens
+
+    def acquire_time(self, lock, value: int, action: int) -> float:
+        """When an acquire that has passed could have passed (the timed mode). AcquireGreaterEqual takes
+        `value` tokens, the earliest released: it is dated by the last of those, not by the lock's latest
+        release, which (each agent keeping its own clock) can lie in the future of a token released long
+        before; acquire-equal, which takes nothing, by the lock's latest release. Found by the traces of
+        the GEMM at small M: a core waited for the next-but-one record of its ping-pong
+        (docs/simulator.md, the timed mode)."""
+        if action == ACQUIRE or value <= 0:
+            return self.lock_time(lock)
+        tokens = self._tokens(lock, lock.value + value)
+        taken = [heapq.heappop(tokens) for _ in range(min(value, len(tokens)))]
+        return max(taken, default=self.lock_time(lock))
+
+    def lock_released(self, lock, t, value: int = 0):
+        tokens = self._tokens(lock, lock.value - value)
+        for _ in range(max(value, 0)):
+            heapq.heappush(tokens, t)
         self.lock_t[id(lock)] = max(self.lock_t.get(id(lock), 0.0), t)
         self._wake(self.lock_waiters[id(lock)], t)
 
@@ -1025,11 +1285,127 @@ class Simulator:
     def wake_port(self, port):
         self._wake(self.port_waiters[id(port)], 0.0)
 
-    def wait_segment(self, agent, seg):
-        self.segment_waiters[id(seg)].append(agent)
+    def stream_move(self, me) -> int:
+        """me, an S2MM DmaAgent receiving, takes what its stream offers within the FIFOs' bounds; the
+        stream's other receivers that are receiving too (on a BD, short of its length) move with it, in
+        one step, as the hardware moves a broadcast word to every branch at once. The timed mode: a
+        receiver that gets further ahead of another than the FIFOs between them hold goes at that one's
+        pace. Returns the bytes me took."""
+        st = me.port.stream
+        ports = st.ports
+        pos, ub, active = self._receiving(st)
+        x = st.fit(pos, ub, active) if len(ports) > 1 else None
+        me_k = me.port.k
+        if x is None:  # one receiver: no coupling, only what was published
+            x = [min(ub[0], st.published())]
+        if self.rng is not None and x[me_k] - pos[me_k] > 1:
+            # a seeded schedule: a piece of random size (the others within their bounds of it)
+            ub[me_k] = pos[me_k] + int(self.rng.integers(1, x[me_k] - pos[me_k] + 1))
+            x = st.fit(pos, ub, active) if len(ports) > 1 else [ub[0]]
+        starts = {}
+        for k in active:
+            if x[k] > pos[k]:
+                a = ports[k].agent
+                starts[k] = max(a.t, ports[k].queue[0][0].t)
+        for k in starts:
+            a = ports[k].agent
+            a.take(a.current(), x[k] - pos[k])
+        for k in starts:
+            a = ports[k].agent
+            for j, t0 in starts.items():
+                ahead = x[k] - pos[j] - st.lead[j][k]
+                if j != k and ahead > 0:  # the pace of the slower one
+                    a.t = max(a.t, t0 + ahead / STREAM_BYTES_PER_CYCLE)
+            ports[k].last_t = a.t
+            if a is not me:
+                self.ready(a)  # to its release, at its time
+        if starts:
+            last = st.last
+            if (
+                last is not None
+                and last.avail == last.data.size
+                and st.capacity() >= last.start + last.data.size
+            ):
+                # every word of the sender's BD has left its memory: its bytes are free to be
+                # written, though it holds its locks until it steps to its release
+                own = ownership(self)
+                sender = getattr(last, "sender", None)
+                if own is not None and sender is not None and sender.segment is last:
+                    own.end(sender)
+            if st.waiters and self._sender_may_go(st):
+                self._wake(st.waiters, me.t)
+        return x[me_k] - pos[me_k]
 
-    def segment_done(self, seg):
-        self._wake(self.segment_waiters.pop(id(seg), []), seg.done_t)
+    @staticmethod
+    def _receiving(st):
+        """Where each receiver of st is (bytes taken), how far each that is receiving (on a BD short of
+        its length) wants to go, and which those are."""
+        pos = [p.taken for p in st.ports]
+        ub = list(pos)
+        active = []
+        for k, p in enumerate(st.ports):
+            a = p.agent
+            if (
+                a is not None
+                and a.stage == "move"
+                and a.target is not None
+                and a.received < a.target.size
+            ):
+                ub[k] += a.target.size - a.received
+                active.append(k)
+        return pos, ub, active
+
+    def stream_takers(self, st) -> list[int]:
+        """The receivers of st that are receiving and could take words now."""
+        pos, ub, active = self._receiving(st)
+        if not active:
+            return []
+        x = (
+            st.fit(pos, ub, active)
+            if len(st.ports) > 1
+            else [min(ub[0], st.published())]
+        )
+        return [k for k in active if x[k] > pos[k]]
+
+    def stream_room(self, st) -> float:
+        """How far the sender of st may read ahead now (a seeded schedule's pieces): the FIFOs' room
+        past where each receiver will be once those receiving have taken what their BDs want (they
+        take as the words come), so a piece waits only for a receiver that is not receiving.
+        """
+        pos, ub, active = self._receiving(st)
+        return min((u + d for u, d in zip(ub, st.depth)), default=float("inf"))
+
+    def _sender_may_go(self, st) -> bool:
+        """Whether the sender waiting on st can move on: room for its next piece (a seeded schedule),
+        or its BD's last word gone and no receiver still taking."""
+        last = st.last
+        if last is None:
+            return True
+        cap = st.capacity()
+        end = last.start + last.data.size
+        if last.avail < last.data.size:
+            return self.stream_room(st) > last.start + last.avail
+        return cap >= end and not self.stream_takers(st)
+
+    def stream_block(self, me) -> str:
+        """Why receiver me cannot take more now (its hang line)."""
+        st = me.port.stream
+        if st is None:
+            return "waiting for words on its stream (nothing is routed to it)"
+        k, pos = me.port.k, me.port.taken
+        for j, p in enumerate(st.ports):
+            if j != k and p.taken + st.lead[j][k] <= pos and st.published() > pos:
+                return (
+                    f"held back by its broadcast ({st.source}): {p.name} has taken {pos - p.taken} "
+                    f"bytes fewer, which fills the {st.lead[j][k]} bytes of FIFOs on its branch (a "
+                    f"broadcast moves at the pace of its slowest receiver)"
+                )
+        if st.published() > pos and st.capacity() <= pos:
+            return (
+                f"the sender ({st.source}) is held back by back-pressure from "
+                f"{st.describe_full()}"
+            )
+        return "waiting for words on its stream"
 
     def wait_task(self, agent, task):
         self.task_waiters[id(task)].append(agent)
@@ -1061,10 +1437,26 @@ class Simulator:
             )
         dx, dy = {3: (0, -1), 4: (-1, 0), 5: (0, 1), 6: (1, 0)}[d]
         dest = (tile.col + dx, tile.row + dy)
-        self.cascades.setdefault(dest, collections.deque()).append(
-            (np.array(vec), agent.t)
-        )
+        arr = np.array(vec)
+        words = max(1, -(-arr.nbytes // CASCADE_WORD_BYTES))
+        queue = self.cascades.setdefault(dest, collections.deque())
+        held = sum(w for _, _, w in queue)
+        if held and held + words > CASCADE_DEPTH_WORDS:
+            # the cascade's FIFOs are full: the put stalls until the neighbour takes a word (a put
+            # of more than the depth into an empty cascade passes: its words stream through)
+            agent.waiting = (
+                f"put_cascade to tile {dest}: stalled by back-pressure, the cascade's FIFOs hold "
+                f"{held} of {CASCADE_DEPTH_WORDS} 512-bit words the core of tile {dest} has not taken"
+            )
+            self.cascade_put_waiters.setdefault(dest, []).append(agent)
+            return False
+        queue.append((arr, agent.t, words))
         self._wake(self.cascade_waiters.pop(dest, []), agent.t)
+        return True
+
+    def cascade_taken(self, tile, t):
+        """A get took a word at t: a put that waited for room goes on."""
+        self._wake(self.cascade_put_waiters.pop((tile.col, tile.row), []), t)
 
     def wait_cascade(self, agent, tile):
         self.cascade_waiters.setdefault((tile.col, tile.row), []).append(agent)
@@ -1168,6 +1560,15 @@ class Simulator:
             for (name, _, _), a in zip(seq.args, arrays)
         ]
 
+    @staticmethod
+    def _in_stream(p) -> int:
+        """The bytes on their way to port p: what its sender has pushed (within the FIFOs' bounds) and
+        p has not taken."""
+        st = p.stream
+        if st is None:
+            return sum(s.data.size - t for s, t in p.queue)
+        return int(min(st.capacity(), st.published()) - p.taken)
+
     def hazards(self) -> list[str]:
         """After a run: the latent races the lock-ownership rule met (Ownership.access)."""
         own = self.__dict__.get("_ownership")
@@ -1181,8 +1582,9 @@ class Simulator:
         out = []
         for p in self.ports.values():
             if p.queue:
-                n = sum(s.data.size - t for s, t in p.queue)
-                out.append(f"{n} bytes left in the stream into {p.name}")
+                out.append(
+                    f"{self._in_stream(p)} bytes left in the stream into {p.name}"
+                )
         for a in self.dma.values():
             if a.ch.direction == S2MM and a.stage == "move" and a.received:
                 out.append(
@@ -1206,6 +1608,8 @@ class Simulator:
         lines = []
         later = bool(self.dispatch_ends)  # a dispatch after the first
         for a in agents:
+            if isinstance(a, DmaAgent):
+                a.refresh()
             if a.done and later and isinstance(a, (CoreAgent, DmaAgent)):
                 # what ended on an earlier dispatch stays ended: the stream starts no core, no tile DMA
                 lines.append(
@@ -1221,7 +1625,7 @@ class Simulator:
             if p.queue:
                 seg, taken = p.queue[0]
                 lines.append(
-                    f"stream into {p.name}: {sum(s.data.size - t for s, t in p.queue)} bytes "
-                    f"waiting, first from {seg.source}"
+                    f"stream into {p.name}: {self._in_stream(p)} bytes waiting (in its FIFOs), "
+                    f"first from {seg.source}"
                 )
         return lines
