@@ -94,7 +94,7 @@ LIVE = re.compile(r"//\s*live:\s*(\d+)\s*vec,\s*(\d+)\s*acc\b")
 LOOP_MACRO = re.compile(r"(AIE_\w+|KERNEL_\w+)(\(.*\))?$")
 
 
-def _without_comments(source: str) -> str:
+def without_comments(source: str) -> str:
     """C++ source with its comments blanked (line breaks kept, so line numbers hold)."""
     return re.sub(
         r"//[^\n]*|/\*.*?\*/",
@@ -109,7 +109,7 @@ def loop_registers(source: str) -> list[tuple[int, int | None, int | None]]:
     None where it has none."""
     lines = source.splitlines()
     loops = []
-    for i, code in enumerate(_without_comments(source).splitlines()):
+    for i, code in enumerate(without_comments(source).splitlines()):
         if not re.search(r"\bfor\s*\(", code):
             continue
         vec = acc = None

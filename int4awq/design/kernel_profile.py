@@ -119,14 +119,26 @@ def read_profile(lib: ctypes.CDLL) -> Profile:
     return Profile(loops, outside, p_in, p_out, fs, fd, spill, acc)
 
 
+@functools.lru_cache(maxsize=1)
+def _toolchain():
+    """kernels/toolchain.py, the kernel sources' own checks (run by kernels/Makefile with a bare python3):
+    the one home of how a kernel source is read without its comments."""
+    import importlib.util
+    import os
+
+    from ..errors import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "kernels_toolchain", os.path.join(REPO, "kernels", "toolchain.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _without_comments(source: str) -> str:
     """C++ source with its comments blanked (line breaks kept, so line numbers hold)."""
-    return re.sub(
-        r"//[^\n]*|/\*.*?\*/",
-        lambda m: re.sub(r"[^\n]", " ", m.group()),
-        source,
-        flags=re.S,
-    )
+    return _toolchain().without_comments(source)
 
 
 def _block_end(text: str, i: int, open_: str, close: str) -> int:
