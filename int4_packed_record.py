@@ -251,6 +251,20 @@ def fold_span(tile_k: int, gs: int, fmt: str = "awq") -> int:
     return tile_k if fmt == "mxfp4" else min(tile_k, gs)
 
 
+def dense_codes(entries: str, fmt: str, tile_k: int, gs: int) -> bool:
+    """Whether a record holds its 4-bit codes dense: two a byte, 64 per W block vector in the order the
+    kernel pushes them (dense_index), the kernel making each block's exponent (kernels/int4_kernel.h DENSE,
+    the same rule). The GEMV's records do, for the nibble formats, where a fold span's 2 * span / 8 block
+    vectors end on a whole stream word (span a multiple of 32); the GEMM's keep the W lines' image with its
+    exponent slots (4.5 bits a code), which it dequantises with one subtraction a word.
+    """
+    return (
+        entries == "gemv"
+        and FORMAT_SPECS[fmt].codes == "int4"
+        and fold_span(tile_k, gs, fmt) % 32 == 0
+    )
+
+
 @dataclass(frozen=True)
 class RecordLayout:
     tile_n: int
@@ -266,13 +280,17 @@ class RecordLayout:
     z_offset: int
     z_bytes: int
     total: int
+    dense: bool = False  # Q holds dense codes (dense_codes)
 
 
-def record_layout(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> RecordLayout:
-    """A record's sections for format fmt (not mxfp4, mxfp4_record_bytes): Q, then S (the scale parts, part
-    by part, each groups x tile_n bf16), M (the min term's parts, laid out as S; min formats only), Z
-    (groups x tile_n uint8; 4-bit codes only), each starting on 64 bytes. Checks its numbers (an edge);
-    a validated KernelObject takes _layout directly."""
+def record_layout(
+    tile_n: int, tile_k: int, gs: int, fmt: str = "awq", dense: bool = False
+) -> RecordLayout:
+    """A record's sections for format fmt (not mxfp4, mxfp4_record_bytes): Q (dense: tile_n x tile_k
+    nibbles, dense_codes), then S (the scale parts, part by part, each groups x tile_n bf16), M (the min
+    term's parts, laid out as S; min formats only), Z (groups x tile_n uint8; 4-bit codes only), each
+    starting on 64 bytes. Checks its numbers (an edge); a validated KernelObject takes _layout directly.
+    """
     check_dims(tile_n=tile_n, tile_k=tile_k, gs=gs)
     if tile_n % 16 or tile_k % 16:
         raise ConfigError(
@@ -280,15 +298,26 @@ def record_layout(tile_n: int, tile_k: int, gs: int, fmt: str = "awq") -> Record
         )
     if tile_k % gs and gs % tile_k:
         raise ConfigError(f"tile_k = {tile_k} and gs = {gs}: one must divide the other")
-    return _layout(tile_n, tile_k, gs, fmt)
+    if dense and not dense_codes("gemv", fmt, tile_k, gs):
+        raise ConfigError(
+            f"format {fmt}, tile_k = {tile_k}, gs = {gs}: no dense record (4-bit codes in fold spans of "
+            "a multiple of 32 only)"
+        )
+    return _layout(tile_n, tile_k, gs, fmt, dense)
 
 
-def _layout(tile_n: int, tile_k: int, gs: int, fmt: str) -> RecordLayout:
+def _layout(
+    tile_n: int, tile_k: int, gs: int, fmt: str, dense: bool = False
+) -> RecordLayout:
     """record_layout's arithmetic, for numbers already checked."""
     spec = FORMAT_SPECS[fmt]
     groups = tile_k // gs if tile_k >= gs else 1
-    q_bytes = q_section_bytes(
-        tile_n, tile_k, fold_span(tile_k, gs, fmt), spec.codes == "int8"
+    q_bytes = (
+        tile_n * tile_k // 2
+        if dense
+        else q_section_bytes(
+            tile_n, tile_k, fold_span(tile_k, gs, fmt), spec.codes == "int8"
+        )
     )
     s_off = _pad(q_bytes)
     s_bytes = 2 * groups * tile_n * spec.scale_parts
@@ -310,6 +339,7 @@ def _layout(tile_n: int, tile_k: int, gs: int, fmt: str) -> RecordLayout:
         z_offset=z_off,
         z_bytes=z_bytes,
         total=z_off + _pad(z_bytes),
+        dense=dense,
     )
 
 
@@ -332,12 +362,14 @@ def mxfp4_record_bytes(tile_n: int, tile_k: int) -> int:
     return _pad(q_section_bytes(tile_n, tile_k)) + _pad(2 * (tile_k // 32) * tile_n)
 
 
-def format_record_bytes(fmt: str, tile_n: int, tile_k: int, gs: int) -> int:
+def format_record_bytes(
+    fmt: str, tile_n: int, tile_k: int, gs: int, dense: bool = False
+) -> int:
     """Bytes of the record a format's accumulate entry reads, for a record tile check_record_tile accepted
-    (a KernelObject's, a validated configuration's)."""
+    (a KernelObject's, a validated configuration's); dense: dense_codes' record."""
     if fmt == "mxfp4":
         return mxfp4_record_bytes(tile_n, tile_k)
-    return _layout(tile_n, tile_k, gs, fmt).total
+    return _layout(tile_n, tile_k, gs, fmt, dense).total
 
 
 BFP16_BLOCK_VECTOR_BYTES = (
@@ -518,9 +550,16 @@ class KernelObject:
         return self.symbol_prefix + entry
 
     @property
+    def dense(self) -> bool:
+        """Whether the accumulate entry reads dense codes (dense_codes)."""
+        return dense_codes(self.entries, self.format, self.tile_k, self.gs)
+
+    @property
     def record_bytes(self) -> int:
         """Bytes of the record the accumulate entry reads."""
-        return format_record_bytes(self.format, self.tile_n, self.tile_k, self.gs)
+        return format_record_bytes(
+            self.format, self.tile_n, self.tile_k, self.gs, self.dense
+        )
 
     def lib_name(self, host: bool = False) -> str:
         """<stem>.o (Peano) or <stem>.so (host)."""
@@ -609,6 +648,25 @@ def image_index(tile_n: int, tile_k: int, span: int | None = None) -> np.ndarray
     )
 
 
+def dense_index(tile_n: int, tile_k: int, span: int) -> np.ndarray:
+    """int64 [TK, TN]: the nibble of a dense record's Q (dense_codes) that holds element (k, n) of a chunk:
+    column pair, fold span, 8-deep K block, the pair's column block, then the block vector's lane (8 per
+    column, along K), as the kernel pushes them."""
+    import numpy as np
+
+    k = np.arange(tile_k)[:, None]
+    n = np.arange(tile_n)[None, :]
+    kk = k % span
+    return (
+        (n // 16) * 16 * tile_k
+        + (k // span) * 16 * span
+        + (kk // BLOCK) * 128
+        + (n // BLOCK) % 2 * 64
+        + (n % BLOCK) * BLOCK
+        + kk % BLOCK
+    )
+
+
 def q_nibble_index(tile_n: int, tile_k: int) -> np.ndarray:
     """int64 [TK, TN]: the Q nibble that holds element (k, n) of a chunk (module doc): 4-bit codes' spans
     are whole 576-byte periods, so one span of tile_k gives the same index for every fold span.
@@ -645,17 +703,19 @@ def pack_records(
     tile_n: int,
     tile_k: int,
     fmt: str,
+    dense: bool = False,
 ) -> np.ndarray:
     """uint8 [N // tile_n, K // tile_k, record_bytes] records of format fmt (not mxfp4) from validated
     operands: codes [K, N] (uint8 0..15 for 4-bit formats, int8 for 8-bit ones), z [K / gs, N] uint8 (4-bit
-    formats), the scale's and the min term's bf16 parts, each [K / gs, N], as many as the format holds.
+    formats), the scale's and the min term's bf16 parts, each [K / gs, N], as many as the format holds;
+    dense: the codes dense (dense_codes, the GEMV's record).
     """
     import numpy as np
 
     spec = FORMAT_SPECS[fmt]
     k, n = codes.shape
     check_weight_tiling(k, n, gs, tile_n, tile_k)
-    lay = record_layout(tile_n, tile_k, gs, fmt)
+    lay = record_layout(tile_n, tile_k, gs, fmt, dense)
     nt, kc = n // tile_n, k // tile_k
     out = np.zeros((nt, kc, lay.total), dtype=np.uint8)
     if spec.codes == "int8":
@@ -665,7 +725,10 @@ def pack_records(
         image[:, :, index[::BLOCK] - 1] = BFP16_EXPONENT_ONE
         out[:, :, : lay.q_bytes] = image
     else:
-        nib = _q_order(codes, tile_n, tile_k, 2 * lay.q_bytes)
+        index = (
+            dense_index(tile_n, tile_k, fold_span(tile_k, gs, fmt)) if dense else None
+        )
+        nib = _q_order(codes, tile_n, tile_k, 2 * lay.q_bytes, index=index)
         out[:, :, : lay.q_bytes] = nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)
 
     g = _chunk_groups(k, gs, tile_k)  # [KC, G]

@@ -115,7 +115,7 @@ class Probe:
         if self.stage == "drain":
             return [acc, c]
         return [
-            ("record", (record.record_bytes(o.tile_n, o.tile_k, o.gs),), np.uint8),
+            ("record", (o.record_bytes,), np.uint8),
             ("a", (self.rows * o.tile_k,), bfloat16),
             acc,
             self._scratch(),
@@ -193,7 +193,7 @@ def accumulate_inputs(
 
     o = probe.obj
     w = random_weights(max(o.tile_k, o.gs), o.tile_n, o.gs, seed)
-    rec = record.pack_weights(w, o.tile_n, o.tile_k)[0, 0]
+    rec = record.pack_weights(w, o.tile_n, o.tile_k, dense=o.dense)[0, 0]
     a = random_activations(probe.rows, o.tile_k, seed + 1) if a_rows is None else a_rows
     a_in = a.reshape(-1) if probe.gemv else a_tile_blocked(a)
     return [rec, np.ascontiguousarray(a_in)], a, w

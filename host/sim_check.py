@@ -107,9 +107,9 @@ def cases() -> list[Case]:
         )
         return [
             random_activations(first.m, first.k, 2),
-            record.pack_weights(w1, tn, tk),
+            record.pack_weights(w1, tn, tk, dense=first.kernel.dense),
             np.zeros((first.m, first.n), bfloat16),
-            record.pack_weights(w2, tn, tk),
+            record.pack_weights(w2, tn, tk, dense=second.kernel.dense),
             np.zeros((second.m, second.n), bfloat16),
         ]
 

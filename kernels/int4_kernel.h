@@ -132,6 +132,11 @@
 #ifndef INT4_FORMAT
 #define INT4_FORMAT awq
 #endif
+// The GEMV's entries (mv_int4_bf16.cc) define INT4_DENSE_CODES: their record
+// holds the 4-bit codes dense (DENSE below).
+#ifndef INT4_DENSE_CODES
+#define INT4_DENSE_CODES 0
+#endif
 
 namespace {
 
@@ -244,6 +249,14 @@ constexpr unsigned SPAN = MXFP4 ? TK : (TK < GS ? TK : GS);
 constexpr unsigned SB = SPAN / 8;  // K blocks per fold
 constexpr unsigned NF = TK / SPAN; // folds per call = groups held by the record
 constexpr unsigned BLK = 64;       // elements per 8x8 block
+// Dense codes (the GEMV's record, nibble formats): two codes a byte, 64 per W
+// block vector in the order the kernel pushes them, no exponent slots: 4 bits
+// a weight where the line image takes 4.5. The kernel makes each block's
+// exponent by converting (dequantize_dense). A span's pushes must end on a
+// whole stream word (SB a multiple of 4, 8 block vectors), else the GEMV keeps
+// the line image (int4_packed_record.dense_codes, the same rule).
+constexpr bool DENSE =
+    INT4_DENSE_CODES && Format::codes == Codes::nibbles && SB % 4 == 0;
 
 // The K-block loop of a fold span (SB steps) is fully unrolled up to
 // KB_UNROLL_MAX steps: aie_api places a block stream's FIFO fills at compile
@@ -313,8 +326,8 @@ static_assert(A_SPAN_STRIDE % 64 == 0 && A_LINE_BYTES >= PAIR_LINE);
 // Packed record (see int4_packed_record.py, which must agree), each section
 // starting on a 64-byte boundary:
 //   Q  nibble formats: the 4-bit codes in the image order of the W pair lines
-//      (PAIR_LINE nibbles per pair); byte codes: the image itself (PAIR_LINE
-//      bytes per pair)
+//      (PAIR_LINE nibbles per pair), or DENSE (16 x TK nibbles per pair);
+//      byte codes: the image itself (PAIR_LINE bytes per pair)
 //   S  SCALE_PARTS x NF x TN bf16 (part i of span f, column n at i * NF * TN
 //      + f * TN + n)
 //   M  (MIN_TERM) the min terms, laid out as S
@@ -322,7 +335,8 @@ static_assert(A_SPAN_STRIDE % 64 == 0 && A_LINE_BYTES >= PAIR_LINE);
 // MXFP4 (int4awq/formats/mxfp4.py): the E2M1 codes in the nibble order, then X,
 // per 32-value group and column the bf16 2^(E - 64 - 127) whose block
 // conversion carries the group's exponent byte E = x + 5 (see dequantize).
-constexpr unsigned Q_PAIR_BYTES = CODES8 ? PAIR_LINE : PAIR_LINE / 2;
+constexpr unsigned Q_PAIR_BYTES =
+    DENSE ? 8 * TK : (CODES8 ? PAIR_LINE : PAIR_LINE / 2);
 constexpr unsigned Q_BYTES = NP * Q_PAIR_BYTES;
 constexpr unsigned S_OFFSET = round64(Q_BYTES);
 constexpr unsigned S_PART = NF * TN; // bf16 elements of one part
@@ -553,11 +567,64 @@ inline void dequantize_e2m1(const uint8_t *__restrict record,
   }
 }
 
+// Dense codes -> the W pair lines (DENSE). The zero points (stored doubled)
+// are staged as bf16 z in the A line's bytes (to_float(2z, 1), exact); per
+// column pair and span, each column block's zero vector is its 8 z replicated
+// (lane 8j + i: column j, zero_point_blocks' transpose). Each block vector is
+// then 32 record bytes unpacked to int8 and converted to bf16 (mlir-air
+// mv_int4_bf16.cc's conversion), minus z in the accumulator (exact: integers
+// below 16 in magnitude), converted to bfp16: the conversion makes the
+// exponent bytes the line image stores, and the values are the line image's,
+// so the mmul results are too.
+inline BLOCKS dense_block(const uint8_t *__restrict q,
+                          const aie::vector<bfloat16, 64> &z) {
+  const aie::vector<int8, 64> u =
+      aie::load_v<32>(q).cast_to<uint4>().unpack_sign<int8>(false);
+  return aie::sub(aie::accum<accfloat, 64>(aie::to_float<bfloat16>(u, 0)), z)
+      .to_vector<bfp16ebs8>();
+}
+
+inline void dequantize_dense(const uint8_t *__restrict record,
+                             uint8_t *__restrict scratch) {
+  const uint8_t *__restrict zp = record + Z_OFFSET;
+  bfloat16 *zs = reinterpret_cast<bfloat16 *>(scratch + A_LINE_OFFSET);
+  // live: 2 vec, 0 acc
+  AIE_LOOP_MIN_ITERATION_COUNT(1)
+  for (unsigned c = 0; c < Z_WORDS; ++c) {
+    KERNEL_ITERATION;
+    const aie::vector<int8, 64> z2 =
+        aie::load_v<64>(zp + 64 * c).cast_to<int8>();
+    aie::store_v(zs + 64 * c, aie::to_float<bfloat16>(z2, 1));
+  }
+  const uint8_t *__restrict q = record;
+  // live: 5 vec, 1 acc
+  AIE_LOOP_MIN_ITERATION_COUNT(1)
+  for (unsigned it = 0; it < NP * NF; ++it) {
+    KERNEL_ITERATION;
+    const unsigned p = it / NF, f = it - p * NF; // no remainder in a loop
+    const bfloat16 *zb = zs + f * TN + p * 16;
+    const aie::vector<bfloat16, 64> z0 =
+        aie::transpose(replicate_row(aie::load_v<8>(zb)), 8, 8);
+    const aie::vector<bfloat16, 64> z1 =
+        aie::transpose(replicate_row(aie::load_v<8>(zb + 8)), 8, 8);
+    BlockOut out(blocks_at(scratch, p * PAIR_LINE + f * SPAN_STRIDE));
+    // live: 5 vec, 1 acc
+    AIE_LOOP_MIN_ITERATION_COUNT(4)
+    for (unsigned kb = 0; kb < SB; ++kb) {
+      KERNEL_ITERATION;
+      out << dense_block(q, z0) << dense_block(q + 32, z1);
+      q += 64;
+    }
+  }
+}
+
 // Record -> the W pair lines the block streams read: nibbles and E2M1 codes
 // are dequantised into w_scratch; byte codes are read from the record itself.
 inline void dequantize(const uint8_t *__restrict record,
                        uint8_t *__restrict scratch) {
-  if constexpr (Format::codes == Codes::nibbles)
+  if constexpr (DENSE)
+    dequantize_dense(record, scratch);
+  else if constexpr (Format::codes == Codes::nibbles)
     dequantize_nibbles(record, scratch);
   else if constexpr (Format::codes == Codes::e2m1)
     dequantize_e2m1(record, scratch);

@@ -222,13 +222,16 @@ def _reset(lib: ctypes.CDLL) -> None:
     lib.aie_host_profile_reset()
 
 
-def _first_record(tile_n: int, tile_k: int, gs: int, fmt: str) -> np.ndarray:
-    """The first packed record of seeded weights of the format (K = one chunk, or one AWQ group)."""
+def _first_record(obj) -> np.ndarray:
+    """The first packed record, as obj (a record.KernelObject) reads it, of seeded weights of its format
+    (K = one chunk, or one AWQ group)."""
     from ..kernel.record import pack_format
     from ..formats.weights_file import random_format_weights
 
-    w = random_format_weights(fmt, max(tile_k, gs), tile_n, gs, seed=0)
-    return pack_format(w, tile_n, tile_k, fmt)[0, 0]
+    w = random_format_weights(
+        obj.format, max(obj.tile_k, obj.gs), obj.tile_n, obj.gs, seed=0
+    )
+    return pack_format(w, obj.tile_n, obj.tile_k, obj.format, obj.dense)[0, 0]
 
 
 def profile_accumulate(
@@ -244,7 +247,7 @@ def profile_accumulate(
     a = random_activations(tile_m, tile_k, seed=1)
     k.zero()
     _reset(k.lib)
-    k.accumulate(_first_record(tile_n, tile_k, gs, fmt), a_tile_blocked(a))
+    k.accumulate(_first_record(obj), a_tile_blocked(a))
     return read_profile(k.lib)
 
 
@@ -289,13 +292,13 @@ def profile_gemv(
     from ..formats.quant import random_activations
     from ..kernel.record import KernelObject
 
-    lib = profile_library(KernelObject("gemv", tile_n, tile_k, gs, format=fmt))
-    k = GemvHostKernel(tile_n, tile_k, gs, lib=lib, format=fmt)
+    obj = KernelObject("gemv", tile_n, tile_k, gs, format=fmt)
+    k = GemvHostKernel(tile_n, tile_k, gs, lib=profile_library(obj), format=fmt)
     a = random_activations(m, tile_k, seed=1)
     acc = k.g_acc[: gemv_acc_elems(m, tile_n)]
     k.gemv_zero(acc, m)
     _reset(k.lib)
-    k.gemv_accumulate(_first_record(tile_n, tile_k, gs, fmt), a, acc)
+    k.gemv_accumulate(_first_record(obj), a, acc)
     return read_profile(k.lib)
 
 

@@ -419,7 +419,7 @@ class GemvHostKernel(_HostObject):
             raise ConfigError(f"M = {m}: the GEMV takes 1 to {GEMV_MAX_M} rows")
         check_weight_tiling(k, w.n, w.gs, tn, tk)
         if packed is None:
-            packed = pack_format(w, tn, tk, self.obj.format)
+            packed = pack_format(w, tn, tk, self.obj.format, self.obj.dense)
         acc = self.g_acc[: gemv_acc_elems(m, tn)]
         c = np.empty((m, w.n), dtype=bfloat16)
         for nt in range(w.n // tn):

@@ -19,6 +19,10 @@ parts per group and column, part by part: awq_f16 and the GGUF formats), a min t
 S, between S and Z: int4_min, int8_min), and byte codes (int8, int8_min: the Q section is the W pair lines'
 image itself, one byte per image byte with exponent byte 133, each fold span's part padded to 64 bytes,
 image_index; no Z). MXFP4's record is pack_mxfp4's, below (layout: int4awq/formats/mxfp4.py).
+
+The GEMV's records of the 4-bit formats hold their codes dense instead (int4_packed_record.dense_codes):
+tile_n x tile_k nibbles in the order the kernel pushes its W block vectors (dense_index), 4 bits a weight
+where the image takes 4.5; the kernel converts each block vector and so makes its exponent bytes.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from int4_packed_record import (  # the example's rules, beside the builders
     l1_budget,
     mxfp4_record_bytes,
     pack_records,
+    dense_index,
+    fold_span,
     q_nibble_index,
     q_section_bytes,
     record_bytes,
@@ -86,12 +92,17 @@ GEMV_TILE_KS = (32, 64, 128, 256, 512)
 
 
 def pack_weights(
-    w: AwqWeights, tile_n: int, tile_k: int, fmt: str | None = None
+    w: AwqWeights,
+    tile_n: int,
+    tile_k: int,
+    fmt: str | None = None,
+    dense: bool = False,
 ) -> np.ndarray:
     """uint8 [N // tile_n, K // tile_k, record_bytes]: one record per (N-tile, K-chunk), in L3 order, in
-    record format fmt ("awq" or "awq_f16"; None: the weights' own). bf16 scales go into an awq_f16 record
-    as pairs with zero low halves; scale pairs do not fit an awq record (refused). w is validated where it
-    was made (a reader or generator), so it is trusted here."""
+    record format fmt ("awq" or "awq_f16"; None: the weights' own); dense: the GEMV's dense codes
+    (dense_codes). bf16 scales go into an awq_f16 record as pairs with zero low halves; scale pairs do not
+    fit an awq record (refused). w is validated where it was made (a reader or generator), so it is
+    trusted here."""
     fmt = w.format if fmt is None else fmt
     if fmt not in ("awq", "awq_f16"):
         raise ConfigError(f"record format {fmt!r}: AWQ weights pack as awq or awq_f16")
@@ -103,7 +114,7 @@ def pack_weights(
     parts = [w.s]
     if fmt == "awq_f16":
         parts.append(np.zeros_like(w.s) if w.s_lo is None else w.s_lo)
-    return pack_records(w.q, w.z, parts, None, w.gs, tile_n, tile_k, fmt)
+    return pack_records(w.q, w.z, parts, None, w.gs, tile_n, tile_k, fmt, dense)
 
 
 def unpack_weights(
@@ -114,13 +125,14 @@ def unpack_weights(
     tile_n: int,
     tile_k: int,
     fmt: str = "awq",
+    dense: bool = False,
 ) -> AwqWeights:
     """Exact inverse of pack_weights (an awq_f16 record gives weights with s_lo)."""
     # an edge: k, n and gs come from the caller, not from a validated weight
     check_dims(K=k, N=n)
     check_group_size(k, gs)
     check_weight_tiling(k, n, gs, tile_n, tile_k)
-    lay = record_layout(tile_n, tile_k, gs, fmt)
+    lay = record_layout(tile_n, tile_k, gs, fmt, dense)
     nt, kc = n // tile_n, k // tile_k
     if (
         not isinstance(packed, np.ndarray)
@@ -135,7 +147,12 @@ def unpack_weights(
     codes = np.empty((nt, kc, 2 * lay.q_bytes), dtype=np.uint8)
     codes[:, :, 0::2] = qb & 0xF
     codes[:, :, 1::2] = qb >> 4
-    tiles = codes[:, :, q_nibble_index(tile_n, tile_k)]  # [NT, KC, TK, TN]
+    index = (
+        dense_index(tile_n, tile_k, fold_span(tile_k, gs, fmt))
+        if dense
+        else q_nibble_index(tile_n, tile_k)
+    )
+    tiles = codes[:, :, index]  # [NT, KC, TK, TN]
     q = tiles.transpose(1, 2, 0, 3).reshape(k, n)
 
     def groups_of(section: np.ndarray) -> np.ndarray:  # [NT, KC, G*TN] -> [groups, N]
@@ -189,20 +206,25 @@ def padded_operands(cfg, a: np.ndarray, w: AwqWeights) -> tuple[np.ndarray, np.n
     a_padded = np.zeros((cfg.m, cfg.k), bfloat16)
     a_padded[: a.shape[0]] = a
     w_padded = pad_weights(w, cfg.n) if isinstance(w, AwqWeights) else w.padded(cfg.n)
-    return a_padded, pack_format(w_padded, cfg.tile_n, cfg.tile_k_l1, cfg.format)
+    return a_padded, pack_format(
+        w_padded, cfg.tile_n, cfg.tile_k_l1, cfg.format, cfg.kernel.dense
+    )
 
 
-def pack_format(w, tile_n: int, tile_k: int, fmt: str) -> np.ndarray:
-    """Weights packed into the records of format fmt: AWQ weights by pack_weights, MXFP4 weights by
-    pack_mxfp4, GGUF's block-integer weights by pack_block_int.
+def pack_format(
+    w, tile_n: int, tile_k: int, fmt: str, dense: bool = False
+) -> np.ndarray:
+    """Weights packed into the records of format fmt (dense: the GEMV's dense codes, where the format has
+    them: KernelObject.dense): AWQ weights by pack_weights, MXFP4 weights by pack_mxfp4, GGUF's
+    block-integer weights by pack_block_int.
     """
     if isinstance(w, AwqWeights):
-        return pack_weights(w, tile_n, tile_k, fmt)
+        return pack_weights(w, tile_n, tile_k, fmt, dense)
     if w.format != fmt:
         raise ConfigError(f"{w.format} weights do not pack into {fmt} records")
     if fmt == "mxfp4":
         return pack_mxfp4(w, tile_n, tile_k)
-    return pack_block_int(w, tile_n, tile_k)
+    return pack_block_int(w, tile_n, tile_k, dense)
 
 
 def block_int_parts(w) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
@@ -213,9 +235,10 @@ def block_int_parts(w) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     return bf16_parts(w.s, parts), None if w.m is None else bf16_parts(w.m, parts)
 
 
-def pack_block_int(w, tile_n: int, tile_k: int) -> np.ndarray:
+def pack_block_int(w, tile_n: int, tile_k: int, dense: bool = False) -> np.ndarray:
     """uint8 [N / tile_n, K / tile_k, record bytes]: GGUF block-integer weights in their format's records:
-    int4_min as 4-bit codes v with zero point 0, the int8 formats as v in the bfp16 image.
+    int4_min as 4-bit codes v with zero point 0 (dense: the GEMV's dense codes), the int8 formats as v in
+    the bfp16 image.
     """
     if FORMAT_SPECS[w.format].codes == "int4":
         codes = w.v.astype(np.uint8)
@@ -223,7 +246,9 @@ def pack_block_int(w, tile_n: int, tile_k: int) -> np.ndarray:
     else:
         codes, z = w.v.astype(np.int8), None
     s_parts, m_parts = block_int_parts(w)
-    return pack_records(codes, z, s_parts, m_parts, w.gs, tile_n, tile_k, w.format)
+    return pack_records(
+        codes, z, s_parts, m_parts, w.gs, tile_n, tile_k, w.format, dense
+    )
 
 
 # ------------------------------------------------------------------------------------------ MXFP4 record

@@ -309,6 +309,24 @@ def test_record_round_trip(k, n, gs, tn, tk):
     np.testing.assert_array_equal(u16(u.s), u16(w.s))
 
 
+@pytest.mark.parametrize("tn, tk, gs", [(32, 64, 128), (32, 128, 32)])
+def test_dense_record_round_trip_and_code_position(tn, tk, gs):
+    """The GEMV's dense record: 4 bits a code, and element (k, n) where the kernel's pushes put it: for
+    (9, 17) of a 32-column chunk, pair 1 (16 x tile_k nibbles in), K block 1 (128 nibbles a K block of
+    the two blocks), column block 0, lane 8 * 1 + 1."""
+    k, n = 2 * max(tk, gs), 2 * tn
+    w = random_weights(k, n, gs, 9)
+    p = pack_weights(w, tn, tk, dense=True)
+    assert p.shape[2] == record.record_layout(tn, tk, gs, "awq", True).total
+    assert record.record_layout(tn, tk, gs, "awq", True).q_bytes == tn * tk // 2
+    u = unpack_weights(p, k, n, gs, tn, tk, dense=True)
+    np.testing.assert_array_equal(u.q, w.q)
+    np.testing.assert_array_equal(u.z, w.z)
+    nibble = 1 * 16 * tk + 128 + 8 + 1
+    byte = p[0, 0, nibble // 2]
+    assert (byte >> 4 if nibble % 2 else byte & 0xF) == w.q[9, 17]
+
+
 def test_record_l3_order():
     w = random_weights(256, 128, 64, 8)
     p = pack_weights(w, 64, 64)

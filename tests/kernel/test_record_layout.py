@@ -55,20 +55,32 @@ def kernel_layout(obj: KernelObject, tmp_path) -> dict:
 
 
 @pytest.mark.parametrize(
-    "fmt, tile_n, tile_k, gs",
+    "entries, fmt, tile_n, tile_k, gs, dense",
     [
-        ("awq", 64, 64, 128),  # a group spans two chunks
-        ("awq_f16", 32, 128, 32),  # four groups a chunk, scale pairs
-        ("int4_min", 16, 64, 32),  # a min term
-        ("int8_triple", 48, 32, 16),  # byte codes, no zero points, scale triples
+        ("gemm", "awq", 64, 64, 128, False),  # the GEMM keeps the line image
+        ("gemv", "awq", 64, 64, 128, True),  # a group spans two chunks; dense codes
+        ("gemv", "awq_f16", 32, 128, 32, True),  # four groups a chunk, scale pairs
+        ("gemv", "int4_min", 16, 64, 32, True),  # a min term
+        ("gemv", "awq", 32, 48, 48, False),  # a span of 48: not whole words, the image
+        (
+            "gemv",
+            "int8_triple",
+            48,
+            32,
+            16,
+            False,
+        ),  # byte codes, no zero points, triples
     ],
 )
 def test_the_kernel_and_int4_packed_record_lay_a_record_out_alike(
-    fmt, tile_n, tile_k, gs, tmp_path
+    entries, fmt, tile_n, tile_k, gs, dense, tmp_path
 ):
-    obj = KernelObject("gemv", tile_n, tile_k, gs, format=fmt)
+    obj = KernelObject(
+        entries, tile_n, tile_k, gs, 16 if entries == "gemm" else None, format=fmt
+    )
+    assert obj.dense == dense
     got = kernel_layout(obj, tmp_path)
-    lay = record_layout(tile_n, tile_k, gs, fmt)
+    lay = record_layout(tile_n, tile_k, gs, fmt, dense)
     want = {
         "Q_BYTES": lay.q_bytes,
         "S_OFFSET": lay.s_offset,

@@ -74,7 +74,9 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
     }
     buffers = [
         (
-            record.pack_weights(weights[name], kind.tile_n, kind.tile_k_l1)
+            record.pack_weights(
+                weights[name], kind.tile_n, kind.tile_k_l1, dense=kind.kernel.dense
+            )
             if name in weights
             else given.get(name, np.zeros((1, kind), bfloat16))
         )

@@ -108,7 +108,7 @@ def test_emulator_counters_agree_with_the_design():
         a = random_activations(cfg.m, cfg.k, seed=2)
         _, _, c = invoke(
             a,
-            record.pack_weights(w, cfg.tile_n, cfg.tile_k_l1),
+            record.pack_weights(w, cfg.tile_n, cfg.tile_k_l1, dense=cfg.kernel.dense),
             np.zeros((cfg.m, cfg.n), bfloat16),
         )
         assert check(c.reshape(cfg.m, cfg.n), reference_gemm(a, w)[0]).passed
