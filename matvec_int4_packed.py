@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # int4-AWQ GEMV (decode) for NPU2 (AIE2P): the MLIR-AIR design.
-"""C[M, N] (bf16) = A[M, K] (bf16) x dequant(W)[K, N] for M = 1 .. 32, on the GEMM's packed records.
+"""C[M, N] (bf16) = A[M, K] (bf16) x dequant(W)[K, N] for M = 1 .. 32, on packed records with dense codes.
 
 The design
 ----------
@@ -24,7 +24,8 @@ A launch iterates over blocks of 32 N tiles (tile_n columns each). Each launch i
   DDR in one DMA.
 
 Memory plan per level:
-  L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8 (the GEMM's, int4awq.kernel.record), C [M, N] bf16
+  L3: A [M, K] bf16, W [N/tile_n, K/tile_k_l1, record] u8 (the GEMM's sections, the 4-bit codes dense:
+      int4_packed_record.dense_codes), C [M, N] bf16
   L2: A [8, 1, M, tile_k_l2] bf16, W [8, 4, tile_k_l2/tile_k_l1, record] u8, C [8, 4, M, tile_n] bf16
   L1 per PE: accumulator f32 (ceil(M/8)*8 x tile_n) and drain bf16 (a slice each of herd-wide buffers),
       the kernel's scratch (likewise), the A chunk and the record (ping-ponged by aircc), the stack.

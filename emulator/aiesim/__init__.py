@@ -52,14 +52,15 @@ def _ctype(type_text: str):
 def host_kernels(callee: str, func):
     """The host build of a core's kernel: the library its link_with names (found as the emulator finds
     it: the working directory, then AIR_EMU_LIB_PATH), the symbol `callee`."""
-    from air.emu.kernels import resolve_library
+    from air.emu.kernels import control_registers, load_function, resolve_library
 
     if not func.library:
         raise DesignError(f"@{callee} has no link_with: no kernel library to load")
-    lib = ctypes.CDLL(resolve_library(func.library, f"func.call @{callee}"))
-    fn = getattr(lib, callee)
+    path = resolve_library(func.library, f"func.call @{callee}")
+    fn = load_function(path, callee, [], f"func.call @{callee}")
     fn.argtypes = [_ctype(t) for t in func.arg_types]
-    fn.restype = None
+    # the library's one rounding / saturation state, which the engine saves and restores per core
+    fn.control_registers = control_registers(path)
     return fn
 
 

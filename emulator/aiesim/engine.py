@@ -831,6 +831,10 @@ class CoreAgent(Agent):
         self.pc = 0
         self.env: dict[str, object] = {}
         self.calls = 0
+        # the core's rounding and saturation registers (aie::set_rounding / set_saturation), at their reset
+        # value, floor and none (aie_api's documented reset); they persist across this core's calls and
+        # dispatches, and no other core sees them
+        self.control = 0
 
     def value(self, name):
         if name in self.env:
@@ -1053,7 +1057,12 @@ class CoreAgent(Agent):
                     if hasattr(v, "address")
                     else v
                 )
+            regs = getattr(fn, "control_registers", None)
+            if regs is not None:
+                regs[1](self.control)
             fn(*args)
+            if regs is not None:
+                self.control = regs[0]()
         self.calls += 1
         self.t += sim.costs.call(callee) if sim.costs.call else 0
         sim.trace_event(self, "call", t0, self.t, callee)

@@ -364,8 +364,8 @@ def kernel_gemv_model(a: np.ndarray, w: AwqWeights, tile_k: int) -> np.ndarray:
 
 
 class GemvHostKernel(_HostObject):
-    """The host-built GEMV object of one record tile (same record, same scratch as the GEMM's): zero,
-    accumulate each K-chunk's record, drain, per N-tile."""
+    """The host-built GEMV object of one record tile (its record dense where the format allows, the GEMM's
+    scratch): zero, accumulate each K-chunk's record, drain, per N-tile."""
 
     def __init__(
         self,

@@ -48,7 +48,7 @@ from .errors import (
     UnwrittenReadError,
 )
 from .budget import sunk_into_herd
-from .kernels import load_function, resolve_library
+from .kernels import control_registers, load_function, resolve_library
 from .stats import Stats
 from .types import L1, L2, L3, LEVEL_NAMES, level_of, np_dtype, poison_fill
 
@@ -140,6 +140,10 @@ class Runtime:
 
     def __init__(self):
         self.pe = None
+        self.core = (
+            None  # (herd name, PE coordinates): whose control registers a call uses
+        )
+        self.control = {}
         self.epoch = 0
         self.fifos = {}
         self.avail = {}
@@ -151,6 +155,10 @@ class Runtime:
 
     def reset(self, n_counters, show, total):
         self.pe = None
+        self.core = None
+        # each core's rounding / saturation registers (aie::set_rounding), from their reset value (floor,
+        # none) on a fresh array: a kernel's setting persists into that core's later calls, and only its own
+        self.control = {}
         self.fifos = {}
         self.avail = {}
         self.cnt = [0] * n_counters
@@ -692,11 +700,14 @@ class Compiler:
             base = rt.epoch * 64
             for pe_i, idx in enumerate(space):
                 rt.pe = base + pe_i
+                # same-named herds run on the same cores (aircc places them alike: the zero, compute and
+                # drain herds of one accumulator), so a core is its herd's name and the PE's coordinates
+                rt.core = (hname, idx)
                 for s, v in zip(id_slots, idx):
                     E[s] = v
                 for f in body:
                     f()
-            rt.pe = None
+            rt.pe = rt.core = None
             cnt = rt.cnt
             cnt[c_it] += 1
             cnt[c_pe] += npe
@@ -1529,6 +1540,7 @@ class Compiler:
             return unlinked
         path = resolve_library(link.value, f"{where}: @{callee}")
         fn = load_function(path, callee, ftype.inputs, f"{where}: @{callee}")
+        regs = control_registers(path)
         E = self.E
         rt = self.rt
         spec = [
@@ -1560,7 +1572,11 @@ class Compiler:
                     if b.root.owner != pe:
                         track(b, 0, shape, estr, where)
                     _mark_written(b, 0, shape, estr)
+                if regs is not None:
+                    regs[1](rt.control.get(rt.core, 0))
                 fn(*ptrs)
+                if regs is not None:
+                    rt.control[rt.core] = regs[0]()
                 for s in slots:
                     raw = E[s].root.raw
                     if raw is not None and (

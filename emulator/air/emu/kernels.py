@@ -77,7 +77,7 @@ def ctype_of(t, who):
     )
 
 
-def load_function(path, symbol, arg_types, who):
+def _library(path, who):
     lib = _LIBS.get(path)
     if lib is None:
         try:
@@ -85,6 +85,24 @@ def load_function(path, symbol, arg_types, who):
         except OSError as e:
             raise LibraryError(f"{who}: cannot load host library {path}: {e}") from None
         _LIBS[path] = lib
+    return lib
+
+
+def control_registers(path):
+    """(get, set) of the loaded library's one rounding / saturation state (the host aie_api's
+    aie_host_control_registers), which the engines save and restore per core: on the device each core has
+    its own. None for a library built without it."""
+    lib = _LIBS[path]
+    if not hasattr(lib, "aie_host_control_registers"):
+        return None
+    get, put = lib.aie_host_control_registers, lib.aie_host_set_control_registers
+    get.argtypes, get.restype = [], ctypes.c_uint
+    put.argtypes, put.restype = [ctypes.c_uint], None
+    return get, put
+
+
+def load_function(path, symbol, arg_types, who):
+    lib = _library(path, who)
     try:
         fn = getattr(lib, symbol)
     except AttributeError:

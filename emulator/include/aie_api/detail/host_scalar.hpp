@@ -342,6 +342,21 @@ AIE_HOST_PER_LIBRARY inline unsigned long g_runtime_extracts = 0;
 } // namespace host
 } // namespace aie
 
+// The core's control registers, rounding mode | saturation mode << 8, for a
+// host that runs several cores through one loaded library (the simulator of
+// the compiled design): on the device each core has its own, so the host saves
+// a core's after each of its calls and restores them before the next.
+extern "C" __attribute__((visibility("default"), used, weak)) unsigned
+aie_host_control_registers() {
+  return unsigned(aie::host::g_rounding) | unsigned(aie::host::g_saturation)
+                                               << 8;
+}
+extern "C" __attribute__((visibility("default"), used, weak)) void
+aie_host_set_control_registers(unsigned v) {
+  aie::host::g_rounding = aie::rounding_mode(v & 0xFFu);
+  aie::host::g_saturation = aie::saturation_mode(v >> 8);
+}
+
 // The count of misaligned vector accesses since load, for tests (ctypes) of a
 // host-built kernel.
 extern "C" __attribute__((visibility("default"), used, weak)) unsigned long
