@@ -97,9 +97,13 @@ def build_module():
                                 sizes=[1, 1, N],
                                 strides=[PES * N, N, 1],
                             )
-                            dma_memcpy_nd(b, hi, **{f"src_{k}": v for k, v in where.items()})
+                            dma_memcpy_nd(
+                                b, hi, **{f"src_{k}": v for k, v in where.items()}
+                            )
                             CallOp(probe, [b])
-                            dma_memcpy_nd(ho, b, **{f"dst_{k}": v for k, v in where.items()})
+                            dma_memcpy_nd(
+                                ho, b, **{f"dst_{k}": v for k, v in where.items()}
+                            )
                             DeallocOp(b)
 
                     dma_memcpy_nd(so, l2o)
