@@ -11,8 +11,8 @@
 #include "int4_kernel.h"
 
 //===----------------------------------------------------------------------===//
-// GEMV entries: the same packed record, m = 1 .. GEMV_MAX_M rows of A (decode,
-// and small-M prefill).
+// GEMV entries: the packed record with dense codes, m = 1 .. GEMV_MAX_M rows
+// of A (decode, and small-M prefill).
 //
 //   gemv_int4_zero(acc, m)                                 acc = 0
 //   gemv_int4_accumulate(w_record, a_rows, acc, w_scratch, m)
@@ -20,7 +20,9 @@
 //   gemv_int4_drain(acc, c_out, m)       c_out = bf16(acc), m rows, RNE
 //
 // m is a run-time argument, so one object serves every row count. The record
-// is the GEMM's, byte for byte (DIM_N x DIM_K_CHUNK, group DIM_GS).
+// has the GEMM's sections (DIM_N x DIM_K_CHUNK, group DIM_GS), its 4-bit codes
+// dense where DENSE holds (int4_kernel.h), else the GEMM's record byte for
+// byte.
 //
 //   a_rows     m x DIM_K_CHUNK bf16, row-major (row r at r * DIM_K_CHUNK): the
 //              rows as they are in DDR
@@ -31,8 +33,9 @@
 //   w_scratch  record.w_scratch_bytes(DIM_N, DIM_K_CHUNK, DIM_GS, format)
 //              bytes, the GEMM's scratch
 //
-// A call dequantises the record once into the W pair lines exactly as the GEMM
-// does (dequantize above; byte codes: none), then per band of up to 8 rows
+// A call dequantises the record once into the GEMM's W pair lines (dequantize:
+// dense codes converted per block vector, or the GEMM's own dequantisation;
+// byte codes: none), then per band of up to 8 rows
 // converts those rows to one bfp16 A line (rows m .. 8 * bands - 1 read as 0)
 // and sweeps the column pairs: two independent 8x8x8 bfp16 mmul accumulators
 // fed by two block streams (the band's A line, the pair's interleaved W line),
