@@ -32,6 +32,10 @@ class ConfigError(ValueError):
     """A shape, option, file or value the program cannot accept; the message says which rule failed."""
 
 
+class ChainError(ConfigError):
+    """The A read of an L2 refill would chain more memtile BDs than MAX_A_CHAIN."""
+
+
 # The one group-size rule (the kernel's, and so the host's, the checkpoint importer's and the design's):
 # its dequantisation converts two 8-deep K blocks per step, so a group holds whole 16-row steps.
 GS_MULTIPLE = 16
@@ -939,13 +943,32 @@ class GemmConfig(KernelSizes, RefillLoops):
                 f"more cores, or larger tiles"
             )
         if self.a_chain_bds > MAX_A_CHAIN:
-            raise ConfigError(
+            raise ChainError(
                 f"tile_k_l2 / tile_k_l1 = {self.chunks_per_l2}"
                 + (" (x2: the L2 block is ping-ponged)" if self.k_refills > 1 else "")
                 + f" = {self.a_chain_bds} memtile BDs on each A read stream: mlir-air's hardware-tested "
                 f"GEMMs chain at most {MAX_A_CHAIN}; use a smaller tile_k_l2 or a larger tile_k_l1"
             )
         self.check_even_trips()
+
+    @classmethod
+    def with_chainable_refill(cls, tile_k_l2: int, **args) -> "GemmConfig":
+        """The configuration with this tile_k_l2, or, when only its A chain (MAX_A_CHAIN) breaks a rule,
+        with the largest smaller tile_k_l2 (a multiple of tile_k_l1 dividing K) that keeps every rule:
+        the K of an L2 refill is a tiling choice, and the accumulator stays in L1 across refills, so the
+        result is the same. Any other broken rule is raised as it is."""
+        try:
+            return cls(tile_k_l2=tile_k_l2, **args)
+        except ChainError as e:
+            first = e
+        k, l1 = args["k"], args["tile_k_l1"]
+        for t in range(tile_k_l2 - l1, 0, -l1):
+            if k % t == 0:
+                try:
+                    return cls(tile_k_l2=t, **args)
+                except ConfigError:
+                    continue
+        raise first
 
     builder = "matmul_int4_packed"  # the module whose build_module takes builder_args()
 

@@ -112,6 +112,7 @@ from ml_dtypes import bfloat16
 from int4_packed_record import (
     GEMM_ENTRIES,
     ConfigError,
+    MAX_A_CHAIN,
     GemmConfig,
     check_dims,
     check_group_size,
@@ -192,8 +193,13 @@ def build_module(
       writes); stack_size: the core's stack (None: the kernel's derived need).
 
     Every rule is checked first (int4_packed_record.GemmConfig); a broken one raises ConfigError naming it.
+    One is met rather than refused: a tile_k_l2 whose A read would chain more memtile BDs than the rule
+    admits (mlir-air's llama32_1b_int4 prefill asks tile_k_l2 = K = 8192 of its down_proj, 64 BDs, which
+    aircc refuses for this design's A read: "'aie.memtile_dma' op has more than 48 blocks") is built with
+    the largest tile_k_l2 that keeps to it, K refilled more often, the result unchanged; one line on stderr
+    says so.
     """
-    cfg = GemmConfig(
+    args = dict(
         m=m,
         k=k,
         n=n,
@@ -201,13 +207,21 @@ def build_module(
         tile_m=tile_m,
         tile_n=tile_n,
         tile_k_l1=tile_k_l1,
-        tile_k_l2=tile_k_l2,
         herd_m=herd_m,
         herd_n=herd_n,
         stack_size=stack_size,
         format=weight_format,
         m_per_segment=m_per_segment,
     )
+    cfg = GemmConfig.with_chainable_refill(tile_k_l2, **args)
+    if cfg.tile_k_l2 != tile_k_l2:
+        print(
+            f"matmul_int4_packed: tile_k_l2 = {tile_k_l2} would chain {tile_k_l2 // tile_k_l1} memtile BDs "
+            f"on each A read stream (at most {MAX_A_CHAIN}): built with tile_k_l2 = {cfg.tile_k_l2}, "
+            f"K refilled {k // cfg.tile_k_l2} times, the same result",
+            file=sys.stderr,
+        )
+    tile_k_l2 = cfg.tile_k_l2
     record_bytes = cfg.record_bytes
     chunks_per_l2 = tile_k_l2 // tile_k_l1
     chunks = k // tile_k_l1

@@ -254,6 +254,37 @@ def test_upstreams_operands_run_through_the_module_on_the_emulator():
     assert np.abs(c.astype(np.float32) - ref).max() <= 0.01 * np.abs(ref).max()
 
 
+def test_upstreams_down_proj_call_is_built_with_a_refill_the_a_read_can_chain(capsys):
+    """llama32_1b_int4's o_ffn_int4_multi.py asks its down_proj of tile_k_l2 = K = 8192 at K-chunks of
+    128: 64 memtile BDs on each A read stream, which aircc refuses for this design ("'aie.memtile_dma' op
+    has more than 48 blocks"). build_module builds it with tile_k_l2 = 1024 (8 chunks, ping-ponged: 16),
+    says so in one line, and computes upstream's product (here at M = 32, N = 64)."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from host.run import emulator_backend
+
+    m, k, n, gs = 32, 8192, 64, 128
+    module = builder.build_module(m, k, n, gs, 16, k, 128, 16, 2, 4)
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        "matmul_int4_packed: tile_k_l2 = 8192 would chain 64 memtile BDs on each A read stream "
+        "(at most 16): built with tile_k_l2 = 1024, K refilled 8 times, the same result"
+    )
+    with pytest.raises(
+        builder.ConfigError, match="64 memtile BDs on each A read stream"
+    ):
+        DesignConfig(m, k, n, gs, 16, 16, 128, k, 2, 4)  # the rule itself stands
+    cfg = DesignConfig(m, k, n, gs, 16, 16, 128, 1024, 2, 4)
+    assert str(module) == str(builder.build_module(**cfg.builder_args()))
+    w_q, w_s, w_z, a, _ = upstream_operands(5, m, k, n, gs)
+    packed = builder.pack_inputs(w_q, w_s, w_z, m, k, n, gs, 16, 128)
+    invoke = emulator_backend(cfg).compile_and_load(module)
+    c = np.asarray(invoke(a, packed, np.zeros((m, n), bfloat16))[2]).reshape(m, n)
+    ref = builder.cpu_reference(w_q, w_s, w_z, a).astype(np.float32)
+    assert np.abs(c.astype(np.float32) - ref).max() <= 0.01 * np.abs(ref).max()
+
+
 def test_a_weight_buffer_sized_by_upstreams_record_is_refused_by_its_size():
     # mlir-air's record at (16, 128, 128) is 1072 bytes, ours 1280: a consumer that sizes the weight
     # buffer by hand gets an error naming the sizes, never a run on misread records
