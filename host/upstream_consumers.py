@@ -92,13 +92,12 @@ def run_gemm(build, m, k, n, herd_m, herd_n, packed, a, m_per_segment=1):
     from int4awq.design.design import DesignConfig
 
     args = (m, k, n, GS, TILE, k, K_CHUNK, TILE, herd_m, herd_n)
-    cfg = DesignConfig(
-        **dict(
-            zip(
-                "m k n gs tile_m tile_k_l2 tile_k_l1 tile_n herd_m herd_n".split(), args
-            )
-        ),
-        m_per_segment=m_per_segment,
+    named = dict(
+        zip("m k n gs tile_m tile_k_l2 tile_k_l1 tile_n herd_m herd_n".split(), args)
+    )
+    # the configuration build_module makes of the call (a refill the A read can chain, as it builds)
+    cfg = DesignConfig.with_chainable_refill(
+        named.pop("tile_k_l2"), **named, m_per_segment=m_per_segment
     )
     module = build(*args, m_per_segment) if m_per_segment > 1 else build(*args)
     invoke = emulator_backend(cfg).compile_and_load(module)
