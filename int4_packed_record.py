@@ -284,7 +284,6 @@ class RecordLayout:
     z_offset: int
     z_bytes: int
     total: int
-    dense: bool = False  # Q holds dense codes (dense_codes)
 
 
 def record_layout(
@@ -343,7 +342,6 @@ def _layout(
         z_offset=z_off,
         z_bytes=z_bytes,
         total=z_off + _pad(z_bytes),
-        dense=dense,
     )
 
 
@@ -671,6 +669,16 @@ def dense_index(tile_n: int, tile_k: int, span: int) -> np.ndarray:
     )
 
 
+def nibble_index(
+    tile_n: int, tile_k: int, gs: int, fmt: str, dense: bool = False
+) -> np.ndarray:
+    """int64 [TK, TN]: the Q nibble of element (k, n) of a chunk in a 4-bit format's record, dense
+    (dense_index) or in the W lines' image (q_nibble_index)."""
+    if dense:
+        return dense_index(tile_n, tile_k, fold_span(tile_k, gs, fmt))
+    return q_nibble_index(tile_n, tile_k)
+
+
 def q_nibble_index(tile_n: int, tile_k: int) -> np.ndarray:
     """int64 [TK, TN]: the Q nibble that holds element (k, n) of a chunk (module doc): 4-bit codes' spans
     are whole 576-byte periods, so one span of tile_k gives the same index for every fold span.
@@ -729,9 +737,7 @@ def pack_records(
         image[:, :, index[::BLOCK] - 1] = BFP16_EXPONENT_ONE
         out[:, :, : lay.q_bytes] = image
     else:
-        index = (
-            dense_index(tile_n, tile_k, fold_span(tile_k, gs, fmt)) if dense else None
-        )
+        index = nibble_index(tile_n, tile_k, gs, fmt, dense)
         nib = _q_order(codes, tile_n, tile_k, 2 * lay.q_bytes, index=index)
         out[:, :, : lay.q_bytes] = nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)
 
@@ -799,6 +805,13 @@ SMALL_HERD_CORES = 8
 #   fine at 2, silently wrong at 4-5 and hanging at 6-8 (Xilinx/mlir-air PR #1639), and no NPU2 lit test
 #   runs bfp16/run.py's [1, 1] branch: a small herd takes at most 2 launch iterations.
 MAX_UNROLLED_LAUNCHES = 2
+
+
+def a_chain_bds(k: int, tile_k_l1: int, tile_k_l2: int) -> int:
+    """Memtile BDs of one A read stream: a 6-D read per chunk does not fold into the 4-D BD, so one BD per
+    chunk of an L2 refill, and each of them twice when the L2 block is ping-ponged (more than one refill).
+    """
+    return tile_k_l2 // tile_k_l1 * (2 if k > tile_k_l2 else 1)
 
 
 def check_exact_tiling(*rows: tuple[str, int, int, str]) -> None:
@@ -1012,10 +1025,7 @@ class GemmConfig(KernelSizes, RefillLoops):
 
     @property
     def a_chain_bds(self) -> int:
-        """Memtile BDs of one A read stream: a 6-D read per chunk does not fold into the 4-D BD, so one
-        BD per chunk, and each of them twice when the L2 block is ping-ponged (more than one refill).
-        """
-        return self.chunks_per_l2 * (2 if self.k_refills > 1 else 1)
+        return a_chain_bds(self.k, self.tile_k_l1, self.tile_k_l2)
 
     @property
     def runtime_loop_tiling(self) -> tuple[int, int]:

@@ -114,6 +114,7 @@ from int4_packed_record import (
     ConfigError,
     MAX_A_CHAIN,
     GemmConfig,
+    a_chain_bds,
     check_dims,
     check_group_size,
     check_weight_tiling,
@@ -216,7 +217,7 @@ def build_module(
     cfg = GemmConfig.with_chainable_refill(tile_k_l2, **args)
     if cfg.tile_k_l2 != tile_k_l2:
         print(
-            f"matmul_int4_packed: tile_k_l2 = {tile_k_l2} would chain {tile_k_l2 // tile_k_l1} memtile BDs "
+            f"matmul_int4_packed: tile_k_l2 = {tile_k_l2} would chain {a_chain_bds(k, tile_k_l1, tile_k_l2)} memtile BDs "
             f"on each A read stream (at most {MAX_A_CHAIN}): built with tile_k_l2 = {cfg.tile_k_l2}, "
             f"K refilled {k // cfg.tile_k_l2} times, the same result",
             file=sys.stderr,

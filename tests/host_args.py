@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""What the host-program tests share: the repository, host/run.py and a small legal design to run."""
+"""What the host-program tests share: the repository, host/run.py, a small legal design to run, and the
+build of a probe against the host aie_api."""
 
 import os
 import subprocess
@@ -33,6 +34,21 @@ SMALL = [
 # The GEMM's make targets, and the DesignConfig each runs (read from `make -n`): host/aircc_check.py's.
 from host.aircc_check import MAKE_TARGETS  # noqa: E402,F401
 from host.aircc_check import make_target_config as target_config  # noqa: E402,F401
+
+
+def host_aie_api_library(directory, name: str, source: str, *flags: str) -> str:
+    """source built with g++ against the host aie_api (emulator/include) into directory/name.so; its path."""
+    src, lib = os.path.join(directory, name + ".cc"), os.path.join(
+        directory, name + ".so"
+    )
+    with open(src, "w") as f:
+        f.write(source)
+    subprocess.run(
+        ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", *flags]
+        + ["-I", os.path.join(REPO, "emulator", "include"), src, "-o", lib],
+        check=True,
+    )
+    return lib
 
 
 def run(*args: str) -> tuple[int, str, str]:

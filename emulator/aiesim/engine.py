@@ -1048,6 +1048,10 @@ class CoreAgent(Agent):
                         f"at line {op.line} (func.call @{callee}, argument {v.name})",
                     )
         if sim.run_kernels:
+            from air.emu.kernels import (
+                call_on_core,
+            )  # the emulator's: one save-and-restore rule
+
             fn = sim.kernel(callee, op)
             args = []
             for x in op.operands:
@@ -1057,12 +1061,9 @@ class CoreAgent(Agent):
                     if hasattr(v, "address")
                     else v
                 )
-            regs = getattr(fn, "control_registers", None)
-            if regs is not None:
-                regs[1](self.control)
-            fn(*args)
-            if regs is not None:
-                self.control = regs[0]()
+            self.control = call_on_core(
+                fn, args, getattr(fn, "control_registers", None), self.control
+            )
         self.calls += 1
         self.t += sim.costs.call(callee) if sim.costs.call else 0
         sim.trace_event(self, "call", t0, self.t, callee)

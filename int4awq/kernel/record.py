@@ -58,8 +58,7 @@ from int4_packed_record import (  # the example's rules, beside the builders
     l1_budget,
     mxfp4_record_bytes,
     pack_records,
-    dense_index,
-    fold_span,
+    nibble_index,
     q_nibble_index,
     q_section_bytes,
     record_bytes,
@@ -147,12 +146,9 @@ def unpack_weights(
     codes = np.empty((nt, kc, 2 * lay.q_bytes), dtype=np.uint8)
     codes[:, :, 0::2] = qb & 0xF
     codes[:, :, 1::2] = qb >> 4
-    index = (
-        dense_index(tile_n, tile_k, fold_span(tile_k, gs, fmt))
-        if dense
-        else q_nibble_index(tile_n, tile_k)
-    )
-    tiles = codes[:, :, index]  # [NT, KC, TK, TN]
+    tiles = codes[
+        :, :, nibble_index(tile_n, tile_k, gs, fmt, dense)
+    ]  # [NT, KC, TK, TN]
     q = tiles.transpose(1, 2, 0, 3).reshape(k, n)
 
     def groups_of(section: np.ndarray) -> np.ndarray:  # [NT, KC, G*TN] -> [groups, N]

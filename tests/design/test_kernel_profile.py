@@ -5,7 +5,6 @@ class, per marked loop, and the block streams live at once; int4awq.design.kerne
 
 import ctypes
 import os
-import subprocess
 
 import pytest
 
@@ -15,6 +14,7 @@ from int4awq.design.kernel_profile import (
     profile_accumulate,
     read_profile,
 )
+from host_args import host_aie_api_library
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,26 +50,9 @@ extern "C" void probe(const int32 *in, int32 *out, uint8_t *blocks) {
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
     d = tmp_path_factory.mktemp("profile")
-    src = d / "probe.cc"
-    src.write_text(SOURCE)
-    lib = d / "probe.so"
-    subprocess.run(
-        [
-            "g++",
-            "-std=c++20",
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-DAIE_HOST_PROFILE",
-            "-I",
-            os.path.join(REPO, "emulator", "include"),
-            str(src),
-            "-o",
-            str(lib),
-        ],
-        check=True,
+    return ctypes.CDLL(
+        host_aie_api_library(str(d), "probe", SOURCE, "-DAIE_HOST_PROFILE")
     )
-    return ctypes.CDLL(str(lib))
 
 
 def run_probe(lib):
@@ -172,14 +155,9 @@ extern "C" void accumulators(float *c) {
 @pytest.fixture(scope="module")
 def registers(tmp_path_factory):
     d = tmp_path_factory.mktemp("registers")
-    (d / "r.cc").write_text(REGISTERS_SOURCE)
-    subprocess.run(
-        ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-DAIE_HOST_PROFILE"]
-        + ["-I", os.path.join(REPO, "emulator", "include"), str(d / "r.cc")]
-        + ["-o", str(d / "r.so")],
-        check=True,
+    return ctypes.CDLL(
+        host_aie_api_library(str(d), "r", REGISTERS_SOURCE, "-DAIE_HOST_PROFILE")
     )
-    return ctypes.CDLL(str(d / "r.so"))
 
 
 def _aligned(n, dtype):

@@ -10,7 +10,6 @@ The design: a herd of two cores calls, twice, a probe that reports the core's mo
 Shared state would show PE 1's first call under conv_even, PE 0 having set it."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ import pytest
 from int4awq.errors import REPO
 
 import compiler_tools
+from host_args import host_aie_api_library
 
 if os.path.join(REPO, "emulator") not in sys.path:
     sys.path.insert(0, os.path.join(REPO, "emulator"))
@@ -39,22 +39,7 @@ TRIPS, PES, N = 2, 2, 16
 @pytest.fixture(scope="module")
 def probe_library(tmp_path_factory):
     d = tmp_path_factory.mktemp("probe")
-    (d / "probe.cc").write_text(PROBE)
-    subprocess.run(
-        [
-            "g++",
-            "-std=c++20",
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-I",
-            os.path.join(REPO, "emulator", "include"),
-            str(d / "probe.cc"),
-            "-o",
-            str(d / "probe.so"),
-        ],
-        check=True,
-    )
+    host_aie_api_library(str(d), "probe", PROBE)
     return str(d)
 
 

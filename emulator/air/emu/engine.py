@@ -48,7 +48,7 @@ from .errors import (
     UnwrittenReadError,
 )
 from .budget import sunk_into_herd
-from .kernels import control_registers, load_function, resolve_library
+from .kernels import call_on_core, control_registers, load_function, resolve_library
 from .stats import Stats
 from .types import L1, L2, L3, LEVEL_NAMES, level_of, np_dtype, poison_fill
 
@@ -1572,11 +1572,9 @@ class Compiler:
                     if b.root.owner != pe:
                         track(b, 0, shape, estr, where)
                     _mark_written(b, 0, shape, estr)
-                if regs is not None:
-                    regs[1](rt.control.get(rt.core, 0))
-                fn(*ptrs)
-                if regs is not None:
-                    rt.control[rt.core] = regs[0]()
+                rt.control[rt.core] = call_on_core(
+                    fn, ptrs, regs, rt.control.get(rt.core, 0)
+                )
                 for s in slots:
                     raw = E[s].root.raw
                     if raw is not None and (

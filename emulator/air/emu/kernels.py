@@ -90,8 +90,8 @@ def _library(path, who):
 
 def control_registers(path):
     """(get, set) of the loaded library's one rounding / saturation state (the host aie_api's
-    aie_host_control_registers), which the engines save and restore per core: on the device each core has
-    its own. None for a library built without it."""
+    aie_host_control_registers), which the engines save and restore per core (call_on_core): on the
+    device each core has its own. None for a library built without it."""
     lib = _LIBS[path]
     if not hasattr(lib, "aie_host_control_registers"):
         return None
@@ -101,10 +101,24 @@ def control_registers(path):
     return get, put
 
 
+def call_on_core(fn, args, regs, control):
+    """fn(*args) with a core's control registers in place of the library's (regs: control_registers'
+    pair, or None); returns the registers as the call left them, the core's from now on.
+    """
+    if regs is None:
+        fn(*args)
+        return control
+    regs[1](control)
+    fn(*args)
+    return regs[0]()
+
+
 def load_function(path, symbol, arg_types, who):
     lib = _library(path, who)
     try:
-        fn = getattr(lib, symbol)
+        # a function object of the caller's own (lib[symbol], not the attribute ctypes caches): the
+        # emulator and the simulator each set its argument types
+        fn = lib[symbol]
     except AttributeError:
         raise LibraryError(
             f"{who}: symbol '{symbol}' not found in {path} (is it declared extern \"C\"?)"
