@@ -849,6 +849,14 @@ def table(case: str = "run1x1", only=None) -> list[tuple[str, str, str]]:
 
 
 if __name__ == "__main__":
-    for which in sys.argv[1:] or ["run1x1", "gemv"]:
+    cases = sys.argv[1:] or list(CASES)
+    bad = [c for c in cases if c not in CASES]
+    if bad:  # bad input: one line, exit 2
+        print(
+            f"sim_mutations: {bad[0]!r}: give the designs to mutate, of {', '.join(CASES)}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    for which in cases:
         for name, expect, got in table(which):
             print(f"| {name} | {got} | {expect} |")
