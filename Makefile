@@ -2,7 +2,8 @@
 # int4-AWQ GEMM for AMD NPU2 (AIE2P): user entry points. See README.md.
 #
 #   make run8x4                    the main job: 8x4 herd, 64x64 tiles (NPU2 if present, else the emulator)
-#   make test                      every test that can run here (pytest + lit)
+#   make test                      the tests that can run here (pytest + lit), within about 3 minutes
+#   make test-all                  the same with the slow ones (whole designs, layers and sweeps)
 #   make run_llama_qproj           Llama-3.2-1B q_proj at M = 2048 (M=N=K=2048); run_llama_down: K=8192
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make run_llama_decode_layer AWQ=.. a layer's o_proj + FFN at decode as one module of 7 launches
@@ -74,7 +75,7 @@ KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TIL
 AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(srcdir)/emulator)
 
 
-.PHONY: all compile-kernel help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode run_llama_decode_layer print compile bench test deps dev-deps format-deps clean
+.PHONY: all compile-kernel help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode run_llama_decode_layer print compile bench test test-all deps dev-deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -236,8 +237,11 @@ format: dev-deps
 # The tests whose runs change with the compiler's presence (a run compiles first where it can) run a second
 # time with it hidden (INT4AWQ_NO_COMPILER=1), as on a clone without ../shared or aircc.
 WITHOUT_COMPILER_TESTS = tests/run/test_cli_run.py tests/test_cli_make.py tests/run/test_bringup.py
-test: dev-deps format-check
-	$(PYTHON) -m pytest -q -n auto --dist loadfile $(srcdir)/tests $(srcdir)/emulator/tests
+# make test: within about 3 minutes, the tests marked `slow` deselected (tests/conftest.py); make test-all: every test
+PYTEST_SELECT = -m "not slow"
+test-all: PYTEST_SELECT =
+test test-all: dev-deps format-check
+	$(PYTHON) -m pytest -q -n auto --dist loadfile $(PYTEST_SELECT) $(srcdir)/tests $(srcdir)/emulator/tests
 	INT4AWQ_NO_COMPILER=1 $(PYTHON) -m pytest -q -n auto --dist loadfile $(addprefix $(srcdir)/,$(WITHOUT_COMPILER_TESTS))
 	$(PYTHON) -c 'from lit.main import main; main()' -sv $(srcdir)/tests
 

@@ -4,7 +4,11 @@
 The formats' own libraries (requirements-formats.txt: torch, compressed-tensors, transformers; amd-quark)
 are used only by the tests marked `formats`, which run with `--formats` (`make test-formats`) and are
 deselected otherwise; without `--formats` a session that loaded any of them fails, so that no other test
-comes to depend on them (the others read the committed files in tests/fixtures/)."""
+comes to depend on them (the others read the committed files in tests/fixtures/).
+
+The tests marked `slow` (whole designs through the compiler and the simulator, whole decoder layers, each
+default configuration) are deselected by `make test`, which must stay within about 3 minutes here, and run
+by `make test-all`; each area keeps a test of its own kind in `make test`."""
 
 import os
 import sys
@@ -31,6 +35,10 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "formats: uses the formats' own libraries (requirements-formats.txt); runs with --formats only",
+    )
+    config.addinivalue_line(
+        "markers",
+        "slow: a whole design, layer or configuration sweep; `make test-all` runs it, `make test` does not",
     )
 
 

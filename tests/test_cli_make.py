@@ -205,5 +205,8 @@ def test_the_makefile_runs_from_any_directory(tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"{REPO}/host/run.py --format awq --m 128 --k 512 --n 256" in res.stdout
-    assert f"--dist loadfile {REPO}/tests {REPO}/emulator/tests" in res.stdout
+    assert (
+        f'--dist loadfile -m "not slow" {REPO}/tests {REPO}/emulator/tests'
+        in res.stdout
+    )
     assert not list(tmp_path.iterdir())  # nothing written where make was called

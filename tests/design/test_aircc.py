@@ -142,8 +142,23 @@ COMPILED_HERE = [
 ]
 
 
+# `make test` keeps the small ones, one of each kind (the decode GEMV, a module of two launches, the probes);
+# the decoder layer modules and the Llama prefill shapes are `slow` (make test-all, make aircc-check)
+SLOW_DESIGNS = ("decoder layer", "make run_llama_qproj", "m_per_segment")
+
+
 @needs_compiler
-@pytest.mark.parametrize("design", DESIGNS, ids=[d.name for d in DESIGNS])
+@pytest.mark.parametrize(
+    "design",
+    [
+        pytest.param(
+            d,
+            id=d.name,
+            marks=[pytest.mark.slow] if any(s in d.name for s in SLOW_DESIGNS) else [],
+        )
+        for d in DESIGNS
+    ],
+)
 def test_every_design_through_aircc(design, tmp_path, record_property):
     """aircc's passes and the emulator decide alike; aircc + aiecc compile it to NPU instructions, and
     the placed design's per-tile resources equal the emulator's table; the compiled runtime sequence

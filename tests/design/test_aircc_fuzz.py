@@ -223,6 +223,7 @@ def test_the_emulator_says_what_the_compiler_says(
         assert judged.disagreements == []
 
 
+@pytest.mark.slow
 def test_a_sample_of_generated_designs_agrees_with_the_compiler(
     kernels, record_property
 ):

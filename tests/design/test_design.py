@@ -181,6 +181,7 @@ def test_config_from_args_pads_and_overrides():
         )
 
 
+@pytest.mark.slow
 def test_every_table_row_is_legal_and_covers_llama():
     rows = load_table()
     for fmt in ("awq", "mxfp4"):

@@ -65,6 +65,7 @@ def test_large_m_keeps_its_roofline():
     )
 
 
+@pytest.mark.slow
 def test_table_row_takes_the_fastest_as_compiled_of_the_models_best():
     shape = (32, "k_proj", 2048, 512, "awq", 128)
     models = accepted(32, 2048, 512, 128, top=sweep.AS_COMPILED_CANDIDATES)

@@ -42,6 +42,7 @@ def layer():
     return case, module_text, outdir, text
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_the_main_stream_is_a_load_pdi_then_each_launchs_own_stream(layer):
     from host import sim_elf
@@ -87,6 +88,7 @@ def test_the_main_stream_is_a_load_pdi_then_each_launchs_own_stream(layer):
         )
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_a_second_dispatch_gives_the_first_dispatchs_outputs(layer):
     from host import sim_elf
@@ -102,6 +104,7 @@ def test_a_second_dispatch_gives_the_first_dispatchs_outputs(layer):
         assert any(a.any() for a in res["first"])  # something was computed
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_the_layer_does_not_depend_on_the_reset_at_load_pdi(layer):
     from host import sim_elf
@@ -111,6 +114,7 @@ def test_the_layer_does_not_depend_on_the_reset_at_load_pdi(layer):
     assert r == {"differ": [0], "leftovers": []}, r
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_a_launch_leaves_its_cores_at_the_loop_head(layer):
     from host import sim_elf

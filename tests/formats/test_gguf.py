@@ -139,6 +139,7 @@ def test_what_is_not_a_weight_read_is_one_line_exit_2(model, layer, message):
     )
 
 
+@pytest.mark.slow
 def test_a_q4_0_decoder_layer_runs_a_line_per_projection(tmp_path):
     """blk.1's seven projections, as llama.cpp names them, written by gguf as Q4_0 (hidden 64, FFN 128)."""
     rng = np.random.default_rng(2)

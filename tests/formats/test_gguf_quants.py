@@ -413,6 +413,7 @@ Q4_K_M_LAYER = {
 }
 
 
+@pytest.mark.slow
 def test_a_q4_k_m_decoder_layer_runs_whole(tmp_path):
     rng = np.random.default_rng(25)
     tensors = {

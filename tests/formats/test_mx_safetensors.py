@@ -124,6 +124,7 @@ def test_host_program_runs_the_layer_and_saves_its_weights(
     assert np.array_equal(np.load(tmp_path / "out" / "w_dequant.npy"), ref)
 
 
+@pytest.mark.slow
 def test_a_decoder_layer_of_an_mxfp4_checkpoint_runs_a_line_per_projection():
     # the seven projections of decoder layer 1, q k v o [64, 64], gate and up [N, K] = [128, 64], down [64, 128]
     d = FIXTURES / "ct_mxfp4_decoder"

@@ -58,6 +58,7 @@ def modelled(tmp_path_factory):
     return code, out.getvalue(), err.getvalue(), path
 
 
+@pytest.mark.slow
 def test_modelled_table_is_written(modelled):
     code, out, err, path = modelled
     assert code == 0, out + err

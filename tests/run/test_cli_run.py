@@ -456,6 +456,9 @@ def test_ctrl_c_during_a_run_exits_130_without_a_traceback(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        # Ctrl-C's default action in the child: a shell starting pytest in the background ignores SIGINT,
+        # the child would inherit that, and Python keeps an ignored SIGINT ignored (the run then passes)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(3)  # imports done, inside the run
     proc.send_signal(signal.SIGINT)

@@ -248,6 +248,7 @@ def test_the_builder_prints_llama_layer_module():
     assert "@rms_norm_bf16" in proc.stdout and "@silu_mul_bf16" in proc.stdout
 
 
+@pytest.mark.slow
 def test_the_module_can_end_with_the_next_layers_qkv(tmp_path):
     """--next-qkv: the next layer's attention norm and q, k, v GEMVs join the module (hidden 2048, so that
     q, k and v fill 32 PEs: q 2048, k and v 512 each). A Q4_K_M file: q | k and v (its v is Q6_K), two
@@ -275,6 +276,7 @@ def test_next_qkv_without_a_next_layer_is_one_line(tmp_path):
     assert len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.slow
 def test_backend_sim_runs_the_compiled_module_and_times_its_launches(tmp_path):
     """--backend sim: the module as aircc + aiecc compiled it, in the simulator, timed launch by launch."""
     import compiler_tools

@@ -276,8 +276,19 @@ DEFAULT_ROWS = list(
 
 @pytest.mark.parametrize(
     "row",
-    DEFAULT_ROWS,
-    ids=lambda r: f"{r['projection']}-m{r['m']}-{r.get('format', 'awq')}",
+    [
+        # `make test` runs the rows under 2 s (about half of them, both formats, both M); `slow` the rest
+        pytest.param(
+            r,
+            id=f"{r['projection']}-m{r['m']}-{r.get('format', 'awq')}",
+            marks=(
+                [pytest.mark.slow]
+                if r["projection"] in ("gate_up_proj", "up_proj", "down_proj")
+                else []
+            ),
+        )
+        for r in DEFAULT_ROWS
+    ],
 )
 def test_default_configurations_pass_on_the_emulator(row):
     from host.bench import emulate

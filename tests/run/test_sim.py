@@ -304,6 +304,7 @@ def test_text_that_is_not_the_generic_form_is_refused_with_the_line():
 # -- the compiled designs ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_small_designs_simulate_bit_for_bit_as_the_emulator_runs_them(
     record_property,
 ):

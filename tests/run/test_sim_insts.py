@@ -258,7 +258,13 @@ def same(a, b) -> bool:
     )
 
 
-@pytest.mark.parametrize("prefix", SMALL)
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        pytest.param(p, marks=[pytest.mark.slow] if "chained" in p else [])
+        for p in SMALL
+    ],
+)
 def test_the_instruction_stream_and_the_dialect_sequence_give_the_same_output(prefix):
     case, outdir, text, bufs = compiled(prefix)
     a, sa = aiesim.simulate(text, [b.copy() for b in bufs], insts=outdir)
