@@ -596,6 +596,21 @@ class KernelSizes:
     def record_bytes(self) -> int:
         return self.kernel.record_bytes
 
+    def call_buffers(self, a, w_packed, c=None) -> list:
+        """The buffers of build_module's function, in its order and shapes (in_function_order), from A
+        [m, k], the records [n_tiles, k_chunks, record] and C [m, n] (zeros unless given): every caller
+        passes what the function the user gets takes."""
+        import numpy as np
+        from ml_dtypes import bfloat16
+
+        if c is None:
+            c = np.zeros((self.m, self.n), bfloat16)
+        return self.in_function_order(a, w_packed, c)
+
+    def in_function_order(self, a, w_packed, c) -> list:
+        """The GEMM's function, (A, W, C) as given (GemvConfig's differs)."""
+        return [a, w_packed, c]
+
     @property
     def scratch_bytes(self) -> int:
         return w_scratch_bytes(self.tile_n, self.tile_k_l1, self.gs, self.kernel.format)
@@ -704,6 +719,40 @@ def _q_order(
     out = np.full((nt, kc, q_nibbles), fill, dtype=np.uint8)
     out[:, :, q_nibble_index(tile_n, tile_k) if index is None else index] = tiles
     return out
+
+
+def int4_operands(W_q, W_s, W_z, K: int, N: int, GS: int):
+    """Check mlir-air's int4 operands (both builders' pack_inputs and cpu_reference take them) against K, N
+    and GS, ConfigError naming the first broken rule, and return the codes as uint8 [K, N]: W_q [N, K / 2]
+    uint8, two 4-bit codes a byte along K, the even k in the low nibble; W_s [K / GS, N] bfloat16 scales,
+    finite and positive; W_z [K / GS, N] uint8 zero points, 0..15."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    check_dims(K=K, N=N)
+    check_group_size(K, GS)
+    for name, a, shape, dtype in (
+        ("W_q", W_q, (N, K // 2), np.uint8),
+        ("W_s", W_s, (K // GS, N), bfloat16),
+        ("W_z", W_z, (K // GS, N), np.uint8),
+    ):
+        if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype:
+            got = (
+                f"{a.dtype} {list(a.shape)}"
+                if isinstance(a, np.ndarray)
+                else type(a).__name__
+            )
+            raise ConfigError(
+                f"{name}: expected {np.dtype(dtype)} {list(shape)}, got {got}"
+            )
+    if (W_z > 15).any():
+        raise ConfigError(f"W_z: zero points are 4-bit (0..15), found {int(W_z.max())}")
+    s = W_s.astype(np.float32)
+    if not (np.isfinite(s) & (s > 0)).all():
+        raise ConfigError("W_s: scales must be finite and positive")
+    codes = np.empty((N, K), np.uint8)
+    codes[:, 0::2], codes[:, 1::2] = W_q & 0xF, W_q >> 4
+    return np.ascontiguousarray(codes.T)
 
 
 def pack_records(
@@ -1147,18 +1196,27 @@ class GemvConfig(KernelSizes, RefillLoops):
     builder = "matvec_int4_packed"
 
     def builder_args(self) -> dict:
-        """matvec_int4_packed.build_module's arguments for this configuration."""
+        """matvec_int4_packed.build_module's arguments for this configuration (mlir-air's GEMV names:
+        M is this N, M_TILE the record's tile_n, K_CHUNK its tile_k_l1; rows this M)."""
         return dict(
-            m=self.m,
-            k=self.k,
-            n=self.n,
-            gs=self.gs,
-            tile_n=self.tile_n,
-            tile_k_l1=self.tile_k_l1,
+            M=self.n,
+            K=self.k,
+            GS=self.gs,
+            M_TILE=self.tile_n,
+            K_CHUNK=self.tile_k_l1,
+            rows=self.m,
             tile_k_l2=self.tile_k_l2,
             weight_format=self.format,
             stack_size=self.stack_size,
         )
+
+    def in_function_order(self, a, w_packed, c) -> list:
+        """mlir-air's GEMV function: (PACKED [tiles, record], B [m * k], D [m * n]); views, no copies."""
+        return [
+            w_packed.reshape(self.n_tiles * self.k_chunks, self.record_bytes),
+            a.reshape(-1),
+            c.reshape(-1),
+        ]
 
     # Derived sizes ---------------------------------------------------------------------------------
     @functools.cached_property

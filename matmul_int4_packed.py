@@ -115,9 +115,8 @@ from int4_packed_record import (
     MAX_A_CHAIN,
     GemmConfig,
     a_chain_bds,
-    check_dims,
-    check_group_size,
     check_weight_tiling,
+    int4_operands,
     pack_records,
     record_layout,
 )
@@ -490,42 +489,13 @@ def packed_tile_bytes(n_tile, k_chunk, gs):
     return lay.q_bytes, lay.s_bytes, lay.z_bytes, lay.total
 
 
-def _operands(W_q, W_s, W_z, K, N, GS):
-    """Check mlir-air's int4 operands against K, N and GS (ConfigError naming the first broken rule) and
-    return the codes as uint8 [K, N]."""
-    check_dims(K=K, N=N)
-    check_group_size(K, GS)
-    for name, a, shape, dtype in (
-        ("W_q", W_q, (N, K // 2), np.uint8),
-        ("W_s", W_s, (K // GS, N), bfloat16),
-        ("W_z", W_z, (K // GS, N), np.uint8),
-    ):
-        if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype:
-            got = (
-                f"{a.dtype} {list(a.shape)}"
-                if isinstance(a, np.ndarray)
-                else type(a).__name__
-            )
-            raise ConfigError(
-                f"{name}: expected {np.dtype(dtype)} {list(shape)}, got {got}"
-            )
-    if (W_z > 15).any():
-        raise ConfigError(f"W_z: zero points are 4-bit (0..15), found {int(W_z.max())}")
-    s = W_s.astype(np.float32)
-    if not (np.isfinite(s) & (s > 0)).all():
-        raise ConfigError("W_s: scales must be finite and positive")
-    codes = np.empty((N, K), np.uint8)
-    codes[:, 0::2], codes[:, 1::2] = W_q & 0xF, W_q >> 4
-    return np.ascontiguousarray(codes.T)
-
-
 def pack_inputs(W_q, W_s, W_z, M, K, N, GS, N_TILE, K_CHUNK):
     """The weight buffer of build_module's W argument, uint8 [N / N_TILE, K / K_CHUNK, record]: one record
     (packed_tile_bytes) per N tile and K-chunk, the K-chunk fastest. From mlir-air's int4 operands:
     W_q [N, K / 2] uint8, two 4-bit codes a byte along K (the even k in the low nibble), W_s [K / GS, N]
     bfloat16 scales, W_z [K / GS, N] uint8 zero points; w[k, n] = (q - z) * s. M is not used (mlir-air's
     signature). Build the module with tile_n = N_TILE and tile_k_l1 = K_CHUNK."""
-    codes = _operands(W_q, W_s, W_z, K, N, GS)
+    codes = int4_operands(W_q, W_s, W_z, K, N, GS)
     check_weight_tiling(K, N, GS, N_TILE, K_CHUNK)
     return pack_records(codes, W_z, [W_s], None, GS, N_TILE, K_CHUNK, "awq")
 
@@ -536,7 +506,7 @@ def cpu_reference(W_q, W_s, W_z, A):
     """
     K = A.shape[1]
     GS = K // W_s.shape[0]
-    codes = _operands(W_q, W_s, W_z, K, W_q.shape[0], GS).astype(np.float32)
+    codes = int4_operands(W_q, W_s, W_z, K, W_q.shape[0], GS).astype(np.float32)
     groups = np.arange(K) // GS
     w = (codes - W_z[groups].astype(np.float32)) * W_s[groups].astype(np.float32)
     return (A.astype(np.float32) @ w).astype(bfloat16)

@@ -2,6 +2,11 @@
 # int4-AWQ GEMV (decode) for NPU2 (AIE2P): the MLIR-AIR design.
 """C[M, N] (bf16) = A[M, K] (bf16) x dequant(W)[K, N] for M = 1 .. 32, on packed records with dense codes.
 
+mlir-air's int4 GEMV API (matrix_vector_multiplication/int4_awq): build_module(M, K, GS, M_TILE, K_CHUNK,
+N_CORES, M_PER_LAUNCH) is D[M] = dequant(W)[M, K] @ B[K] on (PACKED, B, D), pack_inputs and cpu_reference
+take mlir-air's operands; `rows` vectors at once is the extension (so W's M is C's N here, and rows C's M).
+What differs from upstream's and why: docs/decode.md#mlir-airs-gemv-api.
+
 The design
 ----------
 Decode is DDR-bound: what matters is that the weights stream through all 8 shim columns into all 32
@@ -95,13 +100,27 @@ except (
     sys.exit(2)
 
 
+import numpy as np
+from ml_dtypes import bfloat16
+
 # the record and the rules of this example, beside this file
-from int4_packed_record import COLUMNS, ROWS, GemvConfig
+from int4_packed_record import (
+    COLUMNS,
+    PES,
+    ROWS,
+    ConfigError,
+    GemvConfig,
+    int4_operands,
+    pack_records,
+)
 from matmul_int4_packed import affine_sum, anchor_at_herd_scope
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
 HERD = "herd_0"  # zero, compute and drain: phases of one physical herd, as in the GEMM
+# build_module's record tile when none is given (mlir-air's defaults, 8 x 2048, are not a tile this kernel
+# takes: its tile_n is a multiple of 16, and a 2048 K-chunk's scratch is more than L1)
+DEFAULT_M_TILE, DEFAULT_K_CHUNK = 64, 128
 
 
 def kernel_func(name, arg_types, obj):
@@ -111,39 +130,132 @@ def kernel_func(name, arg_types, obj):
     return func
 
 
-@module_builder
-def build_module(
-    m,
-    k,
-    n,
-    gs=128,
-    tile_n=64,
-    tile_k_l1=128,
-    tile_k_l2=None,
+def gemv_config(
+    M,
+    K,
+    GS=128,
+    M_TILE=DEFAULT_M_TILE,
+    K_CHUNK=DEFAULT_K_CHUNK,
+    N_CORES=PES,
+    M_PER_LAUNCH=None,
     *,
+    rows=1,
+    tile_k_l2=None,
     weight_format="awq",
     stack_size=None,
-):
-    """The AIR module of C[m, n] = A[m, k] x dequant(W)[k, n] for decode (1 to 32 rows): the record's tile_n
-    and tile_k_l1, the K per L2 refill (None: K), the record format and the core's stack (None: derived).
-    Every rule is checked first (GemvConfig); a broken one raises ConfigError naming it.
+) -> GemvConfig:
+    """The configuration build_module and pack_inputs take from mlir-air's GEMV arguments: the output length
+    M (C's N), the reduction K, the group GS, the rows of W per kernel call M_TILE (the record's tile_n) and
+    the K per call K_CHUNK (its tile_k_l1). This design runs on all 32 cores (N_CORES) and a launch iteration
+    covers one M_TILE block a core (M_PER_LAUNCH = 32 * M_TILE); other values are refused by name.
     """
-    cfg = GemvConfig(
-        m=m,
-        k=k,
-        n=n,
-        gs=gs,
-        tile_n=tile_n,
-        tile_k_l1=tile_k_l1,
+    if N_CORES != PES:
+        raise ConfigError(
+            f"N_CORES = {N_CORES}: this GEMV runs on all {PES} cores ({COLUMNS} x {ROWS}, every shim "
+            "column); mlir-air's own [N_CORES, 1] herd is not what it builds"
+        )
+    if M_PER_LAUNCH is not None and M_PER_LAUNCH != PES * M_TILE:
+        raise ConfigError(
+            f"M_PER_LAUNCH = {M_PER_LAUNCH}: a launch iteration covers {PES} x M_TILE = "
+            f"{PES * M_TILE} rows of W here (give None)"
+        )
+    return GemvConfig(
+        m=rows,
+        k=K,
+        n=M,
+        gs=GS,
+        tile_n=M_TILE,
+        tile_k_l1=K_CHUNK,
         tile_k_l2=tile_k_l2,
         stack_size=stack_size,
         format=weight_format,
     )
+
+
+@module_builder
+def build_module(
+    M,
+    K,
+    GS=128,
+    M_TILE=DEFAULT_M_TILE,
+    K_CHUNK=DEFAULT_K_CHUNK,
+    N_CORES=PES,
+    M_PER_LAUNCH=None,
+    *,
+    rows=1,
+    tile_k_l2=None,
+    weight_format="awq",
+    stack_size=None,
+):
+    """mlir-air's int4 GEMV (matrix_vector_multiplication/int4_awq/matvec_int4_packed.py) and its
+    arguments: D[M] = dequant(W)[M, K] @ B[K], the function taking (PACKED [tiles, tile bytes] uint8 from
+    pack_inputs, B [K] bf16, D [M] bf16). The extension: `rows` vectors at once (B [rows * K] and
+    D [rows * M], row after row; 1 to 32), the K per L2 refill (None: K), the record format and the
+    core's stack (None: derived). Every rule is checked first (gemv_config, GemvConfig); a broken one
+    raises ConfigError naming it.
+    """
+    cfg = gemv_config(
+        M,
+        K,
+        GS,
+        M_TILE,
+        K_CHUNK,
+        N_CORES,
+        M_PER_LAUNCH,
+        rows=rows,
+        tile_k_l2=tile_k_l2,
+        weight_format=weight_format,
+        stack_size=stack_size,
+    )
     kernel = gemv_kernel_funcs(cfg)
 
-    @FuncOp.from_py_func(*gemv_l3_types(cfg))
-    def matvec_int4_packed(arg_a, arg_w, arg_c):
-        gemv_launch(cfg, kernel, arg_a, arg_w, arg_c)
+    @FuncOp.from_py_func(*function_types(cfg))
+    def matvec_int4_packed(arg_packed, arg_b, arg_d):
+        gemv_launch(cfg, kernel, arg_b, arg_packed, arg_d)
+
+
+def function_types(cfg: GemvConfig):
+    """build_module's function, as mlir-air's: PACKED [tiles, record] uint8 (the records in (N tile,
+    K-chunk) order, pack_inputs'), B [rows * K] bf16, D [rows * N] bf16. The launch's transfers address
+    every buffer by element offset and stride, so the same launch serves gemv_l3_types' shapes.
+    """
+    bf16, u8 = BF16Type.get(), IntegerType.get_signless(8)
+    return (
+        MemRefType.get([cfg.n_tiles * cfg.k_chunks, cfg.record_bytes], u8),
+        MemRefType.get([cfg.m * cfg.k], bf16),
+        MemRefType.get([cfg.m * cfg.n], bf16),
+    )
+
+
+def pack_inputs(
+    A_q, A_s, A_z, M, K, GS, M_TILE, K_CHUNK, N_CORES=PES, M_PER_LAUNCH=None
+):
+    """build_module's PACKED buffer, uint8 [M / M_TILE * K / K_CHUNK, record bytes], from mlir-air's int4
+    operands: A_q [M, K / 2] uint8 (two codes a byte along K, the even k in the low nibble), A_s [K / GS, M]
+    bfloat16 scales, A_z [K / GS, M] uint8 zero points; W[m, k] = (q - z) * s. A kernel call's record holds
+    the same information as mlir-air's tile (codes, scales, zero points; 4 + 24 / GS bits a weight at
+    fold spans of a multiple of 32) in this kernel's layout: the codes in the order the kernel pushes its W
+    blocks, the zero points doubled, each section on 64 bytes (int4_packed_record.record_layout). Buffers
+    sized by hand from mlir-air's formula therefore differ from it wherever the layouts do: size them from
+    this function (or build_module's function type)."""
+    cfg = gemv_config(M, K, GS, M_TILE, K_CHUNK, N_CORES, M_PER_LAUNCH)
+    codes = int4_operands(A_q, A_s, A_z, K, M, GS)
+    return pack_records(
+        codes, A_z, [A_s], None, GS, M_TILE, K_CHUNK, "awq", cfg.kernel.dense
+    ).reshape(cfg.n_tiles * cfg.k_chunks, cfg.record_bytes)
+
+
+def cpu_reference(A_q, A_s, A_z, B):
+    """D = dequant(A)[M, K] @ B in f32, rounded once to bf16 (mlir-air's GEMV reference): B [K] gives
+    D [M], B [rows, K] gives D [rows, M]. dequant(A)[m, k] = (q - z[k / GS, m]) * s[k / GS, m].
+    """
+    B = np.asarray(B)
+    K = B.shape[-1]
+    GS = K // A_s.shape[0]
+    codes = int4_operands(A_q, A_s, A_z, K, A_q.shape[0], GS).astype(np.float32)
+    groups = np.arange(K) // GS
+    w = (codes - A_z[groups].astype(np.float32)) * A_s[groups].astype(np.float32)
+    return (B.astype(np.float32) @ w).astype(bfloat16)
 
 
 @module_builder

@@ -568,7 +568,7 @@ def step_repeated_dispatch(ladder: Ladder) -> Outcome:
     ]
     a_sets.append(a_sets[0])
     packed = [record.padded_operands(cfg, a, w) for a in a_sets]
-    buffer_sets = [[ap, wp, np.zeros((cfg.m, cfg.n), bfloat16)] for ap, wp in packed]
+    buffer_sets = [cfg.call_buffers(ap, wp) for ap, wp in packed]
     if ladder.npu:
         from int4awq.run.npu import run_compiled_each
 

@@ -637,7 +637,7 @@ def run_sim(
         runs = [
             sim_costs.simulate_compiled(
                 outdir,
-                [a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16)],
+                cfg.call_buffers(a, w_packed),
                 sim_costs.costs(cfg) if seed is None else None,
                 trace=trace is not None and seed is None,
                 seed=seed,
@@ -708,7 +708,7 @@ def run_emulator(
             report["resources"] = backend.emu_resources
         t0 = time.perf_counter()
         with _Heartbeat("emulating"):
-            _, _, c = invoke(a, w_packed, np.zeros((cfg.m, cfg.n), bfloat16))
+            c = invoke(*cfg.call_buffers(a, w_packed))[2]
     except EmulatorError as e:
         raise emulator_failure(e) from None
     if not quiet:
@@ -729,10 +729,13 @@ def run_npu(
     """(C, [mean us]) on the NPU, through mlir-air's XRTBackend (int4awq.run.npu.run_compiled)."""
     from int4awq.run.npu import run_compiled
 
-    c = np.zeros((cfg.m, cfg.n), bfloat16)
     try:
         res = run_compiled(
-            build_dir, [a, w_packed, c], output=2, iters=iters, warmup=warmup
+            build_dir,
+            cfg.call_buffers(a, w_packed),
+            output=2,
+            iters=iters,
+            warmup=warmup,
         )
     except RuntimeError as e:
         raise RunFailure(str(e)) from None
@@ -741,7 +744,7 @@ def run_npu(
         f"NPU time: {t:.1f} us mean over {iters} iterations after {warmup} warm-up (mlir-air XRTBackend); "
         f"{2 * cfg.m * cfg.k * cfg.n / t / 1e6:.3f} TOPS (padded shape)"
     )
-    return res.output, [t]
+    return np.asarray(res.output).reshape(cfg.m, cfg.n), [t]
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -71,8 +71,7 @@ def cases() -> list[Case]:
         def inputs():
             w = random_format_weights(cfg.format, cfg.k, cfg.n, cfg.gs, seed=1)
             a = random_activations(cfg.m, cfg.k, 2)
-            a_p, w_p = record.padded_operands(cfg, a, w)
-            return [a_p, w_p, np.zeros((cfg.m, cfg.n), bfloat16)]
+            return cfg.call_buffers(*record.padded_operands(cfg, a, w))
 
         return Case(
             name,

@@ -740,9 +740,6 @@ def outcome(
 def run1x1_case(folder: bool = False):
     """(generic text, inputs, output index) of `make run1x1` as aircc + aiecc compile it (and the
     compiler's output folder, with folder=True)."""
-    import numpy as np
-    from ml_dtypes import bfloat16
-
     import matmul_int4_packed as builder
     from host import aircc_check
     from host.run import build_host_kernel
@@ -761,7 +758,7 @@ def run1x1_case(folder: bool = False):
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     w = random_weights(cfg.k, cfg.n, cfg.gs, seed=1)
     a_p, w_p = record.padded_operands(cfg, random_activations(cfg.m, cfg.k, 2), w)
-    case = text, [a_p, w_p, np.zeros((cfg.m, cfg.n), bfloat16)], 2
+    case = text, cfg.call_buffers(a_p, w_p), 2
     return (*case, outdir) if folder else case
 
 
@@ -770,9 +767,6 @@ def gemv_case(folder: bool = False):
     configuration, as host/sim_check.py compiles it) at a small size, M 1, K 1024, N 512: 32 cores of 16
     columns each, two K chunks ping-ponged (and the compiler's output folder, with folder=True).
     """
-    import numpy as np
-    from ml_dtypes import bfloat16
-
     import matvec_int4_packed as builder
     from host.run import build_host_kernel
     from int4awq.design import compiler, gemv
@@ -791,7 +785,7 @@ def gemv_case(folder: bool = False):
     text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
     w = random_format_weights(cfg.format, cfg.k, cfg.n, cfg.gs, seed=1)
     a_p, w_p = record.padded_operands(cfg, random_activations(cfg.m, cfg.k, 2), w)
-    case = text, [a_p, w_p, np.zeros((cfg.m, cfg.n), bfloat16)], 2
+    case = text, cfg.call_buffers(a_p, w_p), 2
     return (*case, outdir) if folder else case
 
 

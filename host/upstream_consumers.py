@@ -23,8 +23,9 @@ Consumers (programming_examples/llms/llama32_1b_int4 at e972f29):
   (--shape small: a smaller model); each GEMM a line, PASS or the reason. Their
   stitched multi-launch modules are not built: the emulator runs one launch per module (issue 44), and
   their stitching keeps upstream's kernel symbols unprefixed (EXTERNS), which this kernel names otherwise.
-* gemv_api: each user of upstream's int4 GEMV (GEMV_CONSUMERS), a line naming what it imports from
-  matvec_int4_packed that this checkout's file does not provide with upstream's meaning.
+* gemv_api: each user of upstream's int4 GEMV (GEMV_CONSUMERS) run unchanged as a script at its own
+  shapes, this checkout's matvec_int4_packed (mlir-air's build_module, pack_inputs, cpu_reference) in place
+  of upstream's; a line each, PASS or the reason (a call this GEMV refuses is named with the rule).
 """
 
 from __future__ import annotations
@@ -218,64 +219,75 @@ def consumer_calls(which):
 # e972f29) and what each takes from it; upstream's GEMV is y = W x, W [M, K] row-major, packed per kernel
 # tile as [Q | S | Z] (pack_inputs), built by build_module(M, K, GS, M_TILE, K_CHUNK, N_CORES,
 # M_PER_LAUNCH) and linked with mv_int4_bf16.o (KERNEL_OBJ_NAME)
+# The users of upstream's int4 GEMV (mlir-air e972f29) and the command line each is run with: its own
+# defaults, which are its lit test's shapes, Llama-3.2-1B's (emb 2048, hidden 8192; awq_repacker's
+# self-test its own K 512, N 128). None: a library with no entry point of its own.
 GEMV_CONSUMERS = {
-    "matrix_vector_multiplication/int4_awq/matvec_int4_packed_add.py": ("pack_inputs",),
-    "decode_ffn_swiglu/matvec_int4_swiglu_rms.py": ("pack_inputs",),
-    "llms/llama32_1b_int4/multi_launch_builder/o_gemv_ffn_int4_multi.py": (
-        "pack_inputs",
-    ),
-    "llms/llama32_1b_int4/multi_launch_builder/o_gemv_ffn_int4_fused.py": (
-        "pack_inputs",
-    ),
-    "llms/llama32_1b_int4/multi_launch_builder/rms_qkv_int4_rope_multi.py": (
-        "build_module",
-        "pack_inputs",
-        "cpu_reference",
-    ),
-    "llms/llama32_1b_int4/llama32_1b_int4_weights.py": ("pack_inputs",),
-    "llms/llama32_1b_int4/awq_repacker.py": ("pack_inputs", "cpu_reference"),
+    "matrix_vector_multiplication/int4_awq/matvec_int4_packed_add.py": [],
+    "decode_ffn_swiglu/matvec_int4_swiglu_rms.py": [],
+    "llms/llama32_1b_int4/multi_launch_builder/o_gemv_ffn_int4_multi.py": [],
+    "llms/llama32_1b_int4/multi_launch_builder/o_gemv_ffn_int4_fused.py": [],
+    "llms/llama32_1b_int4/multi_launch_builder/rms_qkv_int4_rope_multi.py": [],
+    "llms/llama32_1b_int4/llama32_1b_int4_weights.py": None,
+    "llms/llama32_1b_int4/awq_repacker.py": [],
 }
-UPSTREAM_GEMV_BUILD = ("M", "K", "GS", "M_TILE", "K_CHUNK", "N_CORES", "M_PER_LAUNCH")
+# the last line each prints when it passes
+GEMV_PASS = ("PASS!", "All self-tests PASSED.")
+
+
+def run_gemv_consumer(path: str, argv: list[str] | None) -> str:
+    """A GEMV user run unchanged as a script, this checkout's matvec_int4_packed standing in for upstream's
+    (already in sys.modules, so its own `from matvec_int4_packed import ...` takes ours): PASS, refused
+    (this checkout's rule that its call broke, by name), or failed (the first line of what it raised or
+    printed)."""
+    import contextlib
+    import io
+    import runpy
+
+    from int4awq.errors import ConfigError
+
+    if argv is None:
+        runpy.run_path(path)  # a library: its imports and definitions
+        return "its imports resolve (a library: its calls need an AutoAWQ checkpoint)"
+    out, saved = io.StringIO(), (sys.argv, list(sys.path))
+    sys.argv = [path, *argv]
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except ConfigError as e:
+        return f"refused: {e}"
+    except Exception as e:  # the consumer's own failure, reported as it is
+        return f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    finally:
+        sys.argv, sys.path[:] = saved
+    lines = out.getvalue().strip().splitlines()
+    if code == 0 and lines and lines[-1] in GEMV_PASS:
+        return "PASS"
+    return f"failed: exit {code}: {lines[-1] if lines else 'no output'}"
 
 
 def consumer_gemv_api(air_src, rng, shape):
-    """One line per user of upstream's GEMV: what it imports from matvec_int4_packed and whether this
-    checkout's file has it with upstream's meaning. Ours computes C = A x dequant(W) on the GEMM's records
-    (docs/decode.md), not upstream's y = W x on [Q | S | Z] tiles: every such user is named, not run.
-    """
-    import inspect
+    """One line per user of upstream's GEMV present in the checkout, run unchanged on this checkout's
+    matvec_int4_packed (mlir-air's build_module, pack_inputs and cpu_reference, run_gemv_consumer): the
+    file, the command line, PASS or the reason. The consumers run at their own shapes (shape is not theirs
+    to take)."""
+    import matvec_int4_packed  # noqa: F401  ours, before any consumer looks for upstream's
 
-    import matvec_int4_packed as ours
-
-    params = tuple(inspect.signature(ours.build_module).parameters)
-    gaps = {
-        "build_module": (
-            None
-            if params[: len(UPSTREAM_GEMV_BUILD)] == UPSTREAM_GEMV_BUILD
-            else f"build_module({', '.join(params[:3])}, ...) is C = A x W, not upstream's "
-            f"build_module({', '.join(UPSTREAM_GEMV_BUILD)})"
-        ),
-        "pack_inputs": (
-            None
-            if hasattr(ours, "pack_inputs")
-            else "no pack_inputs (upstream's [Q | S | Z] tiles of W [M, K])"
-        ),
-        "cpu_reference": (
-            None
-            if hasattr(ours, "cpu_reference")
-            else "no cpu_reference(A_q, A_s, A_z, B)"
-        ),
-    }
     out = []
-    for path, names in GEMV_CONSUMERS.items():
-        if not os.path.isfile(os.path.join(air_src, "programming_examples", path)):
+    for path, argv in GEMV_CONSUMERS.items():
+        full = os.path.join(air_src, "programming_examples", path)
+        if not os.path.isfile(full):
             out.append(f"{path}: not in this checkout")
             continue
-        missing = [gaps[n] for n in names if gaps[n]]
-        if missing:
-            out.append(f"{path}: not run: {'; '.join(missing)}")
-        else:
-            print(f"{path}: its imports are present (not run: no runner for it yet)")
+        how = "imported" if argv is None else " ".join([os.path.basename(path), *argv])
+        verdict = run_gemv_consumer(full, argv)
+        line = f"{path} ({how}): {verdict}"
+        print(line, flush=True)
+        if verdict.startswith(("refused", "failed")):
+            out.append(line)
     return out
 
 

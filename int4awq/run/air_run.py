@@ -135,10 +135,12 @@ def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
     else:
         os.chdir(KERNEL_BUILD)  # where `make -C kernels peano` put the object
     rms = float(np.sqrt(np.mean(expected.astype(np.float32) ** 2)))
+    # in the order and shapes of the design's function (the GEMV's is mlir-air's: PACKED, B, D)
+    *inputs, expected = cfg.call_buffers(*padded_operands(cfg, a, w), expected)
     runner = XRTRunner(verbose=verbose, **backend_options)
     code = runner.run_test(
         module,
-        inputs=list(padded_operands(cfg, a, w)),
+        inputs=inputs,
         expected_outputs=[expected],
         rtol=0.05,
         atol=0.05 * rms,

@@ -104,10 +104,13 @@ def run_design(cfg, a, w):
     os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
     backend = XRTBackend(**backend_options(cfg))
     invoke = backend.compile_and_load(build_module(**cfg.builder_args()))
+    # mlir-air's GEMV function: (PACKED, B, D), the vectors flat
     _, _, c = invoke(
-        a,
-        record.pack_weights(w, cfg.tile_n, cfg.tile_k_l1, dense=cfg.kernel.dense),
-        np.zeros((cfg.m, cfg.n), bfloat16),
+        record.pack_weights(
+            w, cfg.tile_n, cfg.tile_k_l1, dense=cfg.kernel.dense
+        ).reshape(cfg.n_tiles * cfg.k_chunks, -1),
+        a.reshape(-1),
+        np.zeros(cfg.m * cfg.n, bfloat16),
     )
     return np.asarray(c).reshape(cfg.m, cfg.n), backend
 
@@ -162,6 +165,104 @@ def test_two_gemvs_chained_in_one_module_are_each_the_model():
     np.testing.assert_array_equal(u16(c1), u16(kernel_gemv_model(a, w1, tk)))
     np.testing.assert_array_equal(u16(c2), u16(kernel_gemv_model(c1, w2, tk)))
     assert backend.emu_resources.summary() == "resources: within limits"
+
+
+# ------------------------------------------------------------------- mlir-air's GEMV API (issue 49)
+def upstream_operands(M, K, GS, seed):
+    """mlir-air's GEMV operands (its main's generator): A_q [M, K / 2], A_s and A_z [K / GS, M], B [K]."""
+    rng = np.random.default_rng(seed)
+    nibbles = rng.integers(0, 16, (M, K), dtype=np.uint8)
+    a_q = (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).astype(np.uint8)
+    a_s = rng.uniform(0.005, 0.02, (K // GS, M)).astype(bfloat16)
+    a_z = rng.integers(7, 9, (K // GS, M), dtype=np.uint8)
+    return nibbles, a_q, a_s, a_z, rng.standard_normal(K).astype(bfloat16)
+
+
+def test_cpu_reference_is_upstreams_definition():
+    """D[r] = sum_k (nibble(r, k) - z[k / GS, r]) * s[k / GS, r] * B[k], the even k in the low nibble, in f32
+    (mlir-air's loop, written out here); B [rows, K] gives one D row per vector."""
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    from matvec_int4_packed import cpu_reference
+
+    M, K, GS = 16, 64, 32
+    nibbles, a_q, a_s, a_z, b = upstream_operands(M, K, GS, 3)
+    want = np.zeros(M, np.float32)
+    for r in range(M):
+        for k in range(K):
+            g = k // GS
+            want[r] += (
+                (np.float32(nibbles[r, k]) - np.float32(a_z[g, r]))
+                * np.float32(a_s[g, r])
+                * np.float32(b[k])
+            )
+    got = cpu_reference(a_q, a_s, a_z, b)
+    assert got.dtype == bfloat16 and got.shape == (M,)
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-3)
+    two = cpu_reference(a_q, a_s, a_z, np.stack([b, -b]))
+    assert two.shape == (2, M) and np.array_equal(u16(two[0]), u16(got))
+
+
+def test_upstreams_build_module_and_pack_inputs_run_on_the_emulator():
+    """build_module(M, K, GS, M_TILE, K_CHUNK) is mlir-air's function (PACKED [tiles, bytes] i8, B [K],
+    D [M]); pack_inputs fills PACKED from mlir-air's operands at its information (4 + 24 / GS bits a
+    weight: mlir-air's own tile is the same size at these tiles) and the emulator's D is cpu_reference's.
+    """
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    from air.backend.xrt import XRTBackend
+
+    from int4awq.design.design import build_host_kernel
+    from matvec_int4_packed import (
+        backend_options,
+        build_module,
+        cpu_reference,
+        gemv_config,
+        pack_inputs,
+    )
+
+    M, K, GS, M_TILE, K_CHUNK = 512, 1024, 128, 16, 512
+    _, a_q, a_s, a_z, b = upstream_operands(M, K, GS, 5)
+    packed = pack_inputs(a_q, a_s, a_z, M, K, GS, M_TILE, K_CHUNK)
+    # mlir-air's tile: M_TILE * K_CHUNK / 2 code bytes, then 2 + 1 bytes of scale and zero a group and row
+    upstream_tile = M_TILE * K_CHUNK // 2 + 3 * M_TILE * (K_CHUNK // GS)
+    assert packed.shape == (M // M_TILE * (K // K_CHUNK), upstream_tile)
+    module = build_module(M, K, GS, M_TILE, K_CHUNK)
+    assert (
+        f"func.func @matvec_int4_packed(%arg0: memref<{packed.shape[0]}x{upstream_tile}xi8>, "
+        f"%arg1: memref<{K}xbf16>, %arg2: memref<{M}xbf16>)" in str(module)
+    )
+    cfg = gemv_config(M, K, GS, M_TILE, K_CHUNK)
+    os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
+    invoke = XRTBackend(**backend_options(cfg)).compile_and_load(module)
+    d = np.asarray(invoke(packed, b, np.zeros(M, bfloat16))[2])
+    ref = cpu_reference(a_q, a_s, a_z, b).astype(np.float32)
+    # the kernel takes B as bfp16 blocks (8-bit mantissas), the reference in f32
+    assert np.corrcoef(d.astype(np.float32), ref)[0, 1] > 0.999
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (dict(N_CORES=8), "N_CORES = 8: this GEMV runs on all 32 cores"),
+        (
+            dict(M_PER_LAUNCH=2048),
+            "M_PER_LAUNCH = 2048: a launch iteration covers 32 x M_TILE",
+        ),
+        (dict(M_TILE=8), "tile_n"),
+    ],
+)
+def test_upstream_calls_this_gemv_cannot_take_are_refused_by_name(args, message):
+    """mlir-air's consumers call with N_CORES = 8, M_TILE = 8 (its [8, 1] herd and tile): refused with the
+    rule, before any buffer is sized, rather than packed into a layout the caller sizes otherwise.
+    """
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    from matvec_int4_packed import build_module, pack_inputs
+
+    call = dict(M=2048, K=2048, GS=128, M_TILE=16, K_CHUNK=512) | args
+    with pytest.raises(ConfigError, match=message):
+        build_module(**call)
+    _, a_q, a_s, a_z, _ = upstream_operands(2048, 2048, 128, 1)
+    with pytest.raises(ConfigError, match=message):
+        pack_inputs(a_q, a_s, a_z, **call)
 
 
 @pytest.mark.parametrize("proj", PROJECTIONS)

@@ -220,39 +220,46 @@ def test_a_consumer_takes_our_builder_where_it_looks_for_upstreams(tmp_path):
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
 
 
-def test_each_user_of_upstreams_gemv_is_named_with_what_ours_lacks(
-    tmp_path, monkeypatch
-):
-    """upstream_consumers' gemv_api: a line per user of upstream's GEMV present in the checkout, naming
-    what it imports that this checkout's matvec_int4_packed lacks; none once a module has upstream's API.
-    The checkout is a stand-in: empty files at the users' paths."""
-    import types
-
+def test_each_user_of_upstreams_gemv_runs_on_ours_a_line_each(tmp_path, capsys):
+    """upstream_consumers' gemv_api runs each user of upstream's GEMV unchanged as a script, this
+    checkout's matvec_int4_packed in place of upstream's: PASS when its check passes, refused with this
+    GEMV's rule when its call breaks one, not in this checkout when absent. The checkout is a stand-in:
+    small scripts at the users' paths that call the API as upstream's users do."""
     sys.path[:0] = [os.path.join(uc.REPO, d) for d in ("emulator", "host")]
     import upstream_consumers as cons
 
-    for path in list(cons.GEMV_CONSUMERS)[:2]:
-        (tmp_path / "programming_examples" / path).parent.mkdir(
-            parents=True, exist_ok=True
-        )
-        (tmp_path / "programming_examples" / path).write_text("")
-    lines = cons.consumer_gemv_api(str(tmp_path), None, "small")
-    first, second, *absent = lines
-    assert first.startswith(
-        "matrix_vector_multiplication/int4_awq/matvec_int4_packed_add.py: not run: "
+    passing, refused, *absent = list(cons.GEMV_CONSUMERS)
+    scripts = {
+        # awq_repacker's self-test: cpu_reference against a dense dequantisation
+        passing: """
+import numpy as np
+from ml_dtypes import bfloat16
+from matvec_int4_packed import cpu_reference
+q = np.full((16, 32), 0x21, np.uint8)              # codes 1 (even k) and 2 (odd k)
+s = np.full((1, 16), 0.5, bfloat16); z = np.zeros((1, 16), np.uint8)
+d = cpu_reference(q, s, z, np.ones(64, bfloat16))  # 32 x (1 + 2) x 0.5
+print("PASS!" if (d.astype(np.float32) == 48).all() else "FAIL")
+""",
+        # matvec_int4_packed_add's packing: mlir-air's own [8, 1] herd and tile
+        refused: """
+import numpy as np
+from ml_dtypes import bfloat16
+from matvec_int4_packed import pack_inputs
+q = np.zeros((2048, 1024), np.uint8)
+s = np.ones((16, 2048), bfloat16); z = np.zeros((16, 2048), np.uint8)
+pack_inputs(q, s, z, 2048, 2048, 128, 8, 2048, 8, 2048)
+print("PASS!")
+""",
+    }
+    for path, text in scripts.items():
+        f = tmp_path / "programming_examples" / path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    failed = cons.consumer_gemv_api(str(tmp_path), None, "llama")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"{passing} ({os.path.basename(passing)}): PASS"
+    assert printed[1].startswith(
+        f"{refused} ({os.path.basename(refused)}): refused: N_CORES = 8"
     )
-    assert "no pack_inputs" in first and "no pack_inputs" in second
-    assert absent and all(a.endswith(": not in this checkout") for a in absent)
-
-    def build_module(
-        M, K, GS=128, M_TILE=8, K_CHUNK=2048, N_CORES=8, M_PER_LAUNCH=None
-    ):
-        pass
-
-    upstream_shaped = types.SimpleNamespace(
-        build_module=build_module, pack_inputs=None, cpu_reference=None
-    )
-    monkeypatch.setitem(sys.modules, "matvec_int4_packed", upstream_shaped)
-    lines = cons.consumer_gemv_api(str(tmp_path), None, "small")
-    assert all(a.endswith(": not in this checkout") for a in lines)
-    assert len(lines) == len(cons.GEMV_CONSUMERS) - 2
+    assert failed[0] == printed[1]
+    assert failed[1:] == [f"{a}: not in this checkout" for a in absent]
