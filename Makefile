@@ -71,8 +71,6 @@ AWQ_DESIGN_ARGS = --m $(M) $(foreach v,K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2 
 # host/run.py names `make <goal> BACKEND=emu` (not its own --backend emu) when a target runs it.
 HOST = INT4AWQ_MAKE_TARGET='$(or $(filter-out compile deps,$(MAKECMDGOALS)),run)' $(PYTHON) $(srcdir)/host/run.py
 KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
-# The real mlir-air Python package when it is installed, the emulator's otherwise.
-AIR_PATH = $(shell $(PYTHON) -c "import air.ir" 2>/dev/null || echo $(srcdir)/emulator)
 
 
 .PHONY: all compile-kernel help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode run_llama_decode_layer print compile bench test test-all deps dev-deps format-deps clean
@@ -151,7 +149,7 @@ bringup: deps
 	$(PYTHON) $(srcdir)/host/bringup.py --backend $(BACKEND) $(RUN_ARGS)
 
 print: deps
-	PYTHONPATH=$(AIR_PATH) $(PYTHON) $(srcdir)/matmul_int4_packed.py $(DESIGN_ARGS) -p
+	$(HOST) $(DESIGN_ARGS) --design gemm -p
 
 # Every Llama-3.2-1B projection: measured on NPU2, modelled (and labelled so) elsewhere; also build/bench.csv
 # and the roofline build/bench.png.
@@ -159,7 +157,7 @@ bench: dev-deps
 	$(PYTHON) $(srcdir)/host/bench.py $(RUN_ARGS)
 
 compile: compile-kernel
-	$(PYTHON) $(srcdir)/matmul_int4_packed.py $(DESIGN_ARGS) --compile-mode compile-only
+	$(HOST) $(DESIGN_ARGS) --design gemm --compile-only
 
 # The names mlir-air's example Makefiles use: compile-kernel (the Peano object of this configuration) and
 # all (build and run it: on the NPU with the toolchain, on the emulator elsewhere).

@@ -511,54 +511,57 @@ def backend_options(cfg: GemvConfig) -> dict:
 
 
 def main(argv=None) -> int:
-    from int4awq.run.air_run import act, add_action_arguments
-    from int4awq.errors import ConfigError
-    from int4awq.design.design import default_gs
-    from int4awq.design.gemv import config_from_args
-    from int4awq.kernel.record import FORMAT_GS, FORMATS
+    """mlir-air's int4 GEMV example's command line (its options, D = dequant(W) @ B with W [M, K]), plus
+    --rows: build, then print (-p), compile (compile-only) or run on seeded operands packed by pack_inputs
+    and checked against cpu_reference (example_main.act). Every format, checkpoint and report:
+    host/run.py --design gemv."""
+    import example_main
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--m", type=int, default=2048, help="rows of W: D's length")
+    parser.add_argument("--k", type=int, default=2048)
+    parser.add_argument("--gs", type=int, default=128)
+    parser.add_argument("--m-tile", type=int, default=DEFAULT_M_TILE, dest="m_tile")
+    parser.add_argument("--k-chunk", type=int, default=DEFAULT_K_CHUNK, dest="k_chunk")
+    parser.add_argument("--n-cores", type=int, default=PES, dest="n_cores")
+    parser.add_argument("--m-per-launch", type=int, default=None, dest="m_per_launch")
     parser.add_argument(
-        "--m", type=int, required=True, help="rows of A and C (1 to 32)"
-    )
-    parser.add_argument("--k", type=int, required=True, help="reduction dimension")
-    parser.add_argument("--n", type=int, required=True, help="columns of C")
-    parser.add_argument(
-        "--gs",
+        "--rows",
         type=int,
-        default=None,
-        help="group size along K (default: the format's, "
-        + ", ".join(f"{f} {gs}" for f, gs in FORMAT_GS.items())
-        + ")",
+        default=1,
+        help="vectors at once, 1 to 32 (this GEMV's extension)",
     )
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="awq",
-        help="the weights' 4-bit format (see matmul_int4_packed.py --help)",
-    )
-    for opt, what in (
-        ("tile-n", "the record's N tile"),
-        ("tile-k-l1", "the record's K-chunk"),
-        ("tile-k-l2", "K per L2 refill"),
-        ("stack-size", "the core's stack in L1, bytes"),
-    ):
-        parser.add_argument(
-            f"--{opt}",
-            dest=opt.replace("-", "_"),
-            type=int,
-            default=None,
-            help=f"{what} (default: the best modelled configuration the resource model accepts)",
-        )
-    add_action_arguments(parser)
+    example_main.add_arguments(parser)
     args = parser.parse_args(argv)
+    shape = (args.m, args.k, args.gs, args.m_tile, args.k_chunk, args.n_cores)
     try:
-        cfg, _ = config_from_args(args, args.m, args.k, args.n, default_gs(args))
-        module = build_module(**cfg.builder_args())
-        return act(args, cfg, module, backend_options(cfg))
+        cfg = gemv_config(*shape, args.m_per_launch, rows=args.rows)
+        module = build_module(*shape, args.m_per_launch, rows=args.rows)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+    def operands():
+        # mlir-air's example's operands: uniform codes, scales in [0.005, 0.02), zero points 7 or 8
+        rng = np.random.default_rng(42)
+        codes = rng.integers(0, 16, (args.m, args.k), dtype=np.uint8)
+        a_q = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+        groups = args.k // args.gs
+        a_s = rng.uniform(0.005, 0.02, (groups, args.m)).astype(bfloat16)
+        a_z = rng.integers(7, 9, (groups, args.m), dtype=np.uint8)
+        b = rng.standard_normal((args.rows, args.k)).astype(bfloat16)
+        packed = pack_inputs(a_q, a_s, a_z, *shape, args.m_per_launch)
+        d = cpu_reference(a_q, a_s, a_z, b)
+        return [packed, b.reshape(-1)], d.reshape(-1)
+
+    return example_main.act(
+        args,
+        cfg,
+        module,
+        backend_options(cfg),
+        operands,
+        dict(rtol=0.1, atol=0.05, min_correlation=0.999),
+    )
 
 
 if __name__ == "__main__":

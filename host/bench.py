@@ -189,11 +189,14 @@ def measure(cfg, m, k, n, iters, warmup):
 
 
 def measure_gemv(cfg, m, k, n, iters, warmup):
-    """(mean us, correlation) of one decode configuration on the NPU: matvec_int4_packed.py compiles it
-    (and builds its kernel object), then the host program's NPU path runs it."""
+    """(mean us, correlation) of one decode configuration on the NPU: the host program compiles it
+    (--design gemv --compile-only, building its kernel object), then its NPU path runs it.
+    """
     cmd = [
         sys.executable,
-        os.path.join(REPO, "matvec_int4_packed.py"),
+        os.path.join(REPO, "host", "run.py"),
+        "--design",
+        "gemv",
         "--m",
         str(cfg.m),
         "--k",
@@ -210,8 +213,7 @@ def measure_gemv(cfg, m, k, n, iters, warmup):
         str(cfg.tile_k_l1),
         "--tile-k-l2",
         str(cfg.tile_k_l2),
-        "--compile-mode",
-        "compile-only",
+        "--compile-only",
     ]
     if subprocess.run(cmd, cwd=REPO).returncode:
         raise ConfigError(f"`{' '.join(cmd[1:])}` failed (its output is above)")

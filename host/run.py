@@ -217,6 +217,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--build-dir",
         help="where `make compile` put air.xclbin (default build/npu/<config>)",
     )
+    p.add_argument(
+        "-p",
+        "--print-module-only",
+        action="store_true",
+        help="print the AIR module of the run's configuration and stop (make print)",
+    )
+    p.add_argument(
+        "--print-resources",
+        action="store_true",
+        help="print the DMA channels, BDs, locks and memtile space the configuration needs on NPU2 "
+        "(the emulator's model of aircc's lowering) and stop; exit 2 if over a limit",
+    )
+    p.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="compile the configuration with aircc for npu2 into --build-dir and stop (make compile)",
+    )
     p.set_defaults(format=None)  # None: not given (the file decides; see parse_args)
     return p
 
@@ -1091,6 +1108,8 @@ def _main(argv) -> int:
     if args.decoder_layer is not None:
         return 0 if run_decoder_layer(args) else 1
     a, w = load_inputs(args)
+    if args.print_module_only or args.print_resources or args.compile_only:
+        return build_only(args, a.shape[0], w)
     emu = {}
     cfg, result, c = run_gemm(args, a, w, emu=emu)
     print(f"pes={pes_of(cfg)}   (compute tiles used, of 32)")
@@ -1100,6 +1119,27 @@ def _main(argv) -> int:
     if args.report:
         print_report(cfg, emu.get("backend", ""), emu)
     return 0 if result.passed else 1
+
+
+def build_only(args, m: int, w) -> int:
+    """-p, --print-resources, --compile-only: the run's configuration (as a run would choose it) built,
+    then printed, its resources tabled, or compiled (int4awq.run.air_run.act)."""
+    import importlib.util
+
+    from int4awq.run.air_run import act
+
+    if (
+        importlib.util.find_spec("air") is None
+    ):  # mlir-air not installed: the emulator's air package
+        sys.path.insert(0, EMULATOR_DIR)
+    cfg, _, _ = configure(args, m, w.k, w.n, w.gs)
+    builder = builder_of(cfg)
+    return act(
+        args,
+        cfg,
+        builder.build_module(**cfg.builder_args()),
+        builder.backend_options(cfg),
+    )
 
 
 def main(argv=None) -> int:

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
-"""What the builders' command lines do after building the module, as mlir-air's examples do: compile it
-with aircc (compile-only), or run it on seeded operands through XRTRunner.run_test and check it against
-the reference (compile-and-run), on NPU2 or, with PYTHONPATH=emulator, on the emulator. One home for both
-builders (matmul_int4_packed.py, matvec_int4_packed.py): a configuration brings its tiles, its kernel
-object name and its build-directory name.
+"""What the host program does with a configuration's module short of running it: print it, table its
+NPU2 resources, or compile it with aircc (host/run.py -p, --print-resources, --compile-only; make print,
+make compile), and compile_once for the tools that run compiled designs. A configuration brings its tiles,
+its kernel object name and its build-directory name. The builders' own command lines (mlir-air's
+examples' options) are example_main.py's.
 """
 
 from __future__ import annotations
@@ -12,50 +12,15 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-
 from ..errors import REPO
 
 KERNEL_BUILD = os.path.join(REPO, "kernels", "build")
 
 
-def add_action_arguments(parser) -> None:
-    """What a builder's command line does with its module, in mlir-air's examples' conventions."""
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="compile-and-run: XRTRunner also prints the module and the expected and actual "
-        "outputs (default off)",
-    )
-    parser.add_argument(
-        "-p",
-        "--print-module-only",
-        action="store_true",
-        help="print the AIR module and stop",
-    )
-    parser.add_argument(
-        "--print-resources",
-        action="store_true",
-        help="print the DMA channels, BDs, locks and memtile space the design needs on NPU2 "
-        "(the emulator's model of aircc's lowering) and stop; exit 2 if over a limit",
-    )
-    parser.add_argument(
-        "--compile-mode",
-        choices=["compile-only", "compile-and-run"],
-        default="compile-and-run",
-        help="compile-only: aircc for npu2 into --build-dir; compile-and-run (default): run on "
-        "seeded operands and check, on NPU2 or (PYTHONPATH=emulator) the emulator",
-    )
-    parser.add_argument(
-        "--build-dir",
-        default=None,
-        help="compile-only output (default: build/npu/<configuration>)",
-    )
-
-
 def act(args, cfg, module, backend_options: dict) -> int:
-    """Print the module or the resource table, compile, or compile and run, as args say; the exit code."""
+    """host/run.py's -p, --print-resources and --compile-only: print the module or the resource table, or
+    compile it, the exit code. Running is host/run.py's own path (and the builders'
+    main(), example_main.act)."""
     if args.print_module_only:
         print(module)
         return 0
@@ -63,9 +28,7 @@ def act(args, cfg, module, backend_options: dict) -> int:
         report = cfg.resources()
         print(report.table())
         return 0 if report.summary() == "resources: within limits" else 2
-    if args.compile_mode == "compile-only":
-        return compile_only(cfg, module, backend_options, args.build_dir)
-    return compile_and_run(cfg, module, backend_options, args.verbose)
+    return compile_only(cfg, module, backend_options, args.build_dir)
 
 
 def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> int:
@@ -114,37 +77,3 @@ def compile_once(cfg, build_module, backend_options: dict, build_dir: str) -> No
         return
     if compile_only(cfg, build_module(), backend_options, build_dir):
         raise ConfigError(f"compiling {cfg.name} failed (its output is above)")
-
-
-def compile_and_run(cfg, module, backend_options: dict, verbose: bool) -> int:
-    """Seeded operands, XRTRunner.run_test against the reference: PASS! or failed (exit 0 or 1). host/run.py
-    is the full host program (checkpoints, exact mode, padding, reports)."""
-    from air.backend.xrt_runner import XRTRunner
-
-    from ..design.design import build_host_kernel
-    from ..formats.quant import random_activations
-    from ..kernel.record import padded_operands
-    from ..formats.weights_file import random_format_weights
-    from .reference import reference_gemm
-
-    w = random_format_weights(cfg.format, cfg.k, cfg.n, cfg.gs, seed=0)
-    a = random_activations(cfg.m, cfg.k, seed=1)
-    expected = reference_gemm(a, w)[1]
-    if getattr(sys.modules["air"], "EMULATED", False):
-        os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
-    else:
-        os.chdir(KERNEL_BUILD)  # where `make -C kernels peano` put the object
-    rms = float(np.sqrt(np.mean(expected.astype(np.float32) ** 2)))
-    # in the order and shapes of the design's function (the GEMV's is mlir-air's: PACKED, B, D)
-    *inputs, expected = cfg.call_buffers(*padded_operands(cfg, a, w), expected)
-    runner = XRTRunner(verbose=verbose, **backend_options)
-    code = runner.run_test(
-        module,
-        inputs=inputs,
-        expected_outputs=[expected],
-        rtol=0.05,
-        atol=0.05 * rms,
-        max_mismatch_percentage=0.1,
-        min_correlation=0.999,
-    )
-    return 0 if code == 0 else 1

@@ -150,10 +150,10 @@ def test_messages_name_the_weights_option_as_help_shows_it(
 def test_every_option_has_a_help_line_with_its_default():
     import argparse
 
-    from int4awq.run.air_run import add_action_arguments
+    import example_main
 
     builder = argparse.ArgumentParser()
-    add_action_arguments(builder)
+    example_main.add_arguments(builder)
     for parser in (host_run.build_parser(), builder):
         bare = [
             a.option_strings[0]
@@ -689,3 +689,49 @@ def test_the_not_compiled_line_names_the_reason_within_100_columns(
     assert outdir is None
     assert line == f"not compiled with aircc + aiecc: {reason}"
     assert len(line) <= 100
+
+
+def test_print_module_and_resources_of_the_runs_configuration(capsys):
+    """-p prints the module a run of these options would build (the GEMV's is mlir-air's function, its
+    record tile the configuration's); --print-resources its NPU2 resource table; neither runs.
+    """
+    code, out, err = main(capsys, "--m", "1", "--k", "2048", "--n", "2048", "-p")
+    assert code == 0, err
+    assert (
+        out.startswith("module {")
+        and "func.func @matvec_int4_packed(%arg0: memref<" in out
+    )
+    assert "xi8>, %arg1: memref<2048xbf16>, %arg2: memref<2048xbf16>)" in out
+    code, out, err = main(
+        capsys, "--m", "1", "--k", "2048", "--n", "2048", "--print-resources"
+    )
+    assert code == 0 and "resources: within limits" in out, out + err
+    assert "PASS" not in out
+
+
+def test_the_builders_command_lines_import_no_tool(tmp_path):
+    """matmul_int4_packed.py and matvec_int4_packed.py run as mlir-air's examples run (pack_inputs,
+    cpu_reference, XRTRunner; here on the emulator's air package) and import nothing of int4awq or host/:
+    the tools import the example, never the other way (issue 49)."""
+    probe = (
+        "import runpy, sys; sys.path.insert(0, {repo!r}); sys.argv = [{script!r}, *{args!r}]\n"
+        "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "print('tools:', sorted(m for m in sys.modules if m.split('.')[0] in ('int4awq', 'host')))\n"
+        "print('exit:', code)\n"
+    )
+    for script, args in (
+        ("matmul_int4_packed.py", ["--m", "64", "--k", "256", "--n", "128"]),
+        ("matvec_int4_packed.py", ["--m", "512", "--k", "256", "--m-tile", "16"]),
+    ):
+        path = os.path.join(REPO, script)
+        res = subprocess.run(
+            [sys.executable, "-c", probe.format(repo=REPO, script=path, args=args)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        )
+        lines = res.stdout.splitlines()
+        assert lines[-2:] == ["tools: []", "exit: 0"], res.stdout + res.stderr
+        assert "PASS!" in res.stdout
