@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from host import bench
+from int4awq.errors import ConfigError
 from int4awq.design import gemv, model, sweep
 from int4awq.design.kernel_cost import int4_kernel_flops
 from int4awq.design.llama import FUSED, FUSED_DISPATCHES
@@ -292,3 +293,64 @@ def test_the_records_bits_per_weight_are_printed_beside_what_the_weights_carry(
         ]
         assert len(held) == 2 and carried, line
         assert min(held) >= min(carried), line
+
+
+def test_sim_prints_every_format_at_2048_cubed_against_awq(
+    capsys, monkeypatch, tmp_path
+):
+    """Issue 52: with --sim, a line per record format at q_proj, M = 2048 (its default configuration, the
+    analytic and as-compiled times, the ratio to AWQ's against 1.3x, MODELLED); a format the shape refuses,
+    its reason in one line. The simulator is stubbed (a time per format), the prefill table cut to the row.
+    """
+    import int4_packed_record
+
+    name, m = bench.FORMATS_ROW
+    table = [e for e in sweep.load_table() if (e["projection"], e["m"]) == (name, m)]
+    monkeypatch.setattr(bench, "load_table", lambda: table)
+    monkeypatch.setattr(bench.compiler, "tools_missing", lambda: None)
+    sim = {"awq": 1000.0, "int4_min": 1300.0, "int8_triple": 1300.1}
+    monkeypatch.setattr(bench, "simulated_us", lambda cfg: sim.get(cfg.format, 1100.0))
+    real_default = bench.default_config
+
+    def refusing(m, k, n, gs, fmt="awq"):
+        if fmt == "int8_min":
+            raise ConfigError(f"no legal {fmt} configuration for M={m} K={k} N={n}")
+        return real_default(m, k, n, gs, fmt)
+
+    monkeypatch.setattr(bench, "default_config", refusing)
+    code, out, err = run(
+        capsys, "--modelled", "--sim", "--csv", str(tmp_path / "b.csv")
+    )
+    assert code == 0, out + err
+    lines = out.split(f"every format at {name}, M = {m} (K x N = 2048 x 2048)")[1]
+    lines = lines.split("\n\n")[0].splitlines()
+    assert "MODELLED" in lines[0] and "within 1.3x" in lines[0]
+    assert lines[1] == bench.table_header(bench.FORMAT_TABLE)
+    assert (
+        lines[1].split()
+        == "format config GS model us sim us sim/AWQ within 1.3x".split()
+    )
+    rows = {ln.split()[0]: ln for ln in lines[2:]}
+    assert list(rows) == list(int4_packed_record.FORMATS)
+    assert rows["int8_min"] == (
+        f"{'int8_min':<13} no legal int8_min configuration for M=2048 K=2048 N=2048"
+    )
+    for fmt, line in rows.items():
+        if fmt == "int8_min":
+            continue
+        cfg, _ = real_default(m, 2048, 2048, dict(sweep.TABLE_FORMATS)[fmt], fmt)
+        model_us = bench.modelled(cfg, m, 2048).seconds * 1e6
+        ratio = sim.get(fmt, 1100.0) / 1000.0
+        assert line.split() == [
+            fmt,
+            *bench.config_text(cfg).split(),
+            str(cfg.gs),
+            f"{model_us:.1f}",
+            f"{sim.get(fmt, 1100.0):.1f}",
+            f"{ratio:.2f}",
+            "yes," if ratio <= 1.3 else "no,",
+            "MODELLED",
+        ], line
+    # 1.3x itself meets the target; just over it does not (the ratio prints as 1.30 either way)
+    assert rows["int4_min"].endswith(" 1.30 yes, MODELLED")
+    assert rows["int8_triple"].endswith(" 1.30 no, MODELLED")
