@@ -24,6 +24,7 @@ Q holds the codes in the memory-image order of the kernel's W pair lines, one ni
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 from dataclasses import dataclass, replace
 
@@ -1307,6 +1308,9 @@ class LayerConfig:
     gate_up: GemvConfig
     down: GemvConfig
     next_qkv: tuple[GemvConfig, ...] = ()
+    # (head_dim, query heads, key/value heads): the module also rotates the next layer's q and k (RoPE,
+    # half-split) at the position whose [cos | sin] row it is given; () none
+    rope: tuple[int, ...] = ()
 
     def __post_init__(self):
         e, h = (
@@ -1329,6 +1333,8 @@ class LayerConfig:
                 f"hidden {e} and intermediate {h}: multiples of {COLUMNS * ELTWISE_LANES} (the element-wise "
                 f"herd's {COLUMNS} PEs times the kernel's {ELTWISE_LANES} lanes)"
             )
+        if self.rope:
+            self.check_rope()
         seen = {}
         for cfg in self.launch_gemvs:
             key = replace(cfg.kernel, symbol_prefix="")
@@ -1341,6 +1347,43 @@ class LayerConfig:
                     "prefixes for distinct objects (LayerConfig.named)"
                 )
 
+    def check_rope(self) -> None:
+        d, heads, kv = self.rope
+        half = d // 2
+        if not self.next_qkv:
+            raise ConfigError(
+                "RoPE rotates the next layer's q and k: the module must end with them"
+            )
+        if d % 2 or half % ELTWISE_LANES or heads % kv:
+            raise ConfigError(
+                f"RoPE: head_dim {d} with {heads} query and {kv} key/value heads: half a head a multiple "
+                f"of the kernel's {ELTWISE_LANES} lanes, the query heads a multiple of the key/value heads"
+            )
+        if sum(g.n for g in self.next_qkv) != (heads + 2 * kv) * d:
+            raise ConfigError(
+                f"RoPE: the next q, k, v GEMVs give {sum(g.n for g in self.next_qkv)} values, not "
+                f"(heads {heads} + 2 x {kv}) x head_dim {d}"
+            )
+        if heads // math.gcd(heads, kv) > COLUMNS:
+            raise ConfigError(
+                f"RoPE: {heads} query heads over {kv} key/value heads: more than {COLUMNS} PEs of whole heads"
+            )
+
+    def rope_launches(self) -> list[tuple[str, str, int, int, int]]:
+        """The RoPE launches (name, source buffer, element offset in it, n, PEs), q then k: each PE takes
+        gcd(heads, kv) whole heads, so both launches call the entry on one L1 row type.
+        """
+        d, heads, kv = self.rope
+        per_pe = math.gcd(heads, kv)
+        out = []
+        for name, start, count in (("q", 0, heads), ("k", heads * d, kv)):
+            i, offset = 0, start  # the part's GEMV output and its offset there
+            while offset >= self.next_qkv[i].n:
+                offset -= self.next_qkv[i].n
+                i += 1
+            out.append((name, f"qkv{i}", offset, count * d, count // per_pe))
+        return out
+
     @classmethod
     def named(
         cls,
@@ -1348,6 +1391,7 @@ class LayerConfig:
         gate_up: GemvConfig,
         down: GemvConfig,
         next_qkv: tuple[GemvConfig, ...] = (),
+        rope: tuple[int, ...] = (),
     ) -> "LayerConfig":
         """The configurations with the first distinct kernel object's entries named as usual and each
         further one's prefixed k1_, k2_, ..."""
@@ -1357,7 +1401,7 @@ class LayerConfig:
             key = replace(cfg.kernel, symbol_prefix="")
             prefix = prefixes.setdefault(key, f"k{len(prefixes)}_" if prefixes else "")
             out.append(replace(cfg, symbol_prefix=prefix))
-        return cls(*out[:3], tuple(out[3:]))
+        return cls(*out[:3], tuple(out[3:]), rope)
 
     @property
     def gemvs(self) -> tuple[GemvConfig, GemvConfig, GemvConfig]:
@@ -1383,15 +1427,18 @@ class LayerConfig:
         e, h = self.hidden, self.intermediate
         qkv = [(f"w_qkv{i}", g) for i, g in enumerate(self.next_qkv)]
         nxt = bool(self.next_qkv)
+        rope = self.rope_launches() if self.rope else []
         return (
             [("attn", e), ("x", e), ("w_o", self.o_proj), ("ffn_norm", e)]
             + [("w_gate_up", self.gate_up), ("w_down", self.down)]
             + ([("next_norm", e)] + qkv if nxt else [])
+            + ([("rope_table", self.rope[0])] if rope else [])
             + [("proj", e), ("h", e), ("normed", e), ("gate_up", 2 * h), ("act", h)]
             + [("down", e)]
             + ([("next_normed", e)] if nxt else [])
             + [("out", e)]
             + [(f"qkv{i}", g.n) for i, g in enumerate(self.next_qkv)]
+            + [(f"{name}_roped", n) for name, _, _, n, _ in rope]
         )
 
     def index(self, name: str) -> int:

@@ -31,7 +31,10 @@ DDR into L1, call the kernel (kernels/eltwise_bf16.cc), and DMA the result back.
 
 With LayerConfig.next_qkv the module goes on with the next layer's attention: an RMSNorm of out by that
 layer's norm weight on one PE, and its q, k, v GEMVs over the result (one per run of parts that fuse), so a
-token takes one dispatch a layer (the host's attention sits between q, k, v and the next o_proj).
+token takes one dispatch a layer (the host's attention sits between q, k, v and the next o_proj). With
+LayerConfig.rope it then rotates that q and k (half-split RoPE, one launch each, the entry rope_bf16 on a
+[cos | sin] row of the token's position, read whole by every PE), as mlir-air's rms_qkv_int4_rope_multi
+module ends with its RoPE launches (its kernel: the hardware-tested rope_halfsplit example's rotation).
 
 Host buffers, in argument order (inputs, intermediates, output; every vector [1, n] bf16; with next_qkv,
 LayerConfig.buffers adds next_norm and W_qkv to the inputs, next_normed to the intermediates and each q, k,
@@ -122,16 +125,20 @@ def _at(x, tile: int, offset: int):
 
 
 def eltwise_launch(
-    func, name: str, n: int, pes: int, sources, operands, out_index: int
+    func, name: str, n: int, pes: int, sources, operands, out_index: int, extra=()
 ):
     """One element-wise launch over n elements on a herd [pes, 1]: PE x takes elements x * n / pes onward
-    of each source ((operand index, element offset)), calls func(sources..., out, n / pes) and writes
-    its stretch of operands[out_index]."""
+    of each source ((operand index, element offset); a source (operand index, None) is read whole by every
+    PE), calls func(sources..., out, n / pes, *extra) and writes its stretch of operands[out_index].
+    """
     tile = n // pes
-    l1 = MemRefType.get(
-        [1, tile], BF16Type.get(), memory_space=IntegerAttr.get(T.i32(), MemorySpace.L1)
-    )
+    l1_space = IntegerAttr.get(T.i32(), MemorySpace.L1)
     widths = [op.type.shape[1] for op in operands]
+
+    def row(width):
+        return MemRefType.get([1, width], BF16Type.get(), memory_space=l1_space)
+
+    l1 = row(tile)
 
     @launch(operands=list(operands))
     def launch_body(*l3):
@@ -139,9 +146,15 @@ def eltwise_launch(
         def segment_body(*s3):
             @herd(name=f"{name}_herd", sizes=[pes, 1], operands=list(s3))
             def herd_body(x, _y, _sx, _sy, *h3):
-                ins = [AllocOp(l1, [], []) for _ in sources]
+                ins = [
+                    AllocOp(l1 if offset is not None else row(widths[i]), [], [])
+                    for i, offset in sources
+                ]
                 out = AllocOp(l1, [], [])
                 for buf, (i, offset) in zip(ins, sources):
+                    if offset is None:  # the whole operand, to every PE
+                        dma_memcpy_nd(buf, h3[i])
+                        continue
                     dma_memcpy_nd(
                         buf,
                         h3[i],
@@ -149,7 +162,8 @@ def eltwise_launch(
                         src_sizes=[1, tile],
                         src_strides=[widths[i], 1],
                     )
-                CallOp(func, [*ins, out, arith.ConstantOp(T.i32(), tile)])
+                ints = [arith.ConstantOp(T.i32(), v) for v in (tile, *extra)]
+                CallOp(func, [*ins, out, *ints])
                 dma_memcpy_nd(
                     h3[out_index],
                     out,
@@ -161,9 +175,10 @@ def eltwise_launch(
                     DeallocOp(buf)
 
 
-def eltwise_funcs(tiles):
+def eltwise_funcs(tiles, rope=None):
     """The element-wise entries (kernels/eltwise_bf16.cc) declared for L1 rows of the given lengths:
-    {name: FuncOp}, name in add, rms_norm, silu_mul."""
+    {name: FuncOp}, name in add, rms_norm, silu_mul; with rope = (a PE's row, head_dim), rope too.
+    """
     bf16, l1 = BF16Type.get(), IntegerAttr.get(T.i32(), MemorySpace.L1)
 
     def row(n):
@@ -174,12 +189,20 @@ def eltwise_funcs(tiles):
         "rms_norm": "rms_norm_bf16",
         "silu_mul": "silu_mul_bf16",
     }
-    return {
+    funcs = {
         name: kernel_func(
             symbols[name], [row(tiles[name])] * 3 + [T.i32()], ELTWISE_OBJECT
         )
         for name in symbols
     }
+    if rope:
+        tile, d = rope
+        funcs["rope"] = kernel_func(
+            "rope_bf16",
+            [row(tile), row(d), row(tile), T.i32(), T.i32()],
+            ELTWISE_OBJECT,
+        )
+    return funcs
 
 
 @module_builder
@@ -191,7 +214,11 @@ def build_module(cfg: LayerConfig):
     for g in cfg.launch_gemvs:  # each distinct kernel object's entries, once
         if g.kernel not in gemv_funcs:
             gemv_funcs[g.kernel] = gemv_kernel_funcs(g)
-    elt = eltwise_funcs({"add": e // COLUMNS, "rms_norm": e, "silu_mul": h // COLUMNS})
+    ropes = cfg.rope_launches() if cfg.rope else []
+    elt = eltwise_funcs(
+        {"add": e // COLUMNS, "rms_norm": e, "silu_mul": h // COLUMNS},
+        (ropes[0][3] // ropes[0][4], cfg.rope[0]) if ropes else None,
+    )
     names = [n for n, _ in cfg.buffers()]
 
     @FuncOp.from_py_func(*l3_types(cfg))
@@ -209,11 +236,11 @@ def build_module(cfg: LayerConfig):
                 herd_name=f"{name}_herd",
             )
 
-        def eltwise(entry, name, n, pes, sources, operands):
-            # sources: (operand, element offset) read; the last operand is written
+        def eltwise(entry, name, n, pes, sources, operands, extra=()):
+            # sources: (operand, element offset, or None: whole) read; the last operand is written
             ops = [b[o] for o in operands]
             srcs = [(operands.index(o), off) for o, off in sources]
-            eltwise_launch(elt[entry], name, n, pes, srcs, ops, len(ops) - 1)
+            eltwise_launch(elt[entry], name, n, pes, srcs, ops, len(ops) - 1, extra)
 
         gemv(cfg.o_proj, "attn", "w_o", "proj", "o_proj")
         eltwise(
@@ -256,6 +283,16 @@ def build_module(cfg: LayerConfig):
             )
             for i, g in enumerate(cfg.next_qkv):
                 gemv(g, "next_normed", f"w_qkv{i}", f"qkv{i}", f"next_qkv{i}")
+        for part, src, offset, n, pes in ropes:
+            eltwise(
+                "rope",
+                f"rope_{part}",
+                n,
+                pes,
+                [(src, offset), ("rope_table", None)],
+                [src, "rope_table", f"{part}_roped"],
+                (cfg.rope[0],),
+            )
 
 
 def backend_options(cfg: LayerConfig) -> dict:

@@ -178,7 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--next-qkv",
         action="store_true",
         help="with --layer-module: the module also computes the next layer's attention RMSNorm and its q, k, "
-        "v GEMVs (fused where the file's types allow), so a token needs one dispatch a layer plus one",
+        "v GEMVs (fused where the file's types allow), and rotates q and k (RoPE, the file's parameters), so "
+        "a token needs one dispatch a layer plus one",
+    )
+    p.add_argument(
+        "--position",
+        type=int,
+        default=None,
+        metavar="P",
+        help="with --next-qkv: the token's position, whose rotation RoPE applies (default 0: none)",
     )
     p.add_argument(
         "--activations",
@@ -311,6 +319,10 @@ def check_options(args) -> None:
     if args.next_qkv and not args.layer_module:
         raise ConfigError(
             "--next-qkv extends the decoder layer module: it needs --decoder-layer L --layer-module"
+        )
+    if args.position is not None and (not args.next_qkv or args.position < 0):
+        raise ConfigError(
+            f"--position {args.position}: a non-negative position, with --next-qkv (the q and k it rotates)"
         )
     if args.layer_module and (args.fused or args.m not in (None, 1)):
         what = "--fused" if args.fused else f"--m {args.m}"

@@ -126,6 +126,7 @@ def cases() -> list[Case]:
     # sizes whose GEMVs fill 32 PEs; gate_up's tile makes it a second kernel object
     import o_gemv_ffn_int4
     from int4awq.design import layer as layer_model
+    from int4awq.formats import rope
 
     layer = small_layer()
 
@@ -140,12 +141,13 @@ def cases() -> list[Case]:
             name: random_activations(1, layer.hidden, names.index(name))
             for name in ("attn", "x", "ffn_norm", "next_norm")
         }
+        rows["rope_table"] = rope.table(rope.base_frequencies(500000.0, 64), 77)
         return layer_model.module_buffers(layer, weights, rows)
 
     out.append(
         Case(
             "decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), hidden 512, ending with the next "
-            "layer's q, k, v",
+            "layer's q, k, v and their RoPE",
             lambda: o_gemv_ffn_int4.build_module(layer),
             o_gemv_ffn_int4.backend_options(layer),
             layer_inputs,
@@ -184,8 +186,9 @@ def cases() -> list[Case]:
 
 
 def small_layer():
-    """The layer module at hidden 512, intermediate 1024, ending with a q, k, v GEMV over N 1024: o_proj and
-    down on one object, gate_up's and the q, k, v GEMV's tile_n 32 a second (its entries prefixed).
+    """The layer module at hidden 512, intermediate 1024, ending with a q, k, v GEMV over N 1024 and the
+    RoPE of its q and k (8 query and 4 key/value heads of 64): o_proj and down on one object, gate_up's and
+    the q, k, v GEMV's tile_n 32 a second (its entries prefixed).
     """
     from int4_packed_record import GemvConfig
     from int4_packed_record import LayerConfig
@@ -194,7 +197,11 @@ def small_layer():
         return GemvConfig(m=1, k=k, n=n, gs=128, tile_n=tn, tile_k_l1=128)
 
     return LayerConfig.named(
-        gemv(512, 512), gemv(512, 2048, 32), gemv(1024, 512), (gemv(512, 1024, 32),)
+        gemv(512, 512),
+        gemv(512, 2048, 32),
+        gemv(1024, 512),
+        (gemv(512, 1024, 32),),
+        (64, 8, 4),
     )
 
 

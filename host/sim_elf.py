@@ -6,7 +6,7 @@ mlir-air's `programming_examples/llms/smolvla/docs/profile.md` (e972f29, section
 first trap) reports that a single-launch ELF whose launch runs several M iterations returns the right
 output on its first call and stale rows on every later call, while the multi-launch ELFs are right, with
 no mechanism pinned. This script takes the project's own module of several launches as the ELF flow
-compiles it (o_gemv_ffn_int4.py at host/sim_check.py's small layer: nine launches, a device each, and a
+compiles it (o_gemv_ffn_int4.py at host/sim_check.py's small layer: eleven launches, a device each, and a
 main device whose runtime sequence configures and runs them in turn) and:
 
 1. checks that aircc's ELF lowering (`--output-format elf`, the flag XRTBackend passes for
@@ -58,7 +58,7 @@ def _seed_name(seed) -> str:
 
 
 def layer_case():
-    """host/sim_check.py's decoder layer case (o_gemv_ffn_int4.py, hidden 512, nine launches)."""
+    """host/sim_check.py's decoder layer case (o_gemv_ffn_int4.py, hidden 512, eleven launches)."""
     from host import sim_check
 
     [case] = [c for c in sim_check.cases() if c.name.startswith("decoder layer")]

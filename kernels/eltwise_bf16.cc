@@ -9,9 +9,16 @@
 //   rms_norm_bf16(x, w, out, n)        out = (x * r) * w,
 //                                      r = 1 / sqrt(sum(x^2) / n + 1e-5)
 //   silu_mul_bf16(gate, up, out, n)    out = silu(gate) * up        (SwiGLU)
+//   rope_bf16(x, table, out, n, d)     half-split rotary embedding of n / d
+//                                      heads of d (Hugging Face's Llama):
+//                                      out[i] = x[i] c[i] - x[i+h] s[i],
+//                                      out[i+h] = x[i] s[i] + x[i+h] c[i],
+//                                      h = d / 2, table = [c_0..c_{h-1},
+//                                      s_0..s_{h-1}] (one position's, bf16)
 //
-// n is a multiple of 16; every buffer is bf16 in L1. Each step rounds to bf16,
-// half to even (set at entry: the core resets to floor), in this order:
+// n is a multiple of 16 (rope: of d, d / 2 of 16); every buffer is bf16 in L1.
+// Each step rounds to bf16, half to even (set at entry: the core resets to
+// floor), in this order:
 //   add:      a + b (f32) -> bf16
 //   rms_norm: sum of squares in f32, lane i holding elements i, i + 16, ...,
 //             then the 16 lanes summed; r (f32) held as bf16 hi + lo (hi =
@@ -23,6 +30,7 @@
 //             in the input's type, then the weight)
 //   silu_mul: sigmoid(g) = (1 + tanh(g / 2)) / 2 with tanh to bf16 and the sum
 //             to bf16 (the halving is exact), g * sigmoid -> bf16, * up -> bf16
+//   rope:     each output one f32 multiply-add of two exact products -> bf16
 // int4awq/kernel/eltwise_model.py holds the same steps in numpy.
 //===----------------------------------------------------------------------===//
 
@@ -92,6 +100,24 @@ void silu_mul_bf16(const bfloat16 *__restrict gate,
     const aie::vector<bfloat16, V> silu = rounded(aie::mul(g, sigmoid));
     aie::store_v(out + i, rounded(aie::mul(silu, aie::load_v<V>(up + i))));
   }
+}
+
+void rope_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict table,
+               bfloat16 *__restrict out, int32_t n, int32_t d) {
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  const int32_t h = d / 2;
+  // live: 6 vec, 1 acc
+  for (int32_t head = 0; head < n; head += d)
+    // live: 6 vec, 1 acc
+    for (int32_t i = 0; i < h; i += V) {
+      const aie::vector<bfloat16, V> x1 = aie::load_v<V>(x + head + i);
+      const aie::vector<bfloat16, V> x2 = aie::load_v<V>(x + head + h + i);
+      const aie::vector<bfloat16, V> c = aie::load_v<V>(table + i);
+      const aie::vector<bfloat16, V> s = aie::load_v<V>(table + h + i);
+      aie::store_v(out + head + i, rounded(aie::msc(aie::mul(x1, c), x2, s)));
+      aie::store_v(out + head + h + i,
+                   rounded(aie::mac(aie::mul(x1, s), x2, c)));
+    }
 }
 
 } // extern "C"

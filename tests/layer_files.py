@@ -26,6 +26,15 @@ E, H = 512, 1024
 
 
 HEADS, KV_HEADS = 8, 2  # head_dim 64: q 512, k and v 128
+# RoPE as Llama-3.2-1B's config.json has it (rope_theta, rope_scaling)
+ROPE_THETA = 500000.0
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 32.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
 
 def layer_shapes(e, h) -> list[tuple[int, int]]:
@@ -62,6 +71,8 @@ def awq_checkpoint(d, e=E, h=H, layers=1):
         "architectures": ["LlamaForCausalLM"],
         "num_attention_heads": HEADS,
         "num_key_value_heads": KV_HEADS,
+        "rope_theta": ROPE_THETA,
+        "rope_scaling": LLAMA3_SCALING,
         "quantization_config": AWQ_CFG | {"group_size": 128},
     }
     (d / "config.json").write_text(json.dumps(config))
@@ -103,6 +114,12 @@ def q4_k_m_file(path, e=E, h=H, layers=1):
     out = gguf.GGUFWriter(str(path), "llama")
     out.add_head_count(HEADS)
     out.add_head_count_kv(KV_HEADS)
+    out.add_rope_freq_base(ROPE_THETA)
+    # llama.cpp's converter writes Llama 3's scaling as one divisor per frequency; any positive ones do here
+    tensors["rope_freqs.weight"] = (
+        np.linspace(1.0, 32.0, e // HEADS // 2).astype(np.float32),
+        None,
+    )
     for name, (raw, kind) in tensors.items():
         if kind is None:
             out.add_tensor(name, raw)

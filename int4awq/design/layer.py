@@ -29,6 +29,8 @@ LAUNCH_BOUNDARY_S = (
 # Element-wise compute, estimated (not profiled): per 16 lanes about 8 vector operations (SwiGLU's loads,
 # tanh, add, three multiplies, store) at one per cycle of the core clock, on each PE's share
 ELTWISE_OPS_PER_VECTOR = 8
+# Llama-3.2-1B's attention: head_dim, query heads, key/value heads (its config.json)
+LLAMA_ROPE = (64, 32, 8)
 
 
 def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
@@ -40,7 +42,13 @@ def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
         ("swiglu", 2 * 3 * h, h // COLUMNS),
         ("residual2", 2 * 3 * e, e // COLUMNS),
     ]
-    return out + ([("next_rms_norm", 2 * 3 * e, 2 * e)] if cfg.next_qkv else [])
+    out += [("next_rms_norm", 2 * 3 * e, 2 * e)] if cfg.next_qkv else []
+    # RoPE: x and out a value each, the [cos | sin] row once (aircc reads it once for the herd and
+    # broadcasts it: the compiled runtime sequence moves it once per launch)
+    return out + [
+        (f"rope_{part}", 2 * (2 * n + cfg.rope[0]), n // pes)
+        for part, _, _, n, pes in (cfg.rope_launches() if cfg.rope else [])
+    ]
 
 
 def default_layer(
@@ -49,10 +57,12 @@ def default_layer(
     formats=("awq",) * 3,
     gss=None,
     next_qkv=(),
+    rope=(),
 ):
     """The LayerConfig of the shapes: each GEMV at its own default configuration (gemv.default_config) for
     its format and group size (formats, gss: o_proj, gate_up, down; gss None: each format's); next_qkv:
-    (N, format, group size) of each of the next layer's q, k, v GEMVs the module should end with.
+    (N, format, group size) of each of the next layer's q, k, v GEMVs the module should end with; rope:
+    (head_dim, query heads, key/value heads) to rotate that q and k (LayerConfig.rope).
     """
     gss = gss or tuple(FORMAT_GS[f] for f in formats)
     # the GEMV spreads N over its 32 PEs, 16 columns each at least; padding N would break the chain
@@ -72,16 +82,22 @@ def default_layer(
         for (k, n), fmt, gs in zip(shapes, formats, gss)
     ]
     nxt = tuple(gemv.default_config(1, hidden, n, gs, fmt) for n, fmt, gs in next_qkv)
-    return LayerConfig.named(*own, nxt)
+    return LayerConfig.named(*own, nxt, rope)
 
 
 def llama_layer(formats=("awq",) * 3, gss=None, next_qkv_format=None):
     """Llama-3.2-1B's layer (hidden 2048, intermediate 8192); next_qkv_format: also the next layer's q, k
-    and v as one GEMV (N 3072) in that format, at its group size."""
+    and v as one GEMV (N 3072) in that format, at its group size, and their RoPE (32 query heads, 8
+    key/value heads of 64)."""
     k, n = shape_of("qkv_proj")
     nxt = ((n, next_qkv_format, FORMAT_GS[next_qkv_format]),) if next_qkv_format else ()
     return default_layer(
-        PROJECTIONS["o_proj"][0], PROJECTIONS["down_proj"][0], formats, gss, nxt
+        PROJECTIONS["o_proj"][0],
+        PROJECTIONS["down_proj"][0],
+        formats,
+        gss,
+        nxt,
+        LLAMA_ROPE if next_qkv_format else (),
     )
 
 
@@ -154,6 +170,7 @@ def modelled(cfg) -> LayerEstimate:
     order = ["o_proj", "residual", "rms_norm", "gate_up", "swiglu", "down", "residual2"]
     if cfg.next_qkv:
         order += ["next_rms_norm"] + names[3:]
+    order += [f"rope_{r[0]}" for r in (cfg.rope_launches() if cfg.rope else [])]
     launches = tuple((n, (gemvs | elt)[n]) for n in order)
     seconds = (
         model.FIXED_S

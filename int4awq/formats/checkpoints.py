@@ -1065,3 +1065,16 @@ def attention_heads(path: str | Path) -> tuple[int, int]:
             "the first a multiple of the second"
         )
     return heads, kv
+
+
+def rope_frequencies(path: str | Path, d: int) -> np.ndarray:
+    """The rotary frequencies of heads of d from the checkpoint directory's config.json (rope.py)."""
+    from .rope import config_frequencies
+
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        raise ConfigError(
+            f"{path}: no config.json beside the weights: RoPE's parameters are unknown "
+            "(give the checkpoint's directory)"
+        )
+    return config_frequencies(_load_json(config), d, str(config))

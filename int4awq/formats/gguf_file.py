@@ -382,3 +382,25 @@ def gguf_attention_heads(path: str | Path) -> tuple[int, int]:
             )
         out.append(int(f.contents()))
     return out[0], out[1]
+
+
+def gguf_rope_frequencies(path: str | Path, d: int) -> np.ndarray:
+    """The rotary frequencies of heads of d from the header's <arch>.rope.freq_base (10000 when absent,
+    llama.cpp's default) divided by the rope_freqs tensor where the file has one (Llama 3's scaling as
+    llama.cpp's converter writes it: one divisor per frequency)."""
+    from .rope import base_frequencies
+
+    reader = _reader(path)
+    arch = reader.fields.get("general.architecture")
+    arch = arch.contents() if arch is not None else "llama"
+    base = reader.fields.get(f"{arch}.rope.freq_base")
+    f = base_frequencies(float(base.contents()) if base is not None else 10000.0, d)
+    divisors = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    if divisors is None:
+        return f
+    v = load_gguf_vector(path, "rope_freqs.weight").astype(np.float64)
+    if v.shape != f.shape or not (v > 0).all():
+        raise ConfigError(
+            f"{path}: rope_freqs.weight holds {v.size} values; heads of {d} need {f.size} positive ones"
+        )
+    return f / v

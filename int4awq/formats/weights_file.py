@@ -337,6 +337,18 @@ def layer_norms(path: str | Path, layer: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def rope_frequencies(path: str | Path, d: int):
+    """The rotary frequencies of heads of d (int4awq.formats.rope): GGUF's header and rope_freqs, or the
+    checkpoint's config.json."""
+    if is_gguf(path):
+        from .gguf_file import gguf_rope_frequencies
+
+        return gguf_rope_frequencies(path, d)
+    from .checkpoints import rope_frequencies as hf_frequencies
+
+    return hf_frequencies(path, d)
+
+
 def attention_heads(path: str | Path) -> tuple[int, int]:
     """(query heads, key/value heads) of the model: GGUF's header, or the checkpoint's config.json."""
     if is_gguf(path):

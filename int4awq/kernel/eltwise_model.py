@@ -54,3 +54,17 @@ def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     sigmoid = _bf16(_f32(_bf16(np.float32(1.0) + t)) * np.float32(0.5))
     silu = _bf16(g * _f32(sigmoid))
     return _bf16(_f32(silu) * _f32(up))
+
+
+def rope(x: np.ndarray, table: np.ndarray, d: int) -> np.ndarray:
+    """Half-split rotary embedding of x's heads of d (bf16), table = [cos | sin] of one position (bf16,
+    d values): out[i] = x[i] c[i] - x[i + h] s[i], out[i + h] = x[i] s[i] + x[i + h] c[i], h = d / 2, each
+    the f32 sum of two exact products rounded once to bf16."""
+    h = d // 2
+    xf = _f32(x).reshape(-1, d)
+    c, s = _f32(table)[:h], _f32(table)[h:]
+    x1, x2 = xf[:, :h], xf[:, h:]
+    out = np.concatenate(
+        [x1 * c - x2 * s, x1 * s + x2 * c], axis=1
+    )  # f32: one rounding each
+    return _bf16(out).reshape(np.shape(x))

@@ -34,6 +34,7 @@ from ..design import compiler, layer
 from ..errors import ConfigError, emulator_failure
 from ..formats.fuse import fusable_runs, fuse_columns, offsets
 from ..formats.quant import random_activations
+from ..formats.rope import rotate_f64
 from ..kernel import record
 from ..kernel.eltwise_model import RMS_EPSILON
 from ..kernel.kernel_model import ELTWISE_OBJECT
@@ -85,6 +86,9 @@ class Weights:
     ffn_norm: np.ndarray
     next_norm: np.ndarray | None = None
     next_runs: list = field(default_factory=list)  # [[part, ...], ...]
+    rope: (
+        tuple
+    ) = ()  # (head_dim, the position's [cos | sin] row) to rotate the next q and k
 
 
 def layer_reference(x, attn, wt: Weights) -> dict[str, np.ndarray]:
@@ -98,6 +102,11 @@ def layer_reference(x, attn, wt: Weights) -> dict[str, np.ndarray]:
         nn = rms_norm_f64(out[0], wt.next_norm)[None]
         for label, part in zip("qkv", (p for run in wt.next_runs for p in run)):
             ref[f"layer>{label}"] = nn @ _f64(part)
+    if wt.rope:
+        for label in "qk":
+            ref[f"layer>{label}_roped"] = rotate_f64(
+                ref[f"layer>{label}"], wt.rope[1], wt.rope[0]
+            )
     return ref
 
 
@@ -139,6 +148,24 @@ def launch_references(buf: dict, wt: Weights) -> list:
                     f"next_{next(labels)}",
                     c[:, off : off + part.n],
                     f["next_normed"] @ _f64(part),
+                )
+            )
+    if wt.rope:  # each rotation from the q and k the module wrote
+        d, tab = wt.rope
+        parts = [p for run in wt.next_runs for p in run]
+        q_n, k_n = parts[0].n, parts[1].n
+        flat = np.concatenate(
+            [
+                np.asarray(buf[f"qkv{i}"], np.float64).reshape(-1)
+                for i in range(len(wt.next_runs))
+            ]
+        )
+        for label, start, n in (("q", 0, q_n), ("k", q_n, k_n)):
+            out.append(
+                (
+                    f"rope_{label}",
+                    buf[f"{label}_roped"],
+                    rotate_f64(flat[start : start + n], tab, d)[None],
                 )
             )
     return out
@@ -270,11 +297,13 @@ def _simulate(cfg, module, options, buffers, dispatches: int = 1) -> list[np.nda
 
 def run_decode_layer(args, backend: str) -> bool:
     """Layer args.decoder_layer of args.awq through the module; True if every check passes."""
+    from ..formats import rope
     from ..formats.weights_file import (
         attention_heads,
         decoder_layer_names,
         layer_norms,
         load,
+        rope_frequencies,
     )
 
     path, index = args.awq, args.decoder_layer
@@ -285,6 +314,7 @@ def run_decode_layer(args, backend: str) -> bool:
     }
     attn_norm, ffn_norm = layer_norms(path, index)
     heads, kv_heads = attention_heads(path)
+    position = getattr(args, "position", None) or 0
     hidden, inter = w[O].n, w[DOWN].k
     wt = Weights(w[O], w[GATE], w[UP], w[DOWN], ffn_norm)
     norms = [("attention norm", attn_norm), ("FFN norm", ffn_norm)]
@@ -294,6 +324,13 @@ def run_decode_layer(args, backend: str) -> bool:
         wt.next_norm = layer_norms(path, index + 1)[0]
         wt.next_runs = [[parts[j] for j in run] for run in fusable_runs(parts)]
         norms.append(("next layer's attention norm", wt.next_norm))
+        d = parts[0].n // heads
+        if parts[0].n != heads * d or parts[1].n != kv_heads * d:
+            raise ConfigError(
+                f"q_proj N = {parts[0].n}, k_proj N = {parts[1].n}: not whole heads of {heads} query and "
+                f"{kv_heads} key/value heads"
+            )
+        wt.rope = (d, rope.table(rope_frequencies(path, d), position))
     for name, vec in norms:
         if vec.shape != (hidden,):
             raise ConfigError(
@@ -307,12 +344,14 @@ def run_decode_layer(args, backend: str) -> bool:
         tuple(x.format for x in gemv_weights[:3]),
         tuple(x.gs for x in gemv_weights[:3]),
         tuple((x.n, x.format, x.gs) for x in gemv_weights[3:]),
+        (wt.rope[0], heads, kv_heads) if wt.rope else (),
     )
     x = random_activations(1, hidden, args.seed)
     attn = attention_at_position_0(x, attn_norm, w[V], heads, kv_heads).astype(bfloat16)
     given = {"attn": attn, "x": x, "ffn_norm": ffn_norm.astype(bfloat16)[None]}
     if wt.next_runs:
         given["next_norm"] = wt.next_norm.astype(bfloat16)[None]
+        given["rope_table"] = wt.rope[1]
     weights = dict(
         zip(
             ["w_o", "w_gate_up", "w_down"]
@@ -342,9 +381,20 @@ def run_decode_layer(args, backend: str) -> bool:
         for i, run in enumerate(wt.next_runs)
         for p, off in zip(run, offsets(run))
     ]
-    for (name, want), (part, i, off) in zip(ref.items(), next_parts):
+    for (name, want), (part, i, off) in zip(
+        list(ref.items())[: len(next_parts)], next_parts
+    ):
         got = np.asarray(buf[f"qkv{i}"]).reshape(1, -1)[:, off : off + part.n]
         checks.append((name, got, want, 4))
+    for label in "qk" if wt.rope else "":
+        checks.append(
+            (
+                f"layer>{label}_roped",
+                buf[f"{label}_roped"],
+                ref[f"layer>{label}_roped"],
+                4,
+            )
+        )
     ok = True
     for stage, got, want, series in checks:
         res = check(
@@ -352,7 +402,7 @@ def run_decode_layer(args, backend: str) -> bool:
         )
         ok &= res.passed
         print(
-            f"layer {index} {stage:<9} N={want.shape[1]:<5} corr {res.correlation:.6f}  mean rel L1 "
+            f"layer {index} {stage:<13} N={want.shape[1]:<5} corr {res.correlation:.6f}  mean rel L1 "
             f"{res.mean_rel_l1:.2e}  {'PASS' if res.passed else 'FAIL: ' + '; '.join(res.failures)}"
         )
     est = layer.modelled(cfg)

@@ -103,8 +103,9 @@ def layer_costs(cfg):
         "swiglu": "silu_mul_bf16",
     }
     for name, _, per_pe in eltwise_launches(cfg):
-        if name in entries:
-            per_call[entries[name]] = per_pe / 16 * ELTWISE_OPS_PER_VECTOR
+        entry = "rope_bf16" if name.startswith("rope_") else entries.get(name)
+        if entry:
+            per_call[entry] = per_pe / 16 * ELTWISE_OPS_PER_VECTOR
     return aiesim.Costs(
         bd_setup=BD_SETUP_CYCLES,
         lock=LOCK_CYCLES,

@@ -2,12 +2,12 @@
 """Issue 51, "What it shows", last part (docs/sim_shows.md, section 3): the ELF flow's second dispatch,
 which mlir-air's smolvla/docs/profile.md reports failing for a single-launch, multi-iteration ELF with no
 mechanism pinned. host/sim_elf.py takes the project's decoder layer module (o_gemv_ffn_int4.py at
-sim_check's small layer: nine launches) as the ELF flow compiles it and runs it from its instruction
+sim_check's small layer: eleven launches) as the ELF flow compiles it and runs it from its instruction
 streams for several dispatches.
 
 * aircc's ELF lowering (--output-format elf) gives the module the same npu.air.mlir as the project's
-  compile: no between-iteration load_pdi, no reset clone. The main stream is nine segments, each a
-  load_pdi (PDI ids 9 down to 1) followed by that launch's own stream word for word, writing shim BDs 0-2,
+  compile: no between-iteration load_pdi, no reset clone. The main stream is eleven segments, each a
+  load_pdi (PDI ids 11 down to 1) followed by that launch's own stream word for word, writing shim BDs 0-2,
   task queues and S2MM_0_Ctrl only.
 * NOT reproduced: dispatches 2 and 3 give dispatch 1's outputs bit for bit (deterministic order, seed 0),
   nothing left behind; and so they do in a what-if where no load_pdi resets anything.
@@ -62,11 +62,13 @@ def test_the_main_stream_is_a_load_pdi_then_each_launchs_own_stream(layer):
         "residual2_seg",
         "next_rms_norm_seg",
         "next_qkv0_seg",
+        "rope_q_seg",
+        "rope_k_seg",
     ]
-    # aiecc numbers the PDIs from the last launch: 9 for the first, 1 for the last; no size or address
-    assert [ln["pdi_id"] for ln in launches] == list(range(9, 0, -1))
+    # aiecc numbers the PDIs from the last launch: 11 for the first, 1 for the last; no size or address
+    assert [ln["pdi_id"] for ln in launches] == list(range(11, 0, -1))
     assert all(ln["pdi_words"] == [0, 0, 0] for ln in launches)
-    assert launches[0]["offset"] == 16 and ms["size"] == 23592
+    assert launches[0]["offset"] == 16 and ms["size"] == 24716
     for ln in launches:
         # nothing but shim tiles (row 0): no lock, core, memtile or tile-DMA register in any stream
         assert all(row == 0 for _, row in ln["tiles"]), ln

@@ -124,3 +124,41 @@ def test_rms_norm_rounds_x_times_r_once(lib):
         .astype(np.float64)
     )
     assert np.any(np.abs(twice - exact) > bound)
+
+
+def rope_table(position: int, d: int, theta: float = 500000.0) -> np.ndarray:
+    """[cos | sin] of one position for heads of d (plain RoPE frequencies), bf16."""
+    angles = position * theta ** (-np.arange(0, d, 2) / d)
+    return np.concatenate([np.cos(angles), np.sin(angles)]).astype(bfloat16)
+
+
+@pytest.mark.parametrize("n,d", [(64, 64), (2048, 64), (512, 128)])
+def test_rope_matches_model(lib, n, d):
+    lib.rope_bf16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int32] * 2
+    lib.rope_bf16.restype = None
+    x, table = aligned(activations(n, 5, scale=3.0)), aligned(rope_table(37, d))
+    out = aligned_empty(x.shape, bfloat16)
+    lib.rope_bf16(x.ctypes.data, table.ctypes.data, out.ctypes.data, n, d)
+    assert np.array_equal(bits(out), bits(model.rope(x, table, d)))
+
+
+def test_rope_is_hugging_faces_rotation_rounded_once():
+    """Against Llama's rotate_half form in float64 (q * cos + rotate_half(q) * sin, rotate_half(q) =
+    [-q2, q1]): each output within half a bf16 unit of the exact value of the bf16 operands; position 0
+    (cos 1, sin 0) is the identity (up to the sign of a zero: -0 - (-0) * 0 is +0)."""
+    d, x = 64, activations(2048, 6, scale=3.0)
+    table = rope_table(1234, d)
+    cos = np.tile(table[: d // 2].astype(np.float64), 2)
+    sin = np.tile(table[d // 2 :].astype(np.float64), 2)
+    q = x.astype(np.float64).reshape(-1, d)
+    rotated = np.concatenate([-q[:, d // 2 :], q[:, : d // 2]], axis=1)
+    exact = (q * cos + rotated * sin).reshape(-1)
+    got = model.rope(x, table, d).astype(np.float64)
+    ulp = np.spacing(np.abs(exact).astype(bfloat16).astype(np.float32)).astype(
+        np.float64
+    )
+    half_ulp_bf16 = ulp * 2.0**16 / 2  # bf16 has 16 fewer significand bits than f32
+    assert (np.abs(got - exact) <= half_ulp_bf16 + 1e-38).all()
+    assert np.array_equal(
+        model.rope(x, rope_table(0, d), d).astype(np.float32), x.astype(np.float32)
+    )

@@ -15,6 +15,7 @@ from ml_dtypes import bfloat16
 
 from int4awq.errors import ConfigError
 from int4awq.formats.quant import random_activations, random_weights
+from int4awq.formats import rope
 from int4awq.kernel import eltwise_model as em
 from int4awq.kernel import record
 from int4awq.kernel.kernel_model import kernel_gemv_model
@@ -36,7 +37,8 @@ def u16(x):
 @pytest.mark.parametrize("with_next", [False, True])
 def test_every_launch_is_the_model_bit_for_bit(with_next):
     """Each launch's output bit for bit the kernels' models chained; with_next: the module also ends with
-    the next layer's attention norm and a q, k, v GEMV (a third kernel object, tile 32 x 64).
+    the next layer's attention norm, a q, k, v GEMV (a third kernel object, tile 32 x 64) and the RoPE of
+    its q and k (8 query and 4 key/value heads of 64, at position 77).
     """
     sys.path.insert(0, os.path.join(REPO, "emulator"))
     from air.backend.xrt import XRTBackend
@@ -55,6 +57,7 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
         GemvConfig(m=1, k=E, n=2 * H, gs=128, tile_n=32, tile_k_l1=128),
         gemv(H, E),
         nxt,
+        (64, 8, 4) if with_next else (),
     )
     prefixes = ["", "k1_", ""] + (["k2_"] if with_next else [])
     assert [g.symbol_prefix for g in cfg.launch_gemvs] == prefixes
@@ -65,6 +68,7 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
         "x": random_activations(1, E, 2),
         "ffn_norm": (1 + 0.1 * rng.standard_normal((1, E))).astype(bfloat16),
         "next_norm": (1 + 0.1 * rng.standard_normal((1, E))).astype(bfloat16),
+        "rope_table": rope.table(rope.base_frequencies(500000.0, 64), 77),
     }
     weights = {
         name: random_weights(g.k, g.n, 128, seed=4 + i)
@@ -95,6 +99,9 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
     if with_next:
         want["next_normed"] = em.rms_norm(want["out"][0], given["next_norm"][0])[None]
         want["qkv0"] = kernel_gemv_model(want["next_normed"], weights["w_qkv0"], 64)
+        table = given["rope_table"][0]
+        want["q_roped"] = em.rope(want["qkv0"][:, :512], table, 64)
+        want["k_roped"] = em.rope(want["qkv0"][:, 512:768], table, 64)
     for name, value in want.items():
         np.testing.assert_array_equal(
             u16(got[name].reshape(value.shape)), u16(value), err_msg=name
@@ -189,6 +196,21 @@ def test_layer_module_runs_a_checkpoint_layer(tmp_path, kind):
             ["--decoder-layer", "0", "--layer-module", "--fused"],
             "cannot be combined with --fused",
         ),
+        (
+            ["--decoder-layer", "0", "--layer-module", "--position", "3"],
+            "--position 3: a non-negative position, with --next-qkv",
+        ),
+        (
+            [
+                "--decoder-layer",
+                "0",
+                "--layer-module",
+                "--next-qkv",
+                "--position",
+                "-1",
+            ],
+            "--position -1: a non-negative position",
+        ),
     ],
 )
 def test_layer_module_bad_options_are_one_line(tmp_path, args, message):
@@ -253,20 +275,25 @@ def test_the_module_can_end_with_the_next_layers_qkv(tmp_path):
     """--next-qkv: the next layer's attention norm and q, k, v GEMVs join the module (hidden 2048, so that
     q, k and v fill 32 PEs: q 2048, k and v 512 each). A Q4_K_M file: q | k and v (its v is Q6_K), two
     GEMVs on kernel objects of their own; AWQ's single q, k, v GEMV is the bit-for-bit test's, and make
-    aircc-check compiles it at Llama-3.2-1B's shapes."""
+    aircc-check compiles it at Llama-3.2-1B's shapes. Then q and k rotated at position 1000 (the file's
+    freq_base and rope_freqs divisors), each against float64 of the q and k the module wrote and of the chain.
+    """
     path = q4_k_m_file(tmp_path / "l.gguf", 2048, 256, layers=2)
-    code, out, err = run_layer(path, "--next-qkv")
+    code, out, err = run_layer(path, "--next-qkv", "--position", "1000")
     assert code == 0, out + err
     stages = [line.split()[2] for line in layer_lines(out)]
     # the layer's launches, then the next norm and q, k, v each against float64 of what their launch read,
     # then the layer and q, k, v against the float chain from x
-    assert stages[8:] == ["next_norm", "next_q", "next_k", "next_v"] + [
+    assert stages[8:] == ["next_norm", "next_q", "next_k", "next_v", "rope_q"] + [
+        "rope_k",
         "layer",
         "layer>q",
         "layer>k",
         "layer>v",
+        "layer>q_roped",
+        "layer>k_roped",
     ], stages
-    assert "one dispatch of 10 launches" in out and out.rstrip().endswith("PASS!")
+    assert "one dispatch of 12 launches" in out and out.rstrip().endswith("PASS!")
     assert all(line.endswith("PASS") for line in layer_lines(out)), out
 
 
