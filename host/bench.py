@@ -721,7 +721,7 @@ def _layer_module_line(fmt: str, gs: int, qkv_s: float) -> str:
         f"{fmt}: one token, MODELLED (projections, residuals, the FFN's RMSNorm and SwiGLU; no attention, LM "
         f"head), o_proj + FFN as one module of 7 launches (o_gemv_ffn_int4.py, {own.seconds * 1e6:.1f} us, "
         f"{own.ddr_bytes / 1e6:.2f} MB): with qkv_proj apart, {2 * LAYERS} dispatches, {two * 1e3:.2f} ms = "
-        f"{1 / two:.1f} tok/s; ending with the next layer's norm and q, k, v ({len(chained.launches)} launches, "
+        f"{1 / two:.1f} tok/s; ending with the next layer's norm, q, k, v and RoPE ({len(chained.launches)} launches, "
         f"{chained.seconds * 1e6:.1f} us), {LAYERS + 1} dispatches, {one * 1e3:.2f} ms = {1 / one:.1f} tok/s; "
         f"{model.FIXED_S * 1e6:.0f} us a dispatch, launch boundaries inside one "
         f"{layer.LAUNCH_BOUNDARY_S * 1e6:.0f} us (mlir-air #1653)"
