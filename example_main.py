@@ -39,6 +39,21 @@ def add_arguments(parser) -> None:
     )
 
 
+def seeded_operands(rows: int, k: int, gs: int, seed: int = 42):
+    """mlir-air's examples' int4 operands of a W with `rows` output rows: (W_q [rows, K / 2] uint8, two
+    uniform codes a byte along K, the even k low; W_s [K / GS, rows] bf16 in [0.005, 0.02); W_z [K / GS,
+    rows] uint8, 7 or 8) and the generator, for the activations."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 16, (rows, k), dtype=np.uint8)
+    w_q = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    w_s = rng.uniform(0.005, 0.02, (k // gs, rows)).astype(bfloat16)
+    w_z = rng.integers(7, 9, (k // gs, rows), dtype=np.uint8)
+    return w_q, w_s, w_z, rng
+
+
 def kernel_object(cfg, target: str) -> str:
     """`make -C kernels <target>` for the configuration's kernel object (peano: the AIE2P object; host: the
     library the emulator runs); its path, or a one-line error and exit 2."""

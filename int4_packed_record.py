@@ -248,6 +248,8 @@ FORMAT_SPECS = {
     "mxfp4": RecordFormat("e2m1"),
 }
 FORMATS = tuple(FORMAT_SPECS)
+# Each format's usual group size: AWQ checkpoints' 128; GGUF's 32 (Q6_K's 16); the MX group, 32.
+FORMAT_GS = {f: {"awq": 128, "int8_triple": 16}.get(f, 32) for f in FORMATS}
 
 
 def fold_span(tile_k: int, gs: int, fmt: str = "awq") -> int:

@@ -570,13 +570,7 @@ def main(argv=None) -> int:
         return 2
 
     def operands():
-        # mlir-air's example's operands: uniform codes, scales in [0.005, 0.02), zero points 7 or 8
-        rng = np.random.default_rng(42)
-        codes = rng.integers(0, 16, (args.n, args.k), dtype=np.uint8)
-        w_q = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
-        groups = args.k // args.gs
-        w_s = rng.uniform(0.005, 0.02, (groups, args.n)).astype(bfloat16)
-        w_z = rng.integers(7, 9, (groups, args.n), dtype=np.uint8)
+        w_q, w_s, w_z, rng = example_main.seeded_operands(args.n, args.k, args.gs)
         a = rng.standard_normal((args.m, args.k)).astype(bfloat16)
         packed = pack_inputs(
             w_q, w_s, w_z, args.m, args.k, args.n, args.gs, args.tile_n, args.tile_k_l1

@@ -542,13 +542,7 @@ def main(argv=None) -> int:
         return 2
 
     def operands():
-        # mlir-air's example's operands: uniform codes, scales in [0.005, 0.02), zero points 7 or 8
-        rng = np.random.default_rng(42)
-        codes = rng.integers(0, 16, (args.m, args.k), dtype=np.uint8)
-        a_q = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
-        groups = args.k // args.gs
-        a_s = rng.uniform(0.005, 0.02, (groups, args.m)).astype(bfloat16)
-        a_z = rng.integers(7, 9, (groups, args.m), dtype=np.uint8)
+        a_q, a_s, a_z, rng = example_main.seeded_operands(args.m, args.k, args.gs)
         b = rng.standard_normal((args.rows, args.k)).astype(bfloat16)
         packed = pack_inputs(a_q, a_s, a_z, *shape, args.m_per_launch)
         d = cpu_reference(a_q, a_s, a_z, b)

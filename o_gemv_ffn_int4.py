@@ -91,7 +91,14 @@ except ImportError as e:  # as a script without mlir-air: say what to do
     )
     sys.exit(2)
 
-from int4_packed_record import COLUMNS, LayerConfig
+from int4_packed_record import (
+    COLUMNS,
+    FORMAT_GS,
+    FORMATS,
+    ConfigError,
+    GemvConfig,
+    LayerConfig,
+)
 from matvec_int4_packed import (
     gemv_kernel_funcs,
     gemv_l3_types,
@@ -307,14 +314,37 @@ def backend_options(cfg: LayerConfig) -> dict:
     )
 
 
-def main(argv=None) -> int:
-    """-p: print Llama-3.2-1B's layer module (each GEMV at its default configuration) and stop. Runs go
-    through host/run.py --layer-module (make run_llama_decode_layer), which reads a checkpoint's layer.
-    """
-    from int4awq.design import layer
-    from int4awq.errors import ConfigError
-    from int4awq.kernel.record import FORMATS
+# Llama-3.2-1B: hidden 2048, intermediate 8192; the next layer's q, k, v fused (N 3072) and their RoPE
+LLAMA_SHAPES = dict(hidden=2048, intermediate=8192, qkv=3072, rope=(64, 32, 8))
 
+
+def first_legal(k: int, n: int, fmt: str) -> GemvConfig:
+    """A legal decode GEMV of K x N in format fmt: the first record tile and L2 refill, in this order, that
+    every rule admits (not the modelled best: host/run.py chooses that)."""
+    first = None
+    for tile_n in (64, 32, 96, 128, 16):
+        for tile_k_l2 in (k, 2048, 1024, 512, 256):
+            try:
+                return GemvConfig(
+                    m=1,
+                    k=k,
+                    n=n,
+                    gs=FORMAT_GS[fmt],
+                    tile_n=tile_n,
+                    tile_k_l1=128,
+                    tile_k_l2=min(tile_k_l2, k),
+                    format=fmt,
+                )
+            except ConfigError as e:
+                first = first or e
+    raise first
+
+
+def main(argv=None) -> int:
+    """-p: print Llama-3.2-1B's layer module (--next-qkv: ending with the next layer's q, k, v and their
+    RoPE), each GEMV at the first legal configuration (first_legal), and stop. Runs go through host/run.py
+    --layer-module (make run_llama_decode_layer), which reads a checkpoint's layer and picks each GEMV's
+    modelled best. Imports nothing of the tools (int4awq)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "-p",
@@ -326,7 +356,12 @@ def main(argv=None) -> int:
         "--format",
         choices=FORMATS,
         default="awq",
-        help="the three GEMVs' weight format",
+        help="the GEMVs' weight format",
+    )
+    parser.add_argument(
+        "--next-qkv",
+        action="store_true",
+        help="end with the next layer's q, k, v GEMV and their RoPE",
     )
     args = parser.parse_args(argv)
     if not args.print_module_only:
@@ -336,8 +371,16 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    e, h, qkv = (LLAMA_SHAPES[k] for k in ("hidden", "intermediate", "qkv"))
     try:
-        print(build_module(layer.llama_layer((args.format,) * 3)))
+        cfg = LayerConfig.named(
+            first_legal(e, e, args.format),
+            first_legal(e, 2 * h, args.format),
+            first_legal(h, e, args.format),
+            (first_legal(e, qkv, args.format),) if args.next_qkv else (),
+            LLAMA_SHAPES["rope"] if args.next_qkv else (),
+        )
+        print(build_module(cfg))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -42,6 +42,7 @@ from ..formats.quant import (
 )
 
 from int4_packed_record import (  # the example's rules, beside the builders
+    FORMAT_GS,  # each format's usual group size: seeded weights' and the default table's rows'
     FORMAT_SPECS,
     FORMATS,
     KERNEL_LIVE_BYTES,
@@ -77,10 +78,6 @@ def leaves_default_spare(l1_total: int) -> bool:
     """Whether a configuration using l1_total bytes of a PE's L1 may be a default (DEFAULT_L1_SPARE)."""
     return l1_total <= L1_BYTES - DEFAULT_L1_SPARE
 
-
-# Each format's usual group size: the default for seeded weights, and the group of its rows in the default
-# configuration table (int4awq.design.sweep): AWQ checkpoints' 128; GGUF's 32 (Q6_K's 16); the MX group, 32.
-FORMAT_GS = {f: {"awq": 128, "int8_triple": 16}.get(f, 32) for f in FORMATS}
 
 # The tiles a configuration search tries (int4awq.design.sweep for the GEMM, int4awq.design.gemv for the decode GEMV), and
 # so the tiles the kernel cost model's table covers (int4awq.design.kernel_cost).

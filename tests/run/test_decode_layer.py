@@ -253,21 +253,25 @@ def test_attention_at_position_0_is_each_query_heads_value():
 
 
 def test_the_builder_prints_llama_layer_module():
+    """o_gemv_ffn_int4.py -p: Llama-3.2-1B's layer, each GEMV at its first legal configuration (o_proj,
+    gate_up and down on one 64-column object); --next-qkv adds the norm, the q, k, v GEMV (its 32-column
+    tile a second object, its entries prefixed) and the two RoPE launches."""
     import subprocess
 
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "o_gemv_ffn_int4.py"), "-p"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("air.launch") == 7
-    # AWQ: o_proj and down on one object, gate_up's 128-column tile on a second, its entries prefixed
-    assert (
-        "@k1_gemv_int4_accumulate" in proc.stdout
-        and "@gemv_int4_accumulate" in proc.stdout
-    )
-    assert "@rms_norm_bf16" in proc.stdout and "@silu_mul_bf16" in proc.stdout
+    def printed(*more):
+        proc = subprocess.run(
+            [sys.executable, os.path.join(REPO, "o_gemv_ffn_int4.py"), "-p", *more],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    plain, chained = printed(), printed("--next-qkv")
+    assert plain.count("air.launch") == 7 and chained.count("air.launch") == 11
+    assert "@gemv_int4_accumulate" in plain and "@k1_gemv_int4_accumulate" not in plain
+    assert "@rms_norm_bf16" in plain and "@silu_mul_bf16" in plain
+    assert "@k1_gemv_int4_accumulate" in chained and "@rope_bf16" in chained
 
 
 @pytest.mark.slow
