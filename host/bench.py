@@ -26,7 +26,13 @@ sys.path.insert(0, REPO)
 
 from int4awq.design import compiler  # noqa: E402
 from int4awq.design.kernel_cost import CLOCK_HZ, calibration  # noqa: E402
-from int4awq.design.llama import FUSED, FUSED_DISPATCHES, LAYERS, shape_of  # noqa: E402
+from int4awq.design.llama import (  # noqa: E402
+    FUSED,
+    FUSED_DISPATCHES,
+    LAYERS,
+    VOCAB,
+    shape_of,
+)
 from int4awq.errors import (
     ConfigError,
     missing_module_line,
@@ -701,6 +707,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
         )
     )
     print(_layer_module_line(fmt, gs, seconds["qkv_proj"]))
+    print(_head_line(fmt, gs))
     return failures
 
 
@@ -725,6 +732,21 @@ def _layer_module_line(fmt: str, gs: int, qkv_s: float) -> str:
         f"{chained.seconds * 1e6:.1f} us), {LAYERS + 1} dispatches, {one * 1e3:.2f} ms = {1 / one:.1f} tok/s; "
         f"{model.FIXED_S * 1e6:.0f} us a dispatch, launch boundaries inside one "
         f"{layer.LAUNCH_BOUNDARY_S * 1e6:.0f} us (mlir-air #1653)"
+    )
+
+
+def _head_line(fmt: str, gs: int) -> str:
+    """The LM head (host/run.py --layer lm_head) at Llama-3.2-1B's shape on the GEMV, one dispatch: K = the
+    hidden size, N = the vocabulary, padded to whole launch iterations (MODELLED)."""
+    from int4awq.design import gemv
+
+    k, vocab = shape_of("o_proj")[0], VOCAB
+    cfg = gemv.default_config(1, k, vocab, gs, fmt)
+    est = gemv.modelled(cfg, 1, vocab)
+    return (
+        f"{fmt}: LM head, MODELLED (K {k}, vocabulary {vocab} padded to {cfg.n}; tile_n {cfg.tile_n}, "
+        f"tile_k_l1 {cfg.tile_k_l1}): one dispatch, {est.seconds * 1e6:.1f} us, {est.ddr_bytes / 1e6:.1f} MB "
+        f"of DDR, {est.bound}-bound"
     )
 
 

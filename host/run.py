@@ -141,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
         "and Q4_0 tensors); the file decides the format, except that --format awq_f16 keeps an int4 "
         "checkpoint's fp16 scales exactly (a --format the file cannot give is refused)",
     )
-    p.add_argument("--layer", help="with --weights: the linear layer to run")
+    p.add_argument(
+        "--layer",
+        help="with --weights: the linear layer to run; lm_head: the model's LM head, however the file holds "
+        "it (GGUF output.weight or the tied token_embd.weight; a checkpoint's lm_head or tied embed_tokens)",
+    )
     p.add_argument(
         "--expert",
         type=int,
@@ -180,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --layer-module: the module also computes the next layer's attention RMSNorm and its q, k, "
         "v GEMVs (fused where the file's types allow), and rotates q and k (RoPE, the file's parameters), so "
         "a token needs one dispatch a layer plus one",
+    )
+    p.add_argument(
+        "--head-format",
+        choices=["awq"],
+        default=None,
+        help="with --layer lm_head: a float LM head quantised at load to AWQ int4 g128 (the rounding is "
+        "reported); default: the head in the file's own format, a float one refused",
     )
     p.add_argument(
         "--position",
@@ -319,6 +330,10 @@ def check_options(args) -> None:
     if args.next_qkv and not args.layer_module:
         raise ConfigError(
             "--next-qkv extends the decoder layer module: it needs --decoder-layer L --layer-module"
+        )
+    if args.head_format is not None and args.layer != "lm_head":
+        raise ConfigError(
+            "--head-format quantises the LM head: it needs --weights PATH --layer lm_head"
         )
     if args.position is not None and (not args.next_qkv or args.position < 0):
         raise ConfigError(
@@ -496,7 +511,7 @@ def load_activations(path: str) -> np.ndarray:
 def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
     """(A [M, K] bf16, weights) from the options: a checkpoint layer or seeded random weights."""
     if args.awq is not None:
-        from int4awq.formats.weights_file import load
+        from int4awq.formats.weights_file import HEAD, load, load_head
 
         if not args.layer:
             raise ConfigError("--weights needs --layer NAME (see --list-layers)")
@@ -504,9 +519,14 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
             raise ConfigError(
                 "--exact makes its own weights; it cannot be combined with --weights"
             )
-        w, summary = load(
-            args.awq, args.layer, fmt=args.format_given, expert=args.expert
-        )
+        if args.layer == HEAD:  # the model's LM head, however the file holds it
+            w, summary, args.float_head = load_head(
+                args.awq, args.head_format, args.format_given
+            )
+        else:
+            w, summary = load(
+                args.awq, args.layer, fmt=args.format_given, expert=args.expert
+            )
         args.format = w.format  # the file's format decides
         print(summary)
         if args.gs not in (None, w.gs):
@@ -1125,12 +1145,32 @@ def _main(argv) -> int:
     emu = {}
     cfg, result, c = run_gemm(args, a, w, emu=emu)
     print(f"pes={pes_of(cfg)}   (compute tiles used, of 32)")
+    if args.layer == "lm_head":  # the token each row picks, greedy
+        print(head_lines(a, w, np.asarray(c, np.float32)[:, : w.n], args.float_head))
     print(result.report(), flush=True)
     if args.save is not None:
         save_outputs(args.save, a, c, w)
     if args.report:
         print_report(cfg, emu.get("backend", ""), emu)
     return 0 if result.passed else 1
+
+
+def head_lines(a, w, logits, float_head) -> str:
+    """The LM head's verdict on the token: the top-1 of each row against the float64 reference of the same
+    weights, and, for a head quantised at load, the float64 logits of the float head against those of the
+    quantised one (what the rounding costs)."""
+    want = reference_gemm(a, w)[0]
+    same = int((logits.argmax(axis=1) == want.argmax(axis=1)).sum())
+    lines = [f"top-1 token      {same} of {len(want)} rows as the float64 reference's"]
+    if float_head is not None:
+        exact = a.astype(np.float64) @ float_head.astype(np.float64)
+        corr = float(np.corrcoef(exact.ravel(), want.ravel())[0, 1])
+        agree = int((exact.argmax(axis=1) == want.argmax(axis=1)).sum())
+        lines.append(
+            f"head rounding    the float head's logits against the quantised head's: correlation "
+            f"{corr:.6f}, top-1 equal in {agree} of {len(want)} rows (float64 both)"
+        )
+    return "\n".join(lines)
 
 
 def build_only(args, m: int, w) -> int:

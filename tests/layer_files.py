@@ -43,8 +43,14 @@ def layer_shapes(e, h) -> list[tuple[int, int]]:
     return [(e, e), (e, kv), (e, kv), (e, e), (e, h), (e, h), (h, e)]
 
 
-def awq_checkpoint(d, e=E, h=H, layers=1):
-    """Llama-shaped decoder layers (hidden e, intermediate h; head_dim e / 8), AutoAWQ GEMM format, GS 128."""
+# the LM head's vocabulary in the files that have one: not a multiple of the GEMV's 512 columns (padded)
+VOCAB = 1000
+
+
+def awq_checkpoint(d, e=E, h=H, layers=1, head=None):
+    """Llama-shaped decoder layers (hidden e, intermediate h; head_dim e / 8), AutoAWQ GEMM format, GS 128;
+    head "float": a bf16 lm_head.weight [VOCAB, e] as AutoAWQ leaves it, "tied": no lm_head, a bf16
+    model.embed_tokens.weight and tie_word_embeddings (Llama-3.2-1B's)."""
     from test_checkpoints import (
         AWQ_CFG,
         awq_tensors,
@@ -66,6 +72,9 @@ def awq_checkpoint(d, e=E, h=H, layers=1):
             tensors[f"model.layers.{layer}.{norm}.weight"] = st_bytes(
                 1 + 0.1 * rng.standard_normal(e), "BF16"
             )
+    if head is not None:
+        name = "lm_head.weight" if head == "float" else "model.embed_tokens.weight"
+        tensors[name] = st_bytes(0.05 * rng.standard_normal((VOCAB, e)), "BF16")
     d.mkdir(parents=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
@@ -73,6 +82,7 @@ def awq_checkpoint(d, e=E, h=H, layers=1):
         "num_key_value_heads": KV_HEADS,
         "rope_theta": ROPE_THETA,
         "rope_scaling": LLAMA3_SCALING,
+        "tie_word_embeddings": head == "tied",
         "quantization_config": AWQ_CFG | {"group_size": 128},
     }
     (d / "config.json").write_text(json.dumps(config))
@@ -80,9 +90,10 @@ def awq_checkpoint(d, e=E, h=H, layers=1):
     return d
 
 
-def q4_k_m_file(path, e=E, h=H, layers=1):
+def q4_k_m_file(path, e=E, h=H, layers=1, head=None):
     """The same layer as a Q4_K_M GGUF file keeps it: attn_v and ffn_down in Q6_K, the rest Q4_K (small
-    positive scales, so the layer's values stay in a model's range)."""
+    positive scales, so the layer's values stay in a model's range); head "output": an output.weight in
+    Q6_K [VOCAB x e], "tied": token_embd.weight in Q6_K and no output.weight."""
     import gguf
 
     from test_gguf_quants import TYPES, raw_blocks
@@ -104,6 +115,12 @@ def q4_k_m_file(path, e=E, h=H, layers=1):
         for layer in range(layers)
         for p, kind in kinds.items()
     }
+    if head is not None:
+        name = "output.weight" if head == "output" else "token_embd.weight"
+        tensors[name] = (
+            raw_blocks("Q6_K", e, VOCAB, TYPES["Q6_K"][2], rng, fp16=small),
+            "Q6_K",
+        )
     for norm in [
         f"blk.{layer}.{n}" for layer in range(layers) for n in ("attn_norm", "ffn_norm")
     ]:

@@ -13,6 +13,7 @@ PROJECTIONS = {
     "down_proj": (8192, 2048),
 }
 LAYERS = 16  # num_hidden_layers
+VOCAB = 128256  # vocab_size: the LM head's N (tied to the token embedding)
 
 # The projections that read the same input, fused along N into one GEMV (int4awq.formats.fuse): their
 # outputs side by side in one C, in this order

@@ -1078,3 +1078,32 @@ def rope_frequencies(path: str | Path, d: int) -> np.ndarray:
             "(give the checkpoint's directory)"
         )
     return config_frequencies(_load_json(config), d, str(config))
+
+
+def head_source(path: str | Path) -> tuple[str, bool]:
+    """(what the model's LM head is read from, tied): a quantized layer "lm_head" (its qweight, as the
+    checkpoint's other layers), a float "lm_head.weight", or, where the checkpoint ties its embeddings
+    (config.json tie_word_embeddings, or no lm_head tensor at all), "model.embed_tokens.weight".
+    """
+    ck = _Checkpoint(path)
+    names = set(ck.names())
+    if "lm_head.qweight" in names or "lm_head.weight_packed" in names:
+        return "lm_head", False
+    if "lm_head.weight" in names:
+        return "lm_head.weight", False
+    if "model.embed_tokens.weight" in names:
+        return "model.embed_tokens.weight", True
+    raise not_found("tensor", "lm_head.weight", path, "tensors", ck.names())
+
+
+def load_float_matrix(path: str | Path, name: str) -> np.ndarray:
+    """2-D float tensor `name` of a checkpoint (an LM head or embedding, [vocab, hidden]) as float32."""
+    ck = _Checkpoint(path)
+    e = ck.entry(name)
+    if e is None:
+        raise not_found("tensor", name, path, "tensors", ck.names())
+    if len(e.shape) != 2 or e.dtype not in ("F32", "F16", "BF16"):
+        raise ConfigError(
+            f"{name}: {e.dtype} {list(e.shape)}: an LM head is a 2-D F32, F16 or BF16 tensor"
+        )
+    return ck.read(e, name).astype(np.float32)

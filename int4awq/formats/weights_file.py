@@ -320,6 +320,62 @@ def random_format_weights(
     return random_weights(k, n, gs, seed, exact=exact, scale_pair=fmt == "awq_f16")
 
 
+# The name --layer takes for the model's LM head, however the file holds it (load_head)
+HEAD = "lm_head"
+# What --head-format takes: a float head quantised at load to AWQ int4 (round to nearest, AutoAWQ's zero
+# point) at this group size
+HEAD_GS = 128
+
+
+def load_head(path: str | Path, head_format: str | None = None, fmt: str | None = None):
+    """(weights, summary line, the float head [hidden, vocab] float32 where it was quantised at load, else
+    None) of the model's LM head, W [hidden, vocab]: GGUF's output.weight, or
+    token_embd.weight where the file ties it, in its own type; a checkpoint's quantized lm_head as its other
+    layers, or its float lm_head.weight (model.embed_tokens.weight when tied) quantised at load to AWQ int4
+    g128 with head_format "awq" (quant.quantize_awq; the summary reports the rounding). A float head without
+    head_format is refused: no bf16 GEMV is built yet."""
+    import numpy as np
+
+    from .quant import dequantize, quantize_awq
+
+    if is_gguf(path):
+        from .gguf_file import gguf_contents
+
+        names = {t.name for t in gguf_contents(path).layers}
+        name = "output.weight" if "output.weight" in names else "token_embd.weight"
+        w, summary = load(path, name, fmt=fmt)
+        tied = " (tied: the token embedding)" if name == "token_embd.weight" else ""
+        return w, f"LM head{tied}: {summary}", None
+    from .checkpoints import head_source, load_float_matrix
+
+    name, tied = head_source(path)
+    if name == HEAD:
+        w, summary = load(path, HEAD, fmt=fmt)
+        return w, f"LM head: {summary}", None
+    if head_format != "awq":
+        raise ConfigError(
+            f"{path}: the LM head {name} is a float tensor: give --head-format awq (quantised at load to "
+            f"AWQ int4 g{HEAD_GS}); a bf16 GEMV is not built"
+        )
+    dense = load_float_matrix(path, name).T  # [hidden, vocab]: K x N
+    w = quantize_awq(np.ascontiguousarray(dense), HEAD_GS)
+    err = dequantize(w) - dense
+    rel = float(
+        np.sqrt(
+            (err.astype(np.float64) ** 2).sum() / (dense.astype(np.float64) ** 2).sum()
+        )
+    )
+    return (
+        w,
+        (
+            f"LM head {name}{' (tied: the token embedding)' if tied else ''}: float K={w.k} N={w.n}, quantised "
+            f"at load to AWQ int4 g{HEAD_GS} (round to nearest, bf16 scales): relative RMS error of the "
+            f"weights {rel:.2e}"
+        ),
+        dense,
+    )
+
+
 def layer_norms(path: str | Path, layer: int) -> tuple[np.ndarray, np.ndarray]:
     """Decoder layer `layer`'s RMSNorm weights (before the attention, before the FFN) as float32."""
     if is_gguf(path):

@@ -354,3 +354,18 @@ def test_sim_prints_every_format_at_2048_cubed_against_awq(
     # 1.3x itself meets the target; just over it does not (the ratio prints as 1.30 either way)
     assert rows["int4_min"].endswith(" 1.30 yes, MODELLED")
     assert rows["int8_triple"].endswith(" 1.30 no, MODELLED")
+
+
+def test_the_lm_head_line_is_the_gemv_at_the_padded_vocabulary():
+    """Llama-3.2-1B's head: K 2048, N 128256 padded to whole launch iterations of 32 PEs x tile_n (63 of
+    2048 columns at tile_n 64: 129024), the GEMV model's time and bytes for that configuration.
+    """
+    line = bench._head_line("awq", 128)
+    cfg = gemv.default_config(1, 2048, 128256, 128, "awq")
+    est = gemv.modelled(cfg, 1, 128256)
+    assert cfg.n % (32 * cfg.tile_n) == 0 and 0 <= cfg.n - 128256 < 32 * cfg.tile_n
+    assert line == (
+        f"awq: LM head, MODELLED (K 2048, vocabulary 128256 padded to {cfg.n}; tile_n {cfg.tile_n}, "
+        f"tile_k_l1 {cfg.tile_k_l1}): one dispatch, {est.seconds * 1e6:.1f} us, "
+        f"{est.ddr_bytes / 1e6:.1f} MB of DDR, DDR-bound"
+    )
