@@ -1313,6 +1313,8 @@ class LayerConfig:
     # (head_dim, query heads, key/value heads): the module also rotates the next layer's q and k (RoPE,
     # half-split) at the position whose [cos | sin] row it is given; () none
     rope: tuple[int, ...] = ()
+    # the model's LM head: the last layer's module ends with the final RMSNorm and this GEMV (logits)
+    head: GemvConfig | None = None
 
     def __post_init__(self):
         e, h = (
@@ -1337,6 +1339,13 @@ class LayerConfig:
             )
         if self.rope:
             self.check_rope()
+        if self.head is not None and (
+            self.next_qkv or (self.head.m, self.head.k) != (1, e)
+        ):
+            raise ConfigError(
+                f"the LM head: M={self.head.m} K={self.head.k}; the last layer's module needs M=1 K={e} "
+                "(hidden) and no next layer's q, k, v"
+            )
         seen = {}
         for cfg in self.launch_gemvs:
             key = replace(cfg.kernel, symbol_prefix="")
@@ -1394,16 +1403,18 @@ class LayerConfig:
         down: GemvConfig,
         next_qkv: tuple[GemvConfig, ...] = (),
         rope: tuple[int, ...] = (),
+        head: GemvConfig | None = None,
     ) -> "LayerConfig":
         """The configurations with the first distinct kernel object's entries named as usual and each
         further one's prefixed k1_, k2_, ..."""
         prefixes = {}
         out = []
-        for cfg in (o_proj, gate_up, down, *next_qkv):
+        for cfg in (o_proj, gate_up, down, *next_qkv, *([head] if head else [])):
             key = replace(cfg.kernel, symbol_prefix="")
             prefix = prefixes.setdefault(key, f"k{len(prefixes)}_" if prefixes else "")
             out.append(replace(cfg, symbol_prefix=prefix))
-        return cls(*out[:3], tuple(out[3:]), rope)
+        nxt = tuple(out[3 : 3 + len(next_qkv)])
+        return cls(*out[:3], nxt, rope, out[-1] if head else None)
 
     @property
     def gemvs(self) -> tuple[GemvConfig, GemvConfig, GemvConfig]:
@@ -1412,8 +1423,9 @@ class LayerConfig:
 
     @property
     def launch_gemvs(self) -> tuple[GemvConfig, ...]:
-        """Every GEMV launch of the module, in order: the layer's three, then the next layer's q, k, v."""
-        return self.gemvs + self.next_qkv
+        """Every GEMV launch of the module, in order: the layer's three, then the next layer's q, k, v or
+        the LM head."""
+        return self.gemvs + self.next_qkv + ((self.head,) if self.head else ())
 
     @property
     def hidden(self) -> int:
@@ -1435,12 +1447,14 @@ class LayerConfig:
             + [("w_gate_up", self.gate_up), ("w_down", self.down)]
             + ([("next_norm", e)] + qkv if nxt else [])
             + ([("rope_table", self.rope[0])] if rope else [])
+            + ([("final_norm", e), ("w_head", self.head)] if self.head else [])
             + [("proj", e), ("h", e), ("normed", e), ("gate_up", 2 * h), ("act", h)]
             + [("down", e)]
             + ([("next_normed", e)] if nxt else [])
             + [("out", e)]
             + [(f"qkv{i}", g.n) for i, g in enumerate(self.next_qkv)]
             + [(f"{name}_roped", n) for name, _, _, n, _ in rope]
+            + ([("final_normed", e), ("logits", self.head.n)] if self.head else [])
         )
 
     def index(self, name: str) -> int:

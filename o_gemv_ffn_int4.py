@@ -290,6 +290,16 @@ def build_module(cfg: LayerConfig):
             )
             for i, g in enumerate(cfg.next_qkv):
                 gemv(g, "next_normed", f"w_qkv{i}", f"qkv{i}", f"next_qkv{i}")
+        if cfg.head:  # the last layer: the final RMSNorm and the LM head (logits)
+            eltwise(
+                "rms_norm",
+                "final_rms_norm",
+                e,
+                1,
+                [("out", 0), ("final_norm", 0)],
+                ["out", "final_norm", "final_normed"],
+            )
+            gemv(cfg.head, "final_normed", "w_head", "logits", "head")
         for part, src, offset, n, pes in ropes:
             eltwise(
                 "rope",

@@ -199,12 +199,13 @@ def designs(all_configs: bool = False) -> list[Design]:
     import o_gemv_ffn_int4
     from int4awq.design import layer
 
-    for what, formats, next_qkv in (
-        ("AWQ", ("awq",) * 3, None),
-        ("Q4_K_M", ("int4_min_bf16", "int4_min_bf16", "int8_triple"), None),
-        ("AWQ, ending with the next layer's q, k, v", ("awq",) * 3, "awq"),
+    for what, formats, next_qkv, head in (
+        ("AWQ", ("awq",) * 3, None, None),
+        ("Q4_K_M", ("int4_min_bf16", "int4_min_bf16", "int8_triple"), None, None),
+        ("AWQ, ending with the next layer's q, k, v", ("awq",) * 3, "awq", None),
+        ("AWQ, the last layer, ending with the LM head", ("awq",) * 3, None, "awq"),
     ):
-        cfg = layer.llama_layer(formats, next_qkv_format=next_qkv)
+        cfg = layer.llama_layer(formats, next_qkv_format=next_qkv, head_format=head)
         out.append(
             Design(
                 f"decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), {what}",

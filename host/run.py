@@ -186,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         "a token needs one dispatch a layer plus one",
     )
     p.add_argument(
+        "--head",
+        action="store_true",
+        help="with --layer-module: the module ends with the model's final RMSNorm and its LM head (the last "
+        "layer's dispatch gives the logits; the head as --layer lm_head reads it)",
+    )
+    p.add_argument(
         "--head-format",
         choices=["awq"],
         default=None,
@@ -331,9 +337,13 @@ def check_options(args) -> None:
         raise ConfigError(
             "--next-qkv extends the decoder layer module: it needs --decoder-layer L --layer-module"
         )
-    if args.head_format is not None and args.layer != "lm_head":
+    if args.head_format is not None and args.layer != "lm_head" and not args.head:
         raise ConfigError(
-            "--head-format quantises the LM head: it needs --weights PATH --layer lm_head"
+            "--head-format quantises the LM head: it needs --weights PATH --layer lm_head, or --head"
+        )
+    if args.head and (not args.layer_module or args.next_qkv):
+        raise ConfigError(
+            "--head ends the last layer's module with the LM head: it needs --layer-module, without --next-qkv"
         )
     if args.position is not None and (not args.next_qkv or args.position < 0):
         raise ConfigError(

@@ -72,9 +72,12 @@ def awq_checkpoint(d, e=E, h=H, layers=1, head=None):
             tensors[f"model.layers.{layer}.{norm}.weight"] = st_bytes(
                 1 + 0.1 * rng.standard_normal(e), "BF16"
             )
-    if head is not None:
+    if head is not None:  # and the final RMSNorm before it
         name = "lm_head.weight" if head == "float" else "model.embed_tokens.weight"
         tensors[name] = st_bytes(0.05 * rng.standard_normal((VOCAB, e)), "BF16")
+        tensors["model.norm.weight"] = st_bytes(
+            1 + 0.1 * rng.standard_normal(e), "BF16"
+        )
     d.mkdir(parents=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
@@ -115,7 +118,11 @@ def q4_k_m_file(path, e=E, h=H, layers=1, head=None):
         for layer in range(layers)
         for p, kind in kinds.items()
     }
-    if head is not None:
+    if head is not None:  # and the final RMSNorm before it
+        tensors["output_norm.weight"] = (
+            (1 + 0.1 * rng.standard_normal(e)).astype(np.float32),
+            None,
+        )
         name = "output.weight" if head == "output" else "token_embd.weight"
         tensors[name] = (
             raw_blocks("Q6_K", e, VOCAB, TYPES["Q6_K"][2], rng, fp16=small),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from int4_packed_record import COLUMNS, PES, ConfigError, LayerConfig
 
 from . import gemv, model
-from .llama import PROJECTIONS, shape_of
+from .llama import PROJECTIONS, VOCAB, shape_of
 from ..kernel.record import FORMAT_GS, GEMV_TILE_NS
 
 LAUNCH_BOUNDARY_S = (
@@ -43,6 +43,7 @@ def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
         ("residual2", 2 * 3 * e, e // COLUMNS),
     ]
     out += [("next_rms_norm", 2 * 3 * e, 2 * e)] if cfg.next_qkv else []
+    out += [("final_rms_norm", 2 * 3 * e, 2 * e)] if cfg.head else []
     # RoPE: x and out a value each, the [cos | sin] row once (aircc reads it once for the herd and
     # broadcasts it: the compiled runtime sequence moves it once per launch)
     return out + [
@@ -58,11 +59,13 @@ def default_layer(
     gss=None,
     next_qkv=(),
     rope=(),
+    head=None,
 ):
     """The LayerConfig of the shapes: each GEMV at its own default configuration (gemv.default_config) for
     its format and group size (formats, gss: o_proj, gate_up, down; gss None: each format's); next_qkv:
     (N, format, group size) of each of the next layer's q, k, v GEMVs the module should end with; rope:
-    (head_dim, query heads, key/value heads) to rotate that q and k (LayerConfig.rope).
+    (head_dim, query heads, key/value heads) to rotate that q and k (LayerConfig.rope); head: (N, format,
+    group size) of the LM head the last layer's module ends with, N padded to whole launch iterations.
     """
     gss = gss or tuple(FORMAT_GS[f] for f in formats)
     # the GEMV spreads N over its 32 PEs, 16 columns each at least; padding N would break the chain
@@ -82,13 +85,15 @@ def default_layer(
         for (k, n), fmt, gs in zip(shapes, formats, gss)
     ]
     nxt = tuple(gemv.default_config(1, hidden, n, gs, fmt) for n, fmt, gs in next_qkv)
-    return LayerConfig.named(*own, nxt, rope)
+    tail = gemv.default_config(1, hidden, head[0], head[2], head[1]) if head else None
+    return LayerConfig.named(*own, nxt, rope, tail)
 
 
-def llama_layer(formats=("awq",) * 3, gss=None, next_qkv_format=None):
+def llama_layer(formats=("awq",) * 3, gss=None, next_qkv_format=None, head_format=None):
     """Llama-3.2-1B's layer (hidden 2048, intermediate 8192); next_qkv_format: also the next layer's q, k
     and v as one GEMV (N 3072) in that format, at its group size, and their RoPE (32 query heads, 8
-    key/value heads of 64)."""
+    key/value heads of 64); head_format: the last layer's, ending with the final norm and the LM head (the
+    tied embedding's vocabulary) in that format."""
     k, n = shape_of("qkv_proj")
     nxt = ((n, next_qkv_format, FORMAT_GS[next_qkv_format]),) if next_qkv_format else ()
     return default_layer(
@@ -98,6 +103,7 @@ def llama_layer(formats=("awq",) * 3, gss=None, next_qkv_format=None):
         gss,
         nxt,
         LLAMA_ROPE if next_qkv_format else (),
+        (VOCAB, head_format, FORMAT_GS[head_format]) if head_format else None,
     )
 
 
@@ -153,9 +159,11 @@ class LayerEstimate:
 
 def modelled(cfg) -> LayerEstimate:
     """The module's modelled time (MODELLED): the module docstring's sum."""
-    names = ["o_proj", "gate_up", "down"] + [
-        f"next_qkv{i}" for i in range(len(cfg.next_qkv))
-    ]
+    names = (
+        ["o_proj", "gate_up", "down"]
+        + [f"next_qkv{i}" for i in range(len(cfg.next_qkv))]
+        + (["head"] if cfg.head else [])
+    )
     gemvs = {
         name: gemv.modelled(g).seconds - model.FIXED_S
         for name, g in zip(names, cfg.launch_gemvs)
@@ -171,6 +179,7 @@ def modelled(cfg) -> LayerEstimate:
     if cfg.next_qkv:
         order += ["next_rms_norm"] + names[3:]
     order += [f"rope_{r[0]}" for r in (cfg.rope_launches() if cfg.rope else [])]
+    order += ["final_rms_norm", "head"] if cfg.head else []
     launches = tuple((n, (gemvs | elt)[n]) for n in order)
     seconds = (
         model.FIXED_S

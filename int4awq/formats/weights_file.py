@@ -393,6 +393,18 @@ def layer_norms(path: str | Path, layer: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def final_norm(path: str | Path):
+    """The model's final RMSNorm weight, before the LM head, as float32: GGUF's output_norm.weight, or the
+    checkpoint's model.norm.weight."""
+    if is_gguf(path):
+        from .gguf_file import load_gguf_vector
+
+        return load_gguf_vector(path, "output_norm.weight")
+    from .checkpoints import load_vector
+
+    return load_vector(path, "model.norm.weight")
+
+
 def rope_frequencies(path: str | Path, d: int):
     """The rotary frequencies of heads of d (int4awq.formats.rope): GGUF's header and rope_freqs, or the
     checkpoint's config.json."""

@@ -86,9 +86,10 @@ class Weights:
     ffn_norm: np.ndarray
     next_norm: np.ndarray | None = None
     next_runs: list = field(default_factory=list)  # [[part, ...], ...]
-    rope: (
-        tuple
-    ) = ()  # (head_dim, the position's [cos | sin] row) to rotate the next q and k
+    # (head_dim, the position's [cos | sin] row) to rotate the next q and k
+    rope: tuple = ()
+    head: object = None  # the LM head's weights, ending the last layer's module
+    final_norm: np.ndarray | None = None
 
 
 def layer_reference(x, attn, wt: Weights) -> dict[str, np.ndarray]:
@@ -107,6 +108,8 @@ def layer_reference(x, attn, wt: Weights) -> dict[str, np.ndarray]:
             ref[f"layer>{label}_roped"] = rotate_f64(
                 ref[f"layer>{label}"], wt.rope[1], wt.rope[0]
             )
+    if wt.head is not None:
+        ref["layer>logits"] = rms_norm_f64(out[0], wt.final_norm)[None] @ _f64(wt.head)
     return ref
 
 
@@ -150,6 +153,18 @@ def launch_references(buf: dict, wt: Weights) -> list:
                     f["next_normed"] @ _f64(part),
                 )
             )
+    if (
+        wt.head is not None
+    ):  # the final norm and the head, each from what its launch read
+        out.append(
+            (
+                "final_norm",
+                buf["final_normed"],
+                rms_norm_f64(f["out"][0], wt.final_norm)[None],
+            )
+        )
+        logits = np.asarray(buf["logits"]).reshape(1, -1)[:, : wt.head.n]
+        out.append(("head", logits, f["final_normed"] @ _f64(wt.head)))
     if wt.rope:  # each rotation from the q and k the module wrote
         d, tab = wt.rope
         parts = [p for run in wt.next_runs for p in run]
@@ -301,8 +316,10 @@ def run_decode_layer(args, backend: str) -> bool:
     from ..formats.weights_file import (
         attention_heads,
         decoder_layer_names,
+        final_norm,
         layer_norms,
         load,
+        load_head,
         rope_frequencies,
     )
 
@@ -336,6 +353,11 @@ def run_decode_layer(args, backend: str) -> bool:
             raise ConfigError(
                 f"layer {index}'s {name} has {vec.size} weights; the layer's hidden size is {hidden}"
             )
+    if getattr(args, "head", False):
+        wt.head, summary, _ = load_head(path, args.head_format, args.format_given)
+        wt.final_norm = final_norm(path)
+        print(summary)
+        norms.append(("final norm", wt.final_norm))
     gemv_weights = [w[O], fuse_columns([w[GATE], w[UP]]), w[DOWN]]
     gemv_weights += [fuse_columns(run) for run in wt.next_runs]
     cfg = layer.default_layer(
@@ -345,6 +367,7 @@ def run_decode_layer(args, backend: str) -> bool:
         tuple(x.gs for x in gemv_weights[:3]),
         tuple((x.n, x.format, x.gs) for x in gemv_weights[3:]),
         (wt.rope[0], heads, kv_heads) if wt.rope else (),
+        (wt.head.n, wt.head.format, wt.head.gs) if wt.head is not None else None,
     )
     x = random_activations(1, hidden, args.seed)
     attn = attention_at_position_0(x, attn_norm, w[V], heads, kv_heads).astype(bfloat16)
@@ -352,6 +375,8 @@ def run_decode_layer(args, backend: str) -> bool:
     if wt.next_runs:
         given["next_norm"] = wt.next_norm.astype(bfloat16)[None]
         given["rope_table"] = wt.rope[1]
+    if wt.head is not None:
+        given["final_norm"] = wt.final_norm.astype(bfloat16)[None]
     weights = dict(
         zip(
             ["w_o", "w_gate_up", "w_down"]
@@ -359,10 +384,14 @@ def run_decode_layer(args, backend: str) -> bool:
             gemv_weights,
         )
     )
+    if wt.head is not None:
+        weights["w_head"] = wt.head
     buffers = layer.module_buffers(cfg, weights, given)
-    labels = ["o_proj", "gate_up", "down"] + [
-        f"next_qkv{i}" for i in range(len(wt.next_runs))
-    ]
+    labels = (
+        ["o_proj", "gate_up", "down"]
+        + [f"next_qkv{i}" for i in range(len(wt.next_runs))]
+        + (["head"] if wt.head is not None else [])
+    )
     for g, name in zip(cfg.launch_gemvs, labels):
         print(f"{name:<9} {g.summary()}")
     t0 = time.perf_counter()
@@ -394,6 +423,13 @@ def run_decode_layer(args, backend: str) -> bool:
                 ref[f"layer>{label}_roped"],
                 4,
             )
+        )
+    if wt.head is not None:
+        got = np.asarray(buf["logits"]).reshape(1, -1)[:, : wt.head.n]
+        checks.append(("layer>logits", got, ref["layer>logits"], 4))
+        same = got.astype(np.float32).argmax() == ref["layer>logits"].argmax()
+        print(
+            f"layer {index} top-1 token {'the same as' if same else 'NOT'} the float chain's"
         )
     ok = True
     for stage, got, want, series in checks:

@@ -138,7 +138,7 @@ COMPILED_HERE = [
     if ("FORMAT=" not in d.name or d.name.endswith("FORMAT=awq"))
     and d.name != "make run_llama_down"
     # the layer module's other forms: make aircc-check compiles them
-    and not d.name.endswith(("Q4_K_M", "q, k, v"))
+    and not d.name.endswith(("Q4_K_M", "q, k, v", "LM head"))
 ]
 
 

@@ -34,11 +34,12 @@ def u16(x):
     return np.asarray(x).view(np.uint16)
 
 
-@pytest.mark.parametrize("with_next", [False, True])
+@pytest.mark.parametrize("with_next", [False, True, "head"])
 def test_every_launch_is_the_model_bit_for_bit(with_next):
     """Each launch's output bit for bit the kernels' models chained; with_next: the module also ends with
     the next layer's attention norm, a q, k, v GEMV (a third kernel object, tile 32 x 64) and the RoPE of
-    its q and k (8 query and 4 key/value heads of 64, at position 77).
+    its q and k (8 query and 4 key/value heads of 64, at position 77); "head": the last layer's, ending with
+    the final norm and an LM head of 1000 columns (padded to 1024, the same object as o_proj's).
     """
     sys.path.insert(0, os.path.join(REPO, "emulator"))
     from air.backend.xrt import XRTBackend
@@ -47,6 +48,8 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
     from int4awq.design import layer
 
     # o_proj and down share the n16 object; gate_up's n32 tile is a second object, its entries prefixed
+    head = with_next == "head"
+    with_next = with_next is True
     nxt = (
         (GemvConfig(m=1, k=E, n=1024, gs=128, tile_n=32, tile_k_l1=64),)
         if with_next
@@ -58,8 +61,9 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
         gemv(H, E),
         nxt,
         (64, 8, 4) if with_next else (),
+        gemv(E, 1024) if head else None,
     )
-    prefixes = ["", "k1_", ""] + (["k2_"] if with_next else [])
+    prefixes = ["", "k1_", ""] + (["k2_"] if with_next else []) + ([""] if head else [])
     assert [g.symbol_prefix for g in cfg.launch_gemvs] == prefixes
     os.environ["AIR_EMU_LIB_PATH"] = layer.host_libraries(cfg)
     rng = np.random.default_rng(3)
@@ -69,18 +73,26 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
         "ffn_norm": (1 + 0.1 * rng.standard_normal((1, E))).astype(bfloat16),
         "next_norm": (1 + 0.1 * rng.standard_normal((1, E))).astype(bfloat16),
         "rope_table": rope.table(rope.base_frequencies(500000.0, 64), 77),
+        "final_norm": (1 + 0.1 * rng.standard_normal((1, E))).astype(bfloat16),
     }
     weights = {
         name: random_weights(g.k, g.n, 128, seed=4 + i)
         for i, (name, g) in enumerate(
-            zip(["w_o", "w_gate_up", "w_down", "w_qkv0"], cfg.launch_gemvs)
+            zip(
+                ["w_o", "w_gate_up", "w_down", "w_head" if head else "w_qkv0"],
+                cfg.launch_gemvs,
+            )
         )
     }
+    if (
+        head
+    ):  # a vocabulary of 1000 columns, padded to the GEMV's 1024 with zero columns
+        weights["w_head"] = random_weights(E, 1000, 128, seed=7)
     buffers = [
         (
-            record.pack_weights(
-                weights[name], kind.tile_n, kind.tile_k_l1, dense=kind.kernel.dense
-            )
+            record.padded_operands(
+                kind, np.zeros((1, kind.k), bfloat16), weights[name]
+            )[1]
             if name in weights
             else given.get(name, np.zeros((1, kind), bfloat16))
         )
@@ -102,6 +114,11 @@ def test_every_launch_is_the_model_bit_for_bit(with_next):
         table = given["rope_table"][0]
         want["q_roped"] = em.rope(want["qkv0"][:, :512], table, 64)
         want["k_roped"] = em.rope(want["qkv0"][:, 512:768], table, 64)
+    if head:
+        want["final_normed"] = em.rms_norm(want["out"][0], given["final_norm"][0])[None]
+        logits = kernel_gemv_model(want["final_normed"], weights["w_head"], 128)
+        got["logits"] = got["logits"].reshape(1, -1)[:, :1000]  # the padding dropped
+        want["logits"] = logits
     for name, value in want.items():
         np.testing.assert_array_equal(
             u16(got[name].reshape(value.shape)), u16(value), err_msg=name
@@ -211,6 +228,10 @@ def test_layer_module_runs_a_checkpoint_layer(tmp_path, kind):
             ],
             "--position -1: a non-negative position",
         ),
+        (
+            ["--decoder-layer", "0", "--layer-module", "--next-qkv", "--head"],
+            "--head ends the last layer's module with the LM head: it needs --layer-module, without",
+        ),
     ],
 )
 def test_layer_module_bad_options_are_one_line(tmp_path, args, message):
@@ -299,6 +320,34 @@ def test_the_module_can_end_with_the_next_layers_qkv(tmp_path):
     ], stages
     assert "one dispatch of 12 launches" in out and out.rstrip().endswith("PASS!")
     assert all(line.endswith("PASS") for line in layer_lines(out)), out
+
+
+@pytest.mark.parametrize("kind", ["awq", "q4_k_m"])
+def test_the_last_layers_module_can_end_with_the_lm_head(tmp_path, kind):
+    """--head: the module ends with the final RMSNorm and the LM head (tied: the embedding; AWQ's bf16 one
+    quantised at load, the GGUF's Q6_K as it is), nine launches; the norm and the head each against
+    float64 of what their launch read, the logits against the float chain from x, and the greedy token.
+    """
+    path = (
+        awq_checkpoint(tmp_path / "awq", head="tied")
+        if kind == "awq"
+        else q4_k_m_file(tmp_path / "l.gguf", head="tied")
+    )
+    code, out, err = run_layer(
+        path, "--head", *(("--head-format", "awq") if kind == "awq" else ())
+    )
+    assert code == 0, out + err
+    stages = [line.split()[2] for line in layer_lines(out) if "corr" in line]
+    assert stages[7:] == [
+        "residual2",
+        "final_norm",
+        "head",
+        "layer",
+        "layer>logits",
+    ], stages
+    assert "layer 0 top-1 token the same as the float chain's" in out
+    assert "one dispatch of 9 launches" in out and out.rstrip().endswith("PASS!")
+    assert out.splitlines()[0].startswith("LM head")
 
 
 def test_next_qkv_without_a_next_layer_is_one_line(tmp_path):
