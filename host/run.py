@@ -529,7 +529,9 @@ def load_inputs(args) -> tuple[np.ndarray, AwqWeights]:
             raise ConfigError(
                 "--exact makes its own weights; it cannot be combined with --weights"
             )
-        if args.layer == HEAD:  # the model's LM head, however the file holds it
+        if (
+            args.layer == HEAD and args.expert is None
+        ):  # the LM head, as the file holds it
             w, summary, args.float_head = load_head(
                 args.awq, args.head_format, args.format_given
             )
@@ -1156,7 +1158,14 @@ def _main(argv) -> int:
     cfg, result, c = run_gemm(args, a, w, emu=emu)
     print(f"pes={pes_of(cfg)}   (compute tiles used, of 32)")
     if args.layer == "lm_head":  # the token each row picks, greedy
-        print(head_lines(a, w, np.asarray(c, np.float32)[:, : w.n], args.float_head))
+        print(
+            head_lines(
+                a,
+                w,
+                np.asarray(c, np.float32)[:, : w.n],
+                getattr(args, "float_head", None),
+            )
+        )
     print(result.report(), flush=True)
     if args.save is not None:
         save_outputs(args.save, a, c, w)
