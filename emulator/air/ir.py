@@ -843,6 +843,20 @@ class AffineExpr:
     def get_ceil_div(a, b):
         return AffineCeilDivExpr._bin(_as_expr(a), _as_expr(b))
 
+    # MLIR's AffineExpr.get_constant / get_dim / get_symbol (mlir-air's
+    # decode_ffn_swiglu/matvec_int4_swiglu_rms.py builds a transfer map with AffineExpr.get_dim(1))
+    @staticmethod
+    def get_constant(value, context=None):
+        return AffineConstantExpr.get(value)
+
+    @staticmethod
+    def get_dim(position, context=None):
+        return AffineDimExpr.get(position)
+
+    @staticmethod
+    def get_symbol(position, context=None):
+        return AffineSymbolExpr.get(position)
+
     def __eq__(self, other):
         return isinstance(other, AffineExpr) and str(self) == str(other)
 

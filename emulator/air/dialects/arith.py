@@ -22,10 +22,12 @@ from ..ir import (
     Operation,
     Type,
     Value,
+    VectorType,
     _FloatType,
     _as_value,
 )
-from ..emu.errors import ExecutionError, TraceError
+from ..emu.errors import ExecutionError, TraceError, UnsupportedError
+from ._elementwise import element_type, f64, is_float_like, rounded
 
 
 def _wrap(v, t):
@@ -147,11 +149,16 @@ class _BinaryOp(Operation):
             raise TraceError(
                 f"{self.OPERATION_NAME}: operand types differ ({a.type} vs {b.type})"
             )
+        if self._kind == "int" and isinstance(a.type, VectorType):
+            raise UnsupportedError(
+                f"{self.OPERATION_NAME} on {a.type}: integer vector arithmetic is not supported "
+                f"by the emulator"
+            )
         if self._kind == "int" and not _is_int_like(a.type):
             raise TraceError(
                 f"{self.OPERATION_NAME} needs integer or index operands, got {a.type}"
             )
-        if self._kind == "float" and not isinstance(a.type, _FloatType):
+        if self._kind == "float" and not is_float_like(a.type):
             raise TraceError(
                 f"{self.OPERATION_NAME} needs float operands, got {a.type}"
             )
@@ -304,7 +311,11 @@ ShRSIOp = _int_op("ShRSIOp", _shrsi)
 ShRUIOp = _int_op("ShRUIOp", _shrui)
 
 
-def _float_op(name, opname, fn):
+def _float_op(name, opname, fn, vfn=None):
+    """Scalars and (element-wise, numpy) float vectors, in float64 then rounded to the element type.
+    Vector operands are used by mlir-air's weighted_rms_norm/weighted_rms_norm.py (mulf, addf of
+    vector<16xbf16> / vector<16xf32>) and decode_ffn_swiglu/matvec_int4_swiglu_rms.py (SiLU).
+    """
     cls = type(
         name,
         (_BinaryOp,),
@@ -314,9 +325,15 @@ def _float_op(name, opname, fn):
             "_default_props": _FASTMATH,
         },
     )
-    cls._eval = staticmethod(
-        lambda v, t, _fn=fn: type(v[0])(_fn(np.float64(v[0]), np.float64(v[1])))
-    )
+    vfn = vfn or fn
+
+    def ev(v, t):
+        with np.errstate(all="ignore"):  # inf / NaN as IEEE gives them
+            if isinstance(v[0], np.ndarray):
+                return rounded(vfn(f64(v[0]), f64(v[1])), v[0])
+            return type(v[0])(fn(np.float64(v[0]), np.float64(v[1])))
+
+    cls._eval = staticmethod(ev)
     return cls
 
 
@@ -324,8 +341,8 @@ AddFOp = _float_op("AddFOp", "addf", lambda a, b: a + b)
 SubFOp = _float_op("SubFOp", "subf", lambda a, b: a - b)
 MulFOp = _float_op("MulFOp", "mulf", lambda a, b: a * b)
 DivFOp = _float_op("DivFOp", "divf", lambda a, b: a / b)
-MaximumFOp = _float_op("MaximumFOp", "maximumf", lambda a, b: max(a, b))
-MinimumFOp = _float_op("MinimumFOp", "minimumf", lambda a, b: min(a, b))
+MaximumFOp = _float_op("MaximumFOp", "maximumf", lambda a, b: max(a, b), np.maximum)
+MinimumFOp = _float_op("MinimumFOp", "minimumf", lambda a, b: min(a, b), np.minimum)
 
 
 def _fn(cls):
@@ -465,12 +482,30 @@ class FPToSIOp(_CastOp):
     _eval = staticmethod(lambda v, t: _wrap(int(np.float64(v[0])), t))
 
 
+def _same_shape(s, d):
+    if isinstance(s, VectorType) or isinstance(d, VectorType):
+        return (
+            isinstance(s, VectorType)
+            and isinstance(d, VectorType)
+            and s.shape == d.shape
+        )
+    return True
+
+
 class ExtFOp(_CastOp):
+    """Float scalars, or float vectors of one shape (vector<16xbf16> to vector<16xf32> in mlir-air's
+    weighted_rms_norm/weighted_rms_norm.py), element by element."""
+
     OPERATION_NAME = "arith.extf"
     _check = staticmethod(
-        lambda s, d: isinstance(s, _FloatType) and isinstance(d, _FloatType)
+        lambda s, d: is_float_like(s) and is_float_like(d) and _same_shape(s, d)
     )
-    _eval = staticmethod(lambda v, t: _np_of(t).type(v[0]))
+
+    @staticmethod
+    def _eval(v, t):
+        if isinstance(v[0], np.ndarray):
+            return v[0].astype(_np_of(element_type(t)))
+        return _np_of(t).type(v[0])
 
 
 class TruncFOp(ExtFOp):

@@ -124,13 +124,14 @@ def _really_uses(op, v):
 def _fills(op, v):
     """Whether op's access to v is what air-label-scf-for-to-ping-pong calls a definite write
     (isDefiniteWrite, AIRDependencyScheduleOpt.cpp ~1645-1654): a channel get into it, or an op whose
-    memory effects write it without reading it (a DMA into it, a memref.store)."""
+    memory effects write it without reading it (a DMA into it, a memref.store, a vector.transfer_write).
+    """
     name = op.OPERATION_NAME
     if name == "air.dma_memcpy_nd":
         return op.dst.memref is v
     if name == "air.channel.get":
         return op.side.memref is v
-    if name == "memref.store":
+    if name in ("memref.store", "vector.transfer_write"):
         return op.operands[1] is v
     return False
 

@@ -419,7 +419,7 @@ class Compiler:
         name = op.OPERATION_NAME
         meth = _DISPATCH.get(name)
         if meth is None:
-            if name.startswith("arith."):
+            if name.startswith(("arith.", "math.")) or name in _VECTOR_PURE:
                 return self.c_arith(op)
             raise UnsupportedError(
                 f"{self.where(op)}: operation {name} is not supported by the emulator"
@@ -944,6 +944,104 @@ class Compiler:
             b.arr[i] = E[sv]
             if b.root.written is not None:
                 b.root.written[i] = True
+
+        return run
+
+    def _transfer_at(self, op, mt, idx_vals):
+        """For vector.transfer_read / _write (minor-identity map): a function giving (element offset
+        of the vector's first lane relative to the memref, mask of lanes inside it or None), and the
+        lanes' offsets relative to the first (a vector-shaped int64 array)."""
+        vshape = tuple(op._vtype.shape)
+        in_bounds = op._in_bounds
+        strides, _ = mt.get_strides_and_offset()
+        shape = mt.shape
+        k = len(vshape)
+        lead = len(shape) - k
+        grids = np.indices(vshape, dtype=np.int64)
+        rel = np.zeros(vshape, dtype=np.int64)
+        for j in range(k):
+            rel += grids[j] * strides[lead + j]
+        E = self.E
+        slots = [self.slot(v) for v in idx_vals]
+        where = self.where(op)
+
+        def at():
+            base = 0
+            mask = None
+            for d, (s, st, n) in enumerate(zip(slots, strides, shape)):
+                i = E[s]
+                base += i * st
+                if d < lead:
+                    if i < 0 or i >= n:
+                        raise DmaBoundsError(
+                            f"{where}: index {i} out of bounds for dimension {d} of size {n}"
+                        )
+                    continue
+                j = d - lead
+                if i >= 0 and i + vshape[j] <= n:
+                    continue
+                if in_bounds[j] or i < 0:
+                    raise DmaBoundsError(
+                        f"{where}: lanes {i}..{i + vshape[j] - 1} of dimension {d} exceed its "
+                        f"size {n}" + (" with in_bounds = true" if in_bounds[j] else "")
+                    )
+                inside = (i + grids[j]) < n
+                mask = inside if mask is None else (mask & inside)
+            return base, mask
+
+        return at, rel
+
+    def c_transfer_read(self, op):
+        """vector.transfer_read: the lanes at the indices (memref's innermost dimensions), padding
+        where in_bounds is false and a lane lies past the end, a copy (numpy array of the element type).
+        """
+        m, idx, pad = op.operands[0], op.operands[1:-1], op.operands[-1]
+        self._check_direct_access(op, m.type)
+        at, rel = self._transfer_at(op, m.type, idx)
+        E = self.E
+        s, sp = self.slot(m), self.slot(pad)
+        out = self.define(op.results[0])
+        where = self.where(op)
+        n = rel.size
+        contiguous = rel.ndim == 1 and (n == 1 or rel[1] == 1)
+
+        def run():
+            b = E[s]
+            if b.root.dead:
+                _dead(b, where)
+            base, mask = at()
+            p = b.off + base
+            if mask is None:
+                E[out] = b.arr[p : p + n].copy() if contiguous else b.arr[p + rel]
+            else:
+                v = np.full(rel.shape, E[sp], dtype=b.dtype)
+                v[mask] = b.arr[p + rel[mask]]
+                E[out] = v
+
+        return run
+
+    def c_transfer_write(self, op):
+        """vector.transfer_write: the vector's lanes into the memref (lanes past the end skipped where
+        in_bounds is false), marked written."""
+        v, m, idx = op.operands[0], op.operands[1], op.operands[2:]
+        self._check_direct_access(op, m.type)
+        at, rel = self._transfer_at(op, m.type, idx)
+        E = self.E
+        sv, s = self.slot(v), self.slot(m)
+        where = self.where(op)
+
+        def run():
+            b = E[s]
+            if b.root.dead:
+                _dead(b, where)
+            base, mask = at()
+            val = E[sv]
+            pos = b.off + base + rel
+            if mask is not None:
+                pos, val = pos[mask], val[mask]
+            b.arr[pos] = val
+            if b.root.written is not None:
+                b.root.written[pos] = True
 
         return run
 
@@ -1621,6 +1719,9 @@ class Compiler:
         return None
 
 
+# vector ops with an _eval (element-wise or reducing, no memory): compiled as arith's are
+_VECTOR_PURE = ("vector.broadcast", "vector.fma", "vector.reduction")
+
 _DISPATCH = {
     "arith.constant": Compiler.c_constant,
     "affine.apply": Compiler.c_affine_apply,
@@ -1645,6 +1746,8 @@ _DISPATCH = {
     "memref.store": Compiler.c_store,
     "memref.view": Compiler.c_view,
     "linalg.fill": Compiler.c_fill,
+    "vector.transfer_read": Compiler.c_transfer_read,
+    "vector.transfer_write": Compiler.c_transfer_write,
     "func.call": Compiler.c_call,
 }
 
