@@ -301,6 +301,21 @@ CASES = (
         (gemv_kernel(),),
         note="run_packed_add_npu2_2048x2048_peano.lit",
     ),
+    # RMSNorm in vector and math ops inside the herd (no external kernel): its two lit configurations
+    # (run_makefile_peano.lit: one tile; run_makefile_peano_multi_tile.lit: the Makefile's herd).
+    *(
+        Case(
+            f"weighted RMSNorm 2048x2048, herd {x}x1",
+            f"{EX}/weighted_rms_norm/weighted_rms_norm.py",
+            ("--herd-x", str(x)),
+            (),
+            note=lit,
+        )
+        for x, lit in (
+            (1, "run_makefile_peano.lit"),
+            (8, "run_makefile_peano_multi_tile.lit"),
+        )
+    ),
     # The dense bf16 GEMM with f32 out, external kernel, its Makefile's default tiles (64/256/32/128, 8x4).
     Case(
         "bf16-in f32-out GEMM 2048x8192x2048, external",
