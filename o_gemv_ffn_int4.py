@@ -73,12 +73,14 @@ try:
     )
     from air.dialects.func import CallOp, FuncOp
     from air.dialects.memref import AllocOp, DeallocOp
+    from air.dialects.scf import for_, yield_
     from air.ir import (
         AffineConstantExpr,
         AffineExpr,
         AffineMap,
         AffineSymbolExpr,
         BF16Type,
+        F32Type,
         IntegerAttr,
         MemRefType,
     )
@@ -94,6 +96,7 @@ except ImportError as e:  # as a script without mlir-air: say what to do
 from int4_packed_record import (
     COLUMNS,
     FORMAT_GS,
+    L1_BYTES,
     FORMATS,
     ConfigError,
     GemvConfig,
@@ -210,6 +213,163 @@ def eltwise_funcs(tiles, rope=None):
             ELTWISE_OBJECT,
         )
     return funcs
+
+
+# ------------------------------------------------------------------------------------------- attention
+# Decode attention over a KV cache of `context` positions at most, ATTN_CHUNK positions a DMA: each PE takes
+# one key/value head and its g query heads (GQA), as mlir-air's attention_decode example lays its herd
+# [NKV, 1] (Llama-3.2-1B: 8 PEs of 4 query heads of 64). A PE's scores and probabilities for every position
+# stay in L1 (g x context f32 and bf16: 24 KB at 4 heads and 1,024 positions). Two DMAs a PE, the two shim
+# channels of its column: its q with the run-time length behind it (ctx[0]: the positions to attend to),
+# and one stream of cache rows, the key rows chunk by chunk and then the value rows (the caches stacked in
+# one buffer), each chunk one call of attn_step_bf16 (the softmax runs before the first value chunk). Rows
+# past ctx[0] are read but neither used nor required to hold numbers.
+ATTN_CHUNK = 32
+ATTN_CTX = 32  # bf16 slots behind each PE's q: 16 int32, ctx[0] the valid length
+
+
+def attention_types(heads: int, kv: int, d: int, context: int):
+    """The launch's DDR buffers: q [1, kv * (g * d + 32)] bf16 (each PE's g query heads, then its 16 int32
+    of ctx), the caches [2 * context, kv * d] bf16 (key rows, then value rows, position major), out
+    [1, heads * d] bf16."""
+    bf16, g = BF16Type.get(), heads // kv
+    return (
+        MemRefType.get([1, kv * (g * d + ATTN_CTX)], bf16),
+        MemRefType.get([2 * context, kv * d], bf16),
+        MemRefType.get([1, heads * d], bf16),
+    )
+
+
+def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
+    """The attention entries (kernels/eltwise_bf16.cc) declared for one PE's L1 buffers."""
+    l1 = IntegerAttr.get(T.i32(), MemorySpace.L1)
+    bf16, f32 = BF16Type.get(), F32Type.get()
+
+    def buf(shape, elt):
+        return MemRefType.get(shape, elt, memory_space=l1)
+
+    ty = dict(
+        q=buf([1, g * d + ATTN_CTX], bf16),
+        rows=buf([chunk, d], bf16),
+        scores=buf([1, g * context], f32),
+        probs=buf([1, g * context], bf16),
+        o=buf([1, g * d], f32),
+        out=buf([1, g * d], bf16),
+    )
+    step = [ty[k] for k in ("q", "rows", "scores", "probs", "o")] + [T.i32()] * 5
+    return {
+        "step": kernel_func("attn_step_bf16", step, ELTWISE_OBJECT),
+        "out": kernel_func(
+            "attn_out_bf16", [ty["o"], ty["out"], T.i32()], ELTWISE_OBJECT
+        ),
+        "types": ty,
+    }
+
+
+def attention_launch(
+    funcs, name: str, heads: int, kv: int, d: int, context: int, operands
+):
+    """One launch of decode attention (the comment above) over the DDR buffers operands = (q with ctx,
+    caches, out): herd [kv, 1], PE x the key/value head x and the query heads x * g .. x * g + g - 1.
+    """
+    g, chunk, ty = heads // kv, ATTN_CHUNK, funcs["types"]
+    steps = 2 * context // chunk
+
+    def i32(v):
+        return v if not isinstance(v, int) else arith.ConstantOp(T.i32(), v)
+
+    @launch(operands=list(operands))
+    def launch_body(*l3):
+        @segment(name=f"{name}_seg", operands=list(l3))
+        def segment_body(*s3):
+            @herd(name=f"{name}_herd", sizes=[kv, 1], operands=list(s3))
+            def herd_body(x, _y, _sx, _sy, q3, caches3, out3):
+                q = AllocOp(ty["q"], [], [])
+                scores, probs = AllocOp(ty["scores"], [], []), AllocOp(
+                    ty["probs"], [], []
+                )
+                o, out = AllocOp(ty["o"], [], []), AllocOp(ty["out"], [], [])
+                width = g * d + ATTN_CTX
+                dma_memcpy_nd(
+                    q,
+                    q3,
+                    src_offsets=[0, _at(x, width, 0)],
+                    src_sizes=[1, width],
+                    src_strides=[kv * width, 1],
+                )
+                for step in for_(0, steps):
+                    rows = AllocOp(ty["rows"], [], [])
+                    # the head's d columns of the step's chunk of rows (keys, then values)
+                    dma_memcpy_nd(
+                        rows,
+                        caches3,
+                        src_offsets=[_at(step, chunk, 0), _at(x, d, 0)],
+                        src_sizes=[chunk, d],
+                        src_strides=[kv * d, 1],
+                    )
+                    args = [arith.index_cast(T.i32(), step), g, d, chunk, context]
+                    CallOp(funcs["step"], [q, rows, scores, probs, o, *map(i32, args)])
+                    DeallocOp(rows)
+                    yield_([])
+                CallOp(funcs["out"], [o, out, i32(g * d)])
+                dma_memcpy_nd(
+                    out3,
+                    out,
+                    dst_offsets=[0, _at(x, g * d, 0)],
+                    dst_sizes=[1, g * d],
+                    dst_strides=[heads * d, 1],
+                )
+                for buf in (q, scores, probs, o, out):
+                    DeallocOp(buf)
+
+
+def attention_ddr_bytes(heads: int, kv: int, d: int, context: int) -> int:
+    """What one attention launch moves: each PE's q and ctx, its head's columns of every cache row (keys
+    and values, all `context` of each: the launch's shape is fixed, ctx[0] only limits what is used), the
+    output."""
+    g = heads // kv
+    return 2 * (kv * (g * d + ATTN_CTX) + 2 * context * kv * d + heads * d)
+
+
+def attention_backend_options() -> dict:
+    """XRTBackend options of the attention module (the GEMV's stack: the kernel's scalar float code)."""
+    return dict(
+        target_device="npu2",
+        stack_size=4096,
+        omit_while_true_loop=False,
+        instance_name="attention_decode",
+    )
+
+
+@module_builder
+def build_attention_module(heads: int, kv: int, d: int, context: int):
+    """A module of one decode attention launch (attention_launch): out = attention(q, k_cache[:n],
+    v_cache[:n]), n = ctx[0], for heads query heads over kv key/value heads of d, a cache of context.
+    """
+    if heads % kv or kv > COLUMNS or d % 16 or context % ATTN_CHUNK:
+        raise ConfigError(
+            f"attention: {heads} query heads over {kv} key/value heads (at most {COLUMNS}) of {d} (a "
+            f"multiple of 16), context {context} (a multiple of {ATTN_CHUNK})"
+        )
+    g, stack = heads // kv, attention_backend_options()["stack_size"]
+    # q and ctx, scores (f32) and probabilities (bf16) of every position, o (f32) and out, two chunks of rows
+    l1 = (
+        2 * (g * d + ATTN_CTX)
+        + 6 * g * context
+        + 6 * g * d
+        + 2 * 2 * ATTN_CHUNK * d
+        + stack
+    )
+    if l1 > L1_BYTES:
+        raise ConfigError(
+            f"attention: context {context} needs {l1} bytes of a PE's L1 ({g} heads' scores and "
+            f"probabilities of every position), more than its {L1_BYTES}: a shorter context"
+        )
+    funcs = attention_funcs(heads // kv, d, context)
+
+    @FuncOp.from_py_func(*attention_types(heads, kv, d, context))
+    def attention_decode(*args):
+        attention_launch(funcs, "attention", heads, kv, d, context, args)
 
 
 @module_builder

@@ -155,6 +155,7 @@ def cases() -> list[Case]:
             lambda: layer_model.host_libraries(layer),
         )
     )
+    out.append(attention_case())
     for obj, rows in (
         (kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m),
         (kp.PROBE_GEMV, kp.GEMV_PROBE_ROWS),
@@ -183,6 +184,35 @@ def cases() -> list[Case]:
                 )
             )
     return out
+
+
+def attention_case() -> Case:
+    """Decode attention (o_gemv_ffn_int4.build_attention_module) at 8 query heads over 2 key/value heads
+    of 64 and a cache of 128 positions, 77 of them valid (the rows past them NaN: neither used nor
+    needed): each PE's two DMAs, 8 steps of chunks, the softmax between."""
+    import o_gemv_ffn_int4
+    from int4awq.kernel.kernel_model import build_eltwise_kernel
+
+    heads, kv, d, context, n = 8, 2, 64, 128, 77
+
+    def inputs():
+        rng = np.random.default_rng(7)
+        g = heads // kv
+        q = np.zeros((kv, g * d + o_gemv_ffn_int4.ATTN_CTX), bfloat16)
+        q[:, : g * d] = rng.standard_normal((kv, g * d)).astype(bfloat16)
+        q[:, g * d :].view(np.int32)[:] = n
+        caches = rng.standard_normal((2 * context, kv * d)).astype(bfloat16)
+        caches[n:context] = caches[context + n :] = np.nan
+        return [q.reshape(1, -1), caches, np.zeros((1, heads * d), bfloat16)]
+
+    return Case(
+        f"decode attention, {heads} / {kv} heads of {d}, context {context} ({n} valid)",
+        lambda: o_gemv_ffn_int4.build_attention_module(heads, kv, d, context),
+        o_gemv_ffn_int4.attention_backend_options(),
+        inputs,
+        (2,),
+        lambda: str(build_eltwise_kernel().parent),
+    )
 
 
 def small_layer():

@@ -735,7 +735,7 @@ def aircc_agreement(where: str) -> str:
 # ryzen_ai_npu2.
 PROVENANCE = os.path.join(REPO, "docs", "design.md")
 _NAMED = re.compile(
-    r"`((?:matrix_multiplication|matrix_vector_multiplication|llms|fused_decode|eltwise_add_with_l2|silu_and_mul)/[^`\s]+?\.(?:py|lit|cc|md))`"
+    r"`((?:matrix_multiplication|matrix_vector_multiplication|llms|fused_decode|eltwise_add_with_l2|silu_and_mul|rope_halfsplit|attention_decode|flash_attention)/[^`\s]+?\.(?:py|lit|cc|md))`"
 )
 
 

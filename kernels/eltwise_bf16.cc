@@ -9,6 +9,9 @@
 //   rms_norm_bf16(x, w, out, n)        out = (x * r) * w,
 //                                      r = 1 / sqrt(sum(x^2) / n + 1e-5)
 //   silu_mul_bf16(gate, up, out, n)    out = silu(gate) * up        (SwiGLU)
+//   attn_step_bf16 / attn_out_bf16:  decode attention of one key/value head
+//                                      and its g query heads over a cache
+//                                      of c positions, in chunks of t (below)
 //   rope_bf16(x, table, out, n, d)     half-split rotary embedding of n / d
 //                                      heads of d (Hugging Face's Llama):
 //                                      out[i] = x[i] c[i] - x[i+h] s[i],
@@ -31,6 +34,15 @@
 //   silu_mul: sigmoid(g) = (1 + tanh(g / 2)) / 2 with tanh to bf16 and the sum
 //             to bf16 (the halving is exact), g * sigmoid -> bf16, * up -> bf16
 //   rope:     each output one f32 multiply-add of two exact products -> bf16
+//   attention (the token's q against the first n positions of the cache,
+//             n = ctx[0]; positions past n are neither read nor written):
+//             scores: s = (q . k) in f32 (exact products, summed in 16 lanes
+//             i, i + 16, .. then the lanes in halves), times 1 / sqrt(d) in
+//             f32; softmax: m = the largest s, p = exp2((s - m) * log2(e))
+//             (each step f32, exp2 to bf16), l = the sum of p in f32 in
+//             position order, r = 1 / l, p' = p * r_hi + p * r_lo -> bf16
+//             (r's hi / lo split as rms_norm's); values: o += p' v in f32,
+//             position by position; out: o -> bf16
 // int4awq/kernel/eltwise_model.py holds the same steps in numpy.
 //===----------------------------------------------------------------------===//
 
@@ -118,6 +130,126 @@ void rope_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict table,
       aie::store_v(out + head + h + i,
                    rounded(aie::mac(aie::mul(x1, s), x2, c)));
     }
+}
+
+// ---------------------------------------------------------------- attention
+// One PE: g query heads of d sharing one key/value head, the cache's first
+// ctx[0] positions, in chunks of t positions (k, v: t x d, row-major), scores
+// and probabilities for all c positions (g x c, head-major) in L1.
+
+static inline int32_t valid_in_chunk(const int32_t *ctx, int32_t chunk,
+                                     int32_t t) {
+  const int32_t left = ctx[0] - chunk * t;
+  return left < 0 ? 0 : (left < t ? left : t);
+}
+
+static void attn_scores(const bfloat16 *__restrict q,
+                        const bfloat16 *__restrict k, float *__restrict scores,
+                        const int32_t *__restrict ctx, int32_t chunk, int32_t g,
+                        int32_t d, int32_t t, int32_t c) {
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  const float scale = aie::invsqrt(float(d));
+  const int32_t n = valid_in_chunk(ctx, chunk, t);
+  // live: 3 vec, 1 acc
+  for (int32_t pos = 0; pos < n; ++pos)
+    // live: 3 vec, 1 acc
+    for (int32_t h = 0; h < g; ++h) {
+      aie::accum<accfloat, V> acc = aie::zeros<accfloat, V>();
+      // live: 2 vec, 1 acc
+      for (int32_t i = 0; i < d; i += V)
+        acc = aie::mac(acc, aie::load_v<V>(q + h * d + i),
+                       aie::load_v<V>(k + pos * d + i));
+      scores[h * c + chunk * t + pos] =
+          aie::reduce_add(acc.template to_vector<float>()) * scale;
+    }
+}
+
+static void attn_softmax(float *__restrict scores, bfloat16 *__restrict probs,
+                         const int32_t *__restrict ctx, int32_t g, int32_t c) {
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  const int32_t n = ctx[0];
+  const float log2e = 1.4426950408889634f;
+  // live: 4 vec, 1 acc
+  for (int32_t h = 0; h < g; ++h) {
+    float *s = scores + h * c;
+    bfloat16 *p = probs + h * c;
+    float m = s[0];
+    // live: 0 vec, 0 acc (scalar)
+    for (int32_t i = 1; i < n; ++i)
+      m = s[i] > m ? s[i] : m;
+    // live: 0 vec, 0 acc (scalar)
+    for (int32_t i = 0; i < n; ++i)
+      s[i] = (s[i] - m) * log2e;
+    float l = 0.0f;
+    // live: 2 vec, 0 acc
+    for (int32_t i = 0; i < n; i += V) {
+      aie::store_v(p + i, aie::exp2<bfloat16>(aie::load_v<V>(s + i)));
+      // live: 0 vec, 0 acc (scalar)
+      for (int32_t j = i; j < i + V && j < n; ++j)
+        l += float(p[j]);
+    }
+    // r = 1 / l held as bf16 hi + lo (rms_norm's split): p' = p r in one
+    // rounding
+    const aie::accum<accfloat, V> r_acc(aie::broadcast<float, V>(1.0f / l));
+    const aie::vector<bfloat16, V> r_hi = rounded(r_acc);
+    const aie::vector<bfloat16, V> r_lo = rounded(aie::sub(r_acc, r_hi));
+    // live: 4 vec, 1 acc
+    for (int32_t i = 0; i < n; i += V) {
+      const aie::vector<bfloat16, V> pv = aie::load_v<V>(p + i);
+      aie::store_v(p + i, rounded(aie::mac(aie::mul(pv, r_hi), pv, r_lo)));
+    }
+  }
+}
+
+static void attn_values(const bfloat16 *__restrict probs,
+                        const bfloat16 *__restrict v, float *__restrict o,
+                        const int32_t *__restrict ctx, int32_t chunk, int32_t g,
+                        int32_t d, int32_t t, int32_t c) {
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  const int32_t n = valid_in_chunk(ctx, chunk, t);
+  // live: 3 vec, 1 acc
+  for (int32_t h = 0; h < g; ++h)
+    // live: 3 vec, 1 acc
+    for (int32_t i = 0; i < d; i += V) {
+      aie::accum<accfloat, V> acc =
+          chunk == 0 ? aie::zeros<accfloat, V>()
+                     : aie::accum<accfloat, V>(aie::load_v<V>(o + h * d + i));
+      // live: 3 vec, 1 acc
+      for (int32_t pos = 0; pos < n; ++pos)
+        acc = aie::mac(
+            acc, aie::broadcast<bfloat16, V>(probs[h * c + chunk * t + pos]),
+            aie::load_v<V>(v + pos * d + i));
+      aie::store_v(o + h * d + i, acc.template to_vector<float>());
+    }
+}
+
+// One step of the attention launch's single stream of cache rows: steps 0 ..
+// c / t - 1 take the key rows of chunk `step` (scores), the next c / t the
+// value rows (values), the softmax running before the first of those. q holds
+// the PE's g x d query values, then ctx (16 int32: ctx[0] the positions to
+// attend to), so that one DMA brings both.
+void attn_step_bf16(const bfloat16 *__restrict q,
+                    const bfloat16 *__restrict rows, float *__restrict scores,
+                    bfloat16 *__restrict probs, float *__restrict o,
+                    int32_t step, int32_t g, int32_t d, int32_t t, int32_t c) {
+  const int32_t *ctx = reinterpret_cast<const int32_t *>(q + g * d);
+  const int32_t chunks = c / t;
+  if (step < chunks) {
+    attn_scores(q, rows, scores, ctx, step, g, d, t, c);
+    return;
+  }
+  if (step == chunks)
+    attn_softmax(scores, probs, ctx, g, c);
+  attn_values(probs, rows, o, ctx, step - chunks, g, d, t, c);
+}
+
+void attn_out_bf16(const float *__restrict o, bfloat16 *__restrict out,
+                   int32_t n) {
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  // live: 1 vec, 1 acc
+  for (int32_t i = 0; i < n; i += V)
+    aie::store_v(out + i,
+                 rounded(aie::accum<accfloat, V>(aie::load_v<V>(o + i))));
 }
 
 } // extern "C"

@@ -68,3 +68,49 @@ def rope(x: np.ndarray, table: np.ndarray, d: int) -> np.ndarray:
         [x1 * c - x2 * s, x1 * s + x2 * c], axis=1
     )  # f32: one rounding each
     return _bf16(out).reshape(np.shape(x))
+
+
+def _halving_sum(lanes: np.ndarray) -> np.float32:
+    """The 16 lanes summed by halving in f32 (the host aie_api's reduce_add)."""
+    x = lanes.astype(np.float32).copy()
+    n = x.size
+    while n > 1:
+        x[: n // 2] = x[: n // 2] + x[n // 2 : n]
+        n //= 2
+    return np.float32(x[0])
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """One key/value head's decode attention as attn_scores / attn_softmax / attn_values / attn_out
+    compute it: q [g, d] bf16, k and v [>= n, d] bf16 (the cache's rows for this head), n positions;
+    returns out [g, d] bf16. Each step rounds where the kernel does (kernels/eltwise_bf16.cc).
+    """
+    q, k, v = (_f32(x) for x in (q, k, v))
+    g, d = q.shape
+    scale = np.float32(1.0 / np.sqrt(np.float64(d)))
+    s = np.empty((g, n), np.float32)
+    for h in range(g):
+        for pos in range(n):
+            lanes = np.zeros(LANES, np.float32)
+            for i in range(0, d, LANES):  # one f32 rounding a mac, exact products
+                lanes = (lanes + q[h, i : i + LANES] * k[pos, i : i + LANES]).astype(
+                    np.float32
+                )
+            s[h, pos] = np.float32(_halving_sum(lanes) * scale)
+    out = np.empty((g, d), np.float32)
+    log2e = np.float32(1.4426950408889634)
+    for h in range(g):
+        x = ((s[h] - s[h].max()).astype(np.float32) * log2e).astype(np.float32)
+        p = _f32(_bf16(np.exp2(x.astype(np.float64)).astype(np.float32)))
+        total = np.float32(0)
+        for value in p:  # in position order
+            total = np.float32(total + value)
+        r = np.float32(np.float32(1) / total)
+        r_hi = _f32(_bf16(r))
+        r_lo = _f32(_bf16(r - r_hi))
+        p = _f32(_bf16(p * r_hi + p * r_lo))
+        o = np.zeros(d, np.float32)
+        for pos in range(n):
+            o = (o + p[pos] * v[pos]).astype(np.float32)
+        out[h] = o
+    return _bf16(out)

@@ -162,3 +162,65 @@ def test_rope_is_hugging_faces_rotation_rounded_once():
     assert np.array_equal(
         model.rope(x, rope_table(0, d), d).astype(np.float32), x.astype(np.float32)
     )
+
+
+def attention_by_entries(lib, q, k, v, n, t):
+    """attn_step_bf16 called as the attention launch calls it: 2 c / t steps over one stream of rows (the
+    key rows chunk by chunk, then the value rows), the q buffer holding q then ctx; then attn_out_bf16.
+    """
+    g, d = q.shape
+    c = k.shape[0]
+    i32, ptr = ctypes.c_int32, ctypes.c_void_p
+    lib.attn_step_bf16.argtypes = [ptr] * 5 + [i32] * 5
+    lib.attn_out_bf16.argtypes = [ptr, ptr, i32]
+    qctx = aligned_empty((g * d + 32,), bfloat16)
+    qctx[: g * d] = q.reshape(-1)
+    qctx[g * d :].view(np.int32)[:] = n
+    scores = aligned_empty((g * c,), np.float32)
+    probs = aligned_empty((g * c,), bfloat16)
+    o = aligned_empty((g * d,), np.float32)
+    out = aligned_empty((g * d,), bfloat16)
+    rows = np.concatenate([k, v])
+    for step in range(2 * c // t):
+        chunk = aligned(rows[step * t : (step + 1) * t].reshape(-1))
+        lib.attn_step_bf16(
+            qctx.ctypes.data,
+            chunk.ctypes.data,
+            scores.ctypes.data,
+            probs.ctypes.data,
+            o.ctypes.data,
+            step,
+            g,
+            d,
+            t,
+            c,
+        )
+    lib.attn_out_bf16(o.ctypes.data, out.ctypes.data, g * d)
+    return out.reshape(g, d)
+
+
+@pytest.mark.parametrize("n", [1, 17, 32, 95, 128])
+def test_attention_entries_match_the_model(lib, n):
+    """Positions past n are neither read nor written: the cache rows there are NaN here."""
+    rng = np.random.default_rng(n)
+    g, d, c, t = 4, 64, 128, 32
+    q = (rng.standard_normal((g, d)) * 0.5).astype(bfloat16)
+    k = rng.standard_normal((c, d)).astype(bfloat16)
+    v = rng.standard_normal((c, d)).astype(bfloat16)
+    k[n:], v[n:] = np.nan, np.nan
+    got = attention_by_entries(lib, q, k, v, n, t)
+    assert np.array_equal(bits(got), bits(model.attention(q, k[:n], v[:n], n)))
+
+
+def test_the_attention_model_is_softmax_attention_within_bf16():
+    """Against float64 scaled dot-product attention with a stable softmax: within a few bf16 units."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((4, 64)).astype(bfloat16)
+    k = rng.standard_normal((200, 64)).astype(bfloat16)
+    v = rng.standard_normal((200, 64)).astype(bfloat16)
+    s = q.astype(np.float64) @ k.astype(np.float64).T / 8.0
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    want = (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
+    got = model.attention(q, k, v, 200).astype(np.float64)
+    assert np.abs(got - want).max() < 2**-7 * np.abs(want).max()
+    assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.9999

@@ -529,12 +529,12 @@ inline vector<T, N> shuffle_down_fill(const vector<T, N> &v,
 }
 
 // -------------------------------------------------------------------------------
-// elementary functions (aie_api's group_elementary, UG1529 2025.2): the two the
-// element-wise kernels call (kernels/eltwise_bf16.cc, as mlir-air's
+// elementary functions (aie_api's group_elementary, UG1529 2025.2): the three
+// the element-wise kernels call (kernels/eltwise_bf16.cc, as mlir-air's
 // silu_and_mul.cc and mlir-aie's aie2p rms_norm.cc call them). The hardware's
 // approximations are not published: the host computes in double and rounds to
-// f32 (tanh then to bf16, half to even), so the emulator's element-wise results
-// are a model, not the core's bits (docs/kernel.md#host-aie_api).
+// f32 (tanh, exp2 then to bf16, half to even), so the emulator's element-wise
+// results are a model, not the core's bits (docs/kernel.md#host-aie_api).
 template <typename TR = bfloat16, unsigned N>
 inline vector<TR, N> tanh(const vector<float, N> &v) {
   static_assert(std::is_same_v<TR, bfloat16>,
@@ -546,6 +546,22 @@ inline vector<TR, N> tanh(const vector<float, N> &v) {
   for (unsigned i = 0; i < N; ++i)
     r.d_[i] = bfloat16::from_bits(host::f32_to_bf16_bits(
         float(std::tanh(double(v.d_[i]))), host::rnd::conv_even));
+  return r;
+}
+// 2^x of a float vector to bf16 (UG1529: AIE2P's exp2 takes float in, gives
+// bfloat16 out; mlir-air's flash_attention attn_npu2.cc builds its softmax on
+// it): computed as tanh is, below.
+template <typename TR = bfloat16, unsigned N>
+inline vector<TR, N> exp2(const vector<float, N> &v) {
+  static_assert(std::is_same_v<TR, bfloat16>,
+                "aie::exp2: on AIE2P (XDNA2) a vector of float in, bfloat16 "
+                "out (UG1529)");
+  ::host::profile::count(::host::profile::ALU,
+                         ::host::profile::words512(vector<float, N>::bits()));
+  vector<TR, N> r;
+  for (unsigned i = 0; i < N; ++i)
+    r.d_[i] = bfloat16::from_bits(host::f32_to_bf16_bits(
+        float(std::exp2(double(v.d_[i]))), host::rnd::conv_even));
   return r;
 }
 template <typename E>

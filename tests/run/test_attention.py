@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: MIT
+"""Decode attention on the NPU path (issue 53): o_gemv_ffn_int4.build_attention_module on the emulator,
+every query head's output bit for bit the kernel model's (int4awq.kernel.eltwise_model.attention) of its
+key/value head's rows, the run-time length read from the q buffer, the rows past it NaN (neither used nor
+needed); and the shapes it refuses. make aircc-check compiles it at Llama-3.2-1B's heads and make sim-all
+runs the compiled design bit for bit as the emulator."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+from host_args import REPO
+
+from int4awq.errors import ConfigError
+from int4awq.kernel import eltwise_model as em
+from int4awq.kernel.kernel_model import build_eltwise_kernel
+
+
+def run_attention(heads, kv, d, context, n, seed):
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    from air.backend.xrt import XRTBackend
+
+    import o_gemv_ffn_int4 as builder
+
+    g = heads // kv
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((heads, d)).astype(bfloat16)
+    k = rng.standard_normal((context, kv * d)).astype(bfloat16)
+    v = rng.standard_normal((context, kv * d)).astype(bfloat16)
+    k[n:], v[n:] = np.nan, np.nan
+    qbuf = np.zeros((kv, g * d + builder.ATTN_CTX), bfloat16)
+    qbuf[:, : g * d] = q.reshape(kv, g * d)
+    qbuf[:, g * d :].view(np.int32)[:] = n
+    os.environ["AIR_EMU_LIB_PATH"] = str(build_eltwise_kernel().parent)
+    backend = XRTBackend(**builder.attention_backend_options())
+    invoke = backend.compile_and_load(
+        builder.build_attention_module(heads, kv, d, context)
+    )
+    out = invoke(
+        qbuf.reshape(1, -1), np.concatenate([k, v]), np.zeros((1, heads * d), bfloat16)
+    )
+    got = np.asarray(out[2]).reshape(heads, d)
+    want = np.concatenate(
+        [
+            em.attention(
+                q[x * g : (x + 1) * g],
+                k[:n, x * d : (x + 1) * d],
+                v[:n, x * d : (x + 1) * d],
+                n,
+            )
+            for x in range(kv)
+        ]
+    )
+    return got, want, backend
+
+
+@pytest.mark.parametrize("n", [1, 32, 77, 128])
+def test_each_head_is_the_kernel_model_bit_for_bit(n):
+    got, want, backend = run_attention(8, 2, 64, 128, n, seed=n)
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    assert backend.emu_resources.summary() == "resources: within limits"
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((8, 3, 64, 128), "8 query heads over 3 key/value heads"),
+        ((36, 9, 64, 128), "over 9 key/value heads (at most 8)"),
+        ((8, 2, 64, 100), "context 100 (a multiple of 32)"),
+        ((32, 8, 64, 4096), "context 4096 needs 112704 bytes of a PE's L1"),
+    ],
+)
+def test_shapes_the_launch_cannot_take_are_refused(shape, message):
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    import o_gemv_ffn_int4 as builder
+
+    with pytest.raises(
+        ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
+    ):
+        builder.build_attention_module(*shape)
