@@ -708,6 +708,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
     )
     print(_layer_module_line(fmt, gs, seconds["qkv_proj"]))
     print(_head_line(fmt, gs))
+    print(_whole_token_line(fmt, gs, seconds["qkv_proj"]))
     return failures
 
 
@@ -732,6 +733,66 @@ def _layer_module_line(fmt: str, gs: int, qkv_s: float) -> str:
         f"{chained.seconds * 1e6:.1f} us), {LAYERS + 1} dispatches, {one * 1e3:.2f} ms = {1 / one:.1f} tok/s; "
         f"{model.FIXED_S * 1e6:.0f} us a dispatch, launch boundaries inside one "
         f"{layer.LAUNCH_BOUNDARY_S * 1e6:.0f} us (mlir-air #1653)"
+    )
+
+
+# The contexts of the whole-token lines (issue 53: 1k and 4k)
+TOKEN_CONTEXTS = (1024, 4096)
+
+
+def _whole_token_line(fmt: str, gs: int, qkv_s: float) -> str:
+    """A whole token as the NPU path builds it today (MODELLED): layer 0's q, k, v GEMV (its RoPE's two
+    launches counted with it), per layer the attention launch (o_gemv_ffn_int4.build_attention_module, a
+    dispatch of its own, DDR-bound: its softmax's compute is not in the kernel cost model) and the module
+    ending with the next layer's q, k, v and RoPE, the last one ending with the final norm and the LM head
+    instead. A context the attention cannot hold in L1 says so."""
+    import importlib.util
+
+    if (
+        importlib.util.find_spec("air") is None
+    ):  # the builder needs an air package: the emulator's
+        sys.path.insert(0, os.path.join(REPO, "emulator"))
+    import o_gemv_ffn_int4 as builder
+
+    from int4awq.design import layer
+    from int4awq.errors import ConfigError
+
+    chained = layer.modelled(
+        layer.llama_layer((fmt,) * 3, (gs,) * 3, next_qkv_format=fmt)
+    )
+    last = layer.modelled(layer.llama_layer((fmt,) * 3, (gs,) * 3, head_format=fmt))
+    rope = sum(t for name, t in chained.launches if name.startswith("rope_"))
+    parts = []
+    for context in TOKEN_CONTEXTS:
+        try:
+            builder.build_attention_module(
+                *layer.LLAMA_ROPE[1:], layer.LLAMA_ROPE[0], context
+            )
+        except ConfigError as e:
+            parts.append(f"context {context}: not built ({e})")
+            continue
+        attention = (
+            builder.attention_ddr_bytes(
+                *layer.LLAMA_ROPE[1:], layer.LLAMA_ROPE[0], context
+            )
+            / model.DDR_BYTES_PER_S
+            + model.FIXED_S
+        )
+        token = (
+            qkv_s
+            + rope
+            + LAYERS * attention
+            + (LAYERS - 1) * chained.seconds
+            + last.seconds
+        )
+        parts.append(
+            f"context {context}: {2 * LAYERS + 1} dispatches, {token * 1e3:.2f} ms = {1 / token:.1f} tok/s "
+            f"(attention {attention * 1e6:.1f} us a layer, DDR only)"
+        )
+    return (
+        f"{fmt}: whole token, MODELLED (layer 0's q, k, v and RoPE; per layer the attention, then the module "
+        f"ending with the next layer's q, k, v and RoPE, the last with the final norm and the LM head in "
+        f"{fmt}): " + "; ".join(parts)
     )
 
 

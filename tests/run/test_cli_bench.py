@@ -369,3 +369,32 @@ def test_the_lm_head_line_is_the_gemv_at_the_padded_vocabulary():
         f"tile_k_l1 {cfg.tile_k_l1}): one dispatch, {est.seconds * 1e6:.1f} us, "
         f"{est.ddr_bytes / 1e6:.1f} MB of DDR, DDR-bound"
     )
+
+
+def test_the_whole_token_line_counts_every_dispatch_and_refuses_4k():
+    """Llama-3.2-1B's token: 1 (layer 0's q, k, v) + 16 attention dispatches + 15 chained modules + the last
+    layer's module with the head = 33 dispatches; the 4k context is named as not built, with the reason.
+    """
+    qkv_s = 100e-6
+    line = bench._whole_token_line("awq", 128, qkv_s)  # makes an air package importable
+    import o_gemv_ffn_int4 as builder
+
+    from int4awq.design import layer
+
+    chained = layer.modelled(
+        layer.llama_layer(("awq",) * 3, (128,) * 3, next_qkv_format="awq")
+    )
+    last = layer.modelled(
+        layer.llama_layer(("awq",) * 3, (128,) * 3, head_format="awq")
+    )
+    rope = sum(t for n, t in chained.launches if n in ("rope_q", "rope_k"))
+    attention = (
+        builder.attention_ddr_bytes(32, 8, 64, 1024) / model.DDR_BYTES_PER_S
+        + model.FIXED_S
+    )
+    token = qkv_s + rope + 16 * attention + 15 * chained.seconds + last.seconds
+    assert (
+        f"context 1024: 33 dispatches, {token * 1e3:.2f} ms = {1 / token:.1f} tok/s"
+        in line
+    )
+    assert "context 4096: not built (attention: context 4096 needs" in line
