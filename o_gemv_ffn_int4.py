@@ -258,6 +258,11 @@ def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
     )
     step = [ty[k] for k in ("q", "rows", "scores", "probs", "o")] + [T.i32()] * 5
     return {
+        "init": kernel_func(
+            "attn_init_bf16",
+            [ty["scores"], ty["probs"], ty["o"], T.i32(), T.i32(), T.i32()],
+            ELTWISE_OBJECT,
+        ),
         "step": kernel_func("attn_step_bf16", step, ELTWISE_OBJECT),
         "out": kernel_func(
             "attn_out_bf16", [ty["o"], ty["out"], T.i32()], ELTWISE_OBJECT
@@ -297,6 +302,10 @@ def attention_launch(
                     src_sizes=[1, width],
                     src_strides=[kv * width, 1],
                 )
+                # a first access of scores and probs outside the loop keeps them at herd scope: used by
+                # the loop's kernel call alone they are sunk into it, and aircc then leaves the loop
+                # single-buffered (matmul_int4_packed.anchor_at_herd_scope, docs/design.md#ping-pong)
+                CallOp(funcs["init"], [scores, probs, o, *map(i32, (g, d, context))])
                 for step in for_(0, steps):
                     rows = AllocOp(ty["rows"], [], [])
                     # the head's d columns of the step's chunk of rows (keys, then values)

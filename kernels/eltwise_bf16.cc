@@ -9,7 +9,8 @@
 //   rms_norm_bf16(x, w, out, n)        out = (x * r) * w,
 //                                      r = 1 / sqrt(sum(x^2) / n + 1e-5)
 //   silu_mul_bf16(gate, up, out, n)    out = silu(gate) * up        (SwiGLU)
-//   attn_step_bf16 / attn_out_bf16:  decode attention of one key/value head
+//   attn_init_bf16 / attn_step_bf16 / attn_out_bf16:
+//                                      decode attention of one key/value head
 //                                      and its g query heads over a cache
 //                                      of c positions, in chunks of t (below)
 //   rope_bf16(x, table, out, n, d)     half-split rotary embedding of n / d
@@ -221,6 +222,17 @@ static void attn_values(const bfloat16 *__restrict probs,
             aie::load_v<V>(v + pos * d + i));
       aie::store_v(o + h * d + i, acc.template to_vector<float>());
     }
+}
+
+// Before the first step: o = 0. It takes the scores and the probabilities too,
+// so that the launch touches them outside its loop of steps (the compiler
+// keeps them at herd scope and double-buffers the rows).
+void attn_init_bf16(float *__restrict scores, bfloat16 *__restrict probs,
+                    float *__restrict o, int32_t g, int32_t d, int32_t c) {
+  (void)scores, (void)probs, (void)c;
+  // live: 1 vec, 0 acc
+  for (int32_t i = 0; i < g * d; i += V)
+    aie::store_v(o + i, aie::zeros<float, V>());
 }
 
 // One step of the attention launch's single stream of cache rows: steps 0 ..

@@ -175,9 +175,13 @@ def test_every_design_through_aircc(design, tmp_path, record_property):
         assert r.compiled.insts and all(n > 0 for n in r.compiled.insts.values())
     # every design ping-pongs its chunk loop in L1 (the A chunk and the record), in each of its launches,
     # unless it has none (the bring-up probes, the two-launch copy module)
-    # (the attention's one stream of cache rows is single-buffered: aircc does not double it, and the
-    # emulator's model says the same; the GEMV keeps its loop-carried buffers herd-wide for that)
-    if not any(w in design.name for w in ("probe", "two launches", "attention")):
+    # (the attention's loop has one buffer to double: its chunk of cache rows)
+    if "attention" in design.name:
+        doubled = [
+            (t, n) for (space, t), n in r.decisions.doubled.items() if space == 2
+        ]
+        assert doubled == [("memref<32x64xbf16, 2 : i32>", 1)], r.decisions.doubled
+    elif not any(w in design.name for w in ("probe", "two launches")):
         # the chained module's two GEMV launches, the layer module's three, or four with the next q, k, v or
         # the LM head (its element-wise ones have no chunk loop)
         launches = (
