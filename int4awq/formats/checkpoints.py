@@ -1028,17 +1028,23 @@ def _convert_scales(
     return s, s_lo, report
 
 
-def load_vector(path: str | Path, name: str) -> np.ndarray:
-    """1-D float tensor `name` of a checkpoint (a norm weight) as float32."""
+def _float_tensor(path: str | Path, name: str, ndim: int, what: str) -> np.ndarray:
+    """Float tensor `name` of a checkpoint as float32, refused in one line unless it is an ndim-D F32, F16
+    or BF16 tensor (what: the thing it should be, for the message)."""
     ck = _Checkpoint(path)
     e = ck.entry(name)
     if e is None:
         raise not_found("tensor", name, path, "tensors", ck.names())
-    if len(e.shape) != 1 or e.dtype not in ("F32", "F16", "BF16"):
+    if len(e.shape) != ndim or e.dtype not in ("F32", "F16", "BF16"):
         raise ConfigError(
-            f"{name}: {e.dtype} {list(e.shape)}: a norm weight is a 1-D F32, F16 or BF16 tensor"
+            f"{name}: {e.dtype} {list(e.shape)}: {what} is a {ndim}-D F32, F16 or BF16 tensor"
         )
     return ck.read(e, name).astype(np.float32)
+
+
+def load_vector(path: str | Path, name: str) -> np.ndarray:
+    """1-D float tensor `name` of a checkpoint (a norm weight) as float32."""
+    return _float_tensor(path, name, 1, "a norm weight")
 
 
 def attention_heads(path: str | Path) -> tuple[int, int]:
@@ -1082,8 +1088,8 @@ def rope_frequencies(path: str | Path, d: int) -> np.ndarray:
 
 def head_source(path: str | Path) -> tuple[str, bool]:
     """(what the model's LM head is read from, tied): a quantized layer "lm_head" (its qweight, as the
-    checkpoint's other layers), a float "lm_head.weight", or, where the checkpoint ties its embeddings
-    (config.json tie_word_embeddings, or no lm_head tensor at all), "model.embed_tokens.weight".
+    checkpoint's other layers), a float "lm_head.weight", or, where the checkpoint has no lm_head tensor
+    (it ties the head to its embedding), "model.embed_tokens.weight".
     """
     ck = _Checkpoint(path)
     names = set(ck.names())
@@ -1098,12 +1104,4 @@ def head_source(path: str | Path) -> tuple[str, bool]:
 
 def load_float_matrix(path: str | Path, name: str) -> np.ndarray:
     """2-D float tensor `name` of a checkpoint (an LM head or embedding, [vocab, hidden]) as float32."""
-    ck = _Checkpoint(path)
-    e = ck.entry(name)
-    if e is None:
-        raise not_found("tensor", name, path, "tensors", ck.names())
-    if len(e.shape) != 2 or e.dtype not in ("F32", "F16", "BF16"):
-        raise ConfigError(
-            f"{name}: {e.dtype} {list(e.shape)}: an LM head is a 2-D F32, F16 or BF16 tensor"
-        )
-    return ck.read(e, name).astype(np.float32)
+    return _float_tensor(path, name, 2, "an LM head")
