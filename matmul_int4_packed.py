@@ -532,7 +532,10 @@ def main(argv=None) -> int:
     defaults are upstream's; every format, checkpoint and report: host/run.py."""
     import example_main
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # no abbreviations: the GEMV's `--n` (this project's earlier option) would be taken for --n-cores
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     for opt, default in (
         ("m", 64),
         ("k", 128),

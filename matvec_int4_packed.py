@@ -517,7 +517,10 @@ def main(argv=None) -> int:
     host/run.py --design gemv."""
     import example_main
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # no abbreviations: the GEMV's `--n` (this project's earlier option) would be taken for --n-cores
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument("--m", type=int, default=2048, help="rows of W: D's length")
     parser.add_argument("--k", type=int, default=2048)
     parser.add_argument("--gs", type=int, default=128)

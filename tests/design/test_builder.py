@@ -324,3 +324,29 @@ def test_compile_only_on_the_emulators_air_is_one_line_and_exit_2(capsys):
         err
         == "error: compile-only needs mlir-air's aircc (this is the emulator's air package)\n"
     )
+
+
+def test_an_abbreviated_option_is_not_taken_for_another():
+    """matvec_int4_packed.py's --m is W's rows (mlir-air's); an old `--n 2048` is refused by argparse, not
+    read as --n-cores."""
+    import subprocess
+
+    res = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "matvec_int4_packed.py"),
+            "--m",
+            "1",
+            "--k",
+            "2048",
+            "--n",
+            "2048",
+            "-p",
+        ],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert (
+        res.returncode == 2 and "unrecognized arguments: --n 2048" in res.stderr
+    ), res.stderr
