@@ -535,34 +535,36 @@ inline vector<T, N> shuffle_down_fill(const vector<T, N> &v,
 // approximations are not published: the host computes in double and rounds to
 // f32 (tanh, exp2 then to bf16, half to even), so the emulator's element-wise
 // results are a model, not the core's bits (docs/kernel.md#host-aie_api).
+namespace host {
+// f(x) of each lane in double, to f32, then to bf16 half to even, priced as one
+// vector ALU pass (the body of aie::tanh and aie::exp2 below).
+template <unsigned N, typename F>
+inline vector<bfloat16, N> elementary_to_bf16(const vector<float, N> &v, F f) {
+  ::host::profile::count(::host::profile::ALU,
+                         ::host::profile::words512(vector<float, N>::bits()));
+  vector<bfloat16, N> r;
+  for (unsigned i = 0; i < N; ++i)
+    r.d_[i] = bfloat16::from_bits(
+        f32_to_bf16_bits(float(f(double(v.d_[i]))), rnd::conv_even));
+  return r;
+}
+} // namespace host
 template <typename TR = bfloat16, unsigned N>
 inline vector<TR, N> tanh(const vector<float, N> &v) {
   static_assert(std::is_same_v<TR, bfloat16>,
                 "aie::tanh: on AIE2P (XDNA2) a vector of float in, bfloat16 "
                 "out (UG1529)");
-  ::host::profile::count(::host::profile::ALU,
-                         ::host::profile::words512(vector<float, N>::bits()));
-  vector<TR, N> r;
-  for (unsigned i = 0; i < N; ++i)
-    r.d_[i] = bfloat16::from_bits(host::f32_to_bf16_bits(
-        float(std::tanh(double(v.d_[i]))), host::rnd::conv_even));
-  return r;
+  return host::elementary_to_bf16(v, [](double x) { return std::tanh(x); });
 }
 // 2^x of a float vector to bf16 (UG1529: AIE2P's exp2 takes float in, gives
 // bfloat16 out; mlir-air's flash_attention attn_npu2.cc builds its softmax on
-// it): computed as tanh is, below.
+// it).
 template <typename TR = bfloat16, unsigned N>
 inline vector<TR, N> exp2(const vector<float, N> &v) {
   static_assert(std::is_same_v<TR, bfloat16>,
                 "aie::exp2: on AIE2P (XDNA2) a vector of float in, bfloat16 "
                 "out (UG1529)");
-  ::host::profile::count(::host::profile::ALU,
-                         ::host::profile::words512(vector<float, N>::bits()));
-  vector<TR, N> r;
-  for (unsigned i = 0; i < N; ++i)
-    r.d_[i] = bfloat16::from_bits(host::f32_to_bf16_bits(
-        float(std::exp2(double(v.d_[i]))), host::rnd::conv_even));
-  return r;
+  return host::elementary_to_bf16(v, [](double x) { return std::exp2(x); });
 }
 template <typename E>
   requires(std::is_same_v<E, float>)
