@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Synthetic decoder-layer files of a Llama's shapes for the layer module's tests: an AutoAWQ checkpoint
 directory (config.json with the heads, model.safetensors) and a Q4_K_M GGUF file (Q6_K attn_v and ffn_down,
-the rest Q4_K), with their RMSNorm weights.
+the rest Q4_K), with their RMSNorm weights; with tokenizer=True, a small byte-level BPE tokenizer in Llama 3's
+form (tiny_tokenizer: its tokenizer.json files in the directory, the same vocabulary in the GGUF header).
 
-    python3 tests/layer_files.py awq|q4_k_m PATH [--hidden 512] [--intermediate 1024] [--layers 1]
+    python3 tests/layer_files.py awq|q4_k_m PATH [--hidden 512] [--intermediate 1024] [--layers 1] [--tokenizer]
 """
 
 from __future__ import annotations
@@ -47,10 +48,124 @@ def layer_shapes(e, h) -> list[tuple[int, int]]:
 VOCAB = 1000
 
 
-def awq_checkpoint(d, e=E, h=H, layers=1, head=None):
+# The small tokenizer's training text (ASCII, accents, digits, runs of spaces, newlines; no emoji, so that an
+# emoji is split into byte tokens), its special tokens (Llama 3's names, after the BPE tokens as in Llama 3)
+# and a chat template of Llama 3's form.
+TOKENIZER_TEXT = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Llamas eat grass in the Andes; the café serves crème brûlée, naïve résumé.",
+    "In 2026 the NPU decoded 1234567 tokens at 68 tokens per second.",
+    "Hello, world! It's a test, isn't it? We're decoding   with    spaces.\n\nNew lines too.\n",
+    "def main():\n    return 0\n",
+]
+# at most this many BPE tokens; the special tokens come after them, all under VOCAB
+TOKENIZER_VOCAB = 480
+SPECIAL_TOKENS = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+]
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim"
+    " + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+
+def tiny_tokenizer():
+    """A byte-level BPE tokenizer in Llama 3's form, trained by the tokenizers library on TOKENIZER_TEXT
+    (deterministic, a few ms): Llama 3's split and ByteLevel, ignore_merges, the SPECIAL_TOKENS after the BPE
+    tokens, BOS put first by the post-processor."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import processors, trainers
+
+    from int4awq.formats.tokenizer import LLAMA3_REGEX
+
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LLAMA3_REGEX), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(TOKENIZER_TEXT, trainer)
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    bos = SPECIAL_TOKENS[0]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A",
+        pair=f"{bos} $A {bos} $B:1",
+        special_tokens=[(bos, tok.token_to_id(bos))],
+    )
+    assert tok.get_vocab_size(with_added_tokens=True) <= VOCAB
+    return tok
+
+
+def tokenizer_files(d):
+    """The tiny tokenizer as a Hugging Face checkpoint keeps it: tokenizer.json, tokenizer_config.json (bos and
+    eos tokens, the chat template) and generation_config.json (Llama 3 instruct's ids: end of text and of turn).
+    """
+    tok = tiny_tokenizer()
+    tok.save(str(d / "tokenizer.json"))
+    config = {
+        "bos_token": SPECIAL_TOKENS[0],
+        "eos_token": {"content": "<|eot_id|>", "special": True},
+        "chat_template": CHAT_TEMPLATE,
+    }
+    (d / "tokenizer_config.json").write_text(json.dumps(config))
+    ids = {
+        "bos_token_id": tok.token_to_id(SPECIAL_TOKENS[0]),
+        "eos_token_id": [tok.token_to_id(t) for t in ("<|end_of_text|>", "<|eot_id|>")],
+    }
+    (d / "generation_config.json").write_text(json.dumps(ids))
+
+
+def gguf_tokenizer(
+    out, model="gpt2", pre="llama-bpe", add_bos=True, chat_template=CHAT_TEMPLATE
+):
+    """The tiny tokenizer as llama.cpp's converter writes Llama 3's into a GGUF header (gguf.GGUFWriter):
+    model gpt2, pre llama-bpe, tokens by id, merges as "a b", the special tokens CONTROL, eos <|eot_id|>;
+    another model, pre, add_bos or template for the tests of refusals and defaults (None: not written).
+    """
+    import gguf
+
+    tok = tiny_tokenizer()
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    vocab = tok.get_vocab(with_added_tokens=True)
+    tokens = sorted(vocab, key=vocab.get)
+    assert [vocab[t] for t in tokens] == list(range(len(tokens)))
+    out.add_tokenizer_model(model)
+    if pre is not None:
+        out.add_tokenizer_pre(pre)
+    out.add_token_list(tokens)
+    out.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    out.add_token_types(
+        [
+            gguf.TokenType.CONTROL if t in SPECIAL_TOKENS else gguf.TokenType.NORMAL
+            for t in tokens
+        ]
+    )
+    out.add_bos_token_id(vocab[SPECIAL_TOKENS[0]])
+    out.add_eos_token_id(vocab["<|eot_id|>"])
+    if add_bos is not None:
+        out.add_add_bos_token(add_bos)
+    if chat_template is not None:
+        out.add_chat_template(chat_template)
+
+
+def awq_checkpoint(d, e=E, h=H, layers=1, head=None, tokenizer=False):
     """Llama-shaped decoder layers (hidden e, intermediate h; head_dim e / 8), AutoAWQ GEMM format, GS 128;
     head "float": a bf16 lm_head.weight [VOCAB, e] as AutoAWQ leaves it, "tied": no lm_head, a bf16
-    model.embed_tokens.weight and tie_word_embeddings (Llama-3.2-1B's)."""
+    model.embed_tokens.weight and tie_word_embeddings (Llama-3.2-1B's); tokenizer: tokenizer_files.
+    """
     from test_checkpoints import (
         AWQ_CFG,
         awq_tensors,
@@ -90,13 +205,16 @@ def awq_checkpoint(d, e=E, h=H, layers=1, head=None):
     }
     (d / "config.json").write_text(json.dumps(config))
     write_safetensors(d / "model.safetensors", tensors)
+    if tokenizer:
+        tokenizer_files(d)
     return d
 
 
-def q4_k_m_file(path, e=E, h=H, layers=1, head=None):
+def q4_k_m_file(path, e=E, h=H, layers=1, head=None, tokenizer=False):
     """The same layer as a Q4_K_M GGUF file keeps it: attn_v and ffn_down in Q6_K, the rest Q4_K (small
     positive scales, so the layer's values stay in a model's range); head "output": an output.weight in
-    Q6_K [VOCAB x e], "tied": token_embd.weight in Q6_K and no output.weight."""
+    Q6_K [VOCAB x e], "tied": token_embd.weight in Q6_K and no output.weight; tokenizer: gguf_tokenizer.
+    """
     import gguf
 
     from test_gguf_quants import TYPES, raw_blocks
@@ -139,6 +257,8 @@ def q4_k_m_file(path, e=E, h=H, layers=1, head=None):
     out.add_head_count(HEADS)
     out.add_head_count_kv(KV_HEADS)
     out.add_rope_freq_base(ROPE_THETA)
+    if tokenizer:
+        gguf_tokenizer(out)
     # llama.cpp's converter writes Llama 3's scaling as one divisor per frequency; any positive ones do here
     tensors["rope_freqs.weight"] = (
         np.linspace(1.0, 32.0, e // HEADS // 2).astype(np.float32),
@@ -168,9 +288,10 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", type=int, default=E)
     ap.add_argument("--intermediate", type=int, default=H)
     ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--tokenizer", action="store_true", help="with tiny_tokenizer")
     a = ap.parse_args(argv)
     write = awq_checkpoint if a.kind == "awq" else q4_k_m_file
-    write(Path(a.path), a.hidden, a.intermediate, a.layers)
+    write(Path(a.path), a.hidden, a.intermediate, a.layers, tokenizer=a.tokenizer)
     return 0
 
 
