@@ -350,18 +350,16 @@ def attention_backend_options() -> dict:
     )
 
 
-@module_builder
-def build_attention_module(heads: int, kv: int, d: int, context: int):
-    """A module of one decode attention launch (attention_launch): out = attention(q, k_cache[:n],
-    v_cache[:n]), n = ctx[0], for heads query heads over kv key/value heads of d, a cache of context.
-    """
+def attention_problem(heads: int, kv: int, d: int, context: int) -> str | None:
+    """Why the attention launch cannot take these heads and this context, or None: the herd's shape, or a
+    PE's L1 (q and ctx, the scores (f32) and probabilities (bf16) of every position for its g query heads,
+    o (f32) and out, two chunks of cache rows, the stack)."""
     if heads % kv or kv > COLUMNS or d % 16 or context % ATTN_CHUNK:
-        raise ConfigError(
+        return (
             f"attention: {heads} query heads over {kv} key/value heads (at most {COLUMNS}) of {d} (a "
             f"multiple of 16), context {context} (a multiple of {ATTN_CHUNK})"
         )
     g, stack = heads // kv, attention_backend_options()["stack_size"]
-    # q and ctx, scores (f32) and probabilities (bf16) of every position, o (f32) and out, two chunks of rows
     l1 = (
         2 * (g * d + ATTN_CTX)
         + 6 * g * context
@@ -369,11 +367,22 @@ def build_attention_module(heads: int, kv: int, d: int, context: int):
         + 2 * 2 * ATTN_CHUNK * d
         + stack
     )
-    if l1 > L1_BYTES:
-        raise ConfigError(
-            f"attention: context {context} needs {l1} bytes of a PE's L1 ({g} heads' scores and "
-            f"probabilities of every position), more than its {L1_BYTES}: a shorter context"
-        )
+    if l1 <= L1_BYTES:
+        return None
+    return (
+        f"attention: context {context} needs {l1} bytes of a PE's L1 ({g} heads' scores and "
+        f"probabilities of every position), more than its {L1_BYTES}: a shorter context"
+    )
+
+
+@module_builder
+def build_attention_module(heads: int, kv: int, d: int, context: int):
+    """A module of one decode attention launch (attention_launch): out = attention(q, k_cache[:n],
+    v_cache[:n]), n = ctx[0], for heads query heads over kv key/value heads of d, a cache of context.
+    """
+    problem = attention_problem(heads, kv, d, context)
+    if problem:
+        raise ConfigError(problem)
     funcs = attention_funcs(heads // kv, d, context)
 
     @FuncOp.from_py_func(*attention_types(heads, kv, d, context))

@@ -38,9 +38,9 @@ LLAMA3_SCALING = {
 }
 
 
-def layer_shapes(e, h) -> list[tuple[int, int]]:
-    """(K, N) of q, k, v, o, gate, up, down at hidden e, intermediate h and HEADS / KV_HEADS heads."""
-    kv = e * KV_HEADS // HEADS
+def layer_shapes(e, h, kv_heads=KV_HEADS) -> list[tuple[int, int]]:
+    """(K, N) of q, k, v, o, gate, up, down at hidden e, intermediate h and HEADS / kv_heads heads."""
+    kv = e * kv_heads // HEADS
     return [(e, e), (e, kv), (e, kv), (e, e), (e, h), (e, h), (h, e)]
 
 
@@ -161,10 +161,13 @@ def gguf_tokenizer(
         out.add_chat_template(chat_template)
 
 
-def awq_checkpoint(d, e=E, h=H, layers=1, head=None, tokenizer=False):
-    """Llama-shaped decoder layers (hidden e, intermediate h; head_dim e / 8), AutoAWQ GEMM format, GS 128;
-    head "float": a bf16 lm_head.weight [VOCAB, e] as AutoAWQ leaves it, "tied": no lm_head, a bf16
-    model.embed_tokens.weight and tie_word_embeddings (Llama-3.2-1B's); tokenizer: tokenizer_files.
+def awq_checkpoint(
+    d, e=E, h=H, layers=1, head=None, tokenizer=False, kv_heads=KV_HEADS
+):
+    """Llama-shaped decoder layers (hidden e, intermediate h; head_dim e / 8, kv_heads key/value heads),
+    AutoAWQ GEMM format, GS 128; head "float": a bf16 lm_head.weight [VOCAB, e] as AutoAWQ leaves it,
+    "tied": no lm_head, a bf16 model.embed_tokens.weight and tie_word_embeddings (Llama-3.2-1B's);
+    tokenizer: tokenizer_files.
     """
     from test_checkpoints import (
         AWQ_CFG,
@@ -174,7 +177,7 @@ def awq_checkpoint(d, e=E, h=H, layers=1, head=None, tokenizer=False):
         write_safetensors,
     )
 
-    shapes = dict(zip(HF_PROJECTIONS, layer_shapes(e, h)))
+    shapes = dict(zip(HF_PROJECTIONS, layer_shapes(e, h, kv_heads)))
     tensors = {}
     rng = np.random.default_rng(40)
     for layer in range(layers):
@@ -197,7 +200,7 @@ def awq_checkpoint(d, e=E, h=H, layers=1, head=None, tokenizer=False):
     config = {
         "architectures": ["LlamaForCausalLM"],
         "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
+        "num_key_value_heads": kv_heads,
         "rope_theta": ROPE_THETA,
         "rope_scaling": LLAMA3_SCALING,
         "tie_word_embeddings": head == "tied",
@@ -210,10 +213,37 @@ def awq_checkpoint(d, e=E, h=H, layers=1, head=None, tokenizer=False):
     return d
 
 
-def q4_k_m_file(path, e=E, h=H, layers=1, head=None, tokenizer=False):
+def centered_q4_k(raw: np.ndarray) -> np.ndarray:
+    """Q4_K blocks (rows of 144-byte blocks: d, dmin, 12 bytes of 6-bit scales and mins, 128 of codes)
+    made zero-mean as a quantiser's are: each sub-block's min code equal to its scale code and dmin = 7.5 d,
+    so value = d * sc * (q - 7.5); random scale and min codes instead give every weight a common offset of
+    several times its spread, which no trained model has."""
+    b = raw.reshape(raw.shape[0], -1, 144).copy()
+    b[:, :, 8:12] = b[
+        :, :, 4:8
+    ]  # mins 0-3 = scales 0-3, and their high bits for sub-blocks 4-7
+    b[:, :, 12:16] = (
+        b[:, :, 12:16] & 0x0F
+    ) * 0x11  # sub-blocks 4-7: the min's low nibble = the scale's
+    d = b[:, :, 0:2].copy().view("<f2")
+    b[:, :, 2:4] = (d.astype(np.float32) * 7.5).astype("<f2").view(np.uint8)
+    return b.reshape(raw.shape)
+
+
+def q4_k_m_file(
+    path,
+    e=E,
+    h=H,
+    layers=1,
+    head=None,
+    tokenizer=False,
+    kv_heads=KV_HEADS,
+    centered=False,
+):
     """The same layer as a Q4_K_M GGUF file keeps it: attn_v and ffn_down in Q6_K, the rest Q4_K (small
-    positive scales, so the layer's values stay in a model's range); head "output": an output.weight in
-    Q6_K [VOCAB x e], "tied": token_embd.weight in Q6_K and no output.weight; tokenizer: gguf_tokenizer.
+    positive scales, so the layer's values stay in a model's range; centered: zero-mean, centered_q4_k);
+    head "output": an output.weight in Q6_K [VOCAB x e], "tied": token_embd.weight in Q6_K and no
+    output.weight; tokenizer: gguf_tokenizer; kv_heads key/value heads.
     """
     import gguf
 
@@ -224,7 +254,7 @@ def q4_k_m_file(path, e=E, h=H, layers=1, head=None, tokenizer=False):
     kinds = dict(
         zip(GGUF_PROJECTIONS, ["Q4_K"] * 2 + ["Q6_K"] + ["Q4_K"] * 3 + ["Q6_K"])
     )
-    shapes = dict(zip(GGUF_PROJECTIONS, layer_shapes(e, h)))
+    shapes = dict(zip(GGUF_PROJECTIONS, layer_shapes(e, h, kv_heads)))
     small = lambda shape: (2.0 ** rng.uniform(-14, -11, shape)).astype(
         "<f2"
     )  # noqa: E731
@@ -236,6 +266,11 @@ def q4_k_m_file(path, e=E, h=H, layers=1, head=None, tokenizer=False):
         for layer in range(layers)
         for p, kind in kinds.items()
     }
+    if centered:
+        tensors = {
+            name: (centered_q4_k(raw) if kind == "Q4_K" else raw, kind)
+            for name, (raw, kind) in tensors.items()
+        }
     if head is not None:  # and the final RMSNorm before it
         tensors["output_norm.weight"] = (
             (1 + 0.1 * rng.standard_normal(e)).astype(np.float32),
@@ -255,7 +290,7 @@ def q4_k_m_file(path, e=E, h=H, layers=1, head=None, tokenizer=False):
         )
     out = gguf.GGUFWriter(str(path), "llama")
     out.add_head_count(HEADS)
-    out.add_head_count_kv(KV_HEADS)
+    out.add_head_count_kv(kv_heads)
     out.add_rope_freq_base(ROPE_THETA)
     if tokenizer:
         gguf_tokenizer(out)
@@ -289,9 +324,19 @@ def main(argv=None) -> int:
     ap.add_argument("--intermediate", type=int, default=H)
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--tokenizer", action="store_true", help="with tiny_tokenizer")
+    ap.add_argument("--kv-heads", type=int, default=KV_HEADS)
+    ap.add_argument("--head", choices=["tied", "float", "output"], default=None)
     a = ap.parse_args(argv)
     write = awq_checkpoint if a.kind == "awq" else q4_k_m_file
-    write(Path(a.path), a.hidden, a.intermediate, a.layers, tokenizer=a.tokenizer)
+    write(
+        Path(a.path),
+        a.hidden,
+        a.intermediate,
+        a.layers,
+        head=a.head,
+        tokenizer=a.tokenizer,
+        kv_heads=a.kv_heads,
+    )
     return 0
 
 

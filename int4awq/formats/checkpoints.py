@@ -1105,3 +1105,19 @@ def head_source(path: str | Path) -> tuple[str, bool]:
 def load_float_matrix(path: str | Path, name: str) -> np.ndarray:
     """2-D float tensor `name` of a checkpoint (an LM head or embedding, [vocab, hidden]) as float32."""
     return _float_tensor(path, name, 2, "an LM head")
+
+
+def config(path: str | Path) -> dict:
+    """The checkpoint directory's config.json (an empty dict without one)."""
+    file = Path(path) / "config.json"
+    return _load_json(file) if file.is_file() else {}
+
+
+def tensor_names(path: str | Path) -> list[str]:
+    return _Checkpoint(path).names()
+
+
+def embedding(path: str | Path, name: str = "model.embed_tokens.weight"):
+    """(rows, vocab, hidden) of the token embedding, a float tensor [vocab, hidden] read whole."""
+    table = _float_tensor(path, name, 2, "a token embedding")
+    return (lambda ids: table[np.asarray(ids)]), *table.shape

@@ -27,6 +27,7 @@ any tensor that is not a 2-D weight.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,7 @@ class GgufTensor:
 GGUF_VERSION = "0.19.0"
 
 
+@functools.lru_cache(maxsize=1)
 def _reader_class():
     from importlib.metadata import version
 
@@ -149,6 +151,13 @@ def _reader_class():
     return Reader
 
 
+@functools.lru_cache(maxsize=4)
+def _open(reader, path: str, mtime_ns: int, size: int):
+    """One GGUFReader per file version: a whole model reads the same header for every tensor, and a
+    Llama 3 header (its 280k merges) takes seconds to parse."""
+    return reader(path)
+
+
 def _reader(path: str | Path):
     try:
         reader = _reader_class()
@@ -166,7 +175,8 @@ def _reader(path: str | Path):
             f"{path}: not a GGUF file ({size} bytes; a GGUF file begins with the bytes 'GGUF')"
         )
     try:
-        return reader(str(path))
+        st = Path(path).stat()
+        return _open(reader, str(path), st.st_mtime_ns, size)
     except _CutShort:
         raise ConfigError(
             f"{path}: not a readable GGUF file: its header runs past the end of the file ({size} bytes; "
@@ -404,3 +414,52 @@ def gguf_rope_frequencies(path: str | Path, d: int) -> np.ndarray:
             f"{path}: rope_freqs.weight holds {v.size} values; heads of {d} need {f.size} positive ones"
         )
     return f / v
+
+
+def gguf_field(path: str | Path, key: str):
+    """A header field's value (gguf's ReaderField.contents()), with "{arch}" in key replaced by the file's
+    general.architecture; None when the file has no such field."""
+    fields = _reader(path).fields
+    arch = fields.get("general.architecture")
+    f = fields.get(key.replace("{arch}", arch.contents() if arch else "llama"))
+    return None if f is None else f.contents()
+
+
+def gguf_tensor_names(path: str | Path) -> list[str]:
+    return [t.name for t in _reader(path).tensors]
+
+
+def gguf_embedding(path: str | Path, name: str = "token_embd.weight"):
+    """(rows, vocab, hidden): rows(ids) -> float32 [len(ids), hidden], the token embedding's rows
+    dequantised one at a time by gguf.quants.dequantize (llama.cpp's get_rows does the same), so a
+    quantised table is never expanded whole."""
+    import gguf
+
+    t = next((t for t in _reader(path).tensors if t.name == name), None)
+    if t is None:
+        raise not_found("tensor", name, path, "tensors", gguf_tensor_names(path))
+    if len(t.dims) != 2 or t.expected is None or t.cut_short:
+        raise ConfigError(
+            f"{name}: GGUF {t.type_name} {list(t.dims)}: not a whole 2-D embedding table"
+            + (f" ({t.cut_short})" if t.cut_short else "")
+        )
+    try:
+        qtype = gguf.GGMLQuantizationType[t.type_name]
+    except KeyError:
+        raise ConfigError(
+            f"{name}: GGUF type {t.type_name}: gguf cannot read it"
+        ) from None
+    hidden, vocab = t.dims
+    table = t.data.reshape(vocab, -1)
+
+    def rows(ids) -> np.ndarray:
+        try:
+            return np.stack(
+                [gguf.quants.dequantize(table[i], qtype) for i in ids]
+            ).astype(np.float32)
+        except NotImplementedError:
+            raise ConfigError(
+                f"{name}: GGUF {t.type_name}: gguf.quants cannot dequantise it"
+            ) from None
+
+    return rows, vocab, hidden

@@ -426,3 +426,68 @@ def attention_heads(path: str | Path) -> tuple[int, int]:
     from .checkpoints import attention_heads as hf_heads
 
     return hf_heads(path)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a whole-model run needs from a file besides its tensors: the decoder layers, the RMSNorm
+    epsilon and the context the model was trained for (None where the file does not say).
+    """
+
+    layers: int
+    rms_eps: float | None
+    context: int | None
+
+
+def model_info(path: str | Path) -> ModelInfo:
+    """A Llama's ModelInfo: GGUF's general.architecture "llama" and its header, or a checkpoint whose
+    config.json names LlamaForCausalLM (or model_type "llama"); any other architecture is refused in one
+    line. The layers are counted from the tensor names (0 .. L - 1, each present)."""
+    if is_gguf(path):
+        from .gguf_file import gguf_field, gguf_tensor_names
+
+        arch = gguf_field(path, "general.architecture")
+        if arch != "llama":
+            raise ConfigError(
+                f"{path}: GGUF architecture {arch!r}: only Llama's ('llama') runs as a whole model"
+            )
+        names = gguf_tensor_names(path)
+        eps = gguf_field(path, "{arch}.attention.layer_norm_rms_epsilon")
+        context = gguf_field(path, "{arch}.context_length")
+        pattern = r"blk\.(\d+)\."
+    else:
+        from .checkpoints import config, tensor_names
+
+        cfg = config(path)
+        archs = cfg.get("architectures") or []
+        if "LlamaForCausalLM" not in archs and cfg.get("model_type") != "llama":
+            raise ConfigError(
+                f"{path}: config.json names architectures {archs} (model_type "
+                f"{cfg.get('model_type')!r}): only Llama's (LlamaForCausalLM) runs as a whole model"
+            )
+        names = tensor_names(path)
+        eps, context = cfg.get("rms_norm_eps"), cfg.get("max_position_embeddings")
+        pattern = r"model\.layers\.(\d+)\."
+    found = {int(m.group(1)) for n in names if (m := re.match(pattern, n))}
+    if not found or found != set(range(max(found) + 1)):
+        raise ConfigError(
+            f"{path}: decoder layers {sorted(found)[:8]}: a model needs layers 0 .. L - 1, each present"
+        )
+    return ModelInfo(
+        max(found) + 1,
+        None if eps is None else float(eps),
+        None if context is None else int(context),
+    )
+
+
+def embedding(path: str | Path):
+    """(rows, vocab, hidden) of the token embedding: rows(ids) -> float32 [len(ids), hidden]; GGUF's
+    token_embd.weight in its own type, a checkpoint's float model.embed_tokens.weight.
+    """
+    if is_gguf(path):
+        from .gguf_file import gguf_embedding
+
+        return gguf_embedding(path)
+    from .checkpoints import embedding as hf_embedding
+
+    return hf_embedding(path)

@@ -433,3 +433,61 @@ class GemvHostKernel(_HostObject):
             self.lib.gemv_int4_drain(acc.ctypes.data, self.g_out.ctypes.data, m)
             c[:, nt * tn : (nt + 1) * tn] = self.g_out[: m * tn].reshape(m, tn)
         return c
+
+
+# ------------------------------------------------------------------------------------------ prepared model
+class PreparedWeights:
+    """kernel_gemm_model for a weight used at every token (host/generate.py's `model` backend): W's side of
+    the operands made once (the mmul's integers as int8 blocks [K/8, 8, N], the scale and min-term parts),
+    and the arithmetic vectorised over K blocks without changing a rounding: every 8-deep block product is
+    an integer times A's block step (|m| <= 128, |integer| <= 128: at most 2^17 in 8 terms), exact in f32
+    whatever the order; the f32 group sums run block after block inside each span, and the folds span
+    after span, as the kernel and kernel_gemm_model do. MXFP4 weights go to kernel_mxfp4_model as they are.
+    """
+
+    def __init__(self, w):
+        self.w, self.k, self.n, self.gs = w, w.k, w.n, w.gs
+        if isinstance(w, Mxfp4Weights):
+            return
+        ints = mmul_integers(w)
+        self.blocks = ints.astype(np.int8).reshape(w.k // 8, 8, w.n)
+        if isinstance(w, AwqWeights):
+            s, m = [w.s] if w.s_lo is None else [w.s, w.s_lo], None
+        else:
+            s, m = block_int_parts(w)
+        self.s = [p.astype(np.float32) for p in s]
+        self.m = None if m is None else [p.astype(np.float32) for p in m]
+
+    def __call__(self, a: np.ndarray, tile_k: int) -> np.ndarray:
+        """bf16 [M, N]: kernel_gemm_model(a, w, tile_k), bit for bit."""
+        if isinstance(self.w, Mxfp4Weights):
+            return kernel_mxfp4_model(a, self.w)
+        m, k = a.shape
+        a_bfp = bfp16_blocks(a.astype(np.float32).reshape(m, k // 8, 8)).astype(
+            np.float32
+        )
+        span = min(tile_k, self.gs)
+        spans, per = k // span, span // 8
+        d = np.matmul(a_bfp.transpose(1, 0, 2), self.blocks.astype(np.float32))
+        d = d.reshape(spans, per, m, self.n)
+        g = d[:, 0]
+        for j in range(1, per):
+            g = g + d[:, j]
+        if self.m is not None:  # the span's row sums of A, block after block
+            rows = a_bfp.sum(axis=2).reshape(m, spans, per)
+            r = rows[:, :, 0]
+            for j in range(1, per):
+                r = r + rows[:, :, j]
+        c = np.zeros((m, self.n), np.float32)
+        for f in range(spans):
+            group = f * span // self.gs
+            folds = [(g[f], self.s)]
+            if self.m is not None:
+                folds.append((r[:, f : f + 1], self.m))
+            for x, parts in folds:
+                hi, lo = _split(x)
+                for part in parts:
+                    sc = part[group][None, :]
+                    c = c + hi * sc
+                    c = c + lo * sc
+        return c.astype(bfloat16)

@@ -1,0 +1,434 @@
+# SPDX-License-Identifier: MIT
+"""Text from a Llama checkpoint (host/generate.py, make generate): the prompt's prefill through the GEMM,
+then a token at a time through the decode path as the NPU runs it, each token the greedy (or sampled) pick
+of the LM head's logits.
+
+The decode path is the one `make bench` prices as a whole token: layer 0's q, k, v GEMVs and their RoPE,
+then per layer the attention launch over the KV cache (o_gemv_ffn_int4.build_attention_module) and the
+layer's module (o_proj, residual, RMSNorm, gate and up, SwiGLU, down, residual; the next layer's attention
+norm, q, k, v GEMVs and RoPE, or, after the last layer, the final norm and the LM head). Its GEMVs run at
+their default configurations (layer.default_layer, gemv.default_config): the K-chunk of each decides where
+the kernel folds, so it decides the bits. The prefill runs the same chain on all of the prompt's rows at
+once, each projection a GEMM at its default configuration for M = the prompt's length
+(sweep.default_config); its attention is the decode attention's arithmetic row by row (no prefill attention
+design exists: it runs on the host).
+
+Backends:
+* model: the kernels' numpy models (kernel_model.PreparedWeights, eltwise_model), bit for bit what the
+  emulator computes for each launch; a machine without an NPU generates text at numpy's speed.
+
+--check runs a float64 reference of the same weights (each its own dequantisation, exact softmax, float64
+RoPE) on the same tokens beside it: at every generated step the top-1 token must be the reference's and
+the logits' correlation at least 0.999.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ml_dtypes import bfloat16
+
+from ..errors import ConfigError
+from ..formats import rope, weights_file
+from ..formats.fuse import fusable_runs
+from ..formats.quant import dequantize
+from ..kernel import eltwise_model as elt
+from ..kernel.kernel_model import PreparedWeights
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BACKENDS = ("model",)
+# --check's bar at every generated step (issue 53)
+MIN_CORRELATION = 0.999
+Q, K, V, O, GATE, UP, DOWN = range(7)  # weights_file.decoder_layer_names' order
+
+
+def _builder():
+    """o_gemv_ffn_int4 (its attention rules), on the emulator's air package where mlir-air is absent."""
+    import importlib.util
+
+    if importlib.util.find_spec("air") is None:
+        sys.path.insert(0, os.path.join(REPO, "emulator"))
+    import o_gemv_ffn_int4
+
+    return o_gemv_ffn_int4
+
+
+@dataclass
+class Layer:
+    weights: (
+        list  # q, k, v, o, gate, up, down: the file's weights in their record formats
+    )
+    prepared: list  # the same, prepared for the kernel model
+    attn_norm: np.ndarray
+    ffn_norm: np.ndarray
+
+    @property
+    def qkv_runs(self) -> list[list[int]]:
+        """q, k, v's indices in runs that fuse into one GEMV (one format and group)."""
+        return fusable_runs(self.weights[:3])
+
+
+def _key(w) -> tuple:
+    return (w.format, w.gs)
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_config(m: int, k: int, n: int, gs: int, fmt: str):
+    """The GEMM's default configuration for an M-row projection (sweep.default_config)."""
+    from ..design import sweep
+
+    return sweep.default_config(m, k, n, gs, fmt)[0]
+
+
+class Llama:
+    """A Llama checkpoint (GGUF or a Hugging Face directory) loaded for the decode path's shapes: every
+    rule of the NPU path checked once, here, at load (the layer modules' GEMVs, the attention launch at
+    the context)."""
+
+    def __init__(self, path: str, head_format: str | None, max_context: int | None):
+        self.path = path
+        info = weights_file.model_info(path)
+        eps = float(elt.RMS_EPSILON)
+        if info.rms_eps is not None and np.float32(info.rms_eps) != elt.RMS_EPSILON:
+            raise ConfigError(
+                f"{path}: RMSNorm epsilon {info.rms_eps:g}: the element-wise kernel builds in {eps:g} "
+                "(kernels/eltwise_bf16.cc)"
+            )
+        self.heads, self.kv_heads = weights_file.attention_heads(path)
+        self.layers = []
+        for i in range(info.layers):
+            names = weights_file.decoder_layer_names(path, i)
+            ws = [weights_file.load(path, n)[0] for n in names]
+            self.layers.append(
+                Layer(ws, [None] * 7, *weights_file.layer_norms(path, i))
+            )
+        first = self.layers[0].weights
+        self.hidden, self.inter = first[Q].k, first[DOWN].k
+        self.d = first[Q].n // self.heads
+        if first[Q].n != self.heads * self.d or first[K].n != self.kv_heads * self.d:
+            raise ConfigError(
+                f"{path}: q_proj N = {first[Q].n}, k_proj N = {first[K].n}: not whole heads of "
+                f"{self.heads} query and {self.kv_heads} key/value heads"
+            )
+        self.head, self.head_summary, _ = weights_file.load_head(path, head_format)
+        self.final_norm = weights_file.final_norm(path)
+        self.embed, self.vocab, embed_hidden = weights_file.embedding(path)
+        if embed_hidden != self.hidden or self.head.k != self.hidden:
+            raise ConfigError(
+                f"{path}: token embedding of {embed_hidden} and LM head K = {self.head.k}: the layers' "
+                f"hidden size is {self.hidden}"
+            )
+        self.frequencies = weights_file.rope_frequencies(path, self.d)
+        self.context = self._context(max_context, info.context)
+        self._configure()
+        for layer in self.layers:
+            layer.prepared = [PreparedWeights(w) for w in layer.weights]
+        self.head_prepared = PreparedWeights(self.head)
+        # the KV cache: per layer keys (after RoPE) and values, [context, kv_heads * d] bf16
+        self.cache_k = [
+            np.zeros((self.context, self.kv_heads * self.d), bfloat16)
+            for _ in self.layers
+        ]
+        self.cache_v = [np.zeros_like(c) for c in self.cache_k]
+
+    def _context(self, asked: int | None, trained: int | None) -> int:
+        """The KV cache's length: --max-context, else the longest the attention launch holds (a multiple
+        of its chunk), never past what the file says the model was trained for."""
+        b = _builder()
+        if asked is not None:
+            problem = b.attention_problem(self.heads, self.kv_heads, self.d, asked)
+            if problem:
+                raise ConfigError(f"--max-context {asked}: {problem}")
+            if trained is not None and asked > trained:
+                raise ConfigError(
+                    f"--max-context {asked}: the model's context is {trained} positions"
+                )
+            return asked
+        best = 0
+        for c in range(b.ATTN_CHUNK, (trained or 1 << 20) + 1, b.ATTN_CHUNK):
+            if b.attention_problem(self.heads, self.kv_heads, self.d, c):
+                break
+            best = c
+        if not best:
+            raise ConfigError(
+                b.attention_problem(self.heads, self.kv_heads, self.d, b.ATTN_CHUNK)
+            )
+        return best
+
+    def _configure(self) -> None:
+        """Each decode GEMV's K-chunk, from the configurations the NPU path would run (layer.default_layer
+        per layer module, gemv.default_config for layer 0's q, k, v): what they refuse is refused here.
+        """
+        from ..design import gemv, layer
+
+        def run_specs(ly: Layer):
+            return [
+                (sum(ly.weights[i].n for i in run), *_key(ly.weights[run[0]]))
+                for run in ly.qkv_runs
+            ]
+
+        def run_tiles(ly: Layer, cfgs) -> dict[int, int]:
+            return {i: c.tile_k_l1 for run, c in zip(ly.qkv_runs, cfgs) for i in run}
+
+        rope_shape = (self.d, self.heads, self.kv_heads)
+        self.qkv0_cfgs = [
+            gemv.default_config(1, self.hidden, n, gs, fmt)
+            for n, fmt, gs in run_specs(self.layers[0])
+        ]
+        self.module_cfgs = []
+        self.decode_tiles: list[dict[int, int]] = [
+            run_tiles(self.layers[0], self.qkv0_cfgs)
+        ] + [{} for _ in self.layers[1:]]
+        for i, ly in enumerate(self.layers):
+            w = ly.weights
+            last = i + 1 == len(self.layers)
+            if _key(w[GATE]) != _key(w[UP]):
+                raise ConfigError(
+                    f"layer {i}: gate_proj ({w[GATE].format} g{w[GATE].gs}) and up_proj ({w[UP].format} "
+                    f"g{w[UP].gs}) do not fuse into the module's one GEMV"
+                )
+            cfg = layer.default_layer(
+                self.hidden,
+                self.inter,
+                (w[O].format, w[GATE].format, w[DOWN].format),
+                (w[O].gs, w[GATE].gs, w[DOWN].gs),
+                () if last else tuple(run_specs(self.layers[i + 1])),
+                () if last else rope_shape,
+                (self.head.n, *_key(self.head)) if last else None,
+            )
+            self.module_cfgs.append(cfg)
+            o, gate_up, down, *rest = cfg.launch_gemvs
+            self.decode_tiles[i] |= {
+                O: o.tile_k_l1,
+                GATE: gate_up.tile_k_l1,
+                UP: gate_up.tile_k_l1,
+                DOWN: down.tile_k_l1,
+            }
+            if last:
+                self.head_tile = rest[0].tile_k_l1
+            else:
+                self.decode_tiles[i + 1] |= run_tiles(self.layers[i + 1], rest)
+
+    def prefill_gemms(self, m: int) -> list[dict[int, tuple]]:
+        """Per layer, each projection's (GEMM configuration, N of its launch) at M = m rows: q, k, v in
+        their fused runs and gate with up, as the decode path fuses them."""
+        out = []
+        for ly in self.layers:
+            w, gemms = ly.weights, {}
+            runs = ly.qkv_runs + [[O], [GATE, UP], [DOWN]]
+            for run in runs:
+                k, n = w[run[0]].k, sum(w[i].n for i in run)
+                for i in run:
+                    gemms[i] = (_gemm_config(m, k, n, w[i].gs, w[i].format), n)
+            out.append(gemms)
+        return out
+
+    def modelled_prefill_s(self, m: int) -> float:
+        """The prefill's GEMMs at their default configurations, one dispatch each (MODELLED)."""
+        from ..design import sweep
+
+        return sum(
+            sweep.modelled(cfg, m, n).seconds
+            for gemms in self.prefill_gemms(m)
+            for cfg, n in {id(c): (c, n) for c, n in gemms.values()}.values()
+        )
+
+    def modelled_token_s(self) -> tuple[float, int]:
+        """(seconds, dispatches) of one decode token as the NPU path runs it (MODELLED, make bench's
+        whole-token sum): layer 0's q, k, v GEMVs and RoPE, per layer the attention launch (DDR-bound,
+        its softmax unpriced) and the layer's module."""
+        from ..design import gemv, layer, model
+
+        b = _builder()
+        modules = [layer.modelled(c) for c in self.module_cfgs]
+        rope_s = sum(t for name, t in modules[0].launches if name.startswith("rope_"))
+        attention = (
+            b.attention_ddr_bytes(self.heads, self.kv_heads, self.d, self.context)
+            / model.DDR_BYTES_PER_S
+            + model.FIXED_S
+        )
+        qkv = sum(gemv.modelled(c).seconds for c in self.qkv0_cfgs)
+        seconds = (
+            qkv + rope_s + len(modules) * attention + sum(e.seconds for e in modules)
+        )
+        return seconds, len(self.qkv0_cfgs) + 2 * len(modules)
+
+    # ------------------------------------------------------------------------------ the kernels' models
+    def _attention(self, q: np.ndarray, i: int, n: int) -> np.ndarray:
+        """Decode attention of one row q [heads * d] over layer i's first n cache rows, per key/value
+        head as the attention launch's PE x computes it."""
+        g, d = self.heads // self.kv_heads, self.d
+        out = [
+            elt.attention(
+                q.reshape(self.heads, d)[h * g : (h + 1) * g],
+                self.cache_k[i][:n, h * d : (h + 1) * d],
+                self.cache_v[i][:n, h * d : (h + 1) * d],
+                n,
+            )
+            for h in range(self.kv_heads)
+        ]
+        return np.concatenate(out).reshape(-1)
+
+    def forward(self, tokens: list[int], start: int, tiles) -> np.ndarray:
+        """The logits (f32 [vocab], bf16 values) after tokens at positions start, start + 1, ...: their
+        keys and values join the cache; tiles: each layer's K-chunk per projection."""
+        m, end = len(tokens), start + len(tokens)
+        if end > self.context:
+            raise ConfigError(
+                f"position {end - 1}: past the KV cache's context of {self.context} (--max-context)"
+            )
+        x = self.embed(tokens).astype(bfloat16)  # [m, hidden]
+        tables = [rope.table(self.frequencies, p)[0] for p in range(start, end)]
+        for i, ly in enumerate(self.layers):
+            t, p = tiles[i], ly.prepared
+            n = np.stack([elt.rms_norm(row, ly.attn_norm) for row in x])
+            q, k, v = (p[j](n, t[j]) for j in (Q, K, V))
+            q = np.stack([elt.rope(r, tab, self.d) for r, tab in zip(q, tables)])
+            k = np.stack([elt.rope(r, tab, self.d) for r, tab in zip(k, tables)])
+            self.cache_k[i][start:end], self.cache_v[i][start:end] = k, v
+            attn = np.stack([self._attention(q[r], i, start + r + 1) for r in range(m)])
+            h = elt.add(x, p[O](attn, t[O]))
+            n = np.stack([elt.rms_norm(row, ly.ffn_norm) for row in h])
+            act = elt.silu_mul(p[GATE](n, t[GATE]), p[UP](n, t[UP]))
+            x = elt.add(h, p[DOWN](act, t[DOWN]))
+        last = elt.rms_norm(x[-1], self.final_norm)[None]
+        return self.head_prepared(last, self.head_tile)[0].astype(np.float32)
+
+
+class Reference:
+    """The same model in float64 (--check): each weight its own dequantisation, RMSNorm with the kernel's
+    epsilon, RoPE from float64 angles, softmax exact; its own KV cache."""
+
+    def __init__(self, model: Llama):
+        self.m = model
+        self.w = [[dequantize(w) for w in ly.weights] for ly in model.layers]
+        self.head = dequantize(model.head)
+        self.k = [np.zeros((model.context, model.kv_heads * model.d)) for _ in self.w]
+        self.v = [np.zeros_like(c) for c in self.k]
+
+    @staticmethod
+    def _norm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return (
+            x / np.sqrt(np.mean(x * x) + float(elt.RMS_EPSILON)) * w.astype(np.float64)
+        )
+
+    def step(self, token: int, pos: int) -> np.ndarray:
+        m, d = self.m, self.m.d
+        g = m.heads // m.kv_heads
+        angles = pos * np.asarray(m.frequencies, np.float64)
+        tab = np.concatenate([np.cos(angles), np.sin(angles)])
+        x = m.embed([token])[0].astype(np.float64)
+        for i, ly in enumerate(m.layers):
+            w = self.w[i]
+            n = self._norm(x, ly.attn_norm)
+            q, k, v = (n @ w[j] for j in (Q, K, V))
+            q, k = (rope.rotate_f64(y, tab, d) for y in (q, k))
+            self.k[i][pos], self.v[i][pos] = k, v
+            keys = self.k[i][: pos + 1].reshape(pos + 1, m.kv_heads, d)
+            vals = self.v[i][: pos + 1].reshape(pos + 1, m.kv_heads, d)
+            heads = q.reshape(m.heads, d)
+            attn = np.empty((m.heads, d))
+            for h in range(m.heads):
+                s = keys[:, h // g] @ heads[h] / np.sqrt(d)
+                p = np.exp(s - s.max())
+                attn[h] = (p / p.sum()) @ vals[:, h // g]
+            hh = x + attn.reshape(-1) @ w[O]
+            n = self._norm(hh, ly.ffn_norm)
+            gate = n @ w[GATE]
+            x = hh + (gate / (1 + np.exp(-gate)) * (n @ w[UP])) @ w[DOWN]
+        return self._norm(x, m.final_norm) @ self.head
+
+
+@dataclass
+class Sampler:
+    """Greedy when temperature is 0, else softmax(logits / temperature) over the top_k largest (all when
+    top_k is 0), drawn with a seeded generator."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    seed: int = 0
+
+    def __post_init__(self):
+        self.rng = np.random.default_rng(self.seed)
+
+    def pick(self, logits: np.ndarray) -> int:
+        if self.temperature == 0:
+            return int(np.argmax(logits))
+        z = logits.astype(np.float64) / self.temperature
+        if 0 < self.top_k < z.size:
+            z[z < np.partition(z, -self.top_k)[-self.top_k]] = -np.inf
+        p = np.exp(z - z.max())
+        return int(self.rng.choice(z.size, p=p / p.sum()))
+
+
+@dataclass
+class StepCheck:
+    step: int
+    same_top1: bool
+    correlation: float
+
+    @property
+    def passed(self) -> bool:
+        return self.same_top1 and self.correlation >= MIN_CORRELATION
+
+    def line(self) -> str:
+        return (
+            f"step {self.step:<4} top-1 {'same as' if self.same_top1 else 'NOT'} the float64 reference's, "
+            f"logits correlation {self.correlation:.6f}  {'PASS' if self.passed else 'FAIL'}"
+        )
+
+
+def compare(step: int, logits: np.ndarray, want: np.ndarray) -> StepCheck:
+    corr = float(np.corrcoef(logits.astype(np.float64), want)[0, 1])
+    return StepCheck(step, int(np.argmax(logits)) == int(np.argmax(want)), corr)
+
+
+def generate(
+    model: Llama,
+    prompt: list[int],
+    tokens: int,
+    sampler: Sampler,
+    stop: set[int],
+    on_token,
+    reference: Reference | None = None,
+    progress=None,
+    vocab: int | None = None,
+) -> tuple[list[int], list[StepCheck], float, float]:
+    """(the generated ids, the checks, prefill seconds, decode seconds): the prompt's prefill, then up to
+    `tokens` tokens, each passed to on_token(id) as it is made; stops after a token in `stop`. Only the
+    first `vocab` logits are picked from and checked (the tokenizer's ids: a head padded past them has
+    rows no text can name)."""
+    t0 = time.perf_counter()
+    if progress:
+        progress(
+            f"prefill: {len(prompt)} tokens through the GEMM (choosing its configurations) ..."
+        )
+    tiles = [
+        {i: cfg.tile_k_l1 for i, (cfg, _) in gemms.items()}
+        for gemms in model.prefill_gemms(len(prompt))
+    ]
+    logits = model.forward(prompt, 0, tiles)[:vocab]
+    checks, out = [], []
+    if reference is not None:
+        for pos, tok in enumerate(prompt):
+            want = reference.step(tok, pos)
+        checks.append(compare(0, logits, want[:vocab]))
+    t1 = time.perf_counter()
+    pos = len(prompt)
+    for step in range(tokens):
+        tok = sampler.pick(logits)
+        out.append(tok)
+        on_token(tok)
+        if tok in stop or step + 1 == tokens:
+            break
+        logits = model.forward([tok], pos, model.decode_tiles)[:vocab]
+        if reference is not None:
+            want = reference.step(tok, pos)[:vocab]
+            checks.append(compare(step + 1, logits, want))
+        pos += 1
+    return out, checks, t1 - t0, time.perf_counter() - t1
