@@ -8,6 +8,7 @@
 #   make run_llama_decode          q_proj at decode (M = 1) on the GEMV design, all 32 PEs
 #   make run_llama_decode_layer AWQ=.. a layer's o_proj + FFN at decode as one module of 7 launches
 #   make run_llama_head AWQ=..         the model's LM head on the GEMV at decode
+#   make generate MODEL=.. PROMPT=..   text from a Llama GGUF file or checkpoint directory (TOKENS=N)
 #   make compile print             aircc build for NPU2 / print the AIR module
 #   make compile-kernel all        the Peano kernel object / build and run (mlir-air's Makefile names)
 #   make aircc-check               every design through the real aircc + aiecc (no NPU needed)
@@ -74,7 +75,7 @@ HOST = INT4AWQ_MAKE_TARGET='$(or $(filter-out compile deps,$(MAKECMDGOALS)),run)
 KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)
 
 
-.PHONY: all compile-kernel help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode run_llama_decode_layer run_llama_head print compile bench test test-all deps dev-deps format-deps clean
+.PHONY: all compile-kernel help format format-check aircc-check fuzz-aircc sim sim-all upstream-check calibrate bringup run run1x1 run2x4 run8x4 run_llama_qproj run_llama_qproj_seq32 run_llama_down run_llama_layer run_llama_decode run_llama_decode_layer run_llama_head generate print compile bench test test-all deps dev-deps format-deps clean
 
 run: deps
 	$(HOST) $(if $(AWQ),$(AWQ_DESIGN_ARGS) --awq $(AWQ) --layer $(AWQ_LAYER),$(DESIGN_ARGS)) --backend $(BACKEND) $(RUN_ARGS)
@@ -111,6 +112,15 @@ run_llama_decode_layer: deps
 run_llama_head: deps
 	@test -n "$(AWQ)" || { echo "run_llama_head: give AWQ=<checkpoint directory or .gguf file>"; exit 2; }
 	$(HOST) --weights $(AWQ) --layer lm_head --m 1 --backend $(BACKEND) $(RUN_ARGS)
+
+# Text from a Llama checkpoint (host/generate.py, docs/decode.md): MODEL=<.gguf file or checkpoint directory>,
+# PROMPT, TOKENS; RUN_ARGS for the rest (--chat, --check, --temperature, ...). BACKEND=auto is the kernels'
+# numpy models, the one backend generate has so far.
+TOKENS ?= 32
+PROMPT ?= The capital of France is
+generate: deps
+	@test -n "$(MODEL)" || { echo "generate: give MODEL=<.gguf file or checkpoint directory> (PROMPT=..., TOKENS=N)"; exit 2; }
+	$(PYTHON) $(srcdir)/host/generate.py --model $(MODEL) --prompt "$(PROMPT)" --tokens $(TOKENS) --backend $(BACKEND) $(RUN_ARGS)
 
 run1x1: M = 64
 run1x1: K = 512

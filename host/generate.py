@@ -52,8 +52,9 @@ def parse(argv):
     )
     p.add_argument(
         "--backend",
-        default="model",
-        help="model: the kernels' numpy models, bit for bit the emulator's launches (the one built so far)",
+        default="auto",
+        help="model (auto): the kernels' numpy models, bit for bit the emulator's launches (the one built so "
+        "far)",
     )
     p.add_argument(
         "--chat",
@@ -156,7 +157,7 @@ def _main(argv) -> int:
     decoded = max(len(out) - 1, 0)
     cpu = f"{decoded / decode_s:.2f} tok/s" if decoded and decode_s > 0 else "-"
     print(
-        f"generated {len(out)} tokens; {a.backend} backend on this CPU: prefill {prefill_s:.2f} s, decode "
+        f"generated {len(out)} tokens; {'model' if a.backend == 'auto' else a.backend} backend on this CPU: prefill {prefill_s:.2f} s, decode "
         f"{cpu}; MODELLED on NPU2: prefill {npu_prefill * 1e3:.2f} ms, decode {token_s * 1e3:.2f} ms a "
         f"token = {1 / token_s:.1f} tok/s in {dispatches} dispatches (context {model.context})"
     )

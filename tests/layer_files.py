@@ -326,17 +326,20 @@ def main(argv=None) -> int:
     ap.add_argument("--tokenizer", action="store_true", help="with tiny_tokenizer")
     ap.add_argument("--kv-heads", type=int, default=KV_HEADS)
     ap.add_argument("--head", choices=["tied", "float", "output"], default=None)
+    ap.add_argument("--centered", action="store_true", help="zero-mean Q4_K blocks")
     a = ap.parse_args(argv)
-    write = awq_checkpoint if a.kind == "awq" else q4_k_m_file
-    write(
-        Path(a.path),
-        a.hidden,
-        a.intermediate,
-        a.layers,
-        head=a.head,
-        tokenizer=a.tokenizer,
-        kv_heads=a.kv_heads,
-    )
+    common = dict(head=a.head, tokenizer=a.tokenizer, kv_heads=a.kv_heads)
+    if a.kind == "awq":
+        awq_checkpoint(Path(a.path), a.hidden, a.intermediate, a.layers, **common)
+    else:
+        q4_k_m_file(
+            Path(a.path),
+            a.hidden,
+            a.intermediate,
+            a.layers,
+            centered=a.centered,
+            **common,
+        )
     return 0
 
 

@@ -41,7 +41,7 @@ from ..kernel import eltwise_model as elt
 from ..kernel.kernel_model import PreparedWeights
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BACKENDS = ("model",)
+BACKENDS = ("auto", "model")  # auto: the model backend, until the others run a token
 # --check's bar at every generated step (issue 53)
 MIN_CORRELATION = 0.999
 Q, K, V, O, GATE, UP, DOWN = range(7)  # weights_file.decoder_layer_names' order
@@ -274,9 +274,13 @@ class Llama:
         ]
         return np.concatenate(out).reshape(-1)
 
-    def forward(self, tokens: list[int], start: int, tiles) -> np.ndarray:
+    def forward(
+        self, tokens: list[int], start: int, tiles, trace: dict | None = None
+    ) -> np.ndarray:
         """The logits (f32 [vocab], bf16 values) after tokens at positions start, start + 1, ...: their
-        keys and values join the cache; tiles: each layer's K-chunk per projection."""
+        keys and values join the cache; tiles: each layer's K-chunk per projection; trace: filled with
+        each layer's rows by (layer, name) (x, attn, q and k after RoPE, v, out; and "logits").
+        """
         m, end = len(tokens), start + len(tokens)
         if end > self.context:
             raise ConfigError(
@@ -286,18 +290,26 @@ class Llama:
         tables = [rope.table(self.frequencies, p)[0] for p in range(start, end)]
         for i, ly in enumerate(self.layers):
             t, p = tiles[i], ly.prepared
-            n = np.stack([elt.rms_norm(row, ly.attn_norm) for row in x])
+            n = np.stack(
+                [elt.rms_norm(row, ly.attn_norm.astype(bfloat16)) for row in x]
+            )
             q, k, v = (p[j](n, t[j]) for j in (Q, K, V))
             q = np.stack([elt.rope(r, tab, self.d) for r, tab in zip(q, tables)])
             k = np.stack([elt.rope(r, tab, self.d) for r, tab in zip(k, tables)])
             self.cache_k[i][start:end], self.cache_v[i][start:end] = k, v
             attn = np.stack([self._attention(q[r], i, start + r + 1) for r in range(m)])
+            rows = dict(x=x, q=q, k=k, v=v, attn=attn)
             h = elt.add(x, p[O](attn, t[O]))
-            n = np.stack([elt.rms_norm(row, ly.ffn_norm) for row in h])
+            n = np.stack([elt.rms_norm(row, ly.ffn_norm.astype(bfloat16)) for row in h])
             act = elt.silu_mul(p[GATE](n, t[GATE]), p[UP](n, t[UP]))
             x = elt.add(h, p[DOWN](act, t[DOWN]))
-        last = elt.rms_norm(x[-1], self.final_norm)[None]
-        return self.head_prepared(last, self.head_tile)[0].astype(np.float32)
+            if trace is not None:
+                trace.update({(i, name): r for name, r in (rows | dict(out=x)).items()})
+        last = elt.rms_norm(x[-1], self.final_norm.astype(bfloat16))[None]
+        logits = self.head_prepared(last, self.head_tile)
+        if trace is not None:
+            trace["logits"] = logits
+        return logits[0].astype(np.float32)
 
 
 class Reference:

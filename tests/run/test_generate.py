@@ -1,0 +1,236 @@
+# SPDX-License-Identifier: MIT
+"""host/generate.py (issue 53): text from synthetic Llama files (2 layers, hidden 512, a small trained
+tokenizer, written by layer_files with gguf's writer and as an AutoAWQ directory), checked against float64,
+its decode step against the layer modules on the emulator, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
+sys.path[:0] = [REPO, TESTS, os.path.join(TESTS, "formats"), os.path.join(REPO, "host")]
+
+import generate as cli  # noqa: E402  (host/generate.py)
+from layer_files import awq_checkpoint, q4_k_m_file  # noqa: E402
+
+from int4awq.formats.fuse import fuse_columns  # noqa: E402
+from int4awq.formats.quant import random_activations  # noqa: E402
+from int4awq.formats.weights_file import random_format_weights  # noqa: E402
+from int4awq.kernel.kernel_model import PreparedWeights, kernel_gemm_model  # noqa: E402
+from int4awq.run import generate as gen  # noqa: E402
+
+E, H = 512, 1024
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A Q4_K_M GGUF file (8 key/value heads: its Q6_K v alone is a GEMV of 512 columns) and an AutoAWQ
+    directory (4 key/value heads: q, k and v fuse to 1024 columns), each with the tokenizer and a tied
+    embedding."""
+    d = tmp_path_factory.mktemp("models")
+    return {
+        "gguf": q4_k_m_file(
+            d / "m.gguf", E, H, 2, "tied", tokenizer=True, kv_heads=8, centered=True
+        ),
+        "awq": awq_checkpoint(d / "awq", E, H, 2, "tied", tokenizer=True, kv_heads=4),
+    }
+
+
+@pytest.mark.parametrize(
+    "fmt, gs",
+    [
+        ("awq", 128),
+        ("awq_f16", 128),
+        ("int4_min", 32),
+        ("int8_min", 32),
+        ("int8_triple", 16),
+    ],
+)
+@pytest.mark.parametrize("tile_k", [32, 256])
+def test_prepared_weights_are_the_kernel_model_bit_for_bit(fmt, gs, tile_k):
+    w = random_format_weights(fmt, 512, 48, gs, 3)
+    for m in (1, 5):
+        a = random_activations(m, 512, 7 + m)
+        want = kernel_gemm_model(a, w, tile_k).view(np.uint16)
+        assert np.array_equal(PreparedWeights(w)(a, tile_k).view(np.uint16), want)
+
+
+def run(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("kind", ["gguf", "awq"])
+def test_generate_check_passes_and_streams_text(files, capsys, kind):
+    head = ["--head-format", "awq"] if kind == "awq" else []
+    code, out, err = run(
+        capsys,
+        "--model",
+        files[kind],
+        "--prompt",
+        "Hello world",
+        "--tokens",
+        8,
+        "--check",
+        *head,
+    )
+    assert code == 0, out + err
+    lines = out.splitlines()
+    assert lines[-1] == "PASS!"
+    steps = [line for line in lines if line.startswith("step ")]
+    assert len(steps) == 8 and all(line.endswith("PASS") for line in steps)
+    text = lines[lines.index(next(x for x in lines if x.startswith("prefill:"))) + 1]
+    assert text.startswith("Hello world")
+    assert "MODELLED on NPU2" in out
+
+
+def test_top_k_1_sampling_is_greedy(files, capsys):
+    greedy = run(
+        capsys, "--model", files["gguf"], "--prompt", "Hello world", "--tokens", 4
+    )[1]
+    sampled = run(
+        capsys,
+        "--model",
+        files["gguf"],
+        "--prompt",
+        "Hello world",
+        "--tokens",
+        4,
+        "--temperature",
+        0.8,
+        "--top-k",
+        1,
+        "--seed",
+        5,
+    )[1]
+    text = [out.splitlines()[4] for out in (greedy, sampled)]
+    assert text[0] == text[1]
+
+
+def test_the_decode_step_is_the_layer_modules_on_the_emulator(files):
+    """One decode step of the model backend against o_gemv_ffn_int4's modules run on the emulator with
+    the same inputs: layer 0's module (o_proj, the FFN, layer 1's norm, q, k, v and RoPE) and the last
+    one's (with the final norm and the head), every output bit for bit."""
+    from int4awq.design import layer
+    from int4awq.formats import rope
+    from int4awq.run.decode_layer import run_module
+
+    model = gen.Llama(str(files["gguf"]), None, 64)
+    model.forward([422, 17, 99], 0, model.decode_tiles)  # three positions in the cache
+    trace = {}
+    model.forward([5], 3, model.decode_tiles, trace)
+    table = rope.table(model.frequencies, 3)
+    for i, cfg in enumerate(model.module_cfgs):
+        ly, last = model.layers[i], i + 1 == len(model.layers)
+        w = ly.weights
+        weights = {
+            "w_o": w[gen.O],
+            "w_gate_up": fuse_columns([w[gen.GATE], w[gen.UP]]),
+            "w_down": w[gen.DOWN],
+        }
+        given = {
+            "attn": trace[(i, "attn")],
+            "x": trace[(i, "x")],
+            "ffn_norm": ly.ffn_norm.astype(bfloat16)[None],
+        }
+        if last:
+            weights["w_head"] = model.head
+            given["final_norm"] = model.final_norm.astype(bfloat16)[None]
+        else:
+            nxt = model.layers[i + 1]
+            for r, run_ in enumerate(nxt.qkv_runs):
+                weights[f"w_qkv{r}"] = fuse_columns([nxt.weights[j] for j in run_])
+            given["next_norm"] = nxt.attn_norm.astype(bfloat16)[None]
+            given["rope_table"] = table
+        bufs = run_module(cfg, layer.module_buffers(cfg, weights, given), "emu", False)
+        got = {name: np.asarray(bufs[k]) for k, (name, _) in enumerate(cfg.buffers())}
+
+        def same(name, want):
+            a = got[name].reshape(-1)[: want.size].view(np.uint16)
+            assert np.array_equal(a, np.asarray(want).reshape(-1).view(np.uint16)), name
+
+        same("out", trace[(i, "out")])
+        if last:
+            same("logits", trace["logits"])
+        else:
+            same("q_roped", trace[(i + 1, "q")])
+            same("k_roped", trace[(i + 1, "k")])
+
+
+def test_the_attention_is_the_attention_launch_on_the_emulator(files):
+    """The decode step's attention (layer 0, 4 positions in the cache) against the attention launch on the
+    emulator reading the model's own KV cache, bit for bit."""
+    from int4awq.kernel.kernel_model import build_eltwise_kernel
+
+    builder = (
+        gen._builder()
+    )  # puts the emulator's air package on the path where mlir-air is absent
+    from air.backend.xrt import XRTBackend
+
+    model = gen.Llama(str(files["awq"]), "awq", 64)
+    trace = {}
+    model.forward([422, 17, 99], 0, model.decode_tiles)
+    model.forward([5], 3, model.decode_tiles, trace)
+    heads, kv, d = model.heads, model.kv_heads, model.d
+    g = heads // kv
+    qbuf = np.zeros((kv, g * d + builder.ATTN_CTX), bfloat16)
+    qbuf[:, : g * d] = trace[(0, "q")].reshape(kv, g * d)
+    qbuf[:, g * d :].view(np.int32)[:] = 4
+    os.environ["AIR_EMU_LIB_PATH"] = str(build_eltwise_kernel().parent)
+    run = XRTBackend(**builder.attention_backend_options()).compile_and_load(
+        builder.build_attention_module(heads, kv, d, model.context)
+    )
+    caches = np.concatenate([model.cache_k[0], model.cache_v[0]])
+    out = run(qbuf.reshape(1, -1), caches, np.zeros((1, heads * d), bfloat16))
+    got = np.asarray(out[2]).reshape(-1).view(np.uint16)
+    assert np.array_equal(got, trace[(0, "attn")].reshape(-1).view(np.uint16))
+
+
+def _mistral(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(
+        json.dumps(cfg | {"architectures": ["MistralForCausalLM"]})
+    )
+    return dst
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("arch", "only Llama's (LlamaForCausalLM) runs as a whole model"),
+        ("context", "past the context of 32 positions"),
+        ("odd_context", "context 40 (a multiple of 32)"),
+        ("no_tokenizer", "tokenizer.json"),
+        ("float_head", "give --head-format awq"),
+        ("backend", "--backend npu: generate runs on"),
+        ("tokens", "--tokens 0: at least 1"),
+    ],
+)
+def test_bad_input_is_one_line(files, capsys, tmp_path, case, message):
+    model, extra = files["awq"], ["--head-format", "awq"]
+    if case == "arch":
+        model = _mistral(files["awq"], tmp_path / "mistral")
+    elif case == "no_tokenizer":
+        model = awq_checkpoint(tmp_path / "bare", E, H, 1, "tied", kv_heads=4)
+    elif case == "float_head":
+        extra = []
+    extra += {
+        "context": ["--max-context", 32, "--tokens", 40],
+        "odd_context": ["--max-context", 40],
+        "backend": ["--backend", "npu"],
+        "tokens": ["--tokens", 0],
+    }.get(case, [])
+    code, out, err = run(capsys, "--model", model, "--prompt", "Hi", *extra)
+    assert code == 2, out + err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
