@@ -161,13 +161,35 @@ def gguf_tokenizer(
         out.add_chat_template(chat_template)
 
 
+def trained_like(k, n, gs, seed):
+    """AWQ codes, zeros and fp16 scales [K/gs, N] with a trained layer's statistics rather than random
+    ones: zero points near the codes' middle (7 .. 9) and scales about 1 / (4.6 sqrt(K)) (q - z has a spread
+    of about 4.6), so a layer keeps its input's scale; random zeros (1 .. 15) give each column an offset of
+    several times its spread, and the residual stream of a model of them grows by orders of magnitude.
+    """
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, 16, size=(k, n))
+    z = rng.integers(7, 10, size=(k // gs, n))
+    s = (rng.uniform(0.5, 1.5, size=(k // gs, n)) / (4.6 * np.sqrt(k))).astype(
+        np.float16
+    )
+    return q, z, s
+
+
 def awq_checkpoint(
-    d, e=E, h=H, layers=1, head=None, tokenizer=False, kv_heads=KV_HEADS
+    d,
+    e=E,
+    h=H,
+    layers=1,
+    head=None,
+    tokenizer=False,
+    kv_heads=KV_HEADS,
+    trained=False,
 ):
     """Llama-shaped decoder layers (hidden e, intermediate h; head_dim e / 8, kv_heads key/value heads),
     AutoAWQ GEMM format, GS 128; head "float": a bf16 lm_head.weight [VOCAB, e] as AutoAWQ leaves it,
     "tied": no lm_head, a bf16 model.embed_tokens.weight and tie_word_embeddings (Llama-3.2-1B's);
-    tokenizer: tokenizer_files.
+    tokenizer: tokenizer_files; trained: trained_like weights (else test_checkpoints.logical's).
     """
     from test_checkpoints import (
         AWQ_CFG,
@@ -182,8 +204,9 @@ def awq_checkpoint(
     rng = np.random.default_rng(40)
     for layer in range(layers):
         for i, (name, (k, n)) in enumerate(shapes.items()):
+            weights = trained_like if trained else logical
             tensors |= awq_tensors(
-                *logical(k, n, 128, seed=30 + 10 * layer + i),
+                *weights(k, n, 128, seed=30 + 10 * layer + i),
                 prefix=f"model.layers.{layer}.{name}",
             )
         for norm in ("input_layernorm", "post_attention_layernorm"):
@@ -326,11 +349,22 @@ def main(argv=None) -> int:
     ap.add_argument("--tokenizer", action="store_true", help="with tiny_tokenizer")
     ap.add_argument("--kv-heads", type=int, default=KV_HEADS)
     ap.add_argument("--head", choices=["tied", "float", "output"], default=None)
-    ap.add_argument("--centered", action="store_true", help="zero-mean Q4_K blocks")
+    ap.add_argument(
+        "--centered",
+        action="store_true",
+        help="a trained layer's statistics: zero-mean Q4_K blocks, AWQ's trained_like",
+    )
     a = ap.parse_args(argv)
     common = dict(head=a.head, tokenizer=a.tokenizer, kv_heads=a.kv_heads)
     if a.kind == "awq":
-        awq_checkpoint(Path(a.path), a.hidden, a.intermediate, a.layers, **common)
+        awq_checkpoint(
+            Path(a.path),
+            a.hidden,
+            a.intermediate,
+            a.layers,
+            trained=a.centered,
+            **common,
+        )
     else:
         q4_k_m_file(
             Path(a.path),

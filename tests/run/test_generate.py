@@ -39,7 +39,9 @@ def files(tmp_path_factory):
         "gguf": q4_k_m_file(
             d / "m.gguf", E, H, 2, "tied", tokenizer=True, kv_heads=8, centered=True
         ),
-        "awq": awq_checkpoint(d / "awq", E, H, 2, "tied", tokenizer=True, kv_heads=4),
+        "awq": awq_checkpoint(
+            d / "awq", E, H, 2, "tied", tokenizer=True, kv_heads=4, trained=True
+        ),
     }
 
 
