@@ -1298,6 +1298,70 @@ class GemvConfig(KernelSizes, RefillLoops):
 ELTWISE_LANES = 16
 
 
+def check_rope(qkv: tuple[GemvConfig, ...], rope: tuple[int, ...]) -> None:
+    """RoPE's rules over the q, k, v GEMVs it rotates (head_dim, query heads, key/value heads)."""
+    d, heads, kv = rope
+    half = d // 2
+    if d % 2 or half % ELTWISE_LANES or heads % kv:
+        raise ConfigError(
+            f"RoPE: head_dim {d} with {heads} query and {kv} key/value heads: half a head a multiple "
+            f"of the kernel's {ELTWISE_LANES} lanes, the query heads a multiple of the key/value heads"
+        )
+    if sum(g.n for g in qkv) != (heads + 2 * kv) * d:
+        raise ConfigError(
+            f"RoPE: the next q, k, v GEMVs give {sum(g.n for g in qkv)} values, not "
+            f"(heads {heads} + 2 x {kv}) x head_dim {d}"
+        )
+    if heads // math.gcd(heads, kv) > COLUMNS:
+        raise ConfigError(
+            f"RoPE: {heads} query heads over {kv} key/value heads: more than {COLUMNS} PEs of whole heads"
+        )
+
+
+def rope_launches(
+    qkv: tuple[GemvConfig, ...], rope: tuple[int, ...]
+) -> list[tuple[str, str, int, int, int]]:
+    """The RoPE launches (name, source buffer, element offset in it, n, PEs), q then k: each PE takes
+    gcd(heads, kv) whole heads, so both launches call the entry on one L1 row type.
+    """
+    d, heads, kv = rope
+    per_pe = math.gcd(heads, kv)
+    out = []
+    for name, start, count in (("q", 0, heads), ("k", heads * d, kv)):
+        i, offset = 0, start  # the part's GEMV output and its offset there
+        while offset >= qkv[i].n:
+            offset -= qkv[i].n
+            i += 1
+        out.append((name, f"qkv{i}", offset, count * d, count // per_pe))
+    return out
+
+
+def named_gemvs(gemvs) -> list[GemvConfig]:
+    """The configurations with the first distinct kernel object's entries named as usual and each further
+    one's prefixed k1_, k2_, ... (a module declares each object's entries once)."""
+    prefixes, out = {}, []
+    for cfg in gemvs:
+        key = replace(cfg.kernel, symbol_prefix="")
+        prefix = prefixes.setdefault(key, f"k{len(prefixes)}_" if prefixes else "")
+        out.append(replace(cfg, symbol_prefix=prefix))
+    return out
+
+
+def check_prefixes(gemvs) -> None:
+    """One symbol prefix per distinct kernel object, distinct prefixes for distinct objects."""
+    seen = {}
+    for cfg in gemvs:
+        key = replace(cfg.kernel, symbol_prefix="")
+        prefix = seen.setdefault(key, cfg.symbol_prefix)
+        if cfg.symbol_prefix != prefix or (
+            prefix in [p for k, p in seen.items() if k != key]
+        ):
+            raise ConfigError(
+                "the GEMVs' kernel objects: one symbol prefix per distinct object, distinct "
+                "prefixes for distinct objects (named_gemvs)"
+            )
+
+
 @dataclass(frozen=True)
 class LayerConfig:
     """The GEMVs of the decode layer module (o_gemv_ffn_int4.py), validated together: one row; the shapes a
@@ -1346,54 +1410,17 @@ class LayerConfig:
                 f"the LM head: M={self.head.m} K={self.head.k}; the last layer's module needs M=1 K={e} "
                 "(hidden) and no next layer's q, k, v"
             )
-        seen = {}
-        for cfg in self.launch_gemvs:
-            key = replace(cfg.kernel, symbol_prefix="")
-            prefix = seen.setdefault(key, cfg.symbol_prefix)
-            if cfg.symbol_prefix != prefix or (
-                prefix in [p for k, p in seen.items() if k != key]
-            ):
-                raise ConfigError(
-                    "the GEMVs' kernel objects: one symbol prefix per distinct object, distinct "
-                    "prefixes for distinct objects (LayerConfig.named)"
-                )
+        check_prefixes(self.launch_gemvs)
 
     def check_rope(self) -> None:
-        d, heads, kv = self.rope
-        half = d // 2
         if not self.next_qkv:
             raise ConfigError(
                 "RoPE rotates the next layer's q and k: the module must end with them"
             )
-        if d % 2 or half % ELTWISE_LANES or heads % kv:
-            raise ConfigError(
-                f"RoPE: head_dim {d} with {heads} query and {kv} key/value heads: half a head a multiple "
-                f"of the kernel's {ELTWISE_LANES} lanes, the query heads a multiple of the key/value heads"
-            )
-        if sum(g.n for g in self.next_qkv) != (heads + 2 * kv) * d:
-            raise ConfigError(
-                f"RoPE: the next q, k, v GEMVs give {sum(g.n for g in self.next_qkv)} values, not "
-                f"(heads {heads} + 2 x {kv}) x head_dim {d}"
-            )
-        if heads // math.gcd(heads, kv) > COLUMNS:
-            raise ConfigError(
-                f"RoPE: {heads} query heads over {kv} key/value heads: more than {COLUMNS} PEs of whole heads"
-            )
+        check_rope(self.next_qkv, self.rope)
 
     def rope_launches(self) -> list[tuple[str, str, int, int, int]]:
-        """The RoPE launches (name, source buffer, element offset in it, n, PEs), q then k: each PE takes
-        gcd(heads, kv) whole heads, so both launches call the entry on one L1 row type.
-        """
-        d, heads, kv = self.rope
-        per_pe = math.gcd(heads, kv)
-        out = []
-        for name, start, count in (("q", 0, heads), ("k", heads * d, kv)):
-            i, offset = 0, start  # the part's GEMV output and its offset there
-            while offset >= self.next_qkv[i].n:
-                offset -= self.next_qkv[i].n
-                i += 1
-            out.append((name, f"qkv{i}", offset, count * d, count // per_pe))
-        return out
+        return rope_launches(self.next_qkv, self.rope)
 
     @classmethod
     def named(
@@ -1405,14 +1432,8 @@ class LayerConfig:
         rope: tuple[int, ...] = (),
         head: GemvConfig | None = None,
     ) -> "LayerConfig":
-        """The configurations with the first distinct kernel object's entries named as usual and each
-        further one's prefixed k1_, k2_, ..."""
-        prefixes = {}
-        out = []
-        for cfg in (o_proj, gate_up, down, *next_qkv, *([head] if head else [])):
-            key = replace(cfg.kernel, symbol_prefix="")
-            prefix = prefixes.setdefault(key, f"k{len(prefixes)}_" if prefixes else "")
-            out.append(replace(cfg, symbol_prefix=prefix))
+        """The configurations with their entries named (named_gemvs)."""
+        out = named_gemvs((o_proj, gate_up, down, *next_qkv, *([head] if head else [])))
         nxt = tuple(out[3 : 3 + len(next_qkv)])
         return cls(*out[:3], nxt, rope, out[-1] if head else None)
 
@@ -1460,3 +1481,59 @@ class LayerConfig:
     def index(self, name: str) -> int:
         """A buffer's position in the module's arguments."""
         return [n for n, _ in self.buffers()].index(name)
+
+
+@dataclass(frozen=True)
+class QkvConfig:
+    """The module that starts a token (o_gemv_ffn_int4.build_qkv_module; mlir-air's llama32_1b_int4 runs
+    the same chain as rms_qkv_int4_rope): layer 0's attention RMSNorm, its q, k, v GEMVs over the normed
+    row (one per run of parts that fuse) and their RoPE. Every later layer's q, k, v end the previous
+    layer's module (LayerConfig.next_qkv)."""
+
+    qkv: tuple[GemvConfig, ...]
+    rope: tuple[int, ...]
+
+    def __post_init__(self):
+        e = self.hidden
+        for i, g in enumerate(self.qkv):
+            if (g.m, g.k) != (1, e):
+                raise ConfigError(
+                    f"q, k, v GEMV {i}: M={g.m} K={g.k}; the module needs M=1 K={e} (hidden)"
+                )
+        if e % (COLUMNS * ELTWISE_LANES):
+            raise ConfigError(
+                f"hidden {e}: a multiple of {COLUMNS * ELTWISE_LANES} (the element-wise herd's {COLUMNS} "
+                f"PEs times the kernel's {ELTWISE_LANES} lanes)"
+            )
+        check_rope(self.qkv, self.rope)
+        check_prefixes(self.qkv)
+
+    @classmethod
+    def named(cls, qkv: tuple[GemvConfig, ...], rope: tuple[int, ...]) -> "QkvConfig":
+        return cls(tuple(named_gemvs(qkv)), rope)
+
+    @property
+    def hidden(self) -> int:
+        return self.qkv[0].k
+
+    @property
+    def launch_gemvs(self) -> tuple[GemvConfig, ...]:
+        return self.qkv
+
+    def rope_launches(self) -> list[tuple[str, str, int, int, int]]:
+        return rope_launches(self.qkv, self.rope)
+
+    def index(self, name: str) -> int:
+        """A buffer's position in the module's arguments."""
+        return [n for n, _ in self.buffers()].index(name)
+
+    def buffers(self) -> list[tuple[str, int | GemvConfig]]:
+        """The module's host buffers in argument order (LayerConfig.buffers' names for the same rows)."""
+        e = self.hidden
+        return (
+            [("x", e), ("attn_norm", e)]
+            + [(f"w_qkv{i}", g) for i, g in enumerate(self.qkv)]
+            + [("rope_table", self.rope[0]), ("normed", e)]
+            + [(f"qkv{i}", g.n) for i, g in enumerate(self.qkv)]
+            + [(f"{name}_roped", n) for name, _, _, n, _ in self.rope_launches()]
+        )

@@ -101,6 +101,7 @@ from int4_packed_record import (
     ConfigError,
     GemvConfig,
     LayerConfig,
+    QkvConfig,
 )
 from matvec_int4_packed import (
     gemv_kernel_funcs,
@@ -112,7 +113,7 @@ from matvec_int4_packed import (
 ELTWISE_OBJECT = "eltwise_bf16.o"  # kernels/Makefile ENTRIES=eltwise
 
 
-def l3_types(cfg: LayerConfig):
+def l3_types(cfg: LayerConfig | QkvConfig):
     """The host buffers' types, in argument order (LayerConfig.buffers)."""
     bf16 = BF16Type.get()
     return [
@@ -187,7 +188,8 @@ def eltwise_launch(
 
 def eltwise_funcs(tiles, rope=None):
     """The element-wise entries (kernels/eltwise_bf16.cc) declared for L1 rows of the given lengths:
-    {name: FuncOp}, name in add, rms_norm, silu_mul; with rope = (a PE's row, head_dim), rope too.
+    {name: FuncOp} for each name of tiles (add, rms_norm, silu_mul); with rope = (a PE's row, head_dim),
+    rope too.
     """
     bf16, l1 = BF16Type.get(), IntegerAttr.get(T.i32(), MemorySpace.L1)
 
@@ -204,6 +206,7 @@ def eltwise_funcs(tiles, rope=None):
             symbols[name], [row(tiles[name])] * 3 + [T.i32()], ELTWISE_OBJECT
         )
         for name in symbols
+        if name in tiles
     }
     if rope:
         tile, d = rope
@@ -390,48 +393,76 @@ def build_attention_module(heads: int, kv: int, d: int, context: int):
         attention_launch(funcs, "attention", heads, kv, d, context, args)
 
 
+def _kernels(cfg, tiles):
+    """Each distinct GEMV object's entries and the element-wise ones (tiles: eltwise_funcs'), declared once
+    for the module, and its RoPE launches."""
+    gemv_funcs = {}
+    for g in cfg.launch_gemvs:
+        if g.kernel not in gemv_funcs:
+            gemv_funcs[g.kernel] = gemv_kernel_funcs(g)
+    ropes = cfg.rope_launches() if cfg.rope else []
+    elt = eltwise_funcs(
+        tiles, (ropes[0][3] // ropes[0][4], cfg.rope[0]) if ropes else None
+    )
+    return gemv_funcs, elt, ropes
+
+
+class _Launches:
+    """The launches of a module's function over its arguments, named as cfg.buffers() names them."""
+
+    def __init__(self, cfg, kernels, args):
+        self.gemv_funcs, self.elt, self.ropes = kernels
+        self.b = dict(zip([n for n, _ in cfg.buffers()], args))
+        self.d = cfg.rope[0] if cfg.rope else None
+
+    def gemv(self, g, a, w, c, name):
+        gemv_launch(
+            g,
+            self.gemv_funcs[g.kernel],
+            self.b[a],
+            self.b[w],
+            self.b[c],
+            name,
+            herd_name=f"{name}_herd",
+        )
+
+    def eltwise(self, entry, name, n, pes, sources, operands, extra=()):
+        # sources: (operand, element offset, or None: whole) read; the last operand is written
+        ops = [self.b[o] for o in operands]
+        srcs = [(operands.index(o), off) for o, off in sources]
+        eltwise_launch(self.elt[entry], name, n, pes, srcs, ops, len(ops) - 1, extra)
+
+    def rope(self):
+        """q and k rotated at the position whose [cos | sin] row rope_table holds."""
+        for part, src, offset, n, pes in self.ropes:
+            self.eltwise(
+                "rope",
+                f"rope_{part}",
+                n,
+                pes,
+                [(src, offset), ("rope_table", None)],
+                [src, "rope_table", f"{part}_roped"],
+                (self.d,),
+            )
+
+
 @module_builder
 def build_module(cfg: LayerConfig):
     """The module of the layer's o_proj + FFN (the module docstring): seven launches, one dispatch; with
     cfg.next_qkv, the next layer's attention RMSNorm and q, k, v GEMVs after them."""
     e, h = cfg.hidden, cfg.intermediate
-    gemv_funcs = {}
-    for g in cfg.launch_gemvs:  # each distinct kernel object's entries, once
-        if g.kernel not in gemv_funcs:
-            gemv_funcs[g.kernel] = gemv_kernel_funcs(g)
-    ropes = cfg.rope_launches() if cfg.rope else []
-    elt = eltwise_funcs(
-        {"add": e // COLUMNS, "rms_norm": e, "silu_mul": h // COLUMNS},
-        (ropes[0][3] // ropes[0][4], cfg.rope[0]) if ropes else None,
+    kernels = _kernels(
+        cfg, {"add": e // COLUMNS, "rms_norm": e, "silu_mul": h // COLUMNS}
     )
-    names = [n for n, _ in cfg.buffers()]
 
     @FuncOp.from_py_func(*l3_types(cfg))
     def o_gemv_ffn_int4(*args):
-        b = dict(zip(names, args))
-
-        def gemv(g, a, w, c, name):
-            gemv_launch(
-                g,
-                gemv_funcs[g.kernel],
-                b[a],
-                b[w],
-                b[c],
-                name,
-                herd_name=f"{name}_herd",
-            )
-
-        def eltwise(entry, name, n, pes, sources, operands, extra=()):
-            # sources: (operand, element offset, or None: whole) read; the last operand is written
-            ops = [b[o] for o in operands]
-            srcs = [(operands.index(o), off) for o, off in sources]
-            eltwise_launch(elt[entry], name, n, pes, srcs, ops, len(ops) - 1, extra)
-
-        gemv(cfg.o_proj, "attn", "w_o", "proj", "o_proj")
-        eltwise(
+        run = _Launches(cfg, kernels, args)
+        run.gemv(cfg.o_proj, "attn", "w_o", "proj", "o_proj")
+        run.eltwise(
             "add", "residual", e, COLUMNS, [("proj", 0), ("x", 0)], ["proj", "x", "h"]
         )
-        eltwise(
+        run.eltwise(
             "rms_norm",
             "rms_norm",
             e,
@@ -439,8 +470,8 @@ def build_module(cfg: LayerConfig):
             [("h", 0), ("ffn_norm", 0)],
             ["h", "ffn_norm", "normed"],
         )
-        gemv(cfg.gate_up, "normed", "w_gate_up", "gate_up", "gate_up")
-        eltwise(
+        run.gemv(cfg.gate_up, "normed", "w_gate_up", "gate_up", "gate_up")
+        run.eltwise(
             "silu_mul",
             "swiglu",
             h,
@@ -448,8 +479,8 @@ def build_module(cfg: LayerConfig):
             [("gate_up", 0), ("gate_up", h)],
             ["gate_up", "act"],
         )
-        gemv(cfg.down, "act", "w_down", "down", "down")
-        eltwise(
+        run.gemv(cfg.down, "act", "w_down", "down", "down")
+        run.eltwise(
             "add",
             "residual2",
             e,
@@ -458,7 +489,7 @@ def build_module(cfg: LayerConfig):
             ["down", "h", "out"],
         )
         if cfg.next_qkv:
-            eltwise(
+            run.eltwise(
                 "rms_norm",
                 "next_rms_norm",
                 e,
@@ -467,9 +498,9 @@ def build_module(cfg: LayerConfig):
                 ["out", "next_norm", "next_normed"],
             )
             for i, g in enumerate(cfg.next_qkv):
-                gemv(g, "next_normed", f"w_qkv{i}", f"qkv{i}", f"next_qkv{i}")
+                run.gemv(g, "next_normed", f"w_qkv{i}", f"qkv{i}", f"next_qkv{i}")
         if cfg.head:  # the last layer: the final RMSNorm and the LM head (logits)
-            eltwise(
+            run.eltwise(
                 "rms_norm",
                 "final_rms_norm",
                 e,
@@ -477,28 +508,45 @@ def build_module(cfg: LayerConfig):
                 [("out", 0), ("final_norm", 0)],
                 ["out", "final_norm", "final_normed"],
             )
-            gemv(cfg.head, "final_normed", "w_head", "logits", "head")
-        for part, src, offset, n, pes in ropes:
-            eltwise(
-                "rope",
-                f"rope_{part}",
-                n,
-                pes,
-                [(src, offset), ("rope_table", None)],
-                [src, "rope_table", f"{part}_roped"],
-                (cfg.rope[0],),
-            )
+            run.gemv(cfg.head, "final_normed", "w_head", "logits", "head")
+        run.rope()
 
 
-def backend_options(cfg: LayerConfig) -> dict:
+@module_builder
+def build_qkv_module(cfg: QkvConfig):
+    """The module that starts a token (QkvConfig): layer 0's attention RMSNorm, its q, k, v GEMVs and
+    their RoPE, the same launches that end every other layer's module."""
+    e = cfg.hidden
+    kernels = _kernels(cfg, {"rms_norm": e})
+
+    @FuncOp.from_py_func(*l3_types(cfg))
+    def rms_qkv_rope(*args):
+        run = _Launches(cfg, kernels, args)
+        run.eltwise(
+            "rms_norm",
+            "rms_norm",
+            e,
+            1,
+            [("x", 0), ("attn_norm", 0)],
+            ["x", "attn_norm", "normed"],
+        )
+        for i, g in enumerate(cfg.qkv):
+            run.gemv(g, "normed", f"w_qkv{i}", f"qkv{i}", f"qkv{i}")
+        run.rope()
+
+
+def backend_options(cfg: LayerConfig | QkvConfig) -> dict:
     """XRTBackend options: the ELF flow (13 arguments or more), the GEMVs' stack and launch tiling."""
+    first = cfg.launch_gemvs[0]
     return dict(
         target_device="npu2",
         output_format="elf",
         stack_size=max(g.stack_bytes for g in cfg.launch_gemvs),
         omit_while_true_loop=False,
-        runtime_loop_tiling_sizes=list(cfg.o_proj.runtime_loop_tiling),
-        instance_name="o_gemv_ffn_int4",
+        runtime_loop_tiling_sizes=list(first.runtime_loop_tiling),
+        instance_name=(
+            "o_gemv_ffn_int4" if isinstance(cfg, LayerConfig) else "rms_qkv_rope"
+        ),
     )
 
 

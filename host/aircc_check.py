@@ -216,6 +216,22 @@ def designs(all_configs: bool = False) -> list[Design]:
                 ddr_bytes=layer.ddr_bytes(cfg),
             )
         )
+    # the module that starts a token: layer 0's norm, q, k, v (fused, N 3072) and RoPE, Llama-3.2-1B's
+    # heads; and Q4_K_M's (q and k in Q4_K fast mode, v in Q6_K)
+    for what, runs in (
+        ("AWQ", ((3072, "awq", 128),)),
+        ("Q4_K_M", ((2560, "int4_min_bf16", 32), (512, "int8_triple", 16))),
+    ):
+        cfg = layer.default_qkv(2048, runs, layer.LLAMA_ROPE)
+        out.append(
+            Design(
+                f"the token's first module (o_gemv_ffn_int4.build_qkv_module), {what}",
+                lambda c=cfg: o_gemv_ffn_int4.build_qkv_module(c),
+                o_gemv_ffn_int4.backend_options(cfg),
+                outputs=tuple(range(cfg.index("normed"), len(cfg.buffers()))),
+                ddr_bytes=layer.ddr_bytes(cfg),
+            )
+        )
     # decode attention at Llama-3.2-1B's heads (32 over 8 key/value heads of 64), a cache of 1,024
     out.append(
         Design(

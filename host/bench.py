@@ -708,7 +708,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
     )
     print(_layer_module_line(fmt, gs, seconds["qkv_proj"]))
     print(_head_line(fmt, gs))
-    print(_whole_token_line(fmt, gs, seconds["qkv_proj"]))
+    print(_whole_token_line(fmt, gs))
     return failures
 
 
@@ -740,12 +740,13 @@ def _layer_module_line(fmt: str, gs: int, qkv_s: float) -> str:
 TOKEN_CONTEXTS = (1024, 4096)
 
 
-def _whole_token_line(fmt: str, gs: int, qkv_s: float) -> str:
-    """A whole token as the NPU path builds it today (MODELLED): layer 0's q, k, v GEMV (its RoPE's two
-    launches counted with it), per layer the attention launch (o_gemv_ffn_int4.build_attention_module, a
-    dispatch of its own, DDR-bound: its softmax's compute is not in the kernel cost model) and the module
-    ending with the next layer's q, k, v and RoPE, the last one ending with the final norm and the LM head
-    instead. A context the attention cannot hold in L1 says so."""
+def _whole_token_line(fmt: str, gs: int) -> str:
+    """A whole token as the NPU path builds it today (MODELLED): the first module (layer 0's norm, q, k, v
+    and RoPE: o_gemv_ffn_int4.build_qkv_module), per layer the attention launch
+    (o_gemv_ffn_int4.build_attention_module, a dispatch of its own, DDR-bound: its softmax's compute is not
+    in the kernel cost model) and the module ending with the next layer's q, k, v and RoPE, the last one
+    ending with the final norm and the LM head instead. A context the attention cannot hold in L1 says
+    so."""
     import importlib.util
 
     if (
@@ -761,7 +762,8 @@ def _whole_token_line(fmt: str, gs: int, qkv_s: float) -> str:
         layer.llama_layer((fmt,) * 3, (gs,) * 3, next_qkv_format=fmt)
     )
     last = layer.modelled(layer.llama_layer((fmt,) * 3, (gs,) * 3, head_format=fmt))
-    rope = sum(t for name, t in chained.launches if name.startswith("rope_"))
+    k, n = shape_of("qkv_proj")
+    first = layer.modelled(layer.default_qkv(k, ((n, fmt, gs),), layer.LLAMA_ROPE))
     parts = []
     for context in TOKEN_CONTEXTS:
         try:
@@ -779,8 +781,7 @@ def _whole_token_line(fmt: str, gs: int, qkv_s: float) -> str:
             + model.FIXED_S
         )
         token = (
-            qkv_s
-            + rope
+            first.seconds
             + LAYERS * attention
             + (LAYERS - 1) * chained.seconds
             + last.seconds
@@ -790,7 +791,8 @@ def _whole_token_line(fmt: str, gs: int, qkv_s: float) -> str:
             f"(attention {attention * 1e6:.1f} us a layer, DDR only)"
         )
     return (
-        f"{fmt}: whole token, MODELLED (layer 0's q, k, v and RoPE; per layer the attention, then the module "
+        f"{fmt}: whole token, MODELLED (the first module: layer 0's norm, q, k, v and RoPE; per layer the "
+        f"attention, then the module "
         f"ending with the next layer's q, k, v and RoPE, the last with the final norm and the LM head in "
         f"{fmt}): " + "; ".join(parts)
     )

@@ -155,6 +155,35 @@ def cases() -> list[Case]:
             lambda: layer_model.host_libraries(layer),
         )
     )
+    first = small_qkv()
+
+    def qkv_inputs():
+        names = [name for name, _ in first.buffers()]
+        weights = {
+            name: random_format_weights(
+                g.format, g.k, g.n, g.gs, seed=names.index(name)
+            )
+            for name, g in first.buffers()
+            if not isinstance(g, int)
+        }
+        rows = {
+            name: random_activations(1, first.hidden, names.index(name))
+            for name in ("x", "attn_norm")
+        }
+        rows["rope_table"] = rope.table(rope.base_frequencies(500000.0, 64), 77)
+        return layer_model.module_buffers(first, weights, rows)
+
+    out.append(
+        Case(
+            "the token's first module (o_gemv_ffn_int4.build_qkv_module), hidden 512: its norm, q and k "
+            "(AWQ), v (int8_triple) and their RoPE",
+            lambda: o_gemv_ffn_int4.build_qkv_module(first),
+            o_gemv_ffn_int4.backend_options(first),
+            qkv_inputs,
+            tuple(range(first.index("normed"), len(first.buffers()))),
+            lambda: layer_model.host_libraries(first),
+        )
+    )
     out.append(attention_case())
     for obj, rows in (
         (kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m),
@@ -232,6 +261,23 @@ def small_layer():
         gemv(1024, 512),
         (gemv(512, 1024, 32),),
         (64, 8, 4),
+    )
+
+
+def small_qkv():
+    """The token's first module at hidden 512 with 8 query and 8 key/value heads of 64: q and k as one AWQ
+    GEMV (N 1024), v a second of another format and object (int8_triple, N 512), their entries prefixed.
+    """
+    from int4_packed_record import GemvConfig, QkvConfig
+
+    return QkvConfig.named(
+        (
+            GemvConfig(m=1, k=512, n=1024, gs=128, tile_n=32, tile_k_l1=128),
+            GemvConfig(
+                m=1, k=512, n=512, gs=16, tile_n=16, tile_k_l1=128, format="int8_triple"
+            ),
+        ),
+        (64, 8, 8),
     )
 
 

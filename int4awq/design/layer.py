@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from int4_packed_record import COLUMNS, PES, ConfigError, LayerConfig
+from int4_packed_record import COLUMNS, PES, ConfigError, LayerConfig, QkvConfig
 
 from . import gemv, model
 from .llama import PROJECTIONS, VOCAB, shape_of
@@ -34,16 +34,22 @@ LLAMA_ROPE = (64, 32, 8)
 
 
 def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
-    """(name, DDR bytes, elements of the busiest PE) of each element-wise launch of the module."""
-    e, h = cfg.hidden, cfg.intermediate
-    out = [
-        ("residual", 2 * 3 * e, e // COLUMNS),
-        ("rms_norm", 2 * 3 * e, 2 * e),  # one PE, two passes over the row
-        ("swiglu", 2 * 3 * h, h // COLUMNS),
-        ("residual2", 2 * 3 * e, e // COLUMNS),
-    ]
-    out += [("next_rms_norm", 2 * 3 * e, 2 * e)] if cfg.next_qkv else []
-    out += [("final_rms_norm", 2 * 3 * e, 2 * e)] if cfg.head else []
+    """(name, DDR bytes, elements of the busiest PE) of each element-wise launch of the module (a
+    LayerConfig's, or a QkvConfig's: its RMSNorm and RoPE)."""
+    e = cfg.hidden
+    norm = 2 * 3 * e, 2 * e  # one PE, two passes over the row
+    if isinstance(cfg, QkvConfig):
+        out = [("rms_norm", *norm)]
+    else:
+        h = cfg.intermediate
+        out = [
+            ("residual", 2 * 3 * e, e // COLUMNS),
+            ("rms_norm", *norm),
+            ("swiglu", 2 * 3 * h, h // COLUMNS),
+            ("residual2", 2 * 3 * e, e // COLUMNS),
+        ]
+        out += [("next_rms_norm", *norm)] if cfg.next_qkv else []
+        out += [("final_rms_norm", *norm)] if cfg.head else []
     # RoPE: x and out a value each, the [cos | sin] row once (aircc reads it once for the herd and
     # broadcasts it: the compiled runtime sequence moves it once per launch)
     return out + [
@@ -87,6 +93,14 @@ def default_layer(
     nxt = tuple(gemv.default_config(1, hidden, n, gs, fmt) for n, fmt, gs in next_qkv)
     tail = gemv.default_config(1, hidden, head[0], head[2], head[1]) if head else None
     return LayerConfig.named(*own, nxt, rope, tail)
+
+
+def default_qkv(hidden: int, qkv, rope) -> QkvConfig:
+    """The QkvConfig that starts a token: qkv = (N, format, group size) of each q, k, v GEMV at its default
+    configuration, rope = (head_dim, query heads, key/value heads)."""
+    return QkvConfig.named(
+        tuple(gemv.default_config(1, hidden, n, gs, fmt) for n, fmt, gs in qkv), rope
+    )
 
 
 def llama_layer(formats=("awq",) * 3, gss=None, next_qkv_format=None, head_format=None):
@@ -158,12 +172,28 @@ class LayerEstimate:
 
 
 def modelled(cfg) -> LayerEstimate:
-    """The module's modelled time (MODELLED): the module docstring's sum."""
+    """The module's modelled time (MODELLED): the module docstring's sum; a QkvConfig's likewise (its
+    RMSNorm, its q, k, v GEMVs, their RoPE)."""
+    if isinstance(cfg, QkvConfig):
+        return _sum(
+            cfg,
+            ["rms_norm"] + [f"qkv{i}" for i in range(len(cfg.qkv))],
+            [f"qkv{i}" for i in range(len(cfg.qkv))],
+        )
     names = (
         ["o_proj", "gate_up", "down"]
         + [f"next_qkv{i}" for i in range(len(cfg.next_qkv))]
         + (["head"] if cfg.head else [])
     )
+    order = ["o_proj", "residual", "rms_norm", "gate_up", "swiglu", "down", "residual2"]
+    if cfg.next_qkv:
+        order += ["next_rms_norm"] + names[3:]
+    order += ["final_rms_norm", "head"] if cfg.head else []
+    return _sum(cfg, order, names)
+
+
+def _sum(cfg, order: list[str], names: list[str]) -> LayerEstimate:
+    """The launches in order (the GEMVs by names, in launch_gemvs' order), then the RoPE's."""
     gemvs = {
         name: gemv.modelled(g).seconds - model.FIXED_S
         for name, g in zip(names, cfg.launch_gemvs)
@@ -175,11 +205,7 @@ def modelled(cfg) -> LayerEstimate:
         )
         for name, b, per_pe in eltwise_launches(cfg)
     }
-    order = ["o_proj", "residual", "rms_norm", "gate_up", "swiglu", "down", "residual2"]
-    if cfg.next_qkv:
-        order += ["next_rms_norm"] + names[3:]
-    order += [f"rope_{r[0]}" for r in (cfg.rope_launches() if cfg.rope else [])]
-    order += ["final_rms_norm", "head"] if cfg.head else []
+    order = order + [f"rope_{r[0]}" for r in (cfg.rope_launches() if cfg.rope else [])]
     launches = tuple((n, (gemvs | elt)[n]) for n in order)
     seconds = (
         model.FIXED_S

@@ -227,7 +227,8 @@ def run_module(
     compile_first: bool,
     dispatches: int = 1,
 ) -> list[np.ndarray]:
-    """One dispatch of the module, every buffer back (flat, in argument order): on the emulator ("emu"),
+    """One dispatch of the module (a LayerConfig's, or a QkvConfig's: the token's first), every buffer back
+    (flat, in argument order): on the emulator ("emu"),
     the simulator of the compiled module ("sim": emulator/aiesim, timed with sim_costs.layer_costs; it
     prints the launches' simulated times; dispatches: the instruction stream run that many times, every
     dispatch's buffers equal to the first's bit for bit or a RunFailure), or the NPU ("npu", mlir-air's
@@ -242,13 +243,18 @@ def run_module(
     import o_gemv_ffn_int4 as builder
     from air.backend.xrt import XRTBackend
 
+    from int4_packed_record import QkvConfig
+
     options = builder.backend_options(cfg)
-    module = builder.build_module(cfg)
+    build = (
+        builder.build_qkv_module if isinstance(cfg, QkvConfig) else builder.build_module
+    )
+    module = build(cfg)
     if backend == "emu":
         from air.emu import EmulatorError
 
         if compile_first:
-            compiler.compile_before_run("o_gemv_ffn_int4", str(module), options)
+            compiler.compile_before_run(options["instance_name"], str(module), options)
         try:
             return list(XRTBackend(**options).compile_and_load(module)(*buffers))
         except EmulatorError as e:
@@ -279,7 +285,7 @@ def _simulate(cfg, module, options, buffers, dispatches: int = 1) -> list[np.nda
     from ..errors import RunFailure
     from . import sim_costs
 
-    outdir = compiler.compile_before_run("o_gemv_ffn_int4", str(module), options)
+    outdir = compiler.compile_before_run(options["instance_name"], str(module), options)
     _, sim = sim_costs.simulate_compiled(
         outdir, buffers, sim_costs.layer_costs(cfg), dispatches=dispatches
     )

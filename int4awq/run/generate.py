@@ -176,13 +176,13 @@ class Llama:
             return {i: c.tile_k_l1 for run, c in zip(ly.qkv_runs, cfgs) for i in run}
 
         rope_shape = (self.d, self.heads, self.kv_heads)
-        self.qkv0_cfgs = [
-            gemv.default_config(1, self.hidden, n, gs, fmt)
-            for n, fmt, gs in run_specs(self.layers[0])
-        ]
+        # the token's first module: layer 0's norm, q, k, v and RoPE (o_gemv_ffn_int4.build_qkv_module)
+        self.qkv_cfg = layer.default_qkv(
+            self.hidden, run_specs(self.layers[0]), rope_shape
+        )
         self.module_cfgs = []
         self.decode_tiles: list[dict[int, int]] = [
-            run_tiles(self.layers[0], self.qkv0_cfgs)
+            run_tiles(self.layers[0], self.qkv_cfg.qkv)
         ] + [{} for _ in self.layers[1:]]
         for i, ly in enumerate(self.layers):
             w = ly.weights
@@ -240,23 +240,19 @@ class Llama:
 
     def modelled_token_s(self) -> tuple[float, int]:
         """(seconds, dispatches) of one decode token as the NPU path runs it (MODELLED, make bench's
-        whole-token sum): layer 0's q, k, v GEMVs and RoPE, per layer the attention launch (DDR-bound,
-        its softmax unpriced) and the layer's module."""
-        from ..design import gemv, layer, model
+        whole-token sum): the first module (layer 0's norm, q, k, v and RoPE), per layer the attention launch
+        (DDR-bound, its softmax unpriced) and the layer's module."""
+        from ..design import layer, model
 
         b = _builder()
-        modules = [layer.modelled(c) for c in self.module_cfgs]
-        rope_s = sum(t for name, t in modules[0].launches if name.startswith("rope_"))
         attention = (
             b.attention_ddr_bytes(self.heads, self.kv_heads, self.d, self.context)
             / model.DDR_BYTES_PER_S
             + model.FIXED_S
         )
-        qkv = sum(gemv.modelled(c).seconds for c in self.qkv0_cfgs)
-        seconds = (
-            qkv + rope_s + len(modules) * attention + sum(e.seconds for e in modules)
-        )
-        return seconds, len(self.qkv0_cfgs) + 2 * len(modules)
+        modules = [layer.modelled(c) for c in [self.qkv_cfg, *self.module_cfgs]]
+        seconds = len(self.layers) * attention + sum(e.seconds for e in modules)
+        return seconds, len(modules) + len(self.layers)
 
     # ------------------------------------------------------------------------------ the kernels' models
     def _attention(self, q: np.ndarray, i: int, n: int) -> np.ndarray:

@@ -372,11 +372,11 @@ def test_the_lm_head_line_is_the_gemv_at_the_padded_vocabulary():
 
 
 def test_the_whole_token_line_counts_every_dispatch_and_refuses_4k():
-    """Llama-3.2-1B's token: 1 (layer 0's q, k, v) + 16 attention dispatches + 15 chained modules + the last
-    layer's module with the head = 33 dispatches; the 4k context is named as not built, with the reason.
+    """Llama-3.2-1B's token: the first module (layer 0's norm, q, k, v and RoPE) + 16 attention dispatches +
+    15 chained modules + the last layer's module with the head = 33 dispatches; the 4k context is named as
+    not built, with the reason.
     """
-    qkv_s = 100e-6
-    line = bench._whole_token_line("awq", 128, qkv_s)  # makes an air package importable
+    line = bench._whole_token_line("awq", 128)  # makes an air package importable
     import o_gemv_ffn_int4 as builder
 
     from int4awq.design import layer
@@ -387,12 +387,19 @@ def test_the_whole_token_line_counts_every_dispatch_and_refuses_4k():
     last = layer.modelled(
         layer.llama_layer(("awq",) * 3, (128,) * 3, head_format="awq")
     )
-    rope = sum(t for n, t in chained.launches if n in ("rope_q", "rope_k"))
+    first = layer.modelled(
+        layer.default_qkv(2048, ((3072, "awq", 128),), layer.LLAMA_ROPE)
+    )
+    # the first module is the chained one's tail: its norm, q, k, v GEMV and RoPE at the same times
+    tail = dict(chained.launches)
+    assert [n for n, _ in first.launches] == ["rms_norm", "qkv0", "rope_q", "rope_k"]
+    assert dict(first.launches)["qkv0"] == tail["next_qkv0"]
+    assert dict(first.launches)["rope_q"] == tail["rope_q"]
     attention = (
         builder.attention_ddr_bytes(32, 8, 64, 1024) / model.DDR_BYTES_PER_S
         + model.FIXED_S
     )
-    token = qkv_s + rope + 16 * attention + 15 * chained.seconds + last.seconds
+    token = first.seconds + 16 * attention + 15 * chained.seconds + last.seconds
     assert (
         f"context 1024: 33 dispatches, {token * 1e3:.2f} ms = {1 / token:.1f} tok/s"
         in line

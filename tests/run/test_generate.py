@@ -119,8 +119,9 @@ def test_top_k_1_sampling_is_greedy(files, capsys):
 
 def test_the_decode_step_is_the_layer_modules_on_the_emulator(files):
     """One decode step of the model backend against o_gemv_ffn_int4's modules run on the emulator with
-    the same inputs: layer 0's module (o_proj, the FFN, layer 1's norm, q, k, v and RoPE) and the last
-    one's (with the final norm and the head), every output bit for bit."""
+    the same inputs: the first (layer 0's norm, q, k, v and RoPE), layer 0's (o_proj, the FFN, layer 1's
+    norm, q, k, v and RoPE) and the last one's (with the final norm and the head), every output bit for
+    bit."""
     from int4awq.design import layer
     from int4awq.formats import rope
     from int4awq.run.decode_layer import run_module
@@ -130,6 +131,34 @@ def test_the_decode_step_is_the_layer_modules_on_the_emulator(files):
     trace = {}
     model.forward([5], 3, model.decode_tiles, trace)
     table = rope.table(model.frequencies, 3)
+    qkv = run_module(
+        model.qkv_cfg,
+        layer.module_buffers(
+            model.qkv_cfg,
+            {
+                f"w_qkv{r}": fuse_columns([model.layers[0].weights[j] for j in run_])
+                for r, run_ in enumerate(model.layers[0].qkv_runs)
+            },
+            {
+                "x": trace[(0, "x")],
+                "attn_norm": model.layers[0].attn_norm.astype(bfloat16)[None],
+                "rope_table": table,
+            },
+        ),
+        "emu",
+        False,
+    )
+    first = {n: np.asarray(qkv[k]) for k, (n, _) in enumerate(model.qkv_cfg.buffers())}
+    for name, label in (("q_roped", "q"), ("k_roped", "k")):
+        got = first[name].reshape(-1).view(np.uint16)
+        assert np.array_equal(got, trace[(0, label)].reshape(-1).view(np.uint16)), name
+    v = np.concatenate(
+        [first[f"qkv{r}"].reshape(-1) for r in range(len(model.qkv_cfg.qkv))]
+    )
+    n_q, n_k = (model.layers[0].weights[j].n for j in (gen.Q, gen.K))
+    assert np.array_equal(
+        v[n_q + n_k :].view(np.uint16), trace[(0, "v")].reshape(-1).view(np.uint16)
+    )
     for i, cfg in enumerate(model.module_cfgs):
         ly, last = model.layers[i], i + 1 == len(model.layers)
         w = ly.weights
