@@ -9,8 +9,8 @@ The prompt is tokenized by the file's own tokenizer (a GGUF header's, or the dir
 prefilled through the GEMM, then each token made by the decode path and printed as it comes; greedy unless
 --temperature is given. --check compares every step with a float64 reference of the same weights.
 
-Exit codes: 0 done (PASS! last with --check), 1 a --check step failed (its figures printed), 2 bad input
-(one line), 130 interrupted.
+Exit codes: 0 done (PASS! last with --check), 1 a --check step failed (its figures printed) or a run
+failed, 2 bad input (one line), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ sys.path.insert(0, REPO)
 
 from int4awq.errors import (  # noqa: E402  (standard library only)
     ConfigError,
+    RunFailure,
     missing_module_line,
 )
 
@@ -53,8 +54,9 @@ def parse(argv):
     p.add_argument(
         "--backend",
         default="auto",
-        help="model (auto): the kernels' numpy models, bit for bit the emulator's launches (the one built so "
-        "far)",
+        help="model (auto): the kernels' numpy models, bit for bit the emulator's launches; emu: each "
+        "dispatch of a token on the emulator; sim: on the simulator of the compiled design (slow: for a few "
+        "tokens); emu and sim prefill a token at a time",
     )
     p.add_argument(
         "--chat",
@@ -79,6 +81,11 @@ def parse(argv):
         help="a float LM head quantised at load to AWQ int4 g128 (needed where the head is a float tensor)",
     )
     p.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="with --backend emu: run the modules without compiling them with aircc + aiecc first",
+    )
+    p.add_argument(
         "--check",
         action="store_true",
         help="compare every step with a float64 reference of the same weights",
@@ -94,8 +101,8 @@ def parse(argv):
 
     if a.backend not in BACKENDS:
         raise ConfigError(
-            f"--backend {a.backend}: generate runs on {', '.join(BACKENDS)} so far (the emulator, the "
-            "simulator and the NPU run a layer's module: host/run.py --decoder-layer)"
+            f"--backend {a.backend}: generate runs on {', '.join(BACKENDS)} so far (the NPU runs a layer's "
+            "module: host/run.py --decoder-layer)"
         )
     return a
 
@@ -103,7 +110,7 @@ def parse(argv):
 def _main(argv) -> int:
     a = parse(argv)
     from int4awq.formats.tokenizer import load_tokenizer
-    from int4awq.run.generate import Llama, Reference, Sampler, generate
+    from int4awq.run.generate import Dispatches, Llama, Reference, Sampler, generate
 
     tok = load_tokenizer(a.model)
     prompt = tok.chat(a.prompt) if a.chat else tok.encode(a.prompt)
@@ -121,6 +128,12 @@ def _main(argv) -> int:
             f"{a.model}: the tokenizer has {tok.vocab_size} tokens, the embedding {model.vocab} and the LM "
             f"head {model.head.n}"
         )
+    backend = "model" if a.backend == "auto" else a.backend
+    runner = (
+        None
+        if backend == "model"
+        else Dispatches(model, backend, compile_first=not a.no_compile)
+    )
     reference = Reference(model) if a.check else None
     print(tok.describe())
     print(
@@ -150,6 +163,7 @@ def _main(argv) -> int:
         reference,
         lambda line: print(line, flush=True),
         tok.vocab_size,
+        runner and runner.step,
     )
     sys.stdout.write(stream.finish() + "\n")
     token_s, dispatches = model.modelled_token_s()
@@ -157,10 +171,16 @@ def _main(argv) -> int:
     decoded = max(len(out) - 1, 0)
     cpu = f"{decoded / decode_s:.2f} tok/s" if decoded and decode_s > 0 else "-"
     print(
-        f"generated {len(out)} tokens; {'model' if a.backend == 'auto' else a.backend} backend on this CPU: prefill {prefill_s:.2f} s, decode "
+        f"generated {len(out)} tokens; {backend} backend on this CPU: prefill {prefill_s:.2f} s, decode "
         f"{cpu}; MODELLED on NPU2: prefill {npu_prefill * 1e3:.2f} ms, decode {token_s * 1e3:.2f} ms a "
         f"token = {1 / token_s:.1f} tok/s in {dispatches} dispatches (context {model.context})"
     )
+    if runner is not None and runner.timed:
+        print(
+            f"as compiled (the simulator's timed mode, MODELLED): the last token's {len(runner.timed)} "
+            f"modules {sum(runner.timed) * 1e3:.3f} ms with their dispatches' fixed cost; its "
+            f"{len(model.layers)} attention launches untimed"
+        )
     if reference is None:
         return 0
     for c in checks:
@@ -176,6 +196,9 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RunFailure as e:
+        print(f"run failed: {e}\nFAIL!")
+        return 1
     except ModuleNotFoundError as e:
         print(missing_module_line(e), file=sys.stderr)
         return 2

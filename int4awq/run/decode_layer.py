@@ -226,6 +226,7 @@ def run_module(
     backend: str,
     compile_first: bool,
     dispatches: int = 1,
+    timed: list | None = None,
 ) -> list[np.ndarray]:
     """One dispatch of the module (a LayerConfig's, or a QkvConfig's: the token's first), every buffer back
     (flat, in argument order): on the emulator ("emu"),
@@ -260,7 +261,7 @@ def run_module(
         except EmulatorError as e:
             raise emulator_failure(e) from None
     if backend == "sim":
-        return _simulate(cfg, module, options, buffers, dispatches)
+        return _simulate(cfg, module, options, buffers, dispatches, timed)
     build_dir = os.path.join(REPO, "build", "npu", "o_gemv_ffn_int4")
     _peano_objects(cfg, build_dir)
     # a compile's leftovers corrupt the next one (mlir-air's llms/shared/infra/cache.py clears them too)
@@ -278,14 +279,19 @@ def run_module(
         os.chdir(cwd)
 
 
-def _simulate(cfg, module, options, buffers, dispatches: int = 1) -> list[np.ndarray]:
+def _simulate(
+    cfg, module, options, buffers, dispatches: int = 1, timed: list | None = None
+) -> list[np.ndarray]:
     """The module as aircc + aiecc compiled it, in the simulator of the compiled design, timed; run
     `dispatches` times, each dispatch's buffers equal to the first's bit for bit (else a RunFailure).
-    """
+    timed: a list the dispatch's MODELLED seconds as compiled go to (its launches and the fixed cost),
+    instead of the lines that print them."""
     from ..errors import RunFailure
     from . import sim_costs
 
-    outdir = compiler.compile_before_run(options["instance_name"], str(module), options)
+    outdir = compiler.compile_before_run(
+        options["instance_name"], str(module), options, quiet=timed is not None
+    )
     _, sim = sim_costs.simulate_compiled(
         outdir, buffers, sim_costs.layer_costs(cfg), dispatches=dispatches
     )
@@ -298,6 +304,10 @@ def _simulate(cfg, module, options, buffers, dispatches: int = 1) -> list[np.nda
                     f"the compiled module's buffer {i} differs: dispatch {k} of {dispatches} gives "
                     f"{int((a != b).sum())} of {a.size} bytes other than the first dispatch"
                 )
+    us = sim_costs.seconds(sim) * 1e6
+    if timed is not None:
+        timed.append(us / 1e6 + sim_costs.model.FIXED_S)
+        return outs
     print(
         f"simulated: {os.path.relpath(sim.stream_file, REPO) if sim.stream_file else 'the dialect'}, "
         f"{dispatches} "
@@ -307,7 +317,6 @@ def _simulate(cfg, module, options, buffers, dispatches: int = 1) -> list[np.nda
         f"{dev.removesuffix('_seg')} {c / sim_costs.CLOCK_HZ * 1e6:.1f}"
         for dev, c in sim.launch_cycles
     )
-    us = sim_costs.seconds(sim) * 1e6
     print(
         f"simulated the compiled module: MODELLED NPU2 time {us:.1f} us for its launches as compiled "
         f"({launches} us; + {sim_costs.model.FIXED_S * 1e6:.0f} us for the dispatch: "

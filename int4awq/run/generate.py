@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from ml_dtypes import bfloat16
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RunFailure
 from ..formats import rope, weights_file
 from ..formats.fuse import fusable_runs
 from ..formats.quant import dequantize
@@ -41,7 +41,8 @@ from ..kernel import eltwise_model as elt
 from ..kernel.kernel_model import PreparedWeights
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BACKENDS = ("auto", "model")  # auto: the model backend, until the others run a token
+# auto: the model backend (the NPU's has not run here); emu and sim run each dispatch of a token
+BACKENDS = ("auto", "model", "emu", "sim")
 # --check's bar at every generated step (issue 53)
 MIN_CORRELATION = 0.999
 Q, K, V, O, GATE, UP, DOWN = range(7)  # weights_file.decoder_layer_names' order
@@ -254,6 +255,10 @@ class Llama:
         seconds = len(self.layers) * attention + sum(e.seconds for e in modules)
         return seconds, len(modules) + len(self.layers)
 
+    def decode_step(self, token: int, pos: int) -> np.ndarray:
+        """One token through the decode path's kernel models (what Dispatches.step runs launch by launch)."""
+        return self.forward([token], pos, self.decode_tiles)
+
     # ------------------------------------------------------------------------------ the kernels' models
     def _attention(self, q: np.ndarray, i: int, n: int) -> np.ndarray:
         """Decode attention of one row q [heads * d] over layer i's first n cache rows, per key/value
@@ -306,6 +311,154 @@ class Llama:
         if trace is not None:
             trace["logits"] = logits
         return logits[0].astype(np.float32)
+
+
+class Dispatches:
+    """A token's dispatches as the NPU path runs them (the first module, per layer the attention launch and
+    the layer's module), on the emulator ("emu") or the simulator of the design aircc + aiecc compile
+    ("sim": each dispatch run twice on one array, equal bit for bit, and timed). The weights are packed
+    into the modules' buffers once; each token fills in the rows. The host appends each position's k (after
+    RoPE) and v to the KV cache, which the attention launch reads."""
+
+    def __init__(self, model: "Llama", backend: str, compile_first: bool = True):
+        from ..design import compiler, layer
+        from ..formats.fuse import fuse_columns
+
+        self.m, self.backend = model, backend
+        self.builder = _builder()
+        # sim: the last token's modules' MODELLED seconds as compiled (the attention launches untimed)
+        self.timed: list[float] | None = [] if backend == "sim" else None
+        self.cfgs = [model.qkv_cfg, *model.module_cfgs]
+        # on the emulator, aircc + aiecc compile each module first (where installed) unless told not to
+        self.compiled: set[int] = set() if compile_first else set(range(len(self.cfgs)))
+        first = model.layers[0]
+        weights = [
+            {
+                f"w_qkv{r}": fuse_columns([first.weights[j] for j in run])
+                for r, run in enumerate(first.qkv_runs)
+            }
+        ]
+        for i, ly in enumerate(model.layers):
+            w = {
+                "w_o": ly.weights[O],
+                "w_gate_up": fuse_columns([ly.weights[GATE], ly.weights[UP]]),
+                "w_down": ly.weights[DOWN],
+            }
+            if i + 1 < len(model.layers):
+                nxt = model.layers[i + 1]
+                for r, run in enumerate(nxt.qkv_runs):
+                    w[f"w_qkv{r}"] = fuse_columns([nxt.weights[j] for j in run])
+            else:
+                w["w_head"] = model.head
+            weights.append(w)
+        self.buffers = [
+            layer.module_buffers(cfg, w, {}) for cfg, w in zip(self.cfgs, weights)
+        ]
+        b, m = self.builder, model
+        self.attention_module = b.build_attention_module(
+            m.heads, m.kv_heads, m.d, m.context
+        )
+        options = b.attention_backend_options()
+        if backend == "emu":
+            from air.backend.xrt import XRTBackend
+
+            from ..kernel.kernel_model import build_eltwise_kernel
+
+            os.environ["AIR_EMU_LIB_PATH"] = str(build_eltwise_kernel().parent)
+            if compile_first:
+                compiler.compile_before_run(
+                    options["instance_name"], str(self.attention_module), options
+                )
+            self.attend = XRTBackend(**options).compile_and_load(self.attention_module)
+        else:
+            self.attention_dir = compiler.compile_before_run(
+                options["instance_name"], str(self.attention_module), options
+            )
+
+    def module(self, j: int, rows: dict) -> dict:
+        """Module j (0: the first; 1 + i: layer i's) with these rows: every buffer back by name."""
+        from .decode_layer import run_module
+
+        cfg, bufs = self.cfgs[j], list(self.buffers[j])
+        for name, row in rows.items():
+            bufs[cfg.index(name)] = np.asarray(row, bfloat16).reshape(1, -1)
+        first = j not in self.compiled
+        self.compiled.add(j)
+        out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
+        return {name: np.asarray(out[k]) for k, (name, _) in enumerate(cfg.buffers())}
+
+    def attention(self, q: np.ndarray, i: int, n: int) -> np.ndarray:
+        """Layer i's attention launch over its first n cache rows, q [heads * d] after RoPE."""
+        m, b = self.m, self.builder
+        g = m.heads // m.kv_heads
+        qbuf = np.zeros((m.kv_heads, g * m.d + b.ATTN_CTX), bfloat16)
+        qbuf[:, : g * m.d] = np.asarray(q).reshape(m.kv_heads, g * m.d)
+        qbuf[:, g * m.d :].view(np.int32)[:] = n
+        arrays = (
+            qbuf.reshape(1, -1),
+            np.concatenate([m.cache_k[i], m.cache_v[i]]),
+            np.zeros((1, m.heads * m.d), bfloat16),
+        )
+        if self.backend == "emu":
+            return np.asarray(self.attend(*arrays)[2]).reshape(-1)
+        from . import sim_costs
+
+        os.environ["AIR_EMU_LIB_PATH"] = self._eltwise_dir()
+        _, sim = sim_costs.simulate_compiled(
+            self.attention_dir, arrays, None, dispatches=2
+        )
+        first, second = (np.asarray(d[2]).reshape(-1) for d in sim.dispatch_outputs)
+        if not np.array_equal(first.view(np.uint16), second.view(np.uint16)):
+            raise RunFailure(
+                f"the compiled attention launch: its second dispatch gives other outputs than its first "
+                f"(layer {i}, {n} positions)"
+            )
+        return first
+
+    @staticmethod
+    def _eltwise_dir() -> str:
+        from ..kernel.kernel_model import build_eltwise_kernel
+
+        return str(build_eltwise_kernel().parent)
+
+    def step(self, token: int, pos: int) -> np.ndarray:
+        """One token's dispatches at position pos: the logits (f32 [head N], bf16 values)."""
+        m = self.m
+        if self.timed is not None:
+            self.timed.clear()
+        x = m.embed([token]).astype(bfloat16)
+        table = rope.table(m.frequencies, pos)
+        heads_n = m.heads * m.d
+        kv_n = m.kv_heads * m.d
+        out = self.module(
+            0,
+            {
+                "x": x,
+                "attn_norm": m.layers[0].attn_norm.astype(bfloat16)[None],
+                "rope_table": table,
+            },
+        )
+        n_runs = len(m.qkv_cfg.qkv)
+        for i, ly in enumerate(m.layers):
+            qkv = np.concatenate([out[f"qkv{r}"].reshape(-1) for r in range(n_runs)])
+            m.cache_k[i][pos] = out["k_roped"].reshape(-1)
+            m.cache_v[i][pos] = qkv[heads_n + kv_n : heads_n + 2 * kv_n]
+            attn = self.attention(out["q_roped"], i, pos + 1)
+            rows = {
+                "attn": attn,
+                "x": x,
+                "ffn_norm": ly.ffn_norm.astype(bfloat16)[None],
+            }
+            last = i + 1 == len(m.layers)
+            if last:
+                rows["final_norm"] = m.final_norm.astype(bfloat16)[None]
+            else:
+                rows["next_norm"] = m.layers[i + 1].attn_norm.astype(bfloat16)[None]
+                rows["rope_table"] = table
+                n_runs = len(m.module_cfgs[i].next_qkv)
+            out = self.module(1 + i, rows)
+            x = out["out"]
+        return out["logits"].reshape(-1)[: m.head.n].astype(np.float32)
 
 
 class Reference:
@@ -406,21 +559,32 @@ def generate(
     reference: Reference | None = None,
     progress=None,
     vocab: int | None = None,
+    dispatches=None,
 ) -> tuple[list[int], list[StepCheck], float, float]:
     """(the generated ids, the checks, prefill seconds, decode seconds): the prompt's prefill, then up to
     `tokens` tokens, each passed to on_token(id) as it is made; stops after a token in `stop`. Only the
     first `vocab` logits are picked from and checked (the tokenizer's ids: a head padded past them has
-    rows no text can name)."""
+    rows no text can name). dispatches: step(token, position) -> logits of another backend (Dispatches.step
+    or the model's own decode, Llama.decode_step), which then prefills a token at a time too; None: the
+    model backend, its prefill through the GEMM."""
     t0 = time.perf_counter()
-    if progress:
-        progress(
-            f"prefill: {len(prompt)} tokens through the GEMM (choosing its configurations) ..."
-        )
-    tiles = [
-        {i: cfg.tile_k_l1 for i, (cfg, _) in gemms.items()}
-        for gemms in model.prefill_gemms(len(prompt))
-    ]
-    logits = model.forward(prompt, 0, tiles)[:vocab]
+    if dispatches is None:
+        if progress:
+            progress(
+                f"prefill: {len(prompt)} tokens through the GEMM (choosing its configurations) ..."
+            )
+        tiles = [
+            {i: cfg.tile_k_l1 for i, (cfg, _) in gemms.items()}
+            for gemms in model.prefill_gemms(len(prompt))
+        ]
+        logits = model.forward(prompt, 0, tiles)[:vocab]
+    else:
+        if progress:
+            progress(
+                f"prefill: {len(prompt)} tokens a token at a time through the decode dispatches ..."
+            )
+        for pos, tok in enumerate(prompt):
+            logits = dispatches(tok, pos)[:vocab]
     checks, out = [], []
     if reference is not None:
         for pos, tok in enumerate(prompt):
@@ -434,7 +598,10 @@ def generate(
         on_token(tok)
         if tok in stop or step + 1 == tokens:
             break
-        logits = model.forward([tok], pos, model.decode_tiles)[:vocab]
+        if dispatches is None:
+            logits = model.forward([tok], pos, model.decode_tiles)[:vocab]
+        else:
+            logits = dispatches(tok, pos)[:vocab]
         if reference is not None:
             want = reference.step(tok, pos)[:vocab]
             checks.append(compare(step + 1, logits, want))

@@ -265,3 +265,35 @@ def test_bad_input_is_one_line(files, capsys, tmp_path, case, message):
     code, out, err = run(capsys, "--model", model, "--prompt", "Hi", *extra)
     assert code == 2, out + err
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_the_emu_backend_is_the_model_backend_bit_for_bit(files):
+    """Two tokens (after a prompt of two) through every dispatch on the emulator and through the model
+    backend's decode step: the same logits bit for bit at every step, hence the same tokens.
+    """
+    model = gen.Llama(str(files["awq"]), "awq", 64)
+    emu = gen.Dispatches(model, "emu", compile_first=False)
+    twin = gen.Llama(str(files["awq"]), "awq", 64)
+    tokens = [422, 17]
+    for pos in range(4):
+        got, want = emu.step(tokens[pos], pos), twin.decode_step(tokens[pos], pos)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), pos
+        tokens.append(int(np.argmax(want)))
+    assert np.array_equal(model.cache_k[1][:4], twin.cache_k[1][:4])
+
+
+@pytest.mark.slow
+def test_the_sim_backend_is_the_model_backend_bit_for_bit(files):
+    """Two tokens through every dispatch as aircc + aiecc compile them, in the simulator of the compiled
+    design (each dispatch run twice on one array, equal), against the model backend's decode step: the
+    same logits bit for bit."""
+    import compiler_tools
+
+    compiler_tools.require()
+    model = gen.Llama(str(files["gguf"]), None, 64)
+    sim = gen.Dispatches(model, "sim")
+    twin = gen.Llama(str(files["gguf"]), None, 64)
+    for pos, tok in enumerate([422, 17]):
+        got, want = sim.step(tok, pos), twin.decode_step(tok, pos)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), pos
+    assert len(sim.timed) == 1 + len(model.layers)
