@@ -54,9 +54,10 @@ def parse(argv):
     p.add_argument(
         "--backend",
         default="auto",
-        help="model (auto): the kernels' numpy models, bit for bit the emulator's launches; emu: each "
-        "dispatch of a token on the emulator; sim: on the simulator of the compiled design (slow: for a few "
-        "tokens); emu and sim prefill a token at a time",
+        help="model: the kernels' numpy models, bit for bit the emulator's launches; emu: each dispatch of a "
+        "token on the emulator; sim: on the simulator of the compiled design (slow: for a few tokens); npu: "
+        "on NPU2 (mlir-air's XRTBackend, Peano); emu, sim and npu prefill a token at a time; auto "
+        "(default): npu where an NPU2 and pyxrt are present, else model",
     )
     p.add_argument(
         "--chat",
@@ -107,6 +108,14 @@ def parse(argv):
     return a
 
 
+def _pyxrt() -> bool:
+    try:
+        import pyxrt  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _main(argv) -> int:
     a = parse(argv)
     from int4awq.formats.tokenizer import load_tokenizer
@@ -128,7 +137,16 @@ def _main(argv) -> int:
             f"{a.model}: the tokenizer has {tok.vocab_size} tokens, the embedding {model.vocab} and the LM "
             f"head {model.head.n}"
         )
-    backend = "model" if a.backend == "auto" else a.backend
+    backend = a.backend
+    if backend in ("auto", "npu"):
+        from int4awq.run.npu import npu2_present
+
+        found, why = npu2_present()
+        if backend == "npu" and not (found and _pyxrt()):
+            raise ConfigError(
+                f"--backend npu: {why if not found else 'pyxrt is not importable (source XRT setup.sh)'}"
+            )
+        backend = "npu" if found and _pyxrt() else "model"
     runner = (
         None
         if backend == "model"
@@ -153,25 +171,29 @@ def _main(argv) -> int:
         sys.stdout.write(stream.push(t))
         sys.stdout.flush()
 
-    out, checks, prefill_s, decode_s = generate(
-        model,
-        prompt,
-        a.tokens,
-        Sampler(a.temperature, a.top_k, a.seed),
-        set(tok.eos_ids),
-        show,
-        reference,
-        lambda line: print(line, flush=True),
-        tok.vocab_size,
-        runner and runner.step,
-    )
+    try:
+        out, checks, prefill_s, decode_s = generate(
+            model,
+            prompt,
+            a.tokens,
+            Sampler(a.temperature, a.top_k, a.seed),
+            set(tok.eos_ids),
+            show,
+            reference,
+            lambda line: print(line, flush=True),
+            tok.vocab_size,
+            runner and runner.step,
+        )
+    finally:
+        if runner is not None:
+            runner.close()
     sys.stdout.write(stream.finish() + "\n")
     token_s, dispatches = model.modelled_token_s()
     npu_prefill = model.modelled_prefill_s(len(prompt))
     decoded = max(len(out) - 1, 0)
     cpu = f"{decoded / decode_s:.2f} tok/s" if decoded and decode_s > 0 else "-"
     print(
-        f"generated {len(out)} tokens; {backend} backend on this CPU: prefill {prefill_s:.2f} s, decode "
+        f"generated {len(out)} tokens; {backend} backend, wall time here: prefill {prefill_s:.2f} s, decode "
         f"{cpu}; MODELLED on NPU2: prefill {npu_prefill * 1e3:.2f} ms, decode {token_s * 1e3:.2f} ms a "
         f"token = {1 / token_s:.1f} tok/s in {dispatches} dispatches (context {model.context})"
     )

@@ -201,12 +201,12 @@ def series_tolerance(gemvs: int, want: np.ndarray) -> dict:
     )
 
 
-def _peano_objects(cfg, build_dir: str) -> None:
-    """Every kernel object the module links, built with Peano each time (as mlir-air's Makefiles rebuild
-    theirs: an object never outlives a source edit) and linked into build_dir, where aiecc resolves
-    link_with."""
+def _peano_objects(gemvs, build_dir: str) -> None:
+    """Every kernel object a module links (its GEMVs' and the element-wise one), built with Peano each time
+    (as mlir-air's Makefiles rebuild theirs: an object never outlives a source edit) and linked into
+    build_dir, where aiecc resolves link_with."""
     os.makedirs(build_dir, exist_ok=True)
-    made = {g.kernel.lib_name(): g.kernel.make_args() for g in cfg.launch_gemvs}
+    made = {g.kernel.lib_name(): g.kernel.make_args() for g in gemvs}
     made[ELTWISE_OBJECT] = ["ENTRIES=eltwise"]
     for name, args in made.items():
         obj = os.path.join(KERNELS, "build", name)
@@ -263,7 +263,20 @@ def run_module(
     if backend == "sim":
         return _simulate(cfg, module, options, buffers, dispatches, timed)
     build_dir = os.path.join(REPO, "build", "npu", "o_gemv_ffn_int4")
-    _peano_objects(cfg, build_dir)
+    backend, invoke = load_on_npu(module, options, build_dir, cfg.launch_gemvs)
+    try:
+        return list(invoke(*buffers))
+    finally:
+        backend.unload()
+
+
+def load_on_npu(module, options: dict, build_dir: str, gemvs=()):
+    """(mlir-air's XRTBackend, its invoker) of a module compiled for NPU2 in build_dir (the ELF flow as
+    options say) and loaded, its kernel objects (gemvs', the element-wise one) built with Peano first; the
+    caller unloads the backend when done."""
+    from air.backend.xrt import XRTBackend
+
+    _peano_objects(gemvs, build_dir)
     # a compile's leftovers corrupt the next one (mlir-air's llms/shared/infra/cache.py clears them too)
     shutil.rmtree(os.path.join(build_dir, "air_project"), ignore_errors=True)
     for stale in ("air.elf", "air.mlir"):
@@ -273,9 +286,11 @@ def run_module(
     os.chdir(build_dir)
     backend = XRTBackend(**options)
     try:
-        return list(backend.compile_and_load(module)(*buffers))
-    finally:
+        return backend, backend.compile_and_load(module)
+    except BaseException:
         backend.unload()
+        raise
+    finally:
         os.chdir(cwd)
 
 

@@ -41,8 +41,8 @@ from ..kernel import eltwise_model as elt
 from ..kernel.kernel_model import PreparedWeights
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# auto: the model backend (the NPU's has not run here); emu and sim run each dispatch of a token
-BACKENDS = ("auto", "model", "emu", "sim")
+# emu, sim and npu run each dispatch of a token; auto: npu where an NPU2 and pyxrt are present, else model
+BACKENDS = ("auto", "model", "emu", "sim", "npu")
 # --check's bar at every generated step (issue 53)
 MIN_CORRELATION = 0.999
 Q, K, V, O, GATE, UP, DOWN = range(7)  # weights_file.decoder_layer_names' order
@@ -315,8 +315,9 @@ class Llama:
 
 class Dispatches:
     """A token's dispatches as the NPU path runs them (the first module, per layer the attention launch and
-    the layer's module), on the emulator ("emu") or the simulator of the design aircc + aiecc compile
-    ("sim": each dispatch run twice on one array, equal bit for bit, and timed). The weights are packed
+    the layer's module), on the emulator ("emu"), the simulator of the design aircc + aiecc compile
+    ("sim": each dispatch run twice on one array, equal bit for bit, and timed), or NPU2 ("npu": each
+    compiled once and kept loaded; written against mlir-air's XRTBackend, not run here). The weights are packed
     into the modules' buffers once; each token fills in the rows. The host appends each position's k (after
     RoPE) and v to the KV cache, which the attention launch reads."""
 
@@ -359,7 +360,9 @@ class Dispatches:
             m.heads, m.kv_heads, m.d, m.context
         )
         options = b.attention_backend_options()
-        if backend == "emu":
+        if backend == "npu":
+            self._load_on_npu()
+        elif backend == "emu":
             from air.backend.xrt import XRTBackend
 
             from ..kernel.kernel_model import build_eltwise_kernel
@@ -375,6 +378,39 @@ class Dispatches:
                 options["instance_name"], str(self.attention_module), options
             )
 
+    def _load_on_npu(self) -> None:
+        """Every module and the attention launch compiled for NPU2 once, each in a build folder of its own,
+        and kept loaded: a dispatch is then one call of its invoker (mlir-air's XRTBackend).
+        """
+        from .decode_layer import load_on_npu
+
+        root = os.path.join(REPO, "build", "npu", "generate")
+        self.loaded = [
+            load_on_npu(
+                (
+                    self.builder.build_qkv_module
+                    if j == 0
+                    else self.builder.build_module
+                )(cfg),
+                self.builder.backend_options(cfg),
+                os.path.join(root, f"module{j}"),
+                cfg.launch_gemvs,
+            )
+            for j, cfg in enumerate(self.cfgs)
+        ]
+        self.attend_npu = load_on_npu(
+            self.attention_module,
+            self.builder.attention_backend_options(),
+            os.path.join(root, "attention"),
+        )
+
+    def close(self) -> None:
+        """Unloads what the npu backend loaded."""
+        for backend, _ in getattr(self, "loaded", []) + (
+            [self.attend_npu] if hasattr(self, "attend_npu") else []
+        ):
+            backend.unload()
+
     def module(self, j: int, rows: dict) -> dict:
         """Module j (0: the first; 1 + i: layer i's) with these rows: every buffer back by name."""
         from .decode_layer import run_module
@@ -382,6 +418,11 @@ class Dispatches:
         cfg, bufs = self.cfgs[j], list(self.buffers[j])
         for name, row in rows.items():
             bufs[cfg.index(name)] = np.asarray(row, bfloat16).reshape(1, -1)
+        if self.backend == "npu":
+            out = list(self.loaded[j][1](*bufs))
+            return {
+                name: np.asarray(out[k]) for k, (name, _) in enumerate(cfg.buffers())
+            }
         first = j not in self.compiled
         self.compiled.add(j)
         out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
@@ -401,6 +442,8 @@ class Dispatches:
         )
         if self.backend == "emu":
             return np.asarray(self.attend(*arrays)[2]).reshape(-1)
+        if self.backend == "npu":
+            return np.asarray(self.attend_npu[1](*arrays)[2]).reshape(-1)
         from . import sim_costs
 
         os.environ["AIR_EMU_LIB_PATH"] = self._eltwise_dir()
