@@ -199,6 +199,7 @@ def designs(all_configs: bool = False) -> list[Design]:
     import o_gemv_ffn_int4
     from int4awq.design import layer
 
+    layer_designs = []
     for what, formats, next_qkv, head in (
         ("AWQ", ("awq",) * 3, None, None),
         ("Q4_K_M", ("int4_min_bf16", "int4_min_bf16", "int8_triple"), None, None),
@@ -206,6 +207,22 @@ def designs(all_configs: bool = False) -> list[Design]:
         ("AWQ, the last layer, ending with the LM head", ("awq",) * 3, None, "awq"),
     ):
         cfg = layer.llama_layer(formats, next_qkv_format=next_qkv, head_format=head)
+        layer_designs.append((what, cfg))
+    # Q4_K_M's types (bench.Q4_K_M_MIX), ending with the next layer's q, k (Q4_K) and v (Q6_K) GEMVs and
+    # their RoPE, and the last layer's with a Q6_K head
+    q4_k_m = (("int4_min_bf16",) * 2 + ("int8_triple",), (32, 32, 16))
+    nxt = ((2560, "int4_min_bf16", 32), (512, "int8_triple", 16))
+    layer_designs += [
+        (
+            "Q4_K_M, ending with the next layer's q, k, v",
+            layer.default_layer(2048, 8192, *q4_k_m, nxt, layer.LLAMA_ROPE),
+        ),
+        (
+            "Q4_K_M, the last layer, ending with a Q6_K LM head",
+            layer.default_layer(2048, 8192, *q4_k_m, head=(128256, "int8_triple", 16)),
+        ),
+    ]
+    for what, cfg in layer_designs:
         out.append(
             Design(
                 f"decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), {what}",

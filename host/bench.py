@@ -708,7 +708,7 @@ def _decode_format(fmt: str, gs: int, rows: list, on_npu: bool, args) -> int:
     )
     print(_layer_module_line(fmt, gs, seconds["qkv_proj"]))
     print(_head_line(fmt, gs))
-    print(_whole_token_line(fmt, gs))
+    print(_whole_token_line(fmt, _mix(fmt, gs)))
     return failures
 
 
@@ -740,13 +740,34 @@ def _layer_module_line(fmt: str, gs: int, qkv_s: float) -> str:
 TOKEN_CONTEXTS = (1024, 4096)
 
 
-def _whole_token_line(fmt: str, gs: int) -> str:
+# Llama-3.2-1B in Q4_K_M as llama.cpp's quantiser writes it (its attn_v and ffn_down in Q6_K here in every
+# layer, as tests/layer_files.py writes them; llama.cpp alternates some layers in Q4_K), the tied head in Q6_K:
+# the record formats each type runs as (gguf_quants: Q4_K fast mode int4_min_bf16 g32, Q6_K int8_triple g16)
+Q4_K_M_MIX = dict(
+    formats=("int4_min_bf16", "int4_min_bf16", "int8_triple"),
+    gss=(32, 32, 16),
+    qkv=((2560, "int4_min_bf16", 32), (512, "int8_triple", 16)),
+    head=("int8_triple", 16),
+)
+
+
+def _mix(fmt: str, gs: int) -> dict:
+    """One format for every weight of the token (make bench's rows)."""
+    return dict(
+        formats=(fmt,) * 3,
+        gss=(gs,) * 3,
+        qkv=((shape_of("qkv_proj")[1], fmt, gs),),
+        head=(fmt, gs),
+    )
+
+
+def _whole_token_line(label: str, mix: dict) -> str:
     """A whole token as the NPU path builds it today (MODELLED): the first module (layer 0's norm, q, k, v
     and RoPE: o_gemv_ffn_int4.build_qkv_module), per layer the attention launch
     (o_gemv_ffn_int4.build_attention_module, a dispatch of its own, DDR-bound: its softmax's compute is not
     in the kernel cost model) and the module ending with the next layer's q, k, v and RoPE, the last one
-    ending with the final norm and the LM head instead. A context the attention cannot hold in L1 says
-    so."""
+    ending with the final norm and the LM head instead; mix: each weight's record format and group (_mix,
+    Q4_K_M_MIX). A context the attention cannot hold in L1 says so."""
     import importlib.util
 
     if (
@@ -758,12 +779,18 @@ def _whole_token_line(fmt: str, gs: int) -> str:
     from int4awq.design import layer
     from int4awq.errors import ConfigError
 
+    hidden, inter = shape_of("o_proj")[0], shape_of("down_proj")[0]
     chained = layer.modelled(
-        layer.llama_layer((fmt,) * 3, (gs,) * 3, next_qkv_format=fmt)
+        layer.default_layer(
+            hidden, inter, mix["formats"], mix["gss"], mix["qkv"], layer.LLAMA_ROPE
+        )
     )
-    last = layer.modelled(layer.llama_layer((fmt,) * 3, (gs,) * 3, head_format=fmt))
-    k, n = shape_of("qkv_proj")
-    first = layer.modelled(layer.default_qkv(k, ((n, fmt, gs),), layer.LLAMA_ROPE))
+    last = layer.modelled(
+        layer.default_layer(
+            hidden, inter, mix["formats"], mix["gss"], head=(VOCAB, *mix["head"])
+        )
+    )
+    first = layer.modelled(layer.default_qkv(hidden, mix["qkv"], layer.LLAMA_ROPE))
     parts = []
     for context in TOKEN_CONTEXTS:
         try:
@@ -791,10 +818,9 @@ def _whole_token_line(fmt: str, gs: int) -> str:
             f"(attention {attention * 1e6:.1f} us a layer, DDR only)"
         )
     return (
-        f"{fmt}: whole token, MODELLED (the first module: layer 0's norm, q, k, v and RoPE; per layer the "
-        f"attention, then the module "
-        f"ending with the next layer's q, k, v and RoPE, the last with the final norm and the LM head in "
-        f"{fmt}): " + "; ".join(parts)
+        f"{label}: whole token, MODELLED (the first module: layer 0's norm, q, k, v and RoPE; per layer the "
+        f"attention, then the module ending with the next layer's q, k, v and RoPE, the last with the final "
+        f"norm and the LM head in {mix['head'][0]}): " + "; ".join(parts)
     )
 
 
@@ -878,6 +904,7 @@ def decode_rows(rows: list, on_npu: bool, args) -> int:
     failures = 0
     for fmt, gs in TABLE_FORMATS:
         failures += _decode_format(fmt, gs, rows, on_npu, args)
+    print(_whole_token_line("Q4_K_M", Q4_K_M_MIX))
     for who, tok_s in PUBLISHED_DECODE:
         print(
             f"  published, whole model: {who}: {tok_s} tok/s = {1e3 / tok_s:.1f} ms/token"

@@ -376,7 +376,9 @@ def test_the_whole_token_line_counts_every_dispatch_and_refuses_4k():
     15 chained modules + the last layer's module with the head = 33 dispatches; the 4k context is named as
     not built, with the reason.
     """
-    line = bench._whole_token_line("awq", 128)  # makes an air package importable
+    line = bench._whole_token_line(
+        "awq", bench._mix("awq", 128)
+    )  # makes an air package importable
     import o_gemv_ffn_int4 as builder
 
     from int4awq.design import layer
