@@ -414,6 +414,7 @@ class _Launches:
         self.gemv_funcs, self.elt, self.ropes = kernels
         self.b = dict(zip([n for n, _ in cfg.buffers()], args))
         self.d = cfg.rope[0] if cfg.rope else None
+        self.e = cfg.hidden
 
     def gemv(self, g, a, w, c, name):
         gemv_launch(
@@ -431,6 +432,12 @@ class _Launches:
         ops = [self.b[o] for o in operands]
         srcs = [(operands.index(o), off) for o, off in sources]
         eltwise_launch(self.elt[entry], name, n, pes, srcs, ops, len(ops) - 1, extra)
+
+    def rms_norm(self, name, row, weight, out):
+        """RMSNorm of a hidden row on one PE (its two passes need the whole row)."""
+        self.eltwise(
+            "rms_norm", name, self.e, 1, [(row, 0), (weight, 0)], [row, weight, out]
+        )
 
     def rope(self):
         """q and k rotated at the position whose [cos | sin] row rope_table holds."""
@@ -462,14 +469,7 @@ def build_module(cfg: LayerConfig):
         run.eltwise(
             "add", "residual", e, COLUMNS, [("proj", 0), ("x", 0)], ["proj", "x", "h"]
         )
-        run.eltwise(
-            "rms_norm",
-            "rms_norm",
-            e,
-            1,
-            [("h", 0), ("ffn_norm", 0)],
-            ["h", "ffn_norm", "normed"],
-        )
+        run.rms_norm("rms_norm", "h", "ffn_norm", "normed")
         run.gemv(cfg.gate_up, "normed", "w_gate_up", "gate_up", "gate_up")
         run.eltwise(
             "silu_mul",
@@ -489,25 +489,11 @@ def build_module(cfg: LayerConfig):
             ["down", "h", "out"],
         )
         if cfg.next_qkv:
-            run.eltwise(
-                "rms_norm",
-                "next_rms_norm",
-                e,
-                1,
-                [("out", 0), ("next_norm", 0)],
-                ["out", "next_norm", "next_normed"],
-            )
+            run.rms_norm("next_rms_norm", "out", "next_norm", "next_normed")
             for i, g in enumerate(cfg.next_qkv):
                 run.gemv(g, "next_normed", f"w_qkv{i}", f"qkv{i}", f"next_qkv{i}")
         if cfg.head:  # the last layer: the final RMSNorm and the LM head (logits)
-            run.eltwise(
-                "rms_norm",
-                "final_rms_norm",
-                e,
-                1,
-                [("out", 0), ("final_norm", 0)],
-                ["out", "final_norm", "final_normed"],
-            )
+            run.rms_norm("final_rms_norm", "out", "final_norm", "final_normed")
             run.gemv(cfg.head, "final_normed", "w_head", "logits", "head")
         run.rope()
 
@@ -522,14 +508,7 @@ def build_qkv_module(cfg: QkvConfig):
     @FuncOp.from_py_func(*l3_types(cfg))
     def rms_qkv_rope(*args):
         run = _Launches(cfg, kernels, args)
-        run.eltwise(
-            "rms_norm",
-            "rms_norm",
-            e,
-            1,
-            [("x", 0), ("attn_norm", 0)],
-            ["x", "attn_norm", "normed"],
-        )
+        run.rms_norm("rms_norm", "x", "attn_norm", "normed")
         for i, g in enumerate(cfg.qkv):
             run.gemv(g, "normed", f"w_qkv{i}", f"qkv{i}", f"qkv{i}")
         run.rope()
