@@ -86,6 +86,8 @@ class Design:
     outputs: tuple[int, ...] = (2,)  # the host arguments the design writes (C)
     ddr_bytes: int | None = None  # what the performance model counts per dispatch
     launch_iterations: int = 1
+    # the launches with a chunk loop aircc should ping-pong (the GEMM's or a GEMV's; 0: none)
+    chunk_loops: int = 1
 
     def text(self) -> str:
         return str(self.build())
@@ -192,6 +194,7 @@ def designs(all_configs: bool = False) -> list[Design]:
             outputs=(2, 4),
             # the second reads the first's C back: what each GEMV's model counts, C1 once more
             ddr_bytes=first.ddr_bytes() + second.ddr_bytes(),
+            chunk_loops=2,
         )
     )
     # a decoder layer's o_proj + FFN at decode as one module of seven launches (o_gemv_ffn_int4.py, issue
@@ -231,6 +234,9 @@ def designs(all_configs: bool = False) -> list[Design]:
                 # the intermediates and the outputs: every buffer after the inputs
                 outputs=tuple(range(cfg.index("proj"), len(cfg.buffers()))),
                 ddr_bytes=layer.ddr_bytes(cfg),
+                chunk_loops=len(
+                    cfg.launch_gemvs
+                ),  # the element-wise launches have none
             )
         )
     # the module that starts a token: layer 0's norm, q, k, v (fused, N 3072) and RoPE, Llama-3.2-1B's
@@ -247,6 +253,7 @@ def designs(all_configs: bool = False) -> list[Design]:
                 o_gemv_ffn_int4.backend_options(cfg),
                 outputs=tuple(range(cfg.index("normed"), len(cfg.buffers()))),
                 ddr_bytes=layer.ddr_bytes(cfg),
+                chunk_loops=len(cfg.qkv),
             )
         )
     # decode attention at Llama-3.2-1B's heads (32 over 8 key/value heads of 64), a cache of 1,024

@@ -182,20 +182,10 @@ def test_every_design_through_aircc(design, tmp_path, record_property):
         ]
         assert doubled == [("memref<32x64xbf16, 2 : i32>", 1)], r.decisions.doubled
     elif not any(w in design.name for w in ("probe", "two launches")):
-        # the chained module's two GEMV launches, the layer module's three, or four with the next q, k, v or
-        # the LM head (its element-wise ones have no chunk loop)
-        launches = (
-            2
-            if "chained" in design.name
-            else (
-                (4 if design.name.endswith(("q, k, v", "LM head")) else 3)
-                if "decoder layer" in design.name
-                else 1
-            )
-        )
+        # each launch with a chunk loop doubles its two buffers (the element-wise launches have none)
         assert (
             sum(n for (space, _), n in r.decisions.doubled.items() if space == 2)
-            == 2 * launches
+            == 2 * design.chunk_loops
         )
         assert r.decisions.split_warnings == 0
 
