@@ -1,21 +1,23 @@
 # SPDX-License-Identifier: MIT
-"""Text from a Llama checkpoint (host/generate.py, make generate): the prompt's prefill through the GEMM,
-then a token at a time through the decode path as the NPU runs it, each token the greedy (or sampled) pick
-of the LM head's logits.
+"""Text from a Llama checkpoint (host/generate.py, make generate): the prompt's prefill, then a token at a
+time through the decode path as the NPU runs it, each token the greedy (or sampled) pick of the LM head's
+logits.
 
-The decode path is the one `make bench` prices as a whole token: layer 0's q, k, v GEMVs and their RoPE,
-then per layer the attention launch over the KV cache (o_gemv_ffn_int4.build_attention_module) and the
-layer's module (o_proj, residual, RMSNorm, gate and up, SwiGLU, down, residual; the next layer's attention
-norm, q, k, v GEMVs and RoPE, or, after the last layer, the final norm and the LM head). Its GEMVs run at
-their default configurations (layer.default_layer, gemv.default_config): the K-chunk of each decides where
-the kernel folds, so it decides the bits. The prefill runs the same chain on all of the prompt's rows at
-once, each projection a GEMM at its default configuration for M = the prompt's length
-(sweep.default_config); its attention is the decode attention's arithmetic row by row (no prefill attention
-design exists: it runs on the host).
+The decode path is the one `make bench` prices as a whole token: the first module (layer 0's attention
+norm, q, k, v GEMVs and RoPE: o_gemv_ffn_int4.build_qkv_module), then per layer the attention launch over
+the KV cache (build_attention_module) and the layer's module (o_proj, residual, RMSNorm, gate and up,
+SwiGLU, down, residual; the next layer's norm, q, k, v GEMVs and RoPE, or, after the last layer, the final
+norm and the LM head). Its GEMVs run at their default configurations (layer.default_layer,
+layer.default_qkv): the K-chunk of each decides where the kernel folds, so it decides the bits.
 
 Backends:
 * model: the kernels' numpy models (kernel_model.PreparedWeights, eltwise_model), bit for bit what the
-  emulator computes for each launch; a machine without an NPU generates text at numpy's speed.
+  emulator computes for each launch; a machine without an NPU generates text at numpy's speed. Its prefill
+  runs the chain on all of the prompt's rows at once, each projection the GEMM's model at the GEMM's
+  default configuration for M = the prompt's length (sweep.default_config); the attention row by row in
+  the decode attention's arithmetic (no prefill attention design exists: it runs on the host).
+* emu, sim, npu (Dispatches): each dispatch of a token on the emulator, the simulator of the compiled
+  design, or NPU2; they prefill a token at a time through the same dispatches.
 
 --check runs a float64 reference of the same weights (each its own dequantisation, exact softmax, float64
 RoPE) on the same tokens beside it: at every generated step the top-1 token must be the reference's and
@@ -61,10 +63,11 @@ def _builder():
 
 @dataclass
 class Layer:
-    weights: (
-        list  # q, k, v, o, gate, up, down: the file's weights in their record formats
-    )
-    prepared: list  # the same, prepared for the kernel model
+    # q, k, v, o, gate, up, down: the file's weights in their record formats, and the same prepared for
+    # the kernel model
+    weights: list
+    prepared: list
+    # the RMSNorm weights as the file holds them, float32 (the launches read them as bf16)
     attn_norm: np.ndarray
     ffn_norm: np.ndarray
 
@@ -162,10 +165,10 @@ class Llama:
         return best
 
     def _configure(self) -> None:
-        """Each decode GEMV's K-chunk, from the configurations the NPU path would run (layer.default_layer
-        per layer module, gemv.default_config for layer 0's q, k, v): what they refuse is refused here.
+        """Each decode GEMV's K-chunk, from the configurations the NPU path would run (layer.default_qkv for
+        the first module, layer.default_layer per layer module): what they refuse is refused here.
         """
-        from ..design import gemv, layer
+        from ..design import layer
 
         def run_specs(ly: Layer):
             return [
