@@ -246,6 +246,7 @@ def _mistral(src, dst):
         ("float_head", "give --head-format awq"),
         ("backend", "--backend tpu: generate runs on"),
         ("tokens", "--tokens 0: at least 1"),
+        ("no_embedding", "tensor 'token_embd.weight' not found"),
     ],
 )
 def test_bad_input_is_one_line(files, capsys, tmp_path, case, message):
@@ -255,6 +256,13 @@ def test_bad_input_is_one_line(files, capsys, tmp_path, case, message):
     elif case == "no_tokenizer":
         model = awq_checkpoint(tmp_path / "bare", E, H, 1, "tied", kv_heads=4)
     elif case == "float_head":
+        extra = []
+    elif (
+        case == "no_embedding"
+    ):  # an output head and no token_embd (every real GGUF file has one)
+        model = q4_k_m_file(
+            tmp_path / "o.gguf", E, H, 1, "output", tokenizer=True, kv_heads=8
+        )
         extra = []
     extra += {
         "context": ["--max-context", 32, "--tokens", 40],
