@@ -155,7 +155,7 @@ def _main(argv) -> int:
     reference = Reference(model) if a.check else None
     print(tok.describe())
     print(
-        f"model: {len(model.layers)} layers, hidden {model.hidden}, {model.heads} query / {model.kv_heads} "
+        f"model: {len(model.layers)} layer{'s' if len(model.layers) != 1 else ''}, hidden {model.hidden}, {model.heads} query / {model.kv_heads} "
         f"key-value heads of {model.d}, vocabulary {model.vocab}, context {model.context}; "
         f"{model.head_summary} (loaded in {time.perf_counter() - t0:.1f} s)"
     )
