@@ -22,7 +22,7 @@
 #   make upstream-check AIR_SRC=.. mlir-air's own examples on the emulator
 #   make help                      this list
 # Variables (command line overrides the target's own): M K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2
-# HERD_M HERD_N STACK_SIZE BACKEND=auto|npu|emu|sim PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
+# HERD_M HERD_N STACK_SIZE N_PER_SEGMENT (given only: novel, docs/design.md) BACKEND=auto|npu|emu|sim PEANO_INSTALL_DIR, and RUN_ARGS for anything else host/run.py takes;
 # PYTHON (default: python3 inside a virtualenv, else ./.venv/bin/python, which `make deps` creates).
 
 # This file's directory: every path below is taken from it, so `make -f <checkout>/Makefile run2x4` works from
@@ -65,11 +65,11 @@ LAYER ?= 0
 
 DESIGN_ARGS = --format $(FORMAT) --m $(M) --k $(K) --n $(N) --gs $(GS) --tile-m $(TILE_M) --tile-n $(TILE_N) \
               --tile-k-l1 $(TILE_K_L1) --tile-k-l2 $(TILE_K_L2) --herd-m $(HERD_M) --herd-n $(HERD_N) \
-              $(if $(STACK_SIZE),--stack-size $(STACK_SIZE))
+              $(if $(STACK_SIZE),--stack-size $(STACK_SIZE)) $(call given,N_PER_SEGMENT)
 # With AWQ, K, N and GS are the checkpoint's and the tiles its shape's default configuration: only M and
 # what the command line sets explicitly (make ... AWQ=x TILE_M=32) are passed on.
 given = $(if $(filter command line,$(origin $(1))),--$(subst _,-,$(shell echo $(1) | tr A-Z a-z)) $($(1)))
-AWQ_DESIGN_ARGS = --m $(M) $(foreach v,K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2 HERD_M HERD_N STACK_SIZE,$(call given,$(v)))
+AWQ_DESIGN_ARGS = --m $(M) $(foreach v,K N GS TILE_M TILE_N TILE_K_L1 TILE_K_L2 HERD_M HERD_N STACK_SIZE N_PER_SEGMENT,$(call given,$(v)))
 # host/run.py names `make <goal> BACKEND=emu` (not its own --backend emu) when a target runs it.
 HOST = INT4AWQ_MAKE_TARGET='$(or $(filter-out compile deps,$(MAKECMDGOALS)),run)' $(PYTHON) $(srcdir)/host/run.py
 KERNEL_ARGS = FORMAT=$(FORMAT) DIM_M=$(TILE_M) DIM_N=$(TILE_N) DIM_K_CHUNK=$(TILE_K_L1) DIM_GS=$(GS)

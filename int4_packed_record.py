@@ -835,6 +835,13 @@ GEMM_ENTRIES = {
 HERD_COLS, HERD_ROWS = 8, 4  # NPU2 compute array: 8 columns x 4 rows of compute tiles
 MEMTILE_BYTES = 512 * 1024
 MEMTILES = 8
+# An AIE2P lock holds 6 bits (mlir-aie AIE2TargetModel::getMaxLockValue = 0x3F): the most times a
+# buffer can be re-sent by one refeed (mlir-air fused_decode.py MAX_REFEED)
+MAX_LOCK_VALUE = 63
+# The slices (K refills) of a resident A (n_per_segment > 1) on one memtile: q_proj's 8, which aircc +
+# aiecc compiled with 20 of the memtile's 24 even-channel BDs in use (docs/design.md#a-resident-across-
+# n-blocks-n_per_segment); the emulator's resource model refuses 12 (28 > 24)
+MAX_RESIDENT_SLICES = 8
 # What mlir-air's hardware-tested GEMMs run (their NPU2 lit tests; docs/design.md#provenance), which this
 # design does not go beyond:
 # * the memtile BD chain of one A read stream: one BD per K-chunk of an L2 refill, twice that when the L2
@@ -937,6 +944,10 @@ class GemmConfig(KernelSizes, RefillLoops):
     # M blocks (tile_m * herd_m rows) one launch iteration's segment walks in a loop: mlir-air's int4
     # GEMM's knob, which keeps the launch grid along M small
     m_per_segment: int = 1
+    # N blocks (tile_n * herd_n columns) one launch iteration's segment walks with A's block of rows
+    # resident in L2 over all of K, re-sent per N block by mlir-air's refeed primitive: novel, unproven
+    # on NPU2 (docs/design.md#a-resident-across-n-blocks-n_per_segment)
+    n_per_segment: int = 1
 
     def __post_init__(self):
         check_dims(
@@ -950,6 +961,7 @@ class GemmConfig(KernelSizes, RefillLoops):
             herd_m=self.herd_m,
             herd_n=self.herd_n,
             m_per_segment=self.m_per_segment,
+            n_per_segment=self.n_per_segment,
         )
         check_group_size(self.k, self.gs)
         self.kernel  # the weight format's rules on the tile (KernelObject)
@@ -979,6 +991,14 @@ class GemmConfig(KernelSizes, RefillLoops):
                 f"M / (tile_m * herd_m) = {blocks} M blocks is not a multiple of m_per_segment = "
                 f"{self.m_per_segment}: each segment walks the same number of them"
             )
+        n_blocks = self.n // (self.tile_n * self.herd_n)
+        if n_blocks % self.n_per_segment:
+            raise ConfigError(
+                f"N / (tile_n * herd_n) = {n_blocks} N blocks is not a multiple of n_per_segment = "
+                f"{self.n_per_segment}: each segment walks the same number of them"
+            )
+        if self.n_per_segment > 1:
+            self._check_resident_a()
         self._check_proven_limits()
         l2 = self.l2_total()
         if l2 > MEMTILES * MEMTILE_BYTES:
@@ -988,12 +1008,51 @@ class GemmConfig(KernelSizes, RefillLoops):
                 "use a smaller tile_k_l2"
             )
 
+    def _check_resident_a(self):
+        """The rules of A resident over n_per_segment N blocks (docs/design.md#a-resident-across-n-blocks-n_per_segment)."""
+        if self.m_per_segment > 1:
+            raise ConfigError(
+                "m_per_segment and n_per_segment are not combined: a segment walks M blocks, or "
+                "N blocks with A resident, not both"
+            )
+        # each slice's air.refeed_count becomes its fill lock's initial value and acquire, and an AIE2P
+        # lock holds 6 bits (mlir-aie AIE2TargetModel::getMaxLockValue). aircc checks only [1, INT32_MAX]
+        # (AIRDialect.cpp verifyRefeedCountAttr ~3561-3580) and nothing else range-checks it
+        # (fused_decode.py 124-127): a larger count truncates on the device and deadlocks
+        if self.n_per_segment > MAX_LOCK_VALUE:
+            raise ConfigError(
+                f"n_per_segment = {self.n_per_segment}: each slice of the resident A is re-sent that "
+                f"many times, a lock count, and an NPU2 lock holds at most {MAX_LOCK_VALUE}"
+            )
+        if self.resident_column_bytes() > MEMTILE_BYTES:
+            raise ConfigError(
+                f"A resident over K = {self.k} needs {self.resident_column_bytes()} bytes of a herd "
+                f"row's memtile (its rows of A {2 * self.tile_m * self.k}, a C piece and a W piece), "
+                f"more than its {MEMTILE_BYTES}: use n_per_segment = 1 or a smaller tile_m"
+            )
+        if self.k_refills > MAX_RESIDENT_SLICES:
+            raise ConfigError(
+                f"K / tile_k_l2 = {self.k_refills} slices of the resident A: each takes two BDs of its "
+                f"herd row's memtile (its fill and its re-send), and more than {MAX_RESIDENT_SLICES} has "
+                "not been compiled; use a larger tile_k_l2"
+            )
+
+    def resident_column_bytes(self) -> int:
+        """Bytes of the memtile a herd row's resident A is pinned to: its tile_m rows over all of K, and
+        at most one piece of each of the split C and W blocks beside them."""
+        return (
+            2 * self.tile_m * self.k
+            + 2 * self.herd_n * self.tile_m * self.tile_n
+            + (2 if self.k_refills > 1 else 1) * self.chunks_per_l2 * self.record_bytes
+        )
+
     def _check_proven_limits(self):
         """Refuse what mlir-air's hardware-tested GEMMs do not run (docs/design.md#provenance)."""
         lm, ln = self.launch_grid
         if lm > MAX_LAUNCH_M or ln > MAX_LAUNCH_N or lm * ln > MAX_LAUNCHES:
             raise ConfigError(
-                f"launch grid [{lm}, {ln}] (M / (tile_m * herd_m * m_per_segment), N / (tile_n * herd_n)): "
+                f"launch grid [{lm}, {ln}] (M / (tile_m * herd_m * m_per_segment), "
+                "N / (tile_n * herd_n * n_per_segment)): "
                 "mlir-air's "
                 f"llama32_1b_int4 prefill runs this GEMM at most {MAX_LAUNCH_M} launch iterations along "
                 f"M, {MAX_LAUNCH_N} along N and {MAX_LAUNCHES} in all; use larger tiles or herd"
@@ -1051,6 +1110,7 @@ class GemmConfig(KernelSizes, RefillLoops):
             herd_m=self.herd_m,
             herd_n=self.herd_n,
             m_per_segment=self.m_per_segment,
+            n_per_segment=self.n_per_segment,
             weight_format=self.format,
             stack_size=self.stack_size,
         )
@@ -1069,10 +1129,10 @@ class GemmConfig(KernelSizes, RefillLoops):
 
     @property
     def launch_grid(self) -> tuple[int, int]:
-        """Launch iterations along M and N: one (m_per_segment M blocks, N block) each."""
+        """Launch iterations along M and N: one (m_per_segment M blocks, n_per_segment N blocks) each."""
         return (
             self.m // (self.tile_m * self.herd_m * self.m_per_segment),
-            self.n // (self.tile_n * self.herd_n),
+            self.n // (self.tile_n * self.herd_n * self.n_per_segment),
         )
 
     @property
@@ -1105,8 +1165,14 @@ class GemmConfig(KernelSizes, RefillLoops):
         (aircc folds a one-trip loop away, and with it the ping-pong)."""
         a = 2 * self.herd_m * self.tile_m * self.tile_k_l2
         pp = 2 if self.k_refills > 1 else 1
+        if (
+            self.n_per_segment > 1
+        ):  # all of K once, in a slice per refill, never ping-ponged
+            a_entry = ("A rows bf16, all of K (resident)", a * self.k_refills)
+        else:
+            a_entry = (f"A block bf16 x{pp}", pp * a)
         return [
-            (f"A block bf16 x{pp}", pp * a),
+            a_entry,
             (
                 f"W records x{pp}",
                 pp

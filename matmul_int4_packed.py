@@ -62,6 +62,9 @@ try:
     from air.dialects import arith
     from air.dialects.affine import apply as affine_apply
     from air.dialects.air import (
+        Channel,
+        ChannelGet,
+        ChannelPut,
         MemorySpace,
         T,
         dma_memcpy_nd,
@@ -127,6 +130,8 @@ MMUL = 8  # the kernel's aie::mmul<8, 8, 8> block edge: A reaches L1 in 8x8 bloc
 # One name for the zero, compute and drain herds: aircc merges same-named herds of a segment into time
 # phases of one physical herd, so the L1 accumulator they share stays on the same tiles.
 HERD = "herd_0"
+# the channels of a resident A (n_per_segment > 1): its fill from DDR, and its re-send to the herd rows
+A_FILL, A_SEND = "a_fill", "a_send"
 
 
 def affine_sum(*terms):
@@ -177,6 +182,7 @@ def build_module(
     herd_n,
     m_per_segment=1,
     *,
+    n_per_segment=1,
     weight_format="awq",
     stack_size=None,
 ):
@@ -189,6 +195,12 @@ def build_module(
     * m_per_segment: M blocks (tile_m * herd_m rows) one launch iteration's segment walks in a loop,
       which keeps the launch grid along M small. The default 1 emits no loop. No NPU2 lit test of
       mlir-air runs a value above 1: it is unproven (docs/design.md#provenance).
+    * n_per_segment: N blocks (tile_n * herd_n columns) one launch iteration's segment walks with its
+      block of A rows resident in L2 over all of K, so that A crosses DDR once per M block instead of
+      once per N block. Above 1, A is filled once per herd row and K refill into an L2 buffer of its
+      own and re-sent to the herd row once per N block by mlir-air's refeed primitive. The default 1
+      emits the design without it. Novel: no NPU2 lit test re-sends a GEMM operand this way
+      (docs/design.md#a-resident-across-n-blocks-n_per_segment).
     * weight_format: the record format (int4_packed_record.FORMATS; "awq" is the AWQ record pack_inputs
       writes); stack_size: the core's stack (None: the kernel's derived need).
 
@@ -212,6 +224,7 @@ def build_module(
         stack_size=stack_size,
         format=weight_format,
         m_per_segment=m_per_segment,
+        n_per_segment=n_per_segment,
     )
     cfg = GemmConfig.with_chainable_refill(tile_k_l2, **args)
     if cfg.tile_k_l2 != tile_k_l2:
@@ -238,6 +251,11 @@ def build_module(
     c_l3 = MemRefType.get([m, n], bf16)
     # L2: one segment's block; A as rows (a piece per herd row once aircc splits it across memtiles).
     a_l2 = MemRefType.get([herd_m, 1, tile_m, tile_k_l2], bf16, memory_space=l2)
+    resident = n_per_segment > 1  # A stays in L2 over the segment's N blocks
+    # resident A: a herd row's rows of one K refill, in the kernel's 8x8 blocks
+    a_l2_slice = MemRefType.get(
+        [1, tile_m // MMUL, tile_k_l2 // MMUL, MMUL, MMUL], bf16, memory_space=l2
+    )
     w_l2 = MemRefType.get([herd_n, chunks_per_l2, record_bytes], u8, memory_space=l2)
     c_l2 = MemRefType.get([herd_m, herd_n, tile_m, tile_n], bf16, memory_space=l2)
     # L1: herd-wide accumulator (a slice per PE), and each PE's own buffers. The accumulator is typed as
@@ -290,6 +308,12 @@ def build_module(
             strides=[1] * 6,
         )
 
+    if resident:
+        # DDR -> herd row x's K-slice buffers, one stream per herd row, slice after slice
+        Channel(A_FILL, size=[herd_m, 1])
+        # herd row x's slices -> its PEs, re-sent per N block (a broadcast along the herd row)
+        Channel(A_SEND, size=[herd_m, 1], broadcast_shape=[herd_m, herd_n])
+
     @FuncOp.from_py_func(a_l3, w_l3, c_l3)
     def matmul_int4_packed(arg_a, arg_w, arg_c):
         @launch(operands=[arg_a, arg_w, arg_c], sizes=list(cfg.launch_grid))
@@ -297,16 +321,18 @@ def build_module(
             @segment(name="gemm_seg", operands=[bm, bn, l3a, l3w, l3c])
             def segment_body(bm_s, bn_s, l3a_s, l3w_s, l3c_s):
                 l2a, l2w, l2c = (
-                    AllocOp(a_l2, [], []),
+                    None if resident else AllocOp(a_l2, [], []),
                     AllocOp(w_l2, [], []),
                     AllocOp(c_l2, [], []),
                 )
                 acc = AllocOp(acc_herd, [], [])
                 scratch = AllocOp(scratch_herd, [], [])
 
-                def m_block(row0):
-                    """One M block of the segment: zero, the K sweep, the drain, C out; row0 its first
-                    row of A and C."""
+                def m_block(row0, col_block):
+                    """One (M block, N block) of the segment: zero, the K sweep, the drain, C out; row0
+                    its first row of A and C, col_block its N block (herd_n * tile_n columns) as
+                    (index, factor) terms. With A resident the K sweep fills only the weights.
+                    """
 
                     # Segment-wide f32 accumulator, zeroed by a same-named herd (bf16_x_bfp16 herd_init).
                     @herd(name=HERD, sizes=[herd_m, herd_n], operands=[acc, scratch])
@@ -319,67 +345,99 @@ def build_module(
                     for kr in for_(0, k // tile_k_l2):
                         # A[row0 : +herd_m*tile_m, kr*tile_k_l2 : +tile_k_l2] -> [herd_m, 1, tile_m, tile_k_l2] as it is, row by row: a plain
                         # fill, split by aircc into one piece per herd row (bf16_x_bfp16's A fill).
-                        dma_memcpy_nd(
-                            l2a,
-                            l3a_s,
-                            src_offsets=[0, 0, row0, affine_sum((kr, tile_k_l2))],
-                            src_sizes=[herd_m, 1, tile_m, tile_k_l2],
-                            src_strides=[k * tile_m, tile_k_l2, k, 1],
-                        )
+                        if not resident:
+                            dma_memcpy_nd(
+                                l2a,
+                                l3a_s,
+                                src_offsets=[0, 0, row0, affine_sum((kr, tile_k_l2))],
+                                src_sizes=[herd_m, 1, tile_m, tile_k_l2],
+                                src_strides=[k * tile_m, tile_k_l2, k, 1],
+                            )
                         # records (bn*herd_n + j, kr*chunks_per_l2 + c) -> [herd_n, chunks_per_l2, record_bytes]
                         # (bf16_x_bfp16's B fill of pre-packed byte tiles)
-                        dma_memcpy_nd(
-                            l2w,
-                            l3w_s,
-                            src_offsets=[
-                                affine_sum((bn_s, herd_n)),
-                                affine_sum((kr, chunks_per_l2)),
-                                0,
-                            ],
-                            src_sizes=[herd_n, chunks_per_l2, record_bytes],
-                            src_strides=[chunks * record_bytes, record_bytes, 1],
-                        )
+                        if len(col_block) == 1:
+                            dma_memcpy_nd(
+                                l2w,
+                                l3w_s,
+                                src_offsets=[
+                                    affine_sum(
+                                        *[(v, f * herd_n) for v, f in col_block]
+                                    ),
+                                    affine_sum((kr, chunks_per_l2)),
+                                    0,
+                                ],
+                                src_sizes=[herd_n, chunks_per_l2, record_bytes],
+                                src_strides=[chunks * record_bytes, record_bytes, 1],
+                            )
+                        else:
+                            # each term of the N block a size-1 dimension of its own: air-split-l2-memref
+                            # mis-composes an offset that is one affine.apply of two indices ("operand
+                            # count and affine map dimension and symbol count must match"), and splits
+                            # pattern dimension 0 when none has the split's stride, so herd_n stays first
+                            dma_memcpy_nd(
+                                l2w,
+                                l3w_s,
+                                src_offsets=[0]
+                                + [v for v, _ in col_block]
+                                + [affine_sum((kr, chunks_per_l2)), 0],
+                                src_sizes=[herd_n]
+                                + [1] * len(col_block)
+                                + [chunks_per_l2, record_bytes],
+                                src_strides=[chunks * record_bytes]
+                                + [
+                                    f * herd_n * chunks * record_bytes
+                                    for _, f in col_block
+                                ]
+                                + [record_bytes, 1],
+                            )
 
                         @herd(
                             name=HERD,
                             sizes=[herd_m, herd_n],
-                            operands=[acc, scratch, l2a, l2w],
+                            operands=[acc, scratch]
+                            + ([l2w] if resident else [l2a, l2w]),
                         )
-                        def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, l2a_h, l2w_h):
+                        def herd_gemm(x, y, _sx, _sy, acc_h, scratch_h, *l2_h):
+                            l2a_h, l2w_h = (None, *l2_h) if resident else l2_h
                             a_chunk, w_rec = AllocOp(a_l1, [], []), AllocOp(
                                 w_l1, [], []
                             )
                             for c in for_(0, chunks_per_l2):
                                 # PE row x's A chunk re-laid into [tile_m/8][tile_k_l1/8][8][8] mmul blocks on the
                                 # memtile's read side (bf16_x_bfp16 herd_compute's 6-D A read)
-                                dma_memcpy_nd(
-                                    a_chunk,
-                                    l2a_h,
-                                    src_offsets=[
-                                        x,
-                                        0,
-                                        0,
-                                        0,
-                                        0,
-                                        affine_sum((c, tile_k_l1)),
-                                    ],
-                                    src_sizes=[
-                                        1,
-                                        1,
-                                        tile_m // MMUL,
-                                        tile_k_l1 // MMUL,
-                                        MMUL,
-                                        MMUL,
-                                    ],
-                                    src_strides=[
-                                        tile_m * tile_k_l2,
-                                        tile_m * tile_k_l2,
-                                        MMUL * tile_k_l2,
-                                        MMUL,
-                                        tile_k_l2,
-                                        1,
-                                    ],
-                                )
+                                if (
+                                    resident
+                                ):  # the next chunk of the row's re-sent slice
+                                    ChannelGet(A_SEND, a_chunk, indices=[x, y])
+                                else:
+                                    dma_memcpy_nd(
+                                        a_chunk,
+                                        l2a_h,
+                                        src_offsets=[
+                                            x,
+                                            0,
+                                            0,
+                                            0,
+                                            0,
+                                            affine_sum((c, tile_k_l1)),
+                                        ],
+                                        src_sizes=[
+                                            1,
+                                            1,
+                                            tile_m // MMUL,
+                                            tile_k_l1 // MMUL,
+                                            MMUL,
+                                            MMUL,
+                                        ],
+                                        src_strides=[
+                                            tile_m * tile_k_l2,
+                                            tile_m * tile_k_l2,
+                                            MMUL * tile_k_l2,
+                                            MMUL,
+                                            tile_k_l2,
+                                            1,
+                                        ],
+                                    )
                                 # PE column y's record for chunk c (bf16_x_bfp16's per-PE byte tile)
                                 dma_memcpy_nd(
                                     w_rec,
@@ -444,26 +502,112 @@ def build_module(
                     dma_memcpy_nd(
                         l3c_s,
                         l2c,
-                        dst_offsets=[row0, affine_sum((bn_s, herd_n * tile_n))],
-                        dst_sizes=[herd_m * tile_m, herd_n * tile_n],
-                        dst_strides=[n, 1],
+                        dst_offsets=[row0]
+                        + [v for v, _ in col_block[1:]]
+                        + [
+                            affine_sum(
+                                *[(v, f * herd_n * tile_n) for v, f in col_block[:1]]
+                            )
+                        ],
+                        dst_sizes=[herd_m * tile_m]
+                        + [1] * (len(col_block) - 1)
+                        + [herd_n * tile_n],
+                        dst_strides=[n]
+                        + [f * herd_n * tile_n for _, f in col_block[1:]]
+                        + [1],
                         src_offsets=[0, 0, 0, 0],
                         src_sizes=[herd_m, tile_m, herd_n, tile_n],
                         src_strides=[herd_n * tile, tile_n, tile, 1],
                     )
 
-                if m_per_segment == 1:
-                    m_block(affine_sum((bm_s, block_rows)))
+                if resident:
+                    # Per herd row and K refill an L2 buffer pinned to the herd row's memtile column
+                    # (air-split-l2-memref leaves a pinned alloc whole, and a piece it cuts would lose
+                    # the refeed count), filled once by one DDR stream per herd row, slice after slice,
+                    # re-laid into 8x8 blocks on the memtile's write side, and re-sent once per N block
+                    # by a put alone in an n_per_segment-trip loop: aircc's air-annotate-refeed makes
+                    # it air.refeed_count = n_per_segment on the alloc. The memtile's read ring walks
+                    # the slices in K order, so the first N block computes as the slices arrive.
+                    refills = k // tile_k_l2
+                    slices = []
+                    for xr in range(herd_m):
+                        ChannelPut(
+                            A_FILL,
+                            l3a_s,
+                            indices=[xr, 0],
+                            # herd row xr's tile_m rows, refill after refill
+                            offsets=[xr, 0, affine_sum((bm_s, block_rows)), 0],
+                            sizes=[1, refills, tile_m, tile_k_l2],
+                            strides=[tile_m * k, tile_k_l2, k, 1],
+                        )
+                        row_bufs = []
+                        for _r in range(refills):
+                            buf = AllocOp(a_l2_slice, [], [])
+                            buf.attributes["air.memtile_col"] = IntegerAttr.get(
+                                T.i32(), xr
+                            )
+                            ChannelGet(
+                                A_FILL,
+                                buf,
+                                indices=[xr, 0],
+                                offsets=[0, 0, 0, 0, 0],
+                                sizes=[
+                                    1,
+                                    tile_m // MMUL,
+                                    MMUL,
+                                    tile_k_l2 // MMUL,
+                                    MMUL,
+                                ],
+                                strides=[
+                                    tile_m * tile_k_l2,
+                                    MMUL * tile_k_l2,
+                                    MMUL,
+                                    MMUL * MMUL,
+                                    1,
+                                ],
+                            )
+                            row_bufs.append(buf)
+                        slices.append(row_bufs)
+                    for xr, row_bufs in enumerate(slices):
+                        for buf in row_bufs:
+                            for _nb in for_(0, n_per_segment):
+                                # one chunk after another: tile_m / 8 runs of tile_k_l1 / 8 blocks
+                                ChannelPut(
+                                    A_SEND,
+                                    buf,
+                                    indices=[xr, 0],
+                                    offsets=[0, 0, 0],
+                                    sizes=[
+                                        chunks_per_l2,
+                                        tile_m // MMUL,
+                                        tile_k_l1 * MMUL,
+                                    ],
+                                    strides=[tile_k_l1 * MMUL, MMUL * tile_k_l2, 1],
+                                )
+                                yield_([])
+                    for nb in for_(0, n_per_segment):
+                        m_block(
+                            affine_sum((bm_s, block_rows)),
+                            [(bn_s, n_per_segment), (nb, 1)],
+                        )
+                        yield_([])
+                    for row_bufs in slices:
+                        for buf in row_bufs:
+                            DeallocOp(buf)
+                elif m_per_segment == 1:
+                    m_block(affine_sum((bm_s, block_rows)), [(bn_s, 1)])
                 else:  # mlir-air's int4 GEMM's segment loop over M blocks (unproven on NPU2)
                     for mb in for_(0, m_per_segment):
                         m_block(
                             affine_sum(
                                 (bm_s, block_rows * m_per_segment), (mb, block_rows)
-                            )
+                            ),
+                            [(bn_s, 1)],
                         )
                         yield_([])
                 for buf in (l2a, l2w, l2c, acc, scratch):
-                    DeallocOp(buf)
+                    if buf is not None:
+                        DeallocOp(buf)
 
 
 # ------------------------------------------------------------------------------------------------ host side

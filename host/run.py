@@ -935,7 +935,7 @@ def print_report(cfg: DesignConfig, backend: str, emu: dict, file=None) -> None:
 
 
 # ------------------------------------------------------------------------------------------ runs
-GEMM_ONLY_OPTIONS = ("tile_m", "herd_m", "herd_n")
+GEMM_ONLY_OPTIONS = ("tile_m", "herd_m", "herd_n", "n_per_segment")
 
 
 def choose_design(args, m: int) -> tuple[str, str]:

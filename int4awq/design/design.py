@@ -86,9 +86,10 @@ class DesignConfig(GemmConfig):
 
     def ddr_bytes(self) -> int:
         """Bytes the design moves between DDR and the memtiles (the emulator's counters must agree):
-        A once per N block, the weights once per M block, C once.
+        A once per launch iteration along N (each N block, or each n_per_segment N blocks with A
+        resident), the weights once per M block, C once.
         """
-        a = self.m * self.k * 2 * (self.n // (self.tile_n * self.herd_n))
+        a = self.m * self.k * 2 * self.launch_grid[1]
         w = (
             (self.n // self.tile_n)
             * (self.k // self.tile_k_l1)
@@ -102,12 +103,14 @@ class DesignConfig(GemmConfig):
         return format_prefix(self.format) + (
             f"m{self.m}_k{self.k}_n{self.n}_gs{self.gs}_t{self.tile_m}x{self.tile_n}"
             f"_k{self.tile_k_l1}x{self.tile_k_l2}_h{self.herd_m}x{self.herd_n}"
+            + (f"_nps{self.n_per_segment}" if self.n_per_segment > 1 else "")
         )
 
     def summary(self) -> str:
         return format_label(self.format) + (
             f"M={self.m} K={self.k} N={self.n} GS={self.gs} tile_m={self.tile_m} tile_n={self.tile_n} "
             f"tile_k_l1={self.tile_k_l1} tile_k_l2={self.tile_k_l2} herd={self.herd_m}x{self.herd_n}"
+            + (f" n_per_segment={self.n_per_segment}" if self.n_per_segment > 1 else "")
         )
 
     def resources(self):
@@ -229,6 +232,14 @@ def add_design_arguments(
             default=None,
             help="default: from int4awq/design/configs.json or the model's best for the shape",
         )
+    parser.add_argument(
+        "--n-per-segment",
+        dest="n_per_segment",
+        type=int,
+        default=None,
+        help="N blocks a segment walks with its rows of A resident in L2, re-sent by mlir-air's refeed "
+        "primitive (default 1; novel, unproven on NPU2: docs/design.md#a-resident-across-n-blocks-n_per_segment)",
+    )
     parser.add_argument(
         "--stack-size",
         dest="stack_size",

@@ -416,6 +416,12 @@ def config_from_args(
     }
     stack = getattr(args, "stack_size", None)
     fmt = getattr(args, "format", "awq")
+    nps = getattr(args, "n_per_segment", None)
+    if nps is not None:  # the resident A is opt-in: no table entry carries it
+        cfg, source = config_from_args(
+            argparse.Namespace(**{**vars(args), "n_per_segment": None}), m, k, n, gs
+        )
+        return dataclasses.replace(cfg, n_per_segment=nps), source
     if all(opt in given for opt in TILE_OPTIONS):
         tiles, source = given, "command line"
     else:

@@ -350,3 +350,74 @@ def test_an_abbreviated_option_is_not_taken_for_another():
     assert (
         res.returncode == 2 and "unrecognized arguments: --n 2048" in res.stderr
     ), res.stderr
+
+
+# ------------------------------------------------------------------ A resident across N blocks
+# q_proj's tiles at a small shape: 2 N blocks of 512 columns, 8 slices of K (tile_k_l2 256)
+RESIDENT = dict(
+    m=512, k=2048, n=1024, gs=128, tile_m=64, tile_n=128, tile_k_l1=32, tile_k_l2=256
+)
+
+
+def resident(**over):
+    return DesignConfig(**{**RESIDENT, "herd_m": 8, "herd_n": 4, **over})
+
+
+def test_n_per_segment_1_is_the_default_module():
+    """The default emits none of the resident A's constructs: the module is the one before the option
+    existed (checked byte for byte against main's builder when it landed)."""
+    cfg = resident()
+    default = str(builder.build_module(**cfg.builder_args()))
+    args = cfg.builder_args()
+    del args["n_per_segment"]
+    assert str(builder.build_module(**args)) == default
+    for construct in ("a_fill", "a_send", "air.memtile_col", "air.channel"):
+        assert construct not in default
+    two = str(builder.build_module(**resident(n_per_segment=2).builder_args()))
+    # per herd row and slice a pinned buffer, filled on a_fill and re-sent on a_send
+    assert two.count("air.memtile_col") == 8 * 8
+    assert "@a_send" in two and "@a_fill" in two
+
+
+def test_n_per_segment_rules():
+    with pytest.raises(
+        builder.ConfigError,
+        match="^N / \\(tile_n \\* herd_n\\) = 2 N blocks is not a multiple of n_per_segment = 4",
+    ):
+        resident(n_per_segment=4)
+    with pytest.raises(builder.ConfigError, match="^m_per_segment and n_per_segment"):
+        resident(n_per_segment=2, m=1024, m_per_segment=2)
+    # the count is a 6-bit lock value: 63 re-sends, not 64 (64-column N blocks, launch [1, 1])
+    small = dict(
+        m=128, k=256, gs=128, tile_m=16, tile_n=16, tile_k_l1=128, tile_k_l2=256
+    )
+    assert DesignConfig(**small, n=63 * 64, herd_m=8, herd_n=4, n_per_segment=63)
+    with pytest.raises(
+        builder.ConfigError,
+        match="^n_per_segment = 64: .* an NPU2 lock holds at most 63$",
+    ):
+        DesignConfig(**small, n=64 * 64, herd_m=8, herd_n=4, n_per_segment=64)
+    # down_proj at the default tiles: 64 rows over K = 8192 are 1 MiB, twice a memtile
+    with pytest.raises(
+        builder.ConfigError,
+        match="^A resident over K = 8192 needs 1157120 bytes of a herd row's memtile .* 524288",
+    ):
+        resident(k=8192, n=2048, n_per_segment=4)
+    # 12 slices: 2 x 12 BDs and W's and C's do not fit a memtile's 24 even-channel BDs
+    with pytest.raises(builder.ConfigError, match="^K / tile_k_l2 = 12 slices"):
+        resident(k=3072, n=2048, n_per_segment=4)
+
+
+def test_n_per_segment_moves_a_once_per_m_block():
+    """q_proj 2048^3 at nps 4: A crosses DDR once per M block, 27.79 MB instead of 52.95 MB."""
+    q = dict(m=2048, k=2048, n=2048, herd_m=8, herd_n=4)
+    one, four = resident(**q), resident(**q, n_per_segment=4)
+    assert four.launch_grid == (4, 1) and one.launch_grid == (4, 4)
+    a = 2048 * 2048 * 2
+    assert one.ddr_bytes() - four.ddr_bytes() == 3 * a
+    assert (round(one.ddr_bytes() / 1e6, 2), round(four.ddr_bytes() / 1e6, 2)) == (
+        52.95,
+        27.79,
+    )
+    # the memtile a herd row's A is pinned to, as the emulator's resource model places it
+    assert four.resident_column_bytes() == 362 * 1024
