@@ -400,6 +400,72 @@ def test_a_buffer_filled_once_and_read_in_every_trip_is_refused_outside_the_refe
     )
 
 
+def ring(trips, loop_moves=False):
+    """Two L2 buffers, each filled once and re-sent `trips` times on one channel, a refeed loop each
+    (matmul_int4_packed's resident A: a buffer per K slice, one stream per herd row). loop_moves: the
+    put's offset is the induction variable (@not_invariant in air_annotate_refeed.mlir), no refeed.
+    """
+
+    def seg(a, out):
+        bufs = []
+        for half in range(2):
+            l2 = AllocOp(memref([16 if loop_moves else 8], space=L2), [], [])
+            dma_memcpy_nd(
+                l2,
+                a,
+                src_offsets=[8 * half],
+                src_sizes=[16 if loop_moves else 8],
+                src_strides=[1],
+            )
+            bufs.append(l2)
+        for l2 in bufs:
+            for i in for_(0, trips):
+                if loop_moves:
+                    ChannelPut("r", l2, offsets=[scaled(i, 8)], sizes=[8], strides=[1])
+                else:
+                    ChannelPut("r", l2)
+                yield_([])
+
+        @herd(name="h", sizes=[1, 1], operands=[out])
+        def hb(x, y, sx, sy, ho):
+            b = AllocOp(memref([16 * trips], space=L1), [], [])
+            for i in for_(0, 2 * trips):
+                ChannelGet("r", b, offsets=[scaled(i, 8)], sizes=[8], strides=[1])
+                yield_([])
+            dma_memcpy_nd(
+                ho, b, dst_offsets=[0], dst_sizes=[16 * trips], dst_strides=[1]
+            )
+
+    return in_segment(
+        [memref([24 if loop_moves else 16]), memref([16 * trips])],
+        seg,
+        channels=lambda: Channel("r", size=[1, 1]),
+    )
+
+
+def test_refed_buffers_on_one_channel_come_out_as_aircc_s_bd_ring():
+    """aircc lowers the channel's re-sent buffers to one ring of count-free read BDs, each buffer's
+    lock primed for `trips` reads a fill (AIRToAIEPass.cpp generateDmaBdProgram, the refeed BD
+    ~6562-6581): each pass sends every buffer once, in program order. The emulator sends the same
+    stream (A B A B ...), not the loops' sequential order (A A ... B B ...)."""
+    src = np.arange(16, dtype=np.int32) + 1
+    (_, out), backend = run(ring(3), src, np.zeros(16 * 3, np.int32), **NO_PP)
+    np.testing.assert_array_equal(out, np.tile(src, 3))
+    mem = [t for t in backend.emu_resources.tiles if t.kind == "memtile"][0]
+    assert mem.lock_value == 3
+    # @l2_carrier: the count is a lock value per buffer, 63 at most
+    run(ring(63), src, np.zeros(16 * 63, np.int32), **NO_PP)
+    refused(ring(64), r"air.refeed_count = 64 on its L2 buffer .* 63 at most", **NO_PP)
+
+
+def test_a_put_that_moves_with_its_loop_is_not_a_refeed():
+    # @not_invariant: each trip sends other bytes, so air-annotate-refeed leaves the loop, and a
+    # buffer filled once and read in its every trip is the form aircc has no lowering for
+    refused(
+        ring(2, loop_moves=True), r"fills it once, outside that loop.*refeed primitive"
+    )
+
+
 # ------------------------------------------------------------------- memtiles, strides, PEs
 def one_l2_buffer(n_bytes):
     def seg(a):

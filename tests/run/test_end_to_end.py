@@ -372,3 +372,54 @@ def test_mxfp4_refusals_are_one_line_exit_2(extra, message):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (
         out + err
     )
+
+
+@pytest.mark.parametrize(
+    "shape, tiles",
+    [
+        (
+            (128, 512, 256),
+            (16, 16, 128, 256),
+        ),  # 4 N blocks of 64 columns, 2 slices of K
+        ((512, 2048, 1024), (64, 128, 32, 256)),  # q_proj's tiles: 2 N blocks, 8 slices
+    ],
+)
+def test_a_resident_across_n_blocks_is_the_kernel_bit_for_bit(shape, tiles):
+    """n_per_segment = 2 (A filled once per M block and re-sent by the refeed primitive, which the
+    emulator sends in aircc's BD ring order): C bit for bit the kernel model's and the default
+    design's, and A crosses DDR once per M block, as DesignConfig.ddr_bytes counts it.
+    """
+    import dataclasses
+
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    from air.backend.xrt import XRTBackend
+
+    from int4awq.design.design import DesignConfig, build_host_kernel
+    from int4awq.formats.quant import random_activations, random_weights
+    from int4awq.kernel import record
+    from int4awq.kernel.kernel_model import kernel_gemm_model
+    from matmul_int4_packed import backend_options, build_module
+
+    (m, k, n), (tm, tn, tk1, tk2) = shape, tiles
+    one = DesignConfig(
+        m=m, k=k, n=n, gs=128, tile_m=tm, tile_n=tn, tile_k_l1=tk1, tile_k_l2=tk2,
+        herd_m=8, herd_n=4,
+    )  # fmt: skip
+    two = dataclasses.replace(one, n_per_segment=2)
+    build_host_kernel(one)
+    os.environ["AIR_EMU_LIB_PATH"] = os.path.join(REPO, "kernels", "build")
+    w = random_weights(k, n, 128, seed=1)
+    a = random_activations(m, k, seed=2)
+    packed = record.pack_weights(w, tn, tk1, dense=one.kernel.dense)
+    out = {}
+    for cfg in (one, two):
+        backend = XRTBackend(**backend_options(cfg))
+        invoke = backend.compile_and_load(build_module(**cfg.builder_args()))
+        c = invoke(a, packed, np.zeros((m, n), bfloat16))[2]
+        out[cfg.n_per_segment] = np.asarray(c).reshape(m, n).view(np.uint16)
+        stats = backend.emu_stats
+        assert stats.bytes[("L3", "L2")] + stats.bytes[("L2", "L3")] == cfg.ddr_bytes()
+    model = np.asarray(kernel_gemm_model(a, w, tk1)).view(np.uint16)
+    np.testing.assert_array_equal(out[2], model)
+    np.testing.assert_array_equal(out[2], out[1])
+    assert two.ddr_bytes() == one.ddr_bytes() - m * k * 2 * (n // (tn * 4) // 2)

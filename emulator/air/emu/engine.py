@@ -147,6 +147,11 @@ class Runtime:
         self.epoch = 0
         self.fifos = {}
         self.avail = {}
+        # air-annotate-refeed's verdict (refeed.Refeeds), set once the resource model has run: the
+        # loops it erases run once, and their put is re-sent as aircc's BD ring re-sends it
+        self.refeed_loops = set()
+        self.refeed_sends = {}
+        self.rings = {}
         self.show = False
         self.herds_done = 0
         self.herds_total = None
@@ -161,6 +166,7 @@ class Runtime:
         self.control = {}
         self.fifos = {}
         self.avail = {}
+        self.rings = {}
         self.cnt = [0] * n_counters
         self.show = show
         self.herds_done = 0
@@ -187,6 +193,33 @@ class Runtime:
         if self.show and time.monotonic() - self.t0 >= 0.5:
             sys.stderr.write("\r" + " " * 72 + "\r")
             sys.stderr.flush()
+
+
+def _ring_put(rt, key, sends, item):
+    """A put whose refeed loops air-annotate-refeed erased: aircc lowers the channel's re-sent puts to
+    one BD ring (AIRToAIEPass.cpp generateDmaBdProgram ~6297-6360, infinite-loop mode; the refeed's count-free read BD,
+    ~6562-6581), each buffer's lock primed for `sends` reads a fill (AIRToAIESchedulingUtils.cpp
+    getLockForDMA ~1259-1276): the ring sends each of its buffers once a pass, in program order, for
+    `sends` passes. Puts of another count start a ring of their own (fused_decode.py's split groups
+    re-send one buffer, which is the same stream either way)."""
+    ring = rt.rings.get(key)
+    if ring is not None and ring[0] != sends:
+        _flush_ring(rt, key)
+        ring = None
+    if ring is None:
+        ring = rt.rings[key] = [sends, []]
+    ring[1].append(item)
+
+
+def _flush_ring(rt, key):
+    """The pending ring of `key` into its FIFO, pass after pass (before the first read of it)."""
+    ring = rt.rings.pop(key, None)
+    if ring is None:
+        return
+    sends, items = ring
+    q = rt.fifos[key]
+    for _ in range(sends):
+        q.extend([it[0], 0, *it[2:]] for it in items)
 
 
 _AFTER_DEALLOC = []
@@ -541,10 +574,17 @@ class Compiler:
         a, b, c = (self.slot(v) for v in (lo, hi, st))
         where = self.where(op)
         if n_iter == 0:
+            refeed_loops, oid = self.rt.refeed_loops, id(op)
             if len(body) == 1:
                 f0 = body[0]
 
                 def run():
+                    if (
+                        oid in refeed_loops
+                    ):  # erased by air-annotate-refeed: its put re-sends
+                        E[iv] = E[a]
+                        f0()
+                        return
                     for i in range(E[a], E[b], E[c]):
                         E[iv] = i
                         f0()
@@ -552,6 +592,11 @@ class Compiler:
             else:
 
                 def run():
+                    if oid in refeed_loops:
+                        E[iv] = E[a]
+                        for f in body:
+                            f()
+                        return
                     for i in range(E[a], E[b], E[c]):
                         E[iv] = i
                         for f in body:
@@ -1449,6 +1494,7 @@ class Compiler:
         idx_fn = self._channel_index_fn(op, size, where)
         E = self.E
         rt = self.rt
+        pid = id(op)
         name = ch.sym_name
         lv = plan["level"]
         cdt = plan["dtype"]
@@ -1489,13 +1535,19 @@ class Compiler:
                 else np.repeat(flags.reshape(-1), isz)
             )
             fifos, avail = rt.fifos, rt.avail
+            sends = rt.refeed_sends.get(pid, 1)
             for key in targets(idx_fn()):
                 q = fifos.get(key)
                 if q is None:
                     q = fifos[key] = deque()
                     avail[key] = 0
-                q.append([data, 0, lv, wbytes, b.name])
-                avail[key] += data.size
+                item = [data, 0, lv, wbytes, b.name]
+                if sends > 1:
+                    _ring_put(rt, key, sends, item)
+                else:
+                    _flush_ring(rt, key)
+                    q.append(item)
+                avail[key] += data.size * sends
             rt.cnt[c_put] += 1
 
         return run
@@ -1527,6 +1579,8 @@ class Compiler:
             shape, estr, n, spn = dims_fn()
             base = base_fn(b, spn)
             key = (name,) + idx_fn()
+            if rt.rings:
+                _flush_ring(rt, key)
             need = n * isz
             have = rt.avail.get(key, 0)
             if have < need:
@@ -1771,6 +1825,8 @@ class Program:
         if check:
             self.budget.raise_if_over()
         self.resources = resources(c, options, check)
+        c.rt.refeed_loops.update(self.resources.refeeds.erased)
+        c.rt.refeed_sends.update(self.resources.refeeds.sends)
 
     def run(self, *arrays):
         c = self.compiler

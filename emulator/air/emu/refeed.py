@@ -42,6 +42,9 @@ class Refeeds:
 
     alloc_counts: dict = field(default_factory=dict)  # L2 root uid -> count
     put_counts: dict = field(default_factory=dict)  # id(put op) -> count
+    sends: dict = field(
+        default_factory=dict
+    )  # id(put op) -> its erased loops' trips (either carrier)
     erased: set = field(default_factory=set)  # id(scf.for)
     where: dict = field(default_factory=dict)  # carrier key -> description of its puts
     problems: list = field(default_factory=list)  # (short, detail)
@@ -90,6 +93,7 @@ def annotate(w, where_of):
             node = loop
         if not matched or n <= 1:
             continue
+        r.sends[id(put)] = n
         if e.level == L2:
             owner = e.side.memref.owner
             if isinstance(owner, Block) or owner.OPERATION_NAME != "memref.alloc":

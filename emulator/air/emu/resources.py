@@ -538,6 +538,7 @@ def analyse(compiler, options, check=True):
     _check_runtime_loop_tiling(w, compiler, options)
     report = ResourceReport(tiles + mem + _shims(w, tiled, columns), w.problems)
     report.splits = w.splits
+    report.refeeds = w.refeeds
     if check:
         report.raise_if_over()
     return report
