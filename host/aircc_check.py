@@ -36,6 +36,8 @@ import numpy as np  # noqa: E402
 from int4awq.design import compiled, compiler, runtime_sequence  # noqa: E402
 from int4awq.errors import ConfigError  # noqa: E402
 
+# q_proj's configuration with A resident (n_per_segment), which this check and host/bench.py --sim run
+RESIDENT_QPROJ = "N_PER_SEGMENT=4"
 # The GEMM's make targets, and the host/run.py option -> DesignConfig field of the line each runs.
 MAKE_TARGETS = [
     "run1x1",
@@ -56,6 +58,7 @@ _INT_OPTIONS = {
     "--tile-k-l2": "tile_k_l2",
     "--herd-m": "herd_m",
     "--herd-n": "herd_n",
+    "--n-per-segment": "n_per_segment",
 }
 
 
@@ -162,6 +165,12 @@ def designs(all_configs: bool = False) -> list[Design]:
         m_per_segment=2,
     )
     out.append(_config_design("build_module(..., m_per_segment=2)", upstream_api))
+    # q_proj with A resident across 4 N blocks, re-sent by the refeed primitive (novel, unproven on NPU2:
+    # docs/design.md#a-resident-across-n-blocks-n_per_segment)
+    name = f"make run_llama_qproj {RESIDENT_QPROJ}"
+    out.append(
+        _config_design(name, make_target_config("run_llama_qproj", RESIDENT_QPROJ))
+    )
     # a multi-launch module: one device per launch, a main sequence running them in turn, an
     # intermediate through DDR (the shape of issue 44's decoder-layer module)
     import importlib.util

@@ -599,3 +599,32 @@ def test_air_disable_ping_pong_prints_after_the_loop_and_opts_out():
         aircc_check.emulator_program(module, dict(target_device="npu2"))
     )
     assert dict(dec.doubled) == {} and emu["doubled"] == {}
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_the_resident_a_compiles_to_the_refeed_locks(tmp_path):
+    """q_proj at n_per_segment 4 (docs/design.md#a-resident-across-n-blocks-n_per_segment): aircc's
+    air-annotate-refeed writes air.refeed_count = 4 on each of the 64 slices (8 herd rows x 8 K
+    refills), and air-to-aie primes each slice's fill to acquire and release 4 (its write lock starts
+    at 4) while each re-send BD takes 1, the 8 re-send BDs of a memtile one ring."""
+    [design] = [d for d in DESIGNS if aircc_check.RESIDENT_QPROJ in d.name]
+    _, outdir = compiler.compile_first(
+        design.name, design.text(), design.options, str(tmp_path)
+    )
+    placed = open(os.path.join(outdir, "placed.air.mlir")).read()
+    assert placed.count("air.refeed_count = 4") == 64
+    text = open(os.path.join(outdir, "input_physical.mlir")).read()
+    slice_type = "memref<1x8x32x8x8xbf16, 1 : i32>"
+    acquires = {"S2MM": [], "MM2S": []}
+    direction = acquire = None
+    for line in text.splitlines():
+        if "aie.dma_start(" in line:
+            direction = re.search(r"dma_start\((\w+),", line).group(1)
+        elif "AcquireGreaterEqual" in line:
+            acquire = int(re.search(r"%c(\d+)_i32", line).group(1))
+        elif "aie.dma_bd(" in line and slice_type in line:
+            acquires[direction].append(acquire)
+    assert acquires == {"S2MM": [4] * 64, "MM2S": [1] * 64}
+    inits = re.findall(r"aie\.lock\(%mem_tile_\d+_1, \d+\) \{init = (\d+)", text)
+    assert inits.count("4") >= 64

@@ -1194,13 +1194,13 @@ def _flow_order(w, end, sub=0):
     one of its ops).  The launch's and segment's transfers are cloned into the device in program
     order ahead of the cores (cloneL2AndL3MemcpysToDeviceOp 4477-4622 inserts them after the last
     aie.tile, 4488-4492), so a flow's first op is its earliest launch- or segment-level end, else
-    its first herd-level one."""
+    its first herd-level one. A flow with a DDR side comes first: air-dma-to-channel hoists a
+    transfer's L3 side into the launch, ahead of the segment (seen compiling the GEMM's resident A:
+    the C drain's memtile MM2S is channel 0, ahead of the segment-level re-send's)."""
     idx = w.end_index
-    first = min(
-        (e.herd is not None, idx[id(e)])
-        for e in [end] + partners(w, end)
-        if e.chan == end.chan
-    )
+    ends = [e for e in [end] + partners(w, end) if e.chan == end.chan]
+    ddr = any(e.level == L3 for e in ends)
+    first = min((not ddr, e.herd is not None, idx[id(e)]) for e in ends)
     return first + (sub,)
 
 
