@@ -37,7 +37,8 @@ from int4awq.design import compiled, compiler, runtime_sequence  # noqa: E402
 from int4awq.errors import ConfigError  # noqa: E402
 
 # q_proj's configuration with A resident (n_per_segment), which this check and host/bench.py --sim run
-RESIDENT_QPROJ = "N_PER_SEGMENT=4"
+RESIDENT_NPS = 4
+RESIDENT_QPROJ = f"N_PER_SEGMENT={RESIDENT_NPS}"
 # The GEMM's make targets, and the host/run.py option -> DesignConfig field of the line each runs.
 MAKE_TARGETS = [
     "run1x1",

@@ -342,6 +342,44 @@ def format_lines(rows: list) -> list[str]:
     return lines
 
 
+def resident_lines(rows: list) -> list[str]:
+    """With --sim, q_proj at M = 2048 in its proven configuration and with A resident across
+    RESIDENT_NPS N blocks (n_per_segment, novel: docs/design.md#a-resident-across-n-blocks-n_per_segment):
+    each one's DDR traffic and time as compiled (MODELLED); the resident one is the only row simulated
+    here."""
+    import dataclasses
+
+    from host.aircc_check import RESIDENT_NPS
+
+    name, m = FORMATS_ROW
+    proven = next(
+        (
+            r
+            for r in rows
+            if (r["projection"], r["m"]) == FORMATS_ROW
+            and r["format"] == "awq"
+            and "config" in r
+        ),
+        None,
+    )
+    if proven is None:
+        return []
+    cfg = dataclasses.replace(
+        default_config(m, proven["k"], proven["n"], proven["gs"])[0],
+        n_per_segment=RESIDENT_NPS,
+    )
+    us = simulated_us(cfg)
+    tops = 2 * m * proven["k"] * proven["n"] / us / 1e6
+    return [
+        f"{name}, M = {m}, with A resident across N blocks (MODELLED: the simulator of the compiled "
+        "design; not run on NPU2)",
+        f"  proven  {proven['config']}: {proven['ddr_mb']:.2f} MB DDR, {proven['sim_us']:.1f} us as "
+        f"compiled",
+        f"  novel   {config_text(cfg)} n_per_segment {RESIDENT_NPS}: {cfg.ddr_bytes() / 1e6:.2f} MB DDR, "
+        f"{us:.1f} us as compiled, {tops:.2f} TOPS",
+    ]
+
+
 def config_text(cfg) -> str:
     """A configuration as the tables print it: tiles M x N x K in L1 / K in L2, then the herd."""
     return f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k_l1}/{cfg.tile_k_l2} h{cfg.herd_m}x{cfg.herd_n}"
@@ -592,6 +630,8 @@ def _main(argv) -> int:
     if args.sim:
         print()
         print("\n".join(format_lines(rows)))
+        print()
+        print("\n".join(resident_lines(rows)))  # empty without q_proj's row
     failures += decode_rows(rows, on_npu, args)
     print()
     print("\n".join(record_lines()))

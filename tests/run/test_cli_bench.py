@@ -354,6 +354,15 @@ def test_sim_prints_every_format_at_2048_cubed_against_awq(
     # 1.3x itself meets the target; just over it does not (the ratio prints as 1.30 either way)
     assert rows["int4_min"].endswith(" 1.30 yes, MODELLED")
     assert rows["int8_triple"].endswith(" 1.30 no, MODELLED")
+    # and q_proj with A resident across 4 N blocks beside the proven row: the only row it simulates
+    resident = out.split(f"{name}, M = {m}, with A resident across N blocks")[1]
+    resident = resident.split("\n\n")[0].splitlines()
+    assert "MODELLED" in resident[0] and "not run on NPU2" in resident[0]
+    assert resident[1:] == [
+        "  proven  64x128x32/256 h8x4: 52.95 MB DDR, 1000.0 us as compiled",
+        "  novel   64x128x32/256 h8x4 n_per_segment 4: 27.79 MB DDR, 1000.0 us as compiled, "
+        "17.18 TOPS",
+    ]
 
 
 def test_the_lm_head_line_is_the_gemv_at_the_padded_vocabulary():
