@@ -31,9 +31,15 @@ import numpy as np  # noqa: E402
 from ml_dtypes import bfloat16  # noqa: E402
 
 from int4awq.design import compiler  # noqa: E402
+from int4awq.design.design import DesignConfig  # noqa: E402
 
-# The designs `make test` simulates (seconds each); sim-all runs every one.
+# A resident across 2 N blocks (n_per_segment, novel), at a small shape
 RESIDENT_NAME = "n_per_segment 2, 128x512x256 (16x16x128 / 256, herd 8x4)"
+RESIDENT = DesignConfig(
+    m=128, k=512, n=256, gs=128, tile_m=16, tile_n=16, tile_k_l1=128, tile_k_l2=256,
+    herd_m=8, herd_n=4, n_per_segment=2,
+)  # fmt: skip
+# The designs `make test` simulates (seconds each); sim-all runs every one.
 SMALL = ("make run1x1", "make run2x4", "bring-up probe", "two decode GEMVs chained")
 
 
@@ -96,13 +102,7 @@ def cases() -> list[Case]:
     # A resident across 2 N blocks, re-sent by the refeed primitive (novel: docs/design.md#a-resident-
     # across-n-blocks-n_per_segment), at a small shape: the emulator sends the re-sent slices in aircc's
     # BD ring order, and the compiled design must agree under every schedule
-    from int4awq.design.design import DesignConfig
-
-    resident = DesignConfig(
-        m=128, k=512, n=256, gs=128, tile_m=16, tile_n=16, tile_k_l1=128, tile_k_l2=256,
-        herd_m=8, herd_n=4, n_per_segment=2,
-    )  # fmt: skip
-    out.append(config_case(RESIDENT_NAME, resident))
+    out.append(config_case(RESIDENT_NAME, RESIDENT))
 
     # two decode GEMVs chained in one module of two launches (a device each, aircc_check's design)
     import matvec_int4_packed

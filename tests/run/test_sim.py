@@ -545,3 +545,45 @@ def test_trace_without_the_simulator_is_one_line_and_exit_2():
 
     code, out, err = host_args.run("--backend", "emu", "--trace", "x.json")
     assert code == 2 and "--trace writes the simulator's timeline" in err
+
+
+@pytest.mark.slow
+def test_the_resident_a_moves_what_ddr_bytes_counts_as_compiled(monkeypatch):
+    """n_per_segment 2 (A filled once per M block, re-sent by refeed), compiled and run by the simulator
+    in timed mode as host/bench.py --sim runs it: the bytes its shim channels move equal
+    DesignConfig.ddr_bytes(), which counts A once per launch iteration along N."""
+    compiler_tools.require()
+    import dataclasses
+
+    from host import sim_check
+    from host.run import builder_of, compile_design, emulator_backend
+    from int4awq.design import compiler
+    from int4awq.run import sim_costs
+
+    [case] = [c for c in sim_check.cases() if c.name == sim_check.RESIDENT_NAME]
+    cfg = sim_check.RESIDENT
+    emulator_backend(cfg)
+    import aiesim
+    from aiesim import engine
+
+    outdir = compile_design(
+        cfg, builder_of(cfg).build_module(**cfg.builder_args()), quiet=True
+    )
+    moved = []
+    ddr = engine.Simulator.ddr
+
+    def counted(self, t, nbytes):
+        moved.append(nbytes)
+        return ddr(self, t, nbytes)
+
+    monkeypatch.setattr(engine.Simulator, "ddr", counted)
+    text = compiler.generic_form(os.path.join(outdir, "input_physical.mlir"))
+    aiesim.simulate(
+        text, None, costs=sim_costs.costs(cfg), run_kernels=False, insts=outdir
+    )
+    assert sum(moved) == cfg.ddr_bytes()
+    one = dataclasses.replace(cfg, n_per_segment=1)
+    assert (
+        one.ddr_bytes() - cfg.ddr_bytes() == cfg.m * cfg.k * 2 * 2
+    )  # 4 N blocks: A 2x less
+    assert case.name == sim_check.RESIDENT_NAME
