@@ -141,19 +141,22 @@ def cases() -> list[Case]:
 
     layer = small_layer()
 
-    def layer_inputs():
-        names = [name for name, _ in layer.buffers()]
+    def module_inputs(cfg, rows):
+        """A module's buffers: seeded weights in each GEMV's format, seeded rows by name, and the RoPE row
+        of position 77."""
+        names = [name for name, _ in cfg.buffers()]
         weights = {
-            name: random_format_weights("awq", g.k, g.n, g.gs, seed=names.index(name))
-            for name, g in layer.buffers()
+            name: random_format_weights(
+                g.format, g.k, g.n, g.gs, seed=names.index(name)
+            )
+            for name, g in cfg.buffers()
             if not isinstance(g, int)
         }
-        rows = {
-            name: random_activations(1, layer.hidden, names.index(name))
-            for name in ("attn", "x", "ffn_norm", "next_norm")
+        given = {
+            name: random_activations(1, cfg.hidden, names.index(name)) for name in rows
         }
-        rows["rope_table"] = rope.table(rope.base_frequencies(500000.0, 64), 77)
-        return layer_model.module_buffers(layer, weights, rows)
+        given["rope_table"] = rope.table(rope.base_frequencies(500000.0, 64), 77)
+        return layer_model.module_buffers(cfg, weights, given)
 
     out.append(
         Case(
@@ -161,36 +164,19 @@ def cases() -> list[Case]:
             "layer's q, k, v and their RoPE",
             lambda: o_gemv_ffn_int4.build_module(layer),
             o_gemv_ffn_int4.backend_options(layer),
-            layer_inputs,
+            lambda: module_inputs(layer, ("attn", "x", "ffn_norm", "next_norm")),
             tuple(range(layer.index("proj"), len(layer.buffers()))),
             lambda: layer_model.host_libraries(layer),
         )
     )
     first = small_qkv()
-
-    def qkv_inputs():
-        names = [name for name, _ in first.buffers()]
-        weights = {
-            name: random_format_weights(
-                g.format, g.k, g.n, g.gs, seed=names.index(name)
-            )
-            for name, g in first.buffers()
-            if not isinstance(g, int)
-        }
-        rows = {
-            name: random_activations(1, first.hidden, names.index(name))
-            for name in ("x", "attn_norm")
-        }
-        rows["rope_table"] = rope.table(rope.base_frequencies(500000.0, 64), 77)
-        return layer_model.module_buffers(first, weights, rows)
-
     out.append(
         Case(
             "the token's first module (o_gemv_ffn_int4.build_qkv_module), hidden 512: its norm, q and k "
             "(AWQ), v (int8_triple) and their RoPE",
             lambda: o_gemv_ffn_int4.build_qkv_module(first),
             o_gemv_ffn_int4.backend_options(first),
-            qkv_inputs,
+            lambda: module_inputs(first, ("x", "attn_norm")),
             tuple(range(first.index("normed"), len(first.buffers()))),
             lambda: layer_model.host_libraries(first),
         )
