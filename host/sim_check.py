@@ -169,16 +169,16 @@ def cases() -> list[Case]:
             lambda: layer_model.host_libraries(layer),
         )
     )
-    first = small_qkv()
+    token_first = small_qkv()
     out.append(
         Case(
             "the token's first module (o_gemv_ffn_int4.build_qkv_module), hidden 512: its norm, q and k "
             "(AWQ), v (int8_triple) and their RoPE",
-            lambda: o_gemv_ffn_int4.build_qkv_module(first),
-            o_gemv_ffn_int4.backend_options(first),
-            lambda: module_inputs(first, ("x", "attn_norm")),
-            tuple(range(first.index("normed"), len(first.buffers()))),
-            lambda: layer_model.host_libraries(first),
+            lambda: o_gemv_ffn_int4.build_qkv_module(token_first),
+            o_gemv_ffn_int4.backend_options(token_first),
+            lambda: module_inputs(token_first, ("x", "attn_norm")),
+            tuple(range(token_first.index("normed"), len(token_first.buffers()))),
+            lambda: layer_model.host_libraries(token_first),
         )
     )
     out.append(attention_case())
