@@ -35,6 +35,7 @@ from int4awq.design.llama import (  # noqa: E402
 )
 from int4awq.errors import (
     ConfigError,
+    command_exit,
     missing_module_line,
 )  # noqa: E402  (standard library only)
 
@@ -498,15 +499,7 @@ def check_csv(path: str) -> None:
 
 
 def main(argv=None) -> int:
-    try:
-        return _main(argv)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else 0
+    return command_exit(_main, argv)
 
 
 def _main(argv) -> int:

@@ -26,8 +26,7 @@ sys.path.insert(0, REPO)
 
 from int4awq.errors import (  # noqa: E402  (standard library only)
     ConfigError,
-    RunFailure,
-    missing_module_line,
+    command_exit,
 )
 
 
@@ -213,21 +212,7 @@ def _main(argv) -> int:
 
 
 def main(argv=None) -> int:
-    try:
-        return _main(argv)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RunFailure as e:
-        print(f"run failed: {e}\nFAIL!")
-        return 1
-    except ModuleNotFoundError as e:
-        print(missing_module_line(e), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else 0
+    return command_exit(_main, argv)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ sys.path.insert(0, REPO)
 from int4awq.errors import (  # noqa: E402  (standard library only)
     ConfigError,
     RunFailure,
+    command_exit,
     emulator_failure,
     missing_module_line,
 )
@@ -1215,28 +1216,13 @@ def build_only(args, m: int, w) -> int:
 
 def main(argv=None) -> int:
     try:
-        return _main(argv)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RunFailure as e:
-        print(f"run failed: {e}\nFAIL!")
-        return 1
+        return command_exit(_main, argv)
     except MemoryError:
         print(
             "error: out of host memory for these sizes: use smaller --m / --k / --n",
             file=sys.stderr,
         )
         return 2
-    except (
-        ModuleNotFoundError
-    ) as e:  # e.g. safetensors, imported only when a checkpoint is read
-        print(missing_module_line(e), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else 0
 
 
 if __name__ == "__main__":

@@ -51,3 +51,26 @@ def missing_module_line(e: ModuleNotFoundError) -> str:
         f"error: the Python package {e.name or '?'!r} is not installed for {sys.executable}: {how}"
         f" `pip install -r {os.path.relpath(os.path.join(REPO, 'requirements.txt'))}` in a virtualenv"
     )
+
+
+def command_exit(run, argv) -> int:
+    """The exit code of a host command line's run(argv), its failures reported the one way every command
+    reports them: bad input one line on stderr (2), a failed run with FAIL! last (1), a missing Python
+    package (2), Ctrl-C (130), --help (0)."""
+    try:
+        return run(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RunFailure as e:
+        print(f"run failed: {e}\nFAIL!")
+        return 1
+    except (
+        ModuleNotFoundError
+    ) as e:  # e.g. safetensors, imported only when a checkpoint is read
+        print(missing_module_line(e), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0

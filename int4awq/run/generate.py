@@ -365,12 +365,15 @@ class Dispatches:
         options = b.attention_backend_options()
         if backend == "npu":
             self._load_on_npu()
-        elif backend == "emu":
+            return
+        from ..kernel.kernel_model import build_eltwise_kernel
+
+        # the attention launch's host library (built once here, not a make run a launch)
+        self.eltwise_dir = str(build_eltwise_kernel().parent)
+        if backend == "emu":
             from air.backend.xrt import XRTBackend
 
-            from ..kernel.kernel_model import build_eltwise_kernel
-
-            os.environ["AIR_EMU_LIB_PATH"] = str(build_eltwise_kernel().parent)
+            os.environ["AIR_EMU_LIB_PATH"] = self.eltwise_dir
             if compile_first:
                 compiler.compile_before_run(
                     options["instance_name"], str(self.attention_module), options
@@ -449,7 +452,7 @@ class Dispatches:
             return np.asarray(self.attend_npu[1](*arrays)[2]).reshape(-1)
         from . import sim_costs
 
-        os.environ["AIR_EMU_LIB_PATH"] = self._eltwise_dir()
+        os.environ["AIR_EMU_LIB_PATH"] = self.eltwise_dir
         _, sim = sim_costs.simulate_compiled(
             self.attention_dir, arrays, None, dispatches=2
         )
@@ -460,12 +463,6 @@ class Dispatches:
                 f"(layer {i}, {n} positions)"
             )
         return first
-
-    @staticmethod
-    def _eltwise_dir() -> str:
-        from ..kernel.kernel_model import build_eltwise_kernel
-
-        return str(build_eltwise_kernel().parent)
 
     def step(self, token: int, pos: int) -> np.ndarray:
         """One token's dispatches at position pos: the logits (f32 [head N], bf16 values)."""
