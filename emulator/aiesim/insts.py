@@ -51,8 +51,8 @@ Where each part comes from:
   when its start-queue write set Enable_Token_Issue. A sync over several tiles (row or column count not
   1) is refused: DmaQueueModel notes nothing in mlir-aie settles its meaning.
 * **A BD id is a register**: a task reads the BD's registers when it runs, so a write into a BD that a
-  queued or running task uses is reported (the simulator's rule; `dma_free_task` frees nothing on the
-  device, NPU2_FACTS.md).
+  queued or running task uses is reported (the simulator's rule, decided from what a BD is: no instruction
+  of the runtime sequence reserves or frees a BD id, so nothing on the device stops a later write).
 * **Ordering.** The simulator runs agents in time order and orders equal times arbitrarily; before it
   decides that a queue is full, a BD is in flight or the stream ended early, it lets every other agent due
   at or before the sequence's time act first, and a task counts as finished only if it finished by the
