@@ -51,6 +51,7 @@ try:
         LLAMA_PROJECTIONS,
         TABLE_FORMATS,
         default_config,
+        grid_note,
         load_table,
         modelled,
     )
@@ -597,7 +598,7 @@ def _main(argv) -> int:
             modelled_us=round(est.seconds * 1e6, 1),
             tops=round(est.tops, 3),
             correlation="",
-            source="modelled",
+            source="; ".join(filter(None, ("modelled", grid_note(cfg)))),
             bound=est.bound,
         )
         roofline_point(row, est.ddr_bytes, est.seconds)

@@ -26,6 +26,9 @@ from tqdm import tqdm
 from .design import (
     HERD_COLS,
     HERD_ROWS,
+    MAX_LAUNCH_M,
+    MAX_LAUNCH_N,
+    MAX_LAUNCHES,
     TILE_OPTIONS,
     DesignConfig,
 )
@@ -147,15 +150,31 @@ def refill_pipeline(cfg: DesignConfig, ceiling: float | None = None) -> Pipeline
 
 # The defaults keep to the launch grids mlir-air's NPU2 lit tests run and check (8 along M:
 # bf16_in_bf16_out's high_precision_drain lit, [8, 4]; 64 along N and in all: bf16's llama_8x4_gate_up
-# lit, [1, 64]). Larger grids, up to what llama32_1b_int4's prefill calls the GEMM with (GemmConfig's
-# limits), are admitted when asked for, never chosen: their output no lit test checks, and the model ranks
-# their smaller tiles slower anyway (more DDR traffic).
-SWEEP_LAUNCH_M, SWEEP_LAUNCH_N, SWEEP_LAUNCHES = 8, 64, 64
+# lit, [1, 64]). Where no configuration of a shape fits them (the fused gate_up at M = 2048 takes at least
+# [4, 32]), the sweep goes on to the grids llama32_1b_int4's prefill calls the GEMM with (GemmConfig's
+# limits: compiled by its run_npu2_compile.lit and timed on NPU2 in its README, their output checked by no
+# lit test), and grid_note says so wherever the configuration shows. Otherwise those grids are admitted
+# when asked for, never chosen: the model ranks their smaller tiles slower anyway (more DDR traffic).
+LIT_GRID = (8, 64, 64)
+CONSUMER_GRID = (MAX_LAUNCH_M, MAX_LAUNCH_N, MAX_LAUNCHES)
 
 
-def legal_configs(m: int, k: int, n: int, gs: int, fmt: str = "awq"):
+def within(grid: tuple[int, int], limits: tuple[int, int, int]) -> bool:
+    lm, ln = grid
+    return lm <= limits[0] and ln <= limits[1] and lm * ln <= limits[2]
+
+
+def grid_note(cfg: DesignConfig) -> str:
+    """'' for a launch grid an NPU2 lit test runs and checks, else what vouches for it."""
+    if within(cfg.launch_grid, LIT_GRID):
+        return ""
+    lm, ln = cfg.launch_grid
+    return f"launch grid [{lm}, {ln}]: llama32_1b_int4 prefill's, not lit-tested"
+
+
+def legal_configs(m: int, k: int, n: int, gs: int, fmt: str = "awq", grid=LIT_GRID):
     """Every configuration the design, the kernel and the memory budgets accept for this shape, within
-    the sweep's launch grids."""
+    the launch grid limits `grid` (along M, along N, in all)."""
     check_dims(M=m, K=k, N=n)
     check_group_size(k, gs)
     for tm, tn, tk1, hm, hn in itertools.product(
@@ -180,12 +199,7 @@ def legal_configs(m: int, k: int, n: int, gs: int, fmt: str = "awq"):
                 )
             except ConfigError:
                 continue
-            lm, ln = cfg.launch_grid
-            if (
-                lm <= SWEEP_LAUNCH_M
-                and ln <= SWEEP_LAUNCH_N
-                and lm * ln <= SWEEP_LAUNCHES
-            ):
+            if within(cfg.launch_grid, grid):
                 yield cfg
 
 
@@ -217,12 +231,15 @@ def ranked(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> list[Ranked]:
         )
         return rows
 
-    out = rank(
-        [
-            Ranked(cfg, modelled(cfg, m, n, estimate_kernel=True))
-            for cfg in legal_configs(m, k, n, gs, fmt)
-        ]
-    )
+    def sweep(grid):
+        return rank(
+            [
+                Ranked(cfg, modelled(cfg, m, n, estimate_kernel=True))
+                for cfg in legal_configs(m, k, n, gs, fmt, grid)
+            ]
+        )
+
+    out = sweep(LIT_GRID) or sweep(CONSUMER_GRID)
     while todo := [r for r in out[:PROFILE_LEADERS] if not _profiled(r)]:
         calls = {
             (r.cfg.tile_m, r.cfg.tile_n, r.cfg.tile_k_l1, r.cfg.gs, r.cfg.format)
@@ -236,10 +253,10 @@ def ranked(m: int, k: int, n: int, gs: int, fmt: str = "awq") -> list[Ranked]:
             [Ranked(r.cfg, modelled(r.cfg, m, n, estimate_kernel=True)) for r in out]
         )
     if not out:
-        rows = SWEEP_LAUNCH_M * HERD_COLS * max(TILES)
+        rows = MAX_LAUNCH_M * HERD_COLS * max(TILES)
         why = (
-            f": at most {SWEEP_LAUNCH_M} launch iterations along M (what mlir-air's NPU2 lit tests "
-            f"run; docs/design.md#the-limits-of-what-upstream-runs) of at most {HERD_COLS} x "
+            f": at most {MAX_LAUNCH_M} launch iterations along M (what mlir-air's llama32_1b_int4 "
+            f"prefill runs; docs/design.md#the-limits-of-what-upstream-runs) of at most {HERD_COLS} x "
             f"{max(TILES)} rows take M <= {rows}; run the rows in blocks"
             if m > rows
             else ""
@@ -426,16 +443,12 @@ def config_from_args(
         tiles, source = given, "command line"
     else:
         base, source = default_config(m, k, n, gs, fmt)
-        if not given:
-            return (
-                base if stack is None else dataclasses.replace(base, stack_size=stack)
-            ), source
         tiles = {opt: given.get(opt, getattr(base, opt)) for opt in TILE_OPTIONS}
-        source = f"command line over {source}"
-    return (
-        DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack, format=fmt),
-        source,
-    )
+        if given:
+            source = f"command line over {source}"
+    cfg = DesignConfig.padded(m, k, n, gs, **tiles, stack_size=stack, format=fmt)
+    note = grid_note(cfg)
+    return cfg, f"{source}; {note}" if note else source
 
 
 def main(argv=None) -> int:

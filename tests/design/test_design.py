@@ -9,6 +9,7 @@ from int4awq.kernel import record
 from int4awq.design.design import TILE_OPTIONS, DesignConfig
 from int4awq.errors import ConfigError
 from int4awq.design.sweep import (
+    grid_note,
     config_from_args,
     accepted,
     TABLE_M,
@@ -181,6 +182,37 @@ def test_config_from_args_pads_and_overrides():
         )
 
 
+@pytest.mark.parametrize(
+    "m, n, grid, beyond",
+    [
+        (4096, 2048, (8, 8), False),  # 8 along M, 64 in all: the lit-tested edges
+        (512, 16384, (1, 64), False),  # 64 along N: the edge
+        (1024, 16384, (2, 64), True),  # 128 in all
+        (4608, 256, (9, 1), True),  # 9 along M
+    ],
+)
+def test_a_launch_grid_beyond_the_lit_tests_is_named(m, n, grid, beyond):
+    cfg = DesignConfig(
+        m=m,
+        k=256,
+        n=n,
+        gs=128,
+        tile_m=64,
+        tile_n=64,
+        tile_k_l1=64,
+        tile_k_l2=256,
+        herd_m=8,
+        herd_n=4,
+    )
+    assert cfg.launch_grid == grid
+    note = grid_note(cfg)
+    assert bool(note) == beyond
+    if beyond:
+        assert note == (
+            f"launch grid [{grid[0]}, {grid[1]}]: llama32_1b_int4 prefill's, not lit-tested"
+        )
+
+
 @pytest.mark.slow
 def test_every_table_row_is_legal_and_covers_llama():
     rows = load_table()
@@ -189,20 +221,17 @@ def test_every_table_row_is_legal_and_covers_llama():
             (p, m) for p in TABLE_SHAPES for m in TABLE_M
         }
     # every projection at every M has a legal configuration in every format (MXFP4's gate / up at
-    # M = 2048 had none before the in-place drain freed L1 for 64 x 128 tiles); of the fused shapes,
-    # gate and up at M = 2048 (N = 16384) need more launch iterations than upstream's GEMMs run
-    refused = {(r["projection"], r["m"]) for r in rows if "none" in r}
-    assert refused == {("gate_up_proj", 2048)}
-    assert all(
-        "launch grid" in r["none"] or "no legal" in r["none"]
-        for r in rows
-        if "none" in r
-    )
-    rows = [r for r in rows if "none" not in r]
+    # M = 2048 had none before the in-place drain freed L1 for 64 x 128 tiles; the fused gate and up at
+    # M = 2048, N = 16384, none within the lit-tested launch grids, takes llama32_1b_int4 prefill's)
+    assert not [r for r in rows if "none" in r]
+    beyond = set()
     for r in rows:
         cfg, source = default_config(r["m"], r["k"], r["n"], r["gs"], r["format"])
         assert cfg.format == r["format"]
         assert source == "configs.json"
+        lm, ln = cfg.launch_grid
+        if lm > 8 or ln > 64 or lm * ln > 64:
+            beyond.add((r["projection"], r["m"], lm, ln))
         assert cfg.herd_m * cfg.herd_n >= 8
         est = modelled(cfg, r["m"], r["n"])
         assert est.seconds * 1e6 == pytest.approx(r["modelled_us"], abs=0.1)
@@ -218,6 +247,7 @@ def test_every_table_row_is_legal_and_covers_llama():
         if (r["m"], r["k"], r["n"], r["format"]) == (2048, 2048, 2048, "awq")
     ][0]
     assert big["herd_m"] * big["herd_n"] == 32
+    assert beyond == {("gate_up_proj", 2048, 4, 32)}
 
 
 @pytest.mark.parametrize("m, k, n", [(2048, 2048, 2048), (32, 2048, 512)])
@@ -270,10 +300,11 @@ def test_unknown_shape_gets_a_legal_configuration():
 
 
 def test_rows_beyond_what_upstream_launches_are_refused_with_the_reason():
-    # the sweep's 8 launch iterations along M of at most 8 x 128 rows: M = 8192 has a configuration,
-    # 8193 none (the design admits up to 64, upstream's prefill grids, when asked for explicitly)
-    assert ranked(8192, 512, 256, 128)[0].cfg.launch_grid[0] <= 8
+    # the lit-tested 8 launch iterations along M of at most 8 x 128 rows: M = 8192 stays within them;
+    # 8193 goes on to llama32_1b_int4 prefill's grids (64 along M), named; past 64 x 8 x 128, none
+    assert not grid_note(ranked(8192, 512, 256, 128)[0].cfg)
+    assert grid_note(ranked(8193, 512, 256, 128)[0].cfg).startswith("launch grid [")
     with pytest.raises(
-        ConfigError, match=r"M=8193 .*take M <= 8192; run the rows in blocks"
+        ConfigError, match=r"M=65537 .*take M <= 65536; run the rows in blocks"
     ):
-        ranked(8193, 512, 256, 128)
+        ranked(65537, 512, 256, 128)
