@@ -223,21 +223,46 @@ def eltwise_funcs(tiles, rope=None):
 # one key/value head and its g query heads (GQA), as mlir-air's attention_decode example lays its herd
 # [NKV, 1] (Llama-3.2-1B: 8 PEs of 4 query heads of 64). A PE's scores and probabilities for every position
 # stay in L1 (g x context f32 and bf16: 24 KB at 4 heads and 1,024 positions). Two DMAs a PE, the two shim
-# channels of its column: its q with the run-time length behind it (ctx[0]: the positions to attend to),
-# and one stream of cache rows, the key rows chunk by chunk and then the value rows (the caches stacked in
-# one buffer), each chunk one call of attn_step_bf16 (the softmax runs before the first value chunk). Rows
-# past ctx[0] are read but neither used nor required to hold numbers.
+# channels of its column: its q, with the token's own key and value and the run-time length behind it
+# (ctx[0] = n: the cache rows before the token), and one stream of cache rows, the key rows chunk by chunk
+# and then the value rows (the caches stacked in one buffer), each chunk one call of attn_step_bf16 (the
+# softmax runs before the first value chunk). The token itself is position n, taken from the q buffer, so
+# the cache need not hold it yet: the host appends it after the dispatch. Rows past n are read but neither
+# used nor required to hold numbers.
 ATTN_CHUNK = 32
-ATTN_CTX = 32  # bf16 slots behind each PE's q: 16 int32, ctx[0] the valid length
+ATTN_CTX = 32  # bf16 slots behind each PE's key and value: 16 int32, ctx[0] = n
+
+
+def attention_q_width(g: int, d: int) -> int:
+    """A PE's stretch of the q buffer: its g query heads, the token's own key and value, ctx."""
+    return g * d + 2 * d + ATTN_CTX
+
+
+def attention_q(q, k, v, n: int, kv: int):
+    """The launch's q buffer [1, kv * attention_q_width] bf16 from q [heads * d] (after RoPE), the token's
+    own k (after RoPE) and v [kv * d], and n, the cache rows before the token."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    q, k, v = (np.asarray(a, bfloat16).reshape(kv, -1) for a in (q, k, v))
+    g, d = q.shape[1] // k.shape[1], k.shape[1]
+    buf = np.zeros((kv, attention_q_width(g, d)), bfloat16)
+    buf[:, : g * d], buf[:, g * d : g * d + d], buf[:, g * d + d : g * d + 2 * d] = (
+        q,
+        k,
+        v,
+    )
+    buf[:, g * d + 2 * d :].view(np.int32)[:] = n
+    return buf.reshape(1, -1)
 
 
 def attention_types(heads: int, kv: int, d: int, context: int):
-    """The launch's DDR buffers: q [1, kv * (g * d + 32)] bf16 (each PE's g query heads, then its 16 int32
-    of ctx), the caches [2 * context, kv * d] bf16 (key rows, then value rows, position major), out
-    [1, heads * d] bf16."""
+    """The launch's DDR buffers: q [1, kv * attention_q_width] bf16 (per PE its g query heads, the token's
+    key and value of its head, then its 16 int32 of ctx), the caches [2 * context, kv * d] bf16 (key rows,
+    then value rows, position major), out [1, heads * d] bf16."""
     bf16, g = BF16Type.get(), heads // kv
     return (
-        MemRefType.get([1, kv * (g * d + ATTN_CTX)], bf16),
+        MemRefType.get([1, kv * attention_q_width(g, d)], bf16),
         MemRefType.get([2 * context, kv * d], bf16),
         MemRefType.get([1, heads * d], bf16),
     )
@@ -252,7 +277,7 @@ def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
         return MemRefType.get(shape, elt, memory_space=l1)
 
     ty = dict(
-        q=buf([1, g * d + ATTN_CTX], bf16),
+        q=buf([1, attention_q_width(g, d)], bf16),
         rows=buf([chunk, d], bf16),
         scores=buf([1, g * context], f32),
         probs=buf([1, g * context], bf16),
@@ -263,12 +288,14 @@ def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
     return {
         "init": kernel_func(
             "attn_init_bf16",
-            [ty["scores"], ty["probs"], ty["o"], T.i32(), T.i32(), T.i32()],
+            [ty["q"], ty["scores"], ty["probs"], ty["o"]] + [T.i32()] * 3,
             ELTWISE_OBJECT,
         ),
         "step": kernel_func("attn_step_bf16", step, ELTWISE_OBJECT),
         "out": kernel_func(
-            "attn_out_bf16", [ty["o"], ty["out"], T.i32()], ELTWISE_OBJECT
+            "attn_out_bf16",
+            [ty["q"], ty["probs"], ty["o"], ty["out"]] + [T.i32()] * 3,
+            ELTWISE_OBJECT,
         ),
         "types": ty,
     }
@@ -297,7 +324,7 @@ def attention_launch(
                     ty["probs"], [], []
                 )
                 o, out = AllocOp(ty["o"], [], []), AllocOp(ty["out"], [], [])
-                width = g * d + ATTN_CTX
+                width = attention_q_width(g, d)
                 dma_memcpy_nd(
                     q,
                     q3,
@@ -308,7 +335,7 @@ def attention_launch(
                 # a first access of scores and probs outside the loop keeps them at herd scope: used by
                 # the loop's kernel call alone they are sunk into it, and aircc then leaves the loop
                 # single-buffered (matmul_int4_packed.anchor_at_herd_scope, docs/design.md#ping-pong)
-                CallOp(funcs["init"], [scores, probs, o, *map(i32, (g, d, context))])
+                CallOp(funcs["init"], [q, scores, probs, o, *map(i32, (g, d, context))])
                 for step in for_(0, steps):
                     rows = AllocOp(ty["rows"], [], [])
                     # the head's d columns of the step's chunk of rows (keys, then values)
@@ -323,7 +350,7 @@ def attention_launch(
                     CallOp(funcs["step"], [q, rows, scores, probs, o, *map(i32, args)])
                     DeallocOp(rows)
                     yield_([])
-                CallOp(funcs["out"], [o, out, i32(g * d)])
+                CallOp(funcs["out"], [q, probs, o, out, *map(i32, (g, d, context))])
                 dma_memcpy_nd(
                     out3,
                     out,
@@ -340,7 +367,7 @@ def attention_ddr_bytes(heads: int, kv: int, d: int, context: int) -> int:
     and values, all `context` of each: the launch's shape is fixed, ctx[0] only limits what is used), the
     output."""
     g = heads // kv
-    return 2 * (kv * (g * d + ATTN_CTX) + 2 * context * kv * d + heads * d)
+    return 2 * (kv * attention_q_width(g, d) + 2 * context * kv * d + heads * d)
 
 
 def attention_backend_options() -> dict:
@@ -364,7 +391,7 @@ def attention_problem(heads: int, kv: int, d: int, context: int) -> str | None:
         )
     g, stack = heads // kv, attention_backend_options()["stack_size"]
     l1 = (
-        2 * (g * d + ATTN_CTX)
+        2 * attention_q_width(g, d)
         + 6 * g * context
         + 6 * g * d
         + 2 * 2 * ATTN_CHUNK * d
@@ -380,8 +407,9 @@ def attention_problem(heads: int, kv: int, d: int, context: int) -> str | None:
 
 @module_builder
 def build_attention_module(heads: int, kv: int, d: int, context: int):
-    """A module of one decode attention launch (attention_launch): out = attention(q, k_cache[:n],
-    v_cache[:n]), n = ctx[0], for heads query heads over kv key/value heads of d, a cache of context.
+    """A module of one decode attention launch (attention_launch): out = attention(q, [k_cache[:n]; k],
+    [v_cache[:n]; v]), n = ctx[0] < context, k and v the token's own (attention_q packs the q buffer), for
+    heads query heads over kv key/value heads of d, a cache of context.
     """
     problem = attention_problem(heads, kv, d, context)
     if problem:

@@ -215,7 +215,8 @@ def cases() -> list[Case]:
 def attention_case() -> Case:
     """Decode attention (o_gemv_ffn_int4.build_attention_module) at 8 query heads over 2 key/value heads
     of 64 and a cache of 128 positions, 77 of them valid (the rows past them NaN: neither used nor
-    needed): each PE's two DMAs, 8 steps of chunks, the softmax between."""
+    needed), the token's own key and value in the q buffer: each PE's two DMAs, 8 steps of chunks, the
+    softmax between."""
     import o_gemv_ffn_int4
     from int4awq.kernel.kernel_model import build_eltwise_kernel
 
@@ -223,13 +224,17 @@ def attention_case() -> Case:
 
     def inputs():
         rng = np.random.default_rng(7)
-        g = heads // kv
-        q = np.zeros((kv, g * d + o_gemv_ffn_int4.ATTN_CTX), bfloat16)
-        q[:, : g * d] = rng.standard_normal((kv, g * d)).astype(bfloat16)
-        q[:, g * d :].view(np.int32)[:] = n
+        q, k, v = (
+            rng.standard_normal(size).astype(bfloat16)
+            for size in (heads * d, kv * d, kv * d)
+        )
         caches = rng.standard_normal((2 * context, kv * d)).astype(bfloat16)
         caches[n:context] = caches[context + n :] = np.nan
-        return [q.reshape(1, -1), caches, np.zeros((1, heads * d), bfloat16)]
+        return [
+            o_gemv_ffn_int4.attention_q(q, k, v, n, kv),
+            caches,
+            np.zeros((1, heads * d), bfloat16),
+        ]
 
     return Case(
         f"decode attention, {heads} / {kv} heads of {d}, context {context} ({n} valid)",

@@ -36,7 +36,9 @@
 //             to bf16 (the halving is exact), g * sigmoid -> bf16, * up -> bf16
 //   rope:     each output one f32 multiply-add of two exact products -> bf16
 //   attention (the token's q against the first n positions of the cache,
-//             n = ctx[0]; positions past n are neither read nor written):
+//             n = ctx[0], and then its own key and value, position n, which
+//             come in q's buffer; cache rows past n are neither read nor
+//             written):
 //             scores: s = (q . k) in f32 (exact products, summed in 16 lanes
 //             i, i + 16, .. then the lanes in halves), times 1 / sqrt(d) in
 //             f32; softmax: m = the largest s, p = exp2((s - m) * log2(e))
@@ -144,6 +146,17 @@ static inline int32_t valid_in_chunk(const int32_t *ctx, int32_t chunk,
   return left < 0 ? 0 : (left < t ? left : t);
 }
 
+// One query head's score against one key: (q . k) / sqrt(d).
+static inline float attn_score(const bfloat16 *__restrict q,
+                               const bfloat16 *__restrict k, int32_t d,
+                               float scale) {
+  aie::accum<accfloat, V> acc = aie::zeros<accfloat, V>();
+  // live: 2 vec, 1 acc
+  for (int32_t i = 0; i < d; i += V)
+    acc = aie::mac(acc, aie::load_v<V>(q + i), aie::load_v<V>(k + i));
+  return aie::reduce_add(acc.template to_vector<float>()) * scale;
+}
+
 static void attn_scores(const bfloat16 *__restrict q,
                         const bfloat16 *__restrict k, float *__restrict scores,
                         const int32_t *__restrict ctx, int32_t chunk, int32_t g,
@@ -154,21 +167,15 @@ static void attn_scores(const bfloat16 *__restrict q,
   // live: 3 vec, 1 acc
   for (int32_t pos = 0; pos < n; ++pos)
     // live: 3 vec, 1 acc
-    for (int32_t h = 0; h < g; ++h) {
-      aie::accum<accfloat, V> acc = aie::zeros<accfloat, V>();
-      // live: 2 vec, 1 acc
-      for (int32_t i = 0; i < d; i += V)
-        acc = aie::mac(acc, aie::load_v<V>(q + h * d + i),
-                       aie::load_v<V>(k + pos * d + i));
+    for (int32_t h = 0; h < g; ++h)
       scores[h * c + chunk * t + pos] =
-          aie::reduce_add(acc.template to_vector<float>()) * scale;
-    }
+          attn_score(q + h * d, k + pos * d, d, scale);
 }
 
 static void attn_softmax(float *__restrict scores, bfloat16 *__restrict probs,
                          const int32_t *__restrict ctx, int32_t g, int32_t c) {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  const int32_t n = ctx[0];
+  const int32_t n = ctx[0] + 1; // the cache's positions and the token's own
   const float log2e = 1.4426950408889634f;
   // live: 4 vec, 1 acc
   for (int32_t h = 0; h < g; ++h) {
@@ -224,27 +231,41 @@ static void attn_values(const bfloat16 *__restrict probs,
     }
 }
 
-// Before the first step: o = 0. It takes the scores and the probabilities too,
-// so that the launch touches them outside its loop of steps (the compiler
-// keeps them at herd scope and double-buffers the rows).
-void attn_init_bf16(float *__restrict scores, bfloat16 *__restrict probs,
-                    float *__restrict o, int32_t g, int32_t d, int32_t c) {
-  (void)scores, (void)probs, (void)c;
+// The q buffer of a PE: its g x d query values, the token's own key and value
+// (d each: position n, which the cache does not hold yet), then ctx (16 int32:
+// ctx[0] = n, the cache rows to attend to before it), so that one DMA brings
+// them all.
+static inline const int32_t *attn_ctx(const bfloat16 *q, int32_t g, int32_t d) {
+  return reinterpret_cast<const int32_t *>(q + g * d + 2 * d);
+}
+
+// Before the first step: o = 0, and the scores of the token's own key
+// (position n). It takes the probabilities too, so that the launch touches
+// its buffers outside its loop of steps (the compiler keeps them at herd scope
+// and double-buffers the rows).
+void attn_init_bf16(const bfloat16 *__restrict q, float *__restrict scores,
+                    bfloat16 *__restrict probs, float *__restrict o, int32_t g,
+                    int32_t d, int32_t c) {
+  (void)probs;
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  const float scale = aie::invsqrt(float(d));
+  const int32_t n = attn_ctx(q, g, d)[0];
   // live: 1 vec, 0 acc
   for (int32_t i = 0; i < g * d; i += V)
     aie::store_v(o + i, aie::zeros<float, V>());
+  // live: 3 vec, 1 acc
+  for (int32_t h = 0; h < g; ++h)
+    scores[h * c + n] = attn_score(q + h * d, q + g * d, d, scale);
 }
 
 // One step of the attention launch's single stream of cache rows: steps 0 ..
 // c / t - 1 take the key rows of chunk `step` (scores), the next c / t the
-// value rows (values), the softmax running before the first of those. q holds
-// the PE's g x d query values, then ctx (16 int32: ctx[0] the positions to
-// attend to), so that one DMA brings both.
+// value rows (values), the softmax running before the first of those.
 void attn_step_bf16(const bfloat16 *__restrict q,
                     const bfloat16 *__restrict rows, float *__restrict scores,
                     bfloat16 *__restrict probs, float *__restrict o,
                     int32_t step, int32_t g, int32_t d, int32_t t, int32_t c) {
-  const int32_t *ctx = reinterpret_cast<const int32_t *>(q + g * d);
+  const int32_t *ctx = attn_ctx(q, g, d);
   const int32_t chunks = c / t;
   if (step < chunks) {
     attn_scores(q, rows, scores, ctx, step, g, d, t, c);
@@ -255,13 +276,23 @@ void attn_step_bf16(const bfloat16 *__restrict q,
   attn_values(probs, rows, o, ctx, step - chunks, g, d, t, c);
 }
 
-void attn_out_bf16(const float *__restrict o, bfloat16 *__restrict out,
-                   int32_t n) {
+// After the last step: the token's own value (position n, the last in
+// position order) added to o, then o -> bf16.
+void attn_out_bf16(const bfloat16 *__restrict q,
+                   const bfloat16 *__restrict probs, const float *__restrict o,
+                   bfloat16 *__restrict out, int32_t g, int32_t d, int32_t c) {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  // live: 1 vec, 1 acc
-  for (int32_t i = 0; i < n; i += V)
-    aie::store_v(out + i,
-                 rounded(aie::accum<accfloat, V>(aie::load_v<V>(o + i))));
+  const int32_t n = attn_ctx(q, g, d)[0];
+  const bfloat16 *v = q + g * d + d;
+  // live: 3 vec, 1 acc
+  for (int32_t h = 0; h < g; ++h)
+    // live: 3 vec, 1 acc
+    for (int32_t i = 0; i < d; i += V) {
+      aie::accum<accfloat, V> acc(aie::load_v<V>(o + h * d + i));
+      acc = aie::mac(acc, aie::broadcast<bfloat16, V>(probs[h * c + n]),
+                     aie::load_v<V>(v + i));
+      aie::store_v(out + h * d + i, rounded(acc));
+    }
 }
 
 } // extern "C"

@@ -434,15 +434,12 @@ class Dispatches:
         out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
         return {name: np.asarray(out[k]) for k, (name, _) in enumerate(cfg.buffers())}
 
-    def attention(self, q: np.ndarray, i: int, n: int) -> np.ndarray:
-        """Layer i's attention launch over its first n cache rows, q [heads * d] after RoPE."""
+    def attention(self, q, k, v, i: int, n: int) -> np.ndarray:
+        """Layer i's attention launch over its first n cache rows and the token's own key and value (q
+        [heads * d] and k after RoPE, v [kv_heads * d])."""
         m, b = self.m, self.builder
-        g = m.heads // m.kv_heads
-        qbuf = np.zeros((m.kv_heads, g * m.d + b.ATTN_CTX), bfloat16)
-        qbuf[:, : g * m.d] = np.asarray(q).reshape(m.kv_heads, g * m.d)
-        qbuf[:, g * m.d :].view(np.int32)[:] = n
         arrays = (
-            qbuf.reshape(1, -1),
+            b.attention_q(q, k, v, n, m.kv_heads),
             np.concatenate([m.cache_k[i], m.cache_v[i]]),
             np.zeros((1, m.heads * m.d), bfloat16),
         )
@@ -484,9 +481,10 @@ class Dispatches:
         n_runs = len(m.qkv_cfg.qkv)
         for i, ly in enumerate(m.layers):
             qkv = np.concatenate([out[f"qkv{r}"].reshape(-1) for r in range(n_runs)])
-            m.cache_k[i][pos] = out["k_roped"].reshape(-1)
-            m.cache_v[i][pos] = qkv[heads_n + kv_n : heads_n + 2 * kv_n]
-            attn = self.attention(out["q_roped"], i, pos + 1)
+            k, v = out["k_roped"].reshape(-1), qkv[heads_n + kv_n : heads_n + 2 * kv_n]
+            attn = self.attention(out["q_roped"], k, v, i, pos)
+            # the host appends the token's key and value once the launch has read them
+            m.cache_k[i][pos], m.cache_v[i][pos] = k, v
             rows = {
                 "attn": attn,
                 "x": x,

@@ -165,22 +165,30 @@ def test_rope_is_hugging_faces_rotation_rounded_once():
 
 
 def attention_by_entries(lib, q, k, v, n, t):
-    """attn_step_bf16 called as the attention launch calls it: 2 c / t steps over one stream of rows (the
-    key rows chunk by chunk, then the value rows), the q buffer holding q then ctx; then attn_out_bf16.
+    """The entries called as the attention launch calls them: attn_init_bf16, then attn_step_bf16 over
+    2 c / t steps of one stream of rows (the key rows chunk by chunk, then the value rows), then
+    attn_out_bf16; the q buffer holding q, the token's own key and value (k[n], v[n]) and ctx = n. The
+    stream carries the cache's rows as they stand: row n onward NaN (not appended yet).
     """
     g, d = q.shape
     c = k.shape[0]
     i32, ptr = ctypes.c_int32, ctypes.c_void_p
+    lib.attn_init_bf16.argtypes = [ptr] * 4 + [i32] * 3
     lib.attn_step_bf16.argtypes = [ptr] * 5 + [i32] * 5
-    lib.attn_out_bf16.argtypes = [ptr, ptr, i32]
-    qctx = aligned_empty((g * d + 32,), bfloat16)
+    lib.attn_out_bf16.argtypes = [ptr] * 4 + [i32] * 3
+    qctx = aligned_empty((g * d + 2 * d + 32,), bfloat16)
     qctx[: g * d] = q.reshape(-1)
-    qctx[g * d :].view(np.int32)[:] = n
+    qctx[g * d : g * d + d], qctx[g * d + d : g * d + 2 * d] = k[n], v[n]
+    qctx[g * d + 2 * d :].view(np.int32)[:] = n
     scores = aligned_empty((g * c,), np.float32)
     probs = aligned_empty((g * c,), bfloat16)
     o = aligned_empty((g * d,), np.float32)
     out = aligned_empty((g * d,), bfloat16)
-    rows = np.concatenate([k, v])
+    cached_k, cached_v = k.copy(), v.copy()
+    cached_k[n:], cached_v[n:] = np.nan, np.nan
+    rows = np.concatenate([cached_k, cached_v])
+    bufs = (qctx, scores, probs, o)
+    lib.attn_init_bf16(*(b.ctypes.data for b in bufs), g, d, c)
     for step in range(2 * c // t):
         chunk = aligned(rows[step * t : (step + 1) * t].reshape(-1))
         lib.attn_step_bf16(
@@ -195,21 +203,26 @@ def attention_by_entries(lib, q, k, v, n, t):
             t,
             c,
         )
-    lib.attn_out_bf16(o.ctypes.data, out.ctypes.data, g * d)
+    lib.attn_out_bf16(
+        qctx.ctypes.data, probs.ctypes.data, o.ctypes.data, out.ctypes.data, g, d, c
+    )
     return out.reshape(g, d)
 
 
-@pytest.mark.parametrize("n", [1, 17, 32, 95, 128])
+@pytest.mark.parametrize("n", [0, 1, 17, 31, 32, 95, 127])
 def test_attention_entries_match_the_model(lib, n):
-    """Positions past n are neither read nor written: the cache rows there are NaN here."""
+    """n cache rows and the token's own key and value (position n, from the q buffer): the model's
+    attention over the n + 1 positions; cache rows from n on are NaN, so neither read nor used.
+    """
     rng = np.random.default_rng(n)
     g, d, c, t = 4, 64, 128, 32
     q = (rng.standard_normal((g, d)) * 0.5).astype(bfloat16)
     k = rng.standard_normal((c, d)).astype(bfloat16)
     v = rng.standard_normal((c, d)).astype(bfloat16)
-    k[n:], v[n:] = np.nan, np.nan
     got = attention_by_entries(lib, q, k, v, n, t)
-    assert np.array_equal(bits(got), bits(model.attention(q, k[:n], v[:n], n)))
+    want = model.attention(q, k[: n + 1], v[: n + 1], n + 1)
+    assert np.array_equal(bits(got), bits(want))
+    assert np.isfinite(got.astype(np.float32)).all()
 
 
 def test_the_attention_model_is_softmax_attention_within_bf16():

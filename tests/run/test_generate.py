@@ -212,15 +212,18 @@ def test_the_attention_is_the_attention_launch_on_the_emulator(files):
     model.forward([5], 3, model.decode_tiles, trace)
     heads, kv, d = model.heads, model.kv_heads, model.d
     g = heads // kv
-    qbuf = np.zeros((kv, g * d + builder.ATTN_CTX), bfloat16)
-    qbuf[:, : g * d] = trace[(0, "q")].reshape(kv, g * d)
-    qbuf[:, g * d :].view(np.int32)[:] = 4
+    # position 3 (the fourth token): three cache rows, the token's own key and value in the q buffer
+    qbuf = builder.attention_q(
+        trace[(0, "q")], model.cache_k[0][3], model.cache_v[0][3], 3, kv
+    )
+    cached_k, cached_v = model.cache_k[0].copy(), model.cache_v[0].copy()
+    cached_k[3:], cached_v[3:] = np.nan, np.nan
     os.environ["AIR_EMU_LIB_PATH"] = str(build_eltwise_kernel().parent)
     run = XRTBackend(**builder.attention_backend_options()).compile_and_load(
         builder.build_attention_module(heads, kv, d, model.context)
     )
-    caches = np.concatenate([model.cache_k[0], model.cache_v[0]])
-    out = run(qbuf.reshape(1, -1), caches, np.zeros((1, heads * d), bfloat16))
+    caches = np.concatenate([cached_k, cached_v])
+    out = run(qbuf, caches, np.zeros((1, heads * d), bfloat16))
     got = np.asarray(out[2]).reshape(-1).view(np.uint16)
     assert np.array_equal(got, trace[(0, "attn")].reshape(-1).view(np.uint16))
 
