@@ -1385,14 +1385,68 @@ def rope_launches(
     """
     d, heads, kv = rope
     per_pe = math.gcd(heads, kv)
-    out = []
-    for name, start, count in (("q", 0, heads), ("k", heads * d, kv)):
-        i, offset = 0, start  # the part's GEMV output and its offset there
-        while offset >= qkv[i].n:
-            offset -= qkv[i].n
-            i += 1
-        out.append((name, f"qkv{i}", offset, count * d, count // per_pe))
-    return out
+    return [
+        (name, *qkv_part(qkv, start), count * d, count // per_pe)
+        for name, start, count in (("q", 0, heads), ("k", heads * d, kv))
+    ]
+
+
+def qkv_part(qkv: tuple[GemvConfig, ...], start: int) -> tuple[str, int]:
+    """(buffer, element offset) of the q, k, v outputs' element `start` (q, then k, then v) among the
+    GEMVs' outputs qkv0, qkv1, ..."""
+    i, offset = 0, start
+    while offset >= qkv[i].n:
+        offset -= qkv[i].n
+        i += 1
+    return f"qkv{i}", offset
+
+
+# bf16 slots behind each PE's key and value in the attention launch's q buffer: 16 int32, ctx[0] the cache
+# rows before the token (o_gemv_ffn_int4.attention_launch)
+ATTN_CTX = 32
+
+
+def attention_q_width(g: int, d: int) -> int:
+    """A PE's stretch of the attention launch's q buffer: its g query heads, the token's own key and value,
+    ctx."""
+    return g * d + 2 * d + ATTN_CTX
+
+
+def attention_ddr_bytes(heads: int, kv: int, d: int, context: int) -> int:
+    """What one attention launch moves: each PE's q buffer, its head's columns of every cache row (keys
+    and values, all `context` of each: the launch's shape is fixed, ctx[0] only limits what is used), the
+    output."""
+    g = heads // kv
+    return 2 * (kv * attention_q_width(g, d) + 2 * context * kv * d + heads * d)
+
+
+def check_fused_attention(rope: tuple[int, ...], context: int) -> None:
+    """A module ending with the attention launch (context > 0) writes its RoPE outputs into the launch's
+    q buffer, a RoPE PE's whole heads as whole groups of query heads of one key/value head.
+    """
+    if not rope:
+        raise ConfigError(
+            "the attention launch in the module: it needs the RoPE launches (rope)"
+        )
+    d, heads, kv = rope
+    if math.gcd(heads, kv) % (heads // kv):
+        raise ConfigError(
+            f"the attention launch in the module: {heads} query heads over {kv} key/value heads; a "
+            f"RoPE PE's {math.gcd(heads, kv)} heads are not whole groups of {heads // kv}"
+        )
+
+
+def attention_buffers(rope: tuple[int, ...], context: int):
+    """(inputs, outputs) of a module ending with the attention launch: the layer's KV cache [2 * context,
+    kv * d] (key rows, then value rows; the host appends the token's after the dispatch), the launch's q
+    buffer (the RoPE launches and the value copy write it, the host ctx) and its output.
+    """
+    d, heads, kv = rope
+    width = attention_q_width(heads // kv, d)
+    return [("kv_cache", (2 * context, kv * d))], [
+        ("q_attn", kv * width),
+        ("attn_next", heads * d),
+    ]
 
 
 def named_gemvs(gemvs) -> list[GemvConfig]:
@@ -1438,6 +1492,8 @@ class LayerConfig:
     rope: tuple[int, ...] = ()
     # the model's LM head: the last layer's module ends with the final RMSNorm and this GEMV (logits)
     head: GemvConfig | None = None
+    # > 0: the module ends with the next layer's attention launch over a KV cache of this many positions
+    context: int = 0
 
     def __post_init__(self):
         e, h = (
@@ -1462,6 +1518,8 @@ class LayerConfig:
             )
         if self.rope:
             self.check_rope()
+        if self.context:
+            check_fused_attention(self.rope, self.context)
         if self.head is not None and (
             self.next_qkv or (self.head.m, self.head.k) != (1, e)
         ):
@@ -1490,11 +1548,12 @@ class LayerConfig:
         next_qkv: tuple[GemvConfig, ...] = (),
         rope: tuple[int, ...] = (),
         head: GemvConfig | None = None,
+        context: int = 0,
     ) -> "LayerConfig":
         """The configurations with their entries named (named_gemvs)."""
         out = named_gemvs((o_proj, gate_up, down, *next_qkv, *([head] if head else [])))
         nxt = tuple(out[3 : 3 + len(next_qkv)])
-        return cls(*out[:3], nxt, rope, out[-1] if head else None)
+        return cls(*out[:3], nxt, rope, out[-1] if head else None, context)
 
     @property
     def gemvs(self) -> tuple[GemvConfig, GemvConfig, GemvConfig]:
@@ -1506,6 +1565,11 @@ class LayerConfig:
         """Every GEMV launch of the module, in order: the layer's three, then the next layer's q, k, v or
         the LM head."""
         return self.gemvs + self.next_qkv + ((self.head,) if self.head else ())
+
+    @property
+    def qkv_gemvs(self) -> tuple[GemvConfig, ...]:
+        """The q, k, v GEMVs the RoPE launches read."""
+        return self.next_qkv
 
     @property
     def hidden(self) -> int:
@@ -1522,18 +1586,22 @@ class LayerConfig:
         qkv = [(f"w_qkv{i}", g) for i, g in enumerate(self.next_qkv)]
         nxt = bool(self.next_qkv)
         rope = self.rope_launches() if self.rope else []
+        cache, attn = (
+            attention_buffers(self.rope, self.context) if self.context else ([], [])
+        )
         return (
             [("attn", e), ("x", e), ("w_o", self.o_proj), ("ffn_norm", e)]
             + [("w_gate_up", self.gate_up), ("w_down", self.down)]
             + ([("next_norm", e)] + qkv if nxt else [])
             + ([("rope_table", self.rope[0])] if rope else [])
+            + cache
             + ([("final_norm", e), ("w_head", self.head)] if self.head else [])
             + [("proj", e), ("h", e), ("normed", e), ("gate_up", 2 * h), ("act", h)]
             + [("down", e)]
             + ([("next_normed", e)] if nxt else [])
             + [("out", e)]
             + [(f"qkv{i}", g.n) for i, g in enumerate(self.next_qkv)]
-            + [(f"{name}_roped", n) for name, _, _, n, _ in rope]
+            + (attn or [(f"{name}_roped", n) for name, _, _, n, _ in rope])
             + ([("final_normed", e), ("logits", self.head.n)] if self.head else [])
         )
 
@@ -1551,6 +1619,8 @@ class QkvConfig:
 
     qkv: tuple[GemvConfig, ...]
     rope: tuple[int, ...]
+    # > 0: the module ends with layer 0's attention launch over a KV cache of this many positions
+    context: int = 0
 
     def __post_init__(self):
         e = self.hidden
@@ -1566,10 +1636,14 @@ class QkvConfig:
             )
         check_rope(self.qkv, self.rope)
         check_prefixes(self.qkv)
+        if self.context:
+            check_fused_attention(self.rope, self.context)
 
     @classmethod
-    def named(cls, qkv: tuple[GemvConfig, ...], rope: tuple[int, ...]) -> "QkvConfig":
-        return cls(tuple(named_gemvs(qkv)), rope)
+    def named(
+        cls, qkv: tuple[GemvConfig, ...], rope: tuple[int, ...], context: int = 0
+    ) -> "QkvConfig":
+        return cls(tuple(named_gemvs(qkv)), rope, context)
 
     @property
     def hidden(self) -> int:
@@ -1577,6 +1651,11 @@ class QkvConfig:
 
     @property
     def launch_gemvs(self) -> tuple[GemvConfig, ...]:
+        return self.qkv
+
+    @property
+    def qkv_gemvs(self) -> tuple[GemvConfig, ...]:
+        """The q, k, v GEMVs the RoPE launches read."""
         return self.qkv
 
     def rope_launches(self) -> list[tuple[str, str, int, int, int]]:
@@ -1589,10 +1668,18 @@ class QkvConfig:
     def buffers(self) -> list[tuple[str, int | GemvConfig]]:
         """The module's host buffers in argument order (LayerConfig.buffers' names for the same rows)."""
         e = self.hidden
+        cache, attn = (
+            attention_buffers(self.rope, self.context) if self.context else ([], [])
+        )
         return (
             [("x", e), ("attn_norm", e)]
             + [(f"w_qkv{i}", g) for i, g in enumerate(self.qkv)]
-            + [("rope_table", self.rope[0]), ("normed", e)]
+            + [("rope_table", self.rope[0])]
+            + cache
+            + [("normed", e)]
             + [(f"qkv{i}", g.n) for i, g in enumerate(self.qkv)]
-            + [(f"{name}_roped", n) for name, _, _, n, _ in self.rope_launches()]
+            + (
+                attn
+                or [(f"{name}_roped", n) for name, _, _, n, _ in self.rope_launches()]
+            )
         )

@@ -94,7 +94,11 @@ except ImportError as e:  # as a script without mlir-air: say what to do
     sys.exit(2)
 
 from int4_packed_record import (
+    ATTN_CTX,
     COLUMNS,
+    attention_ddr_bytes,
+    attention_q_width,
+    qkv_part,
     FORMAT_GS,
     L1_BYTES,
     FORMATS,
@@ -114,16 +118,18 @@ ELTWISE_OBJECT = "eltwise_bf16.o"  # kernels/Makefile ENTRIES=eltwise
 
 
 def l3_types(cfg: LayerConfig | QkvConfig):
-    """The host buffers' types, in argument order (LayerConfig.buffers)."""
+    """The host buffers' types, in argument order (LayerConfig.buffers): a row of bf16, a matrix of bf16
+    (rows, columns), or a GEMV's records."""
     bf16 = BF16Type.get()
-    return [
-        (
-            MemRefType.get([1, kind], bf16)
-            if isinstance(kind, int)
-            else gemv_l3_types(kind)[1]
-        )
-        for _, kind in cfg.buffers()
-    ]
+
+    def of(kind):
+        if isinstance(kind, int):
+            return MemRefType.get([1, kind], bf16)
+        if isinstance(kind, tuple):
+            return MemRefType.get(list(kind), bf16)
+        return gemv_l3_types(kind)[1]
+
+    return [of(kind) for _, kind in cfg.buffers()]
 
 
 def _at(x, tile: int, offset: int):
@@ -136,15 +142,28 @@ def _at(x, tile: int, offset: int):
 
 
 def eltwise_launch(
-    func, name: str, n: int, pes: int, sources, operands, out_index: int, extra=()
+    func,
+    name: str,
+    n: int,
+    pes: int,
+    sources,
+    operands,
+    out_index: int,
+    extra=(),
+    scatter=None,
 ):
     """One element-wise launch over n elements on a herd [pes, 1]: PE x takes elements x * n / pes onward
     of each source ((operand index, element offset); a source (operand index, None) is read whole by every
-    PE), calls func(sources..., out, n / pes, *extra) and writes its stretch of operands[out_index].
+    PE), calls func(sources..., out, n / pes, *extra) and writes its stretch of operands[out_index]; with
+    scatter = (pieces, stride, base), as that many equal pieces, piece j of PE x at element
+    base + (x * pieces + j) * stride.
     """
     tile = n // pes
-    l1_space = IntegerAttr.get(T.i32(), MemorySpace.L1)
     widths = [op.type.shape[1] for op in operands]
+    # the default: one piece at x * tile (its outer stride, never stepped, the row's width)
+    pieces, stride, base = scatter or (1, widths[out_index], 0)
+    span = pieces * stride if scatter else tile
+    l1_space = IntegerAttr.get(T.i32(), MemorySpace.L1)
 
     def row(width):
         return MemRefType.get([1, width], BF16Type.get(), memory_space=l1_space)
@@ -178,9 +197,9 @@ def eltwise_launch(
                 dma_memcpy_nd(
                     h3[out_index],
                     out,
-                    dst_offsets=[0, _at(x, tile, 0)],
-                    dst_sizes=[1, tile],
-                    dst_strides=[widths[out_index], 1],
+                    dst_offsets=[0, _at(x, span, base)],
+                    dst_sizes=[pieces, tile // pieces],
+                    dst_strides=[stride, 1],
                 )
                 for buf in (*ins, out):
                     DeallocOp(buf)
@@ -197,15 +216,14 @@ def eltwise_funcs(tiles, rope=None):
         return MemRefType.get([1, n], bf16, memory_space=l1)
 
     symbols = {
-        "add": "eltwise_add_bf16",
-        "rms_norm": "rms_norm_bf16",
-        "silu_mul": "silu_mul_bf16",
+        "add": ("eltwise_add_bf16", 3),
+        "rms_norm": ("rms_norm_bf16", 3),
+        "silu_mul": ("silu_mul_bf16", 3),
+        "copy": ("copy_bf16", 2),
     }
     funcs = {
-        name: kernel_func(
-            symbols[name], [row(tiles[name])] * 3 + [T.i32()], ELTWISE_OBJECT
-        )
-        for name in symbols
+        name: kernel_func(symbol, [row(tiles[name])] * rows + [T.i32()], ELTWISE_OBJECT)
+        for name, (symbol, rows) in symbols.items()
         if name in tiles
     }
     if rope:
@@ -230,12 +248,6 @@ def eltwise_funcs(tiles, rope=None):
 # the cache need not hold it yet: the host appends it after the dispatch. Rows past n are read but neither
 # used nor required to hold numbers.
 ATTN_CHUNK = 32
-ATTN_CTX = 32  # bf16 slots behind each PE's key and value: 16 int32, ctx[0] = n
-
-
-def attention_q_width(g: int, d: int) -> int:
-    """A PE's stretch of the q buffer: its g query heads, the token's own key and value, ctx."""
-    return g * d + 2 * d + ATTN_CTX
 
 
 def attention_q(q, k, v, n: int, kv: int):
@@ -362,14 +374,6 @@ def attention_launch(
                     DeallocOp(buf)
 
 
-def attention_ddr_bytes(heads: int, kv: int, d: int, context: int) -> int:
-    """What one attention launch moves: each PE's q and ctx, its head's columns of every cache row (keys
-    and values, all `context` of each: the launch's shape is fixed, ctx[0] only limits what is used), the
-    output."""
-    g = heads // kv
-    return 2 * (kv * attention_q_width(g, d) + 2 * context * kv * d + heads * d)
-
-
 def attention_backend_options() -> dict:
     """XRTBackend options of the attention module (the GEMV's stack: the kernel's scalar float code)."""
     return dict(
@@ -423,23 +427,33 @@ def build_attention_module(heads: int, kv: int, d: int, context: int):
 
 def _kernels(cfg, tiles):
     """Each distinct GEMV object's entries and the element-wise ones (tiles: eltwise_funcs'), declared once
-    for the module, and its RoPE launches."""
+    for the module, its RoPE launches, and the attention's entries when it ends with the attention launch.
+    """
     gemv_funcs = {}
     for g in cfg.launch_gemvs:
         if g.kernel not in gemv_funcs:
             gemv_funcs[g.kernel] = gemv_kernel_funcs(g)
     ropes = cfg.rope_launches() if cfg.rope else []
+    attn = None
+    if cfg.context:
+        d, heads, kv = cfg.rope
+        problem = attention_problem(heads, kv, d, cfg.context)
+        if problem:
+            raise ConfigError(problem)
+        tiles = {**tiles, "copy": d}
+        attn = attention_funcs(heads // kv, d, cfg.context)
     elt = eltwise_funcs(
         tiles, (ropes[0][3] // ropes[0][4], cfg.rope[0]) if ropes else None
     )
-    return gemv_funcs, elt, ropes
+    return gemv_funcs, elt, ropes, attn
 
 
 class _Launches:
     """The launches of a module's function over its arguments, named as cfg.buffers() names them."""
 
     def __init__(self, cfg, kernels, args):
-        self.gemv_funcs, self.elt, self.ropes = kernels
+        self.gemv_funcs, self.elt, self.ropes, self.attn = kernels
+        self.cfg = cfg
         self.b = dict(zip([n for n, _ in cfg.buffers()], args))
         self.d = cfg.rope[0] if cfg.rope else None
         self.e = cfg.hidden
@@ -455,11 +469,13 @@ class _Launches:
             herd_name=f"{name}_herd",
         )
 
-    def eltwise(self, entry, name, n, pes, sources, operands, extra=()):
+    def eltwise(self, entry, name, n, pes, sources, operands, extra=(), scatter=None):
         # sources: (operand, element offset, or None: whole) read; the last operand is written
         ops = [self.b[o] for o in operands]
         srcs = [(operands.index(o), off) for o, off in sources]
-        eltwise_launch(self.elt[entry], name, n, pes, srcs, ops, len(ops) - 1, extra)
+        eltwise_launch(
+            self.elt[entry], name, n, pes, srcs, ops, len(ops) - 1, extra, scatter
+        )
 
     def rms_norm(self, name, row, weight, out):
         """RMSNorm of a hidden row on one PE (its two passes need the whole row)."""
@@ -468,17 +484,52 @@ class _Launches:
         )
 
     def rope(self):
-        """q and k rotated at the position whose [cos | sin] row rope_table holds."""
+        """q and k rotated at the position whose [cos | sin] row rope_table holds; with the attention
+        launch (cfg.context), written into its q buffer, the token's value copied there, and the launch.
+        """
+        if not self.ropes:
+            return
+        d, heads, kv = self.cfg.rope
+        g, width = heads // kv, attention_q_width(heads // kv, d)
         for part, src, offset, n, pes in self.ropes:
+            out, scatter = f"{part}_roped", None
+            if self.attn:  # a PE's heads as whole groups of g (q) or single heads (k)
+                per_pe = n // pes // d
+                out = "q_attn"
+                scatter = (
+                    (per_pe // g, width, 0) if part == "q" else (per_pe, width, g * d)
+                )
             self.eltwise(
                 "rope",
                 f"rope_{part}",
                 n,
                 pes,
                 [(src, offset), ("rope_table", None)],
-                [src, "rope_table", f"{part}_roped"],
+                [src, "rope_table", out],
                 (self.d,),
+                scatter,
             )
+        if not self.attn:
+            return
+        src, offset = qkv_part(self.cfg.qkv_gemvs, (heads + kv) * d)
+        self.eltwise(
+            "copy",
+            "copy_v",
+            kv * d,
+            kv,
+            [(src, offset)],
+            [src, "q_attn"],
+            scatter=(1, width, g * d + d),
+        )
+        attention_launch(
+            self.attn,
+            "attention",
+            heads,
+            kv,
+            d,
+            self.cfg.context,
+            [self.b[n] for n in ("q_attn", "kv_cache", "attn_next")],
+        )
 
 
 @module_builder
@@ -543,12 +594,16 @@ def build_qkv_module(cfg: QkvConfig):
 
 
 def backend_options(cfg: LayerConfig | QkvConfig) -> dict:
-    """XRTBackend options: the ELF flow (13 arguments or more), the GEMVs' stack and launch tiling."""
+    """XRTBackend options: the ELF flow (13 arguments or more), the GEMVs' stack (and the attention's) and
+    launch tiling."""
     first = cfg.launch_gemvs[0]
+    stacks = [g.stack_bytes for g in cfg.launch_gemvs]
+    if cfg.context:
+        stacks.append(attention_backend_options()["stack_size"])
     return dict(
         target_device="npu2",
         output_format="elf",
-        stack_size=max(g.stack_bytes for g in cfg.launch_gemvs),
+        stack_size=max(stacks),
         omit_while_true_loop=False,
         runtime_loop_tiling_sizes=list(first.runtime_loop_tiling),
         instance_name=(

@@ -88,6 +88,8 @@ class Design:
     build: Callable[[], object]  # the AIR module
     options: dict  # XRTBackend keyword arguments
     outputs: tuple[int, ...] = (2,)  # the host arguments the design writes (C)
+    # host arguments the design writes in part, the rest the host's (the attention launch's q buffer)
+    inouts: tuple[int, ...] = ()
     ddr_bytes: int | None = None  # what the performance model counts per dispatch
     launch_iterations: int = 1
     # the launches with a chunk loop aircc should ping-pong (the GEMM's or a GEMV's; 0: none)
@@ -95,6 +97,15 @@ class Design:
 
     def text(self) -> str:
         return str(self.build())
+
+
+def _written(cfg, first: str) -> dict:
+    """A module's outputs (every buffer from `first` on: intermediates and results) and in-outs (the
+    attention launch's q buffer, whose ctx the host writes), as Design takes them."""
+    names = [n for n, _ in cfg.buffers()]
+    after = range(names.index(first), len(names))
+    inouts = tuple(i for i in after if names[i] == "q_attn")
+    return dict(outputs=tuple(i for i in after if i not in inouts), inouts=inouts)
 
 
 def _config_design(name: str, cfg) -> Design:
@@ -235,6 +246,21 @@ def designs(all_configs: bool = False) -> list[Design]:
             layer.default_layer(2048, 8192, *q4_k_m, head=(128256, "int8_triple", 16)),
         ),
     ]
+    # ending with the next layer's attention launch over a cache of 1,024 positions (the token's dispatch
+    # as generate runs it)
+    layer_designs.append(
+        (
+            "AWQ, ending with the next layer's q, k, v and attention at context 1024",
+            layer.default_layer(
+                2048,
+                8192,
+                ("awq",) * 3,
+                next_qkv=((3072, "awq", 128),),
+                rope=layer.LLAMA_ROPE,
+                context=1024,
+            ),
+        )
+    )
     for what, cfg in layer_designs:
         out.append(
             Design(
@@ -242,7 +268,7 @@ def designs(all_configs: bool = False) -> list[Design]:
                 lambda c=cfg: o_gemv_ffn_int4.build_module(c),
                 o_gemv_ffn_int4.backend_options(cfg),
                 # the intermediates and the outputs: every buffer after the inputs
-                outputs=tuple(range(cfg.index("proj"), len(cfg.buffers()))),
+                **_written(cfg, "proj"),
                 ddr_bytes=layer.ddr_bytes(cfg),
                 chunk_loops=len(
                     cfg.launch_gemvs
@@ -251,17 +277,18 @@ def designs(all_configs: bool = False) -> list[Design]:
         )
     # the module that starts a token: layer 0's norm, q, k, v (fused, N 3072) and RoPE, Llama-3.2-1B's
     # heads; and Q4_K_M's (q and k in Q4_K fast mode, v in Q6_K)
-    for what, runs in (
-        ("AWQ", ((3072, "awq", 128),)),
-        ("Q4_K_M", ((2560, "int4_min_bf16", 32), (512, "int8_triple", 16))),
+    for what, runs, context in (
+        ("AWQ", ((3072, "awq", 128),), 0),
+        ("Q4_K_M", ((2560, "int4_min_bf16", 32), (512, "int8_triple", 16)), 0),
+        ("AWQ, ending with the attention at context 1024", ((3072, "awq", 128),), 1024),
     ):
-        cfg = layer.default_qkv(2048, runs, layer.LLAMA_ROPE)
+        cfg = layer.default_qkv(2048, runs, layer.LLAMA_ROPE, context)
         out.append(
             Design(
                 f"the token's first module (o_gemv_ffn_int4.build_qkv_module), {what}",
                 lambda c=cfg: o_gemv_ffn_int4.build_qkv_module(c),
                 o_gemv_ffn_int4.backend_options(cfg),
-                outputs=tuple(range(cfg.index("normed"), len(cfg.buffers()))),
+                **_written(cfg, "normed"),
                 ddr_bytes=layer.ddr_bytes(cfg),
                 chunk_loops=len(cfg.qkv),
             )
@@ -362,7 +389,13 @@ def traffic_problems(design: Design, npu_text: str) -> list[str]:
         for i, (name, shape, _) in enumerate(t.args):
             r, w = t.reads[i], t.writes[i]
             moved += t.bytes_read(i) + t.bytes_written(i)
-            if i in design.outputs:
+            if i in design.inouts:
+                if (w > 1).any() or ((w == 0) & (r == 0)).any():
+                    out.append(
+                        f"{t.name}: in-out {name} {list(shape)}: {int((w > 1).sum())} elements written "
+                        f"more than once, {int(((w == 0) & (r == 0)).sum())} neither written nor read"
+                    )
+            elif i in design.outputs:
                 if r.any() and order is None:
                     out.append(f"{t.name}: output {name} is read from DDR")
                 if (w != 1).any():

@@ -796,66 +796,62 @@ def _mix(fmt: str, gs: int) -> dict:
 
 
 def _whole_token_line(label: str, mix: dict) -> str:
-    """A whole token as the NPU path builds it today (MODELLED): the first module (layer 0's norm, q, k, v
-    and RoPE: o_gemv_ffn_int4.build_qkv_module), per layer the attention launch
-    (o_gemv_ffn_int4.build_attention_module, a dispatch of its own, DDR-bound: its softmax's compute is not
-    in the kernel cost model) and the module ending with the next layer's q, k, v and RoPE, the last one
-    ending with the final norm and the LM head instead; mix: each weight's record format and group (_mix,
-    Q4_K_M_MIX). A context the attention cannot hold in L1 says so."""
-    import importlib.util
-
-    if (
-        importlib.util.find_spec("air") is None
-    ):  # the builder needs an air package: the emulator's
-        sys.path.insert(0, os.path.join(REPO, "emulator"))
-    import o_gemv_ffn_int4 as builder
-
+    """A whole token as the NPU path builds it today (MODELLED), one dispatch a module: the first module
+    (layer 0's norm, q, k, v, RoPE and attention: o_gemv_ffn_int4.build_qkv_module), then per layer the
+    module ending with the next layer's q, k, v, RoPE and attention, the last one ending with the final
+    norm and the LM head instead; the attention DDR-bound (its softmax's compute is not in the kernel cost
+    model); mix: each weight's record format and group (_mix, Q4_K_M_MIX). A context the attention cannot
+    hold in L1 says so."""
     from int4awq.design import layer
     from int4awq.errors import ConfigError
 
     hidden, inter = shape_of("o_proj")[0], shape_of("down_proj")[0]
-    chained = layer.modelled(
-        layer.default_layer(
-            hidden, inter, mix["formats"], mix["gss"], mix["qkv"], layer.LLAMA_ROPE
-        )
-    )
     last = layer.modelled(
         layer.default_layer(
             hidden, inter, mix["formats"], mix["gss"], head=(VOCAB, *mix["head"])
         )
     )
-    first = layer.modelled(layer.default_qkv(hidden, mix["qkv"], layer.LLAMA_ROPE))
     parts = []
     for context in TOKEN_CONTEXTS:
         try:
-            builder.build_attention_module(
-                *layer.LLAMA_ROPE[1:], layer.LLAMA_ROPE[0], context
+            chained_cfg = layer.default_layer(
+                hidden,
+                inter,
+                mix["formats"],
+                mix["gss"],
+                mix["qkv"],
+                layer.LLAMA_ROPE,
+                context=context,
             )
+            first_cfg = layer.default_qkv(hidden, mix["qkv"], layer.LLAMA_ROPE, context)
+            # the builder refuses what the attention launch cannot hold (its L1)
+            _builder_module(chained_cfg)
         except ConfigError as e:
             parts.append(f"context {context}: not built ({e})")
             continue
-        attention = (
-            builder.attention_ddr_bytes(
-                *layer.LLAMA_ROPE[1:], layer.LLAMA_ROPE[0], context
-            )
-            / model.DDR_BYTES_PER_S
-            + model.FIXED_S
-        )
-        token = (
-            first.seconds
-            + LAYERS * attention
-            + (LAYERS - 1) * chained.seconds
-            + last.seconds
-        )
+        chained, first = layer.modelled(chained_cfg), layer.modelled(first_cfg)
+        token = first.seconds + (LAYERS - 1) * chained.seconds + last.seconds
+        attention = dict(chained.launches)["attention"]
         parts.append(
-            f"context {context}: {2 * LAYERS + 1} dispatches, {token * 1e3:.2f} ms = {1 / token:.1f} tok/s "
+            f"context {context}: {LAYERS + 1} dispatches, {token * 1e3:.2f} ms = {1 / token:.1f} tok/s "
             f"(attention {attention * 1e6:.1f} us a layer, DDR only)"
         )
     return (
-        f"{label}: whole token, MODELLED (the first module: layer 0's norm, q, k, v and RoPE; per layer the "
-        f"attention, then the module ending with the next layer's q, k, v and RoPE, the last with the final "
-        f"norm and the LM head in {mix['head'][0]}): " + "; ".join(parts)
+        f"{label}: whole token, MODELLED (the first module: layer 0's norm, q, k, v, RoPE and attention; "
+        f"per layer the module ending with the next layer's q, k, v, RoPE and attention, the last with the "
+        f"final norm and the LM head in {mix['head'][0]}): " + "; ".join(parts)
     )
+
+
+def _builder_module(cfg):
+    """o_gemv_ffn_int4.build_module(cfg) (the emulator's air package where mlir-air is absent)."""
+    import importlib.util
+
+    if importlib.util.find_spec("air") is None:
+        sys.path.insert(0, os.path.join(REPO, "emulator"))
+    import o_gemv_ffn_int4 as builder
+
+    return builder.build_module(cfg)
 
 
 def _head_line(fmt: str, gs: int) -> str:

@@ -150,12 +150,22 @@ def cases() -> list[Case]:
                 g.format, g.k, g.n, g.gs, seed=names.index(name)
             )
             for name, g in cfg.buffers()
-            if not isinstance(g, int)
+            if not isinstance(g, (int, tuple))
         }
         given = {
             name: random_activations(1, cfg.hidden, names.index(name)) for name in rows
         }
         given["rope_table"] = rope.table(rope.base_frequencies(500000.0, 64), 77)
+        if cfg.context:  # 77 cache rows before the token, the rows from it on NaN
+            d, heads, kv = cfg.rope
+            rng = np.random.default_rng(77)
+            cache = rng.standard_normal((2 * cfg.context, kv * d)).astype(bfloat16)
+            cache[77 : cfg.context] = cache[cfg.context + 77 :] = np.nan
+            zeros = np.zeros(heads * d)
+            given["kv_cache"] = cache
+            given["q_attn"] = o_gemv_ffn_int4.attention_q(
+                zeros, zeros[: kv * d], zeros[: kv * d], 77, kv
+            )
         return layer_model.module_buffers(cfg, weights, given)
 
     out.append(
@@ -181,6 +191,38 @@ def cases() -> list[Case]:
             lambda: layer_model.host_libraries(token_first),
         )
     )
+    # both ending with the next layer's attention launch over a cache of 128 positions (generate's
+    # dispatches)
+    for cfg, rows, first, what in (
+        (
+            small_layer(128),
+            ("attn", "x", "ffn_norm", "next_norm"),
+            "proj",
+            "decoder layer o_proj + FFN module (o_gemv_ffn_int4.py), hidden 512, ending with the next "
+            "layer's q, k, v, RoPE and attention over 128 positions (77 cached)",
+        ),
+        (
+            small_qkv(128),
+            ("x", "attn_norm"),
+            "normed",
+            "the token's first module (o_gemv_ffn_int4.build_qkv_module), hidden 512, ending with the "
+            "attention over 128 positions (77 cached)",
+        ),
+    ):
+        out.append(
+            Case(
+                what,
+                lambda c=cfg: (
+                    o_gemv_ffn_int4.build_module(c)
+                    if hasattr(c, "next_qkv")
+                    else o_gemv_ffn_int4.build_qkv_module(c)
+                ),
+                o_gemv_ffn_int4.backend_options(cfg),
+                lambda c=cfg, r=rows: module_inputs(c, r),
+                tuple(range(cfg.index(first), len(cfg.buffers()))),
+                lambda c=cfg: layer_model.host_libraries(c),
+            )
+        )
     out.append(attention_case())
     for obj, rows in (
         (kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m),
@@ -246,10 +288,10 @@ def attention_case() -> Case:
     )
 
 
-def small_layer():
+def small_layer(context: int = 0):
     """The layer module at hidden 512, intermediate 1024, ending with a q, k, v GEMV over N 1024 and the
     RoPE of its q and k (8 query and 4 key/value heads of 64): o_proj and down on one object, gate_up's and
-    the q, k, v GEMV's tile_n 32 a second (its entries prefixed).
+    the q, k, v GEMV's tile_n 32 a second (its entries prefixed); context > 0: then the attention launch.
     """
     from int4_packed_record import GemvConfig
     from int4_packed_record import LayerConfig
@@ -263,12 +305,14 @@ def small_layer():
         gemv(1024, 512),
         (gemv(512, 1024, 32),),
         (64, 8, 4),
+        context=context,
     )
 
 
-def small_qkv():
+def small_qkv(context: int = 0):
     """The token's first module at hidden 512 with 8 query and 8 key/value heads of 64: q and k as one AWQ
-    GEMV (N 1024), v a second of another format and object (int8_triple, N 512), their entries prefixed.
+    GEMV (N 1024), v a second of another format and object (int8_triple, N 512), their entries prefixed;
+    context > 0: then the attention launch.
     """
     from int4_packed_record import GemvConfig, QkvConfig
 
@@ -280,6 +324,7 @@ def small_qkv():
             ),
         ),
         (64, 8, 8),
+        context,
     )
 
 

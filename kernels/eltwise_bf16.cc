@@ -9,6 +9,8 @@
 //   rms_norm_bf16(x, w, out, n)        out = (x * r) * w,
 //                                      r = 1 / sqrt(sum(x^2) / n + 1e-5)
 //   silu_mul_bf16(gate, up, out, n)    out = silu(gate) * up        (SwiGLU)
+//   copy_bf16(x, out, n)               out = x (the token's value into the
+//                                      attention launch's q buffer)
 //   attn_init_bf16 / attn_step_bf16 / attn_out_bf16:
 //                                      decode attention of one key/value head
 //                                      and its g query heads over a cache
@@ -73,6 +75,13 @@ void eltwise_add_bf16(const bfloat16 *__restrict a,
   for (int32_t i = 0; i < n; i += V)
     aie::store_v(out + i,
                  aie::add(aie::load_v<V>(a + i), aie::load_v<V>(b + i)));
+}
+
+void copy_bf16(const bfloat16 *__restrict x, bfloat16 *__restrict out,
+               int32_t n) {
+  // live: 1 vec, 0 acc
+  for (int32_t i = 0; i < n; i += V)
+    aie::store_v(out + i, aie::load_v<V>(x + i));
 }
 
 void rms_norm_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict w,

@@ -17,7 +17,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from int4_packed_record import COLUMNS, PES, ConfigError, LayerConfig, QkvConfig
+from int4_packed_record import (
+    COLUMNS,
+    PES,
+    ConfigError,
+    LayerConfig,
+    QkvConfig,
+    attention_ddr_bytes,
+)
 
 from . import gemv, model
 from .llama import PROJECTIONS, VOCAB, shape_of
@@ -52,10 +59,19 @@ def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
         out += [("final_rms_norm", *norm)] if cfg.head else []
     # RoPE: x and out a value each, the [cos | sin] row once (aircc reads it once for the herd and
     # broadcasts it: the compiled runtime sequence moves it once per launch)
-    return out + [
+    out += [
         (f"rope_{part}", 2 * (2 * n + cfg.rope[0]), n // pes)
         for part, _, _, n, pes in (cfg.rope_launches() if cfg.rope else [])
     ]
+    if (
+        cfg.context
+    ):  # the token's value copied, then the attention launch (DDR only: see modelled)
+        d, heads, kv = cfg.rope
+        out += [
+            ("copy_v", 2 * 2 * kv * d, d),
+            ("attention", attention_ddr_bytes(heads, kv, d, cfg.context), 0),
+        ]
+    return out
 
 
 def default_layer(
@@ -66,12 +82,14 @@ def default_layer(
     next_qkv=(),
     rope=(),
     head=None,
+    context=0,
 ):
     """The LayerConfig of the shapes: each GEMV at its own default configuration (gemv.default_config) for
     its format and group size (formats, gss: o_proj, gate_up, down; gss None: each format's); next_qkv:
     (N, format, group size) of each of the next layer's q, k, v GEMVs the module should end with; rope:
     (head_dim, query heads, key/value heads) to rotate that q and k (LayerConfig.rope); head: (N, format,
-    group size) of the LM head the last layer's module ends with, N padded to whole launch iterations.
+    group size) of the LM head the last layer's module ends with, N padded to whole launch iterations;
+    context: > 0, the module ends with the next layer's attention launch over a cache of that many positions.
     """
     gss = gss or tuple(FORMAT_GS[f] for f in formats)
     # the GEMV spreads N over its 32 PEs, 16 columns each at least; padding N would break the chain
@@ -92,14 +110,17 @@ def default_layer(
     ]
     nxt = tuple(gemv.default_config(1, hidden, n, gs, fmt) for n, fmt, gs in next_qkv)
     tail = gemv.default_config(1, hidden, head[0], head[2], head[1]) if head else None
-    return LayerConfig.named(*own, nxt, rope, tail)
+    return LayerConfig.named(*own, nxt, rope, tail, context)
 
 
-def default_qkv(hidden: int, qkv, rope) -> QkvConfig:
+def default_qkv(hidden: int, qkv, rope, context: int = 0) -> QkvConfig:
     """The QkvConfig that starts a token: qkv = (N, format, group size) of each q, k, v GEMV at its default
-    configuration, rope = (head_dim, query heads, key/value heads)."""
+    configuration, rope = (head_dim, query heads, key/value heads); context > 0: ending with layer 0's
+    attention launch over a cache of that many positions."""
     return QkvConfig.named(
-        tuple(gemv.default_config(1, hidden, n, gs, fmt) for n, fmt, gs in qkv), rope
+        tuple(gemv.default_config(1, hidden, n, gs, fmt) for n, fmt, gs in qkv),
+        rope,
+        context,
     )
 
 
@@ -147,7 +168,8 @@ def module_buffers(cfg, weights: dict, rows: dict) -> list:
             a = np.zeros((1, kind.k), bfloat16)
             out.append(padded_operands(kind, a, weights[name])[1])
         else:
-            out.append(rows.get(name, np.zeros((1, kind), bfloat16)))
+            shape = kind if isinstance(kind, tuple) else (1, kind)
+            out.append(rows.get(name, np.zeros(shape, bfloat16)))
     return out
 
 
@@ -206,6 +228,7 @@ def _sum(cfg, order: list[str], names: list[str]) -> LayerEstimate:
         for name, b, per_pe in eltwise_launches(cfg)
     }
     order = order + [f"rope_{r[0]}" for r in (cfg.rope_launches() if cfg.rope else [])]
+    order += ["copy_v", "attention"] if cfg.context else []
     launches = tuple((n, (gemvs | elt)[n]) for n in order)
     seconds = (
         model.FIXED_S

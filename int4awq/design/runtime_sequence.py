@@ -217,20 +217,23 @@ def interpret(npu_text: str) -> list[Traffic]:
 
 
 def order_problems(main: Traffic, sequences: list[Traffic]) -> list[str]:
-    """For a main sequence: each element a launch reads of a buffer the module itself writes must have been
-    written by an earlier launch (an intermediate through DDR); one line per argument that is not.
+    """For a main sequence: each element a launch reads that some launch of the module writes must have
+    been written by an earlier launch (an intermediate through DDR); an element no launch writes is the
+    host's (an input, or the host's part of a buffer the module also writes). One line per argument that
+    breaks it.
     """
     by_name = {t.name: t for t in sequences}
     out = []
     for a, (name, shape, _) in enumerate(main.args):
         if not main.writes[a].any():
             continue  # a host input
+        produced = main.writes[a] > 0
         written = np.zeros_like(main.writes[a])
         for k, (seq, argmap) in enumerate(main.runs):
             inner = by_name[seq]
             params = [p for p, x in enumerate(argmap) if x == a]
             reads = sum((inner.reads[p] for p in params), np.zeros_like(written))
-            early = (reads > 0) & (written == 0)
+            early = (reads > 0) & (written == 0) & produced
             if early.any():
                 out.append(
                     f"{main.name}: launch {k} ({seq}) reads {int(early.sum())} elements of {name} "

@@ -3,11 +3,11 @@
 time through the decode path as the NPU runs it, each token the greedy (or sampled) pick of the LM head's
 logits.
 
-The decode path is the one `make bench` prices as a whole token: the first module (layer 0's attention
-norm, q, k, v GEMVs and RoPE: o_gemv_ffn_int4.build_qkv_module), then per layer the attention launch over
-the KV cache (build_attention_module) and the layer's module (o_proj, residual, RMSNorm, gate and up,
-SwiGLU, down, residual; the next layer's norm, q, k, v GEMVs and RoPE, or, after the last layer, the final
-norm and the LM head). Its GEMVs run at their default configurations (layer.default_layer,
+The decode path is the one `make bench` prices as a whole token, one dispatch a module: the first
+module (layer 0's attention norm, q, k, v GEMVs, RoPE and attention over the KV cache:
+o_gemv_ffn_int4.build_qkv_module), then per layer its module (o_proj, residual, RMSNorm, gate and up,
+SwiGLU, down, residual; the next layer's norm, q, k, v GEMVs, RoPE and attention, or, after the last
+layer, the final norm and the LM head). Its GEMVs run at their default configurations (layer.default_layer,
 layer.default_qkv): the K-chunk of each decides where the kernel folds, so it decides the bits.
 
 Backends:
@@ -182,7 +182,7 @@ class Llama:
         rope_shape = (self.d, self.heads, self.kv_heads)
         # the token's first module: layer 0's norm, q, k, v and RoPE (o_gemv_ffn_int4.build_qkv_module)
         self.qkv_cfg = layer.default_qkv(
-            self.hidden, run_specs(self.layers[0]), rope_shape
+            self.hidden, run_specs(self.layers[0]), rope_shape, self.context
         )
         self.module_cfgs = []
         self.decode_tiles: list[dict[int, int]] = [
@@ -204,6 +204,7 @@ class Llama:
                 () if last else tuple(run_specs(self.layers[i + 1])),
                 () if last else rope_shape,
                 (self.head.n, *_key(self.head)) if last else None,
+                0 if last else self.context,
             )
             self.module_cfgs.append(cfg)
             o, gate_up, down, *rest = cfg.launch_gemvs
@@ -244,19 +245,13 @@ class Llama:
 
     def modelled_token_s(self) -> tuple[float, int]:
         """(seconds, dispatches) of one decode token as the NPU path runs it (MODELLED, make bench's
-        whole-token sum): the first module (layer 0's norm, q, k, v and RoPE), per layer the attention launch
-        (DDR-bound, its softmax unpriced) and the layer's module."""
-        from ..design import layer, model
+        whole-token sum): the first module (layer 0's norm, q, k, v, RoPE and attention), then per layer
+        its module (ending with the next layer's q, k, v, RoPE and attention, the last with the head); the
+        attention DDR-bound, its softmax unpriced."""
+        from ..design import layer
 
-        b = _builder()
-        attention = (
-            b.attention_ddr_bytes(self.heads, self.kv_heads, self.d, self.context)
-            / model.DDR_BYTES_PER_S
-            + model.FIXED_S
-        )
         modules = [layer.modelled(c) for c in [self.qkv_cfg, *self.module_cfgs]]
-        seconds = len(self.layers) * attention + sum(e.seconds for e in modules)
-        return seconds, len(modules) + len(self.layers)
+        return sum(e.seconds for e in modules), len(modules)
 
     def decode_step(self, token: int, pos: int) -> np.ndarray:
         """One token through the decode path's kernel models (what Dispatches.step runs launch by launch)."""
@@ -317,12 +312,13 @@ class Llama:
 
 
 class Dispatches:
-    """A token's dispatches as the NPU path runs them (the first module, per layer the attention launch and
-    the layer's module), on the emulator ("emu"), the simulator of the design aircc + aiecc compile
-    ("sim": each dispatch run twice on one array, equal bit for bit, and timed), or NPU2 ("npu": each
-    compiled once and kept loaded; written against mlir-air's XRTBackend, not run here). The weights are packed
-    into the modules' buffers once; each token fills in the rows. The host appends each position's k (after
-    RoPE) and v to the KV cache, which the attention launch reads."""
+    """A token's dispatches as the NPU path runs them (the first module, then per layer its module, each
+    ending with the next layer's attention launch), on the emulator ("emu"), the simulator of the design
+    aircc + aiecc compile ("sim": each dispatch run twice on one array, equal bit for bit, and timed), or
+    NPU2 ("npu": each compiled once and kept loaded; written against mlir-air's XRTBackend, not run here).
+    The weights are packed into the modules' buffers once; each token fills in the rows. The attention
+    launch takes the token's own k (after RoPE) and v from its q buffer; the host appends them to the KV
+    cache after the dispatch."""
 
     def __init__(self, model: "Llama", backend: str, compile_first: bool = True):
         from ..design import compiler, layer
@@ -358,35 +354,17 @@ class Dispatches:
         self.buffers = [
             layer.module_buffers(cfg, w, {}) for cfg, w in zip(self.cfgs, weights)
         ]
-        b, m = self.builder, model
-        self.attention_module = b.build_attention_module(
-            m.heads, m.kv_heads, m.d, m.context
-        )
-        options = b.attention_backend_options()
         if backend == "npu":
             self._load_on_npu()
             return
         from ..kernel.kernel_model import build_eltwise_kernel
 
-        # the attention launch's host library (built once here, not a make run a launch)
+        # the element-wise host library (built once here, not a make run a dispatch)
         self.eltwise_dir = str(build_eltwise_kernel().parent)
-        if backend == "emu":
-            from air.backend.xrt import XRTBackend
-
-            os.environ["AIR_EMU_LIB_PATH"] = self.eltwise_dir
-            if compile_first:
-                compiler.compile_before_run(
-                    options["instance_name"], str(self.attention_module), options
-                )
-            self.attend = XRTBackend(**options).compile_and_load(self.attention_module)
-        else:
-            self.attention_dir = compiler.compile_before_run(
-                options["instance_name"], str(self.attention_module), options
-            )
 
     def _load_on_npu(self) -> None:
-        """Every module and the attention launch compiled for NPU2 once, each in a build folder of its own,
-        and kept loaded: a dispatch is then one call of its invoker (mlir-air's XRTBackend).
+        """Every module compiled for NPU2 once, each in a build folder of its own, and kept loaded: a
+        dispatch is then one call of its invoker (mlir-air's XRTBackend).
         """
         from .decode_layer import load_on_npu
 
@@ -404,17 +382,10 @@ class Dispatches:
             )
             for j, cfg in enumerate(self.cfgs)
         ]
-        self.attend_npu = load_on_npu(
-            self.attention_module,
-            self.builder.attention_backend_options(),
-            os.path.join(root, "attention"),
-        )
 
     def close(self) -> None:
         """Unloads what the npu backend loaded."""
-        for backend, _ in getattr(self, "loaded", []) + (
-            [self.attend_npu] if hasattr(self, "attend_npu") else []
-        ):
+        for backend, _ in getattr(self, "loaded", []):
             backend.unload()
 
     def module(self, j: int, rows: dict) -> dict:
@@ -423,7 +394,8 @@ class Dispatches:
 
         cfg, bufs = self.cfgs[j], list(self.buffers[j])
         for name, row in rows.items():
-            bufs[cfg.index(name)] = np.asarray(row, bfloat16).reshape(1, -1)
+            k = cfg.index(name)
+            bufs[k] = np.asarray(row, bfloat16).reshape(bufs[k].shape)
         if self.backend == "npu":
             out = list(self.loaded[j][1](*bufs))
             return {
@@ -434,32 +406,15 @@ class Dispatches:
         out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
         return {name: np.asarray(out[k]) for k, (name, _) in enumerate(cfg.buffers())}
 
-    def attention(self, q, k, v, i: int, n: int) -> np.ndarray:
-        """Layer i's attention launch over its first n cache rows and the token's own key and value (q
-        [heads * d] and k after RoPE, v [kv_heads * d])."""
-        m, b = self.m, self.builder
-        arrays = (
-            b.attention_q(q, k, v, n, m.kv_heads),
-            np.concatenate([m.cache_k[i], m.cache_v[i]]),
-            np.zeros((1, m.heads * m.d), bfloat16),
-        )
-        if self.backend == "emu":
-            return np.asarray(self.attend(*arrays)[2]).reshape(-1)
-        if self.backend == "npu":
-            return np.asarray(self.attend_npu[1](*arrays)[2]).reshape(-1)
-        from . import sim_costs
-
-        os.environ["AIR_EMU_LIB_PATH"] = self.eltwise_dir
-        _, sim = sim_costs.simulate_compiled(
-            self.attention_dir, arrays, None, dispatches=2
-        )
-        first, second = (np.asarray(d[2]).reshape(-1) for d in sim.dispatch_outputs)
-        if not np.array_equal(first.view(np.uint16), second.view(np.uint16)):
-            raise RunFailure(
-                f"the compiled attention launch: its second dispatch gives other outputs than its first "
-                f"(layer {i}, {n} positions)"
-            )
-        return first
+    def _append(self, i: int, q_attn: np.ndarray, pos: int) -> None:
+        """The host appends layer i's key and value at pos to its KV cache, read back from the attention
+        launch's q buffer (o_gemv_ffn_int4.attention_q's layout) once the dispatch has run.
+        """
+        m = self.m
+        g = m.heads // m.kv_heads
+        rows = np.asarray(q_attn).reshape(m.kv_heads, -1)
+        m.cache_k[i][pos] = rows[:, g * m.d : g * m.d + m.d].reshape(-1)
+        m.cache_v[i][pos] = rows[:, g * m.d + m.d : g * m.d + 2 * m.d].reshape(-1)
 
     def step(self, token: int, pos: int) -> np.ndarray:
         """One token's dispatches at position pos: the logits (f32 [head N], bf16 values)."""
@@ -468,35 +423,42 @@ class Dispatches:
             self.timed.clear()
         x = m.embed([token]).astype(bfloat16)
         table = rope.table(m.frequencies, pos)
-        heads_n = m.heads * m.d
-        kv_n = m.kv_heads * m.d
+        zeros = np.zeros(m.heads * m.d)
+        # the attention launch's q buffer as the host gives it: ctx[0] = pos (the cache rows before the
+        # token); the RoPE launches and the value's copy write the rest
+        ctx = self.builder.attention_q(
+            zeros, zeros[: m.kv_heads * m.d], zeros[: m.kv_heads * m.d], pos, m.kv_heads
+        )
+
+        def cache(i):
+            return np.concatenate([m.cache_k[i], m.cache_v[i]])
+
         out = self.module(
             0,
             {
                 "x": x,
                 "attn_norm": m.layers[0].attn_norm.astype(bfloat16)[None],
                 "rope_table": table,
+                "kv_cache": cache(0),
+                "q_attn": ctx,
             },
         )
-        n_runs = len(m.qkv_cfg.qkv)
         for i, ly in enumerate(m.layers):
-            qkv = np.concatenate([out[f"qkv{r}"].reshape(-1) for r in range(n_runs)])
-            k, v = out["k_roped"].reshape(-1), qkv[heads_n + kv_n : heads_n + 2 * kv_n]
-            attn = self.attention(out["q_roped"], k, v, i, pos)
-            # the host appends the token's key and value once the launch has read them
-            m.cache_k[i][pos], m.cache_v[i][pos] = k, v
+            self._append(i, out["q_attn"], pos)
             rows = {
-                "attn": attn,
+                "attn": out["attn_next"],
                 "x": x,
                 "ffn_norm": ly.ffn_norm.astype(bfloat16)[None],
             }
-            last = i + 1 == len(m.layers)
-            if last:
+            if i + 1 == len(m.layers):
                 rows["final_norm"] = m.final_norm.astype(bfloat16)[None]
             else:
-                rows["next_norm"] = m.layers[i + 1].attn_norm.astype(bfloat16)[None]
-                rows["rope_table"] = table
-                n_runs = len(m.module_cfgs[i].next_qkv)
+                rows |= {
+                    "next_norm": m.layers[i + 1].attn_norm.astype(bfloat16)[None],
+                    "rope_table": table,
+                    "kv_cache": cache(i + 1),
+                    "q_attn": ctx,
+                }
             out = self.module(1 + i, rows)
             x = out["out"]
         return out["logits"].reshape(-1)[: m.head.n].astype(np.float32)

@@ -119,18 +119,47 @@ def test_top_k_1_sampling_is_greedy(files, capsys):
 
 def test_the_decode_step_is_the_layer_modules_on_the_emulator(files):
     """One decode step of the model backend against o_gemv_ffn_int4's modules run on the emulator with
-    the same inputs: the first (layer 0's norm, q, k, v and RoPE), layer 0's (o_proj, the FFN, layer 1's
-    norm, q, k, v and RoPE) and the last one's (with the final norm and the head), every output bit for
-    bit."""
+    the same inputs: the first (layer 0's norm, q, k, v, RoPE and attention), layer 0's (o_proj, the FFN,
+    layer 1's norm, q, k, v, RoPE and attention) and the last one's (with the final norm and the head),
+    every output bit for bit. The caches hold the three positions before the token, the rows from the
+    token's on NaN: the attention launches take its own key and value from their q buffer.
+    """
     from int4awq.design import layer
     from int4awq.formats import rope
     from int4awq.run.decode_layer import run_module
 
+    builder = gen._builder()
     model = gen.Llama(str(files["gguf"]), None, 64)
     model.forward([422, 17, 99], 0, model.decode_tiles)  # three positions in the cache
     trace = {}
     model.forward([5], 3, model.decode_tiles, trace)
     table = rope.table(model.frequencies, 3)
+    kv, d = model.kv_heads, model.d
+    g = model.heads // kv
+    ctx = builder.attention_q(
+        np.zeros(model.heads * d), np.zeros(kv * d), np.zeros(kv * d), 3, kv
+    )
+
+    def cache(i):  # layer i's cache as it stands before the token's dispatch
+        rows = np.concatenate([model.cache_k[i], model.cache_v[i]]).copy()
+        rows[3 : model.context] = rows[model.context + 3 :] = np.nan
+        return rows
+
+    def attention_side(got, i):
+        """The q buffer's parts and the launch's output against layer i's trace."""
+        qa = got["q_attn"].reshape(kv, -1)
+        for name, part, want in (
+            ("q", qa[:, : g * d], trace[(i, "q")]),
+            ("k", qa[:, g * d : g * d + d], trace[(i, "k")]),
+            ("v", qa[:, g * d + d : g * d + 2 * d], trace[(i, "v")]),
+            ("attn", got["attn_next"], trace[(i, "attn")]),
+        ):
+            a = np.asarray(part).reshape(-1).view(np.uint16)
+            assert np.array_equal(a, np.asarray(want).reshape(-1).view(np.uint16)), (
+                i,
+                name,
+            )
+
     qkv = run_module(
         model.qkv_cfg,
         layer.module_buffers(
@@ -143,21 +172,15 @@ def test_the_decode_step_is_the_layer_modules_on_the_emulator(files):
                 "x": trace[(0, "x")],
                 "attn_norm": model.layers[0].attn_norm.astype(bfloat16)[None],
                 "rope_table": table,
+                "kv_cache": cache(0),
+                "q_attn": ctx,
             },
         ),
         "emu",
         False,
     )
-    first = {n: np.asarray(qkv[k]) for k, (n, _) in enumerate(model.qkv_cfg.buffers())}
-    for name, label in (("q_roped", "q"), ("k_roped", "k")):
-        got = first[name].reshape(-1).view(np.uint16)
-        assert np.array_equal(got, trace[(0, label)].reshape(-1).view(np.uint16)), name
-    v = np.concatenate(
-        [first[f"qkv{r}"].reshape(-1) for r in range(len(model.qkv_cfg.qkv))]
-    )
-    n_q, n_k = (model.layers[0].weights[j].n for j in (gen.Q, gen.K))
-    assert np.array_equal(
-        v[n_q + n_k :].view(np.uint16), trace[(0, "v")].reshape(-1).view(np.uint16)
+    attention_side(
+        {n: np.asarray(qkv[k]) for k, (n, _) in enumerate(model.qkv_cfg.buffers())}, 0
     )
     for i, cfg in enumerate(model.module_cfgs):
         ly, last = model.layers[i], i + 1 == len(model.layers)
@@ -181,6 +204,7 @@ def test_the_decode_step_is_the_layer_modules_on_the_emulator(files):
                 weights[f"w_qkv{r}"] = fuse_columns([nxt.weights[j] for j in run_])
             given["next_norm"] = nxt.attn_norm.astype(bfloat16)[None]
             given["rope_table"] = table
+            given["kv_cache"], given["q_attn"] = cache(i + 1), ctx
         bufs = run_module(cfg, layer.module_buffers(cfg, weights, given), "emu", False)
         got = {name: np.asarray(bufs[k]) for k, (name, _) in enumerate(cfg.buffers())}
 
@@ -192,8 +216,7 @@ def test_the_decode_step_is_the_layer_modules_on_the_emulator(files):
         if last:
             same("logits", trace["logits"])
         else:
-            same("q_roped", trace[(i + 1, "q")])
-            same("k_roped", trace[(i + 1, "k")])
+            attention_side(got, i + 1)
 
 
 def test_the_attention_is_the_attention_launch_on_the_emulator(files):
