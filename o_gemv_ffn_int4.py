@@ -239,15 +239,28 @@ def eltwise_funcs(tiles, rope=None):
 # ------------------------------------------------------------------------------------------- attention
 # Decode attention over a KV cache of `context` positions at most, ATTN_CHUNK positions a DMA: each PE takes
 # one key/value head and its g query heads (GQA), as mlir-air's attention_decode example lays its herd
-# [NKV, 1] (Llama-3.2-1B: 8 PEs of 4 query heads of 64). A PE's scores and probabilities for every position
-# stay in L1 (g x context f32 and bf16: 24 KB at 4 heads and 1,024 positions). Two DMAs a PE, the two shim
-# channels of its column: its q, with the token's own key and value and the run-time length behind it
-# (ctx[0] = n: the cache rows before the token), and one stream of cache rows, the key rows chunk by chunk
-# and then the value rows (the caches stacked in one buffer), each chunk one call of attn_step_bf16 (the
-# softmax runs before the first value chunk). The token itself is position n, taken from the q buffer, so
-# the cache need not hold it yet: the host appends it after the dispatch. Rows past n are read but neither
-# used nor required to hold numbers.
+# [NKV, 1] (Llama-3.2-1B: 8 PEs of 4 query heads of 64). An online softmax (one pass: the running maximum,
+# sum and output rescaled when a chunk raises the maximum, as flash attention's) keeps one chunk's scores
+# in L1, so the context does not depend on L1. Two DMAs a PE, the two shim channels of its column: its q,
+# with the token's own key and value and the run-time length behind it (ctx[0] = n: the cache rows before
+# the token), and one stream of the cache's chunks, each its 32 key rows then its 32 value rows
+# (attention_cache's layout), one call of attn_step_bf16 a chunk. The token itself is taken from the q
+# buffer, so the cache need not hold it yet: the host appends it after the dispatch. Rows past n are read
+# but neither used nor required to hold numbers.
 ATTN_CHUNK = 32
+
+
+def attention_cache(k, v):
+    """The launch's cache buffer [2 * context, kv * d] bf16 from one layer's keys (after RoPE) and values
+    [context, kv * d], position major: chunk j of ATTN_CHUNK positions is its key rows, then its value
+    rows."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    k, v = np.asarray(k, bfloat16), np.asarray(v, bfloat16)
+    chunks = k.shape[0] // ATTN_CHUNK
+    both = np.stack([a.reshape(chunks, ATTN_CHUNK, a.shape[1]) for a in (k, v)], axis=1)
+    return both.reshape(2 * k.shape[0], k.shape[1])
 
 
 def attention_q(q, k, v, n: int, kv: int):
@@ -270,8 +283,8 @@ def attention_q(q, k, v, n: int, kv: int):
 
 def attention_types(heads: int, kv: int, d: int, context: int):
     """The launch's DDR buffers: q [1, kv * attention_q_width] bf16 (per PE its g query heads, the token's
-    key and value of its head, then its 16 int32 of ctx), the caches [2 * context, kv * d] bf16 (key rows,
-    then value rows, position major), out [1, heads * d] bf16."""
+    key and value of its head, then its 16 int32 of ctx), the cache [2 * context, kv * d] bf16
+    (attention_cache's chunks of key rows and value rows), out [1, heads * d] bf16."""
     bf16, g = BF16Type.get(), heads // kv
     return (
         MemRefType.get([1, kv * attention_q_width(g, d)], bf16),
@@ -290,10 +303,11 @@ def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
 
     ty = dict(
         q=buf([1, attention_q_width(g, d)], bf16),
-        rows=buf([chunk, d], bf16),
-        scores=buf([1, g * context], f32),
-        probs=buf([1, g * context], bf16),
-        o=buf([1, g * d], f32),
+        rows=buf([2 * chunk, d], bf16),
+        scores=buf([1, g * chunk], f32),
+        probs=buf([1, g * chunk], bf16),
+        # the state: g x d output sums, g maxima, g sums of probabilities
+        o=buf([1, g * d + 2 * g], f32),
         out=buf([1, g * d], bf16),
     )
     step = [ty[k] for k in ("q", "rows", "scores", "probs", "o")] + [T.i32()] * 5
@@ -305,9 +319,7 @@ def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
         ),
         "step": kernel_func("attn_step_bf16", step, ELTWISE_OBJECT),
         "out": kernel_func(
-            "attn_out_bf16",
-            [ty["q"], ty["probs"], ty["o"], ty["out"]] + [T.i32()] * 3,
-            ELTWISE_OBJECT,
+            "attn_out_bf16", [ty["o"], ty["out"]] + [T.i32()] * 2, ELTWISE_OBJECT
         ),
         "types": ty,
     }
@@ -320,7 +332,7 @@ def attention_launch(
     caches, out): herd [kv, 1], PE x the key/value head x and the query heads x * g .. x * g + g - 1.
     """
     g, chunk, ty = heads // kv, ATTN_CHUNK, funcs["types"]
-    steps = 2 * context // chunk
+    steps = context // chunk
 
     def i32(v):
         return v if not isinstance(v, int) else arith.ConstantOp(T.i32(), v)
@@ -350,19 +362,19 @@ def attention_launch(
                 CallOp(funcs["init"], [q, scores, probs, o, *map(i32, (g, d, context))])
                 for step in for_(0, steps):
                     rows = AllocOp(ty["rows"], [], [])
-                    # the head's d columns of the step's chunk of rows (keys, then values)
+                    # the head's d columns of the step's chunk (its key rows, then its value rows)
                     dma_memcpy_nd(
                         rows,
                         caches3,
-                        src_offsets=[_at(step, chunk, 0), _at(x, d, 0)],
-                        src_sizes=[chunk, d],
+                        src_offsets=[_at(step, 2 * chunk, 0), _at(x, d, 0)],
+                        src_sizes=[2 * chunk, d],
                         src_strides=[kv * d, 1],
                     )
                     args = [arith.index_cast(T.i32(), step), g, d, chunk, context]
                     CallOp(funcs["step"], [q, rows, scores, probs, o, *map(i32, args)])
                     DeallocOp(rows)
                     yield_([])
-                CallOp(funcs["out"], [q, probs, o, out, *map(i32, (g, d, context))])
+                CallOp(funcs["out"], [o, out, *map(i32, (g, d))])
                 dma_memcpy_nd(
                     out3,
                     out,
@@ -385,28 +397,29 @@ def attention_backend_options() -> dict:
 
 
 def attention_problem(heads: int, kv: int, d: int, context: int) -> str | None:
-    """Why the attention launch cannot take these heads and this context, or None: the herd's shape, or a
-    PE's L1 (q and ctx, the scores (f32) and probabilities (bf16) of every position for its g query heads,
-    o (f32) and out, two chunks of cache rows, the stack)."""
-    if heads % kv or kv > COLUMNS or d % 16 or context % ATTN_CHUNK:
+    """Why the attention launch cannot take these heads and this context, or None: the herd's shape, the
+    context (whole chunks, an even count of them: aircc ping-pongs the loop over them, and an odd trip
+    count corrupts data on NPU2, docs/emulator.md#odd-trip-counts), or a PE's L1 (the q buffer, one chunk's
+    scores (f32) and probabilities (bf16) for its g query heads, the state (f32) and out, two chunks of
+    cache rows, the stack)."""
+    if heads % kv or kv > COLUMNS or d % 16 or context % (2 * ATTN_CHUNK):
         return (
             f"attention: {heads} query heads over {kv} key/value heads (at most {COLUMNS}) of {d} (a "
-            f"multiple of 16), context {context} (a multiple of {ATTN_CHUNK})"
+            f"multiple of 16), context {context} (a multiple of {2 * ATTN_CHUNK}: an even count of "
+            f"{ATTN_CHUNK}-position chunks)"
         )
     g, stack = heads // kv, attention_backend_options()["stack_size"]
     l1 = (
         2 * attention_q_width(g, d)
-        + 6 * g * context
-        + 6 * g * d
-        + 2 * 2 * ATTN_CHUNK * d
+        + 6 * g * ATTN_CHUNK
+        + 4 * (g * d + 2 * g)
+        + 2 * g * d
+        + 2 * 2 * 2 * ATTN_CHUNK * d
         + stack
     )
     if l1 <= L1_BYTES:
         return None
-    return (
-        f"attention: context {context} needs {l1} bytes of a PE's L1 ({g} heads' scores and "
-        f"probabilities of every position), more than its {L1_BYTES}: a shorter context"
-    )
+    return f"attention: {g} query heads of {d} a PE need {l1} bytes of its L1, more than its {L1_BYTES}"
 
 
 @module_builder

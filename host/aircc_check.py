@@ -293,16 +293,19 @@ def designs(all_configs: bool = False) -> list[Design]:
                 chunk_loops=len(cfg.qkv),
             )
         )
-    # decode attention at Llama-3.2-1B's heads (32 over 8 key/value heads of 64), a cache of 1,024
-    out.append(
-        Design(
-            "decode attention (o_gemv_ffn_int4.build_attention_module), 32 / 8 heads of 64, context 1024",
-            lambda: o_gemv_ffn_int4.build_attention_module(32, 8, 64, 1024),
-            o_gemv_ffn_int4.attention_backend_options(),
-            outputs=(2,),
-            ddr_bytes=o_gemv_ffn_int4.attention_ddr_bytes(32, 8, 64, 1024),
+    # decode attention at Llama-3.2-1B's heads (32 over 8 key/value heads of 64), a cache of 1,024 and of
+    # 4,096 positions
+    for context in (1024, 4096):
+        out.append(
+            Design(
+                f"decode attention (o_gemv_ffn_int4.build_attention_module), 32 / 8 heads of 64, "
+                f"context {context}",
+                lambda c=context: o_gemv_ffn_int4.build_attention_module(32, 8, 64, c),
+                o_gemv_ffn_int4.attention_backend_options(),
+                outputs=(2,),
+                ddr_bytes=o_gemv_ffn_int4.attention_ddr_bytes(32, 8, 64, context),
+            )
         )
-    )
     for fmt, gs in record.FORMAT_GS.items():
         cfg = gemv.default_config(1, 2048, 2048, gs, fmt)
         out.append(_config_design(f"make run_llama_decode FORMAT={fmt}", cfg))

@@ -159,10 +159,13 @@ def cases() -> list[Case]:
         if cfg.context:  # 77 cache rows before the token, the rows from it on NaN
             d, heads, kv = cfg.rope
             rng = np.random.default_rng(77)
-            cache = rng.standard_normal((2 * cfg.context, kv * d)).astype(bfloat16)
-            cache[77 : cfg.context] = cache[cfg.context + 77 :] = np.nan
+            k, v = (
+                rng.standard_normal((cfg.context, kv * d)).astype(bfloat16)
+                for _ in "kv"
+            )
+            k[77:] = v[77:] = np.nan
             zeros = np.zeros(heads * d)
-            given["kv_cache"] = cache
+            given["kv_cache"] = o_gemv_ffn_int4.attention_cache(k, v)
             given["q_attn"] = o_gemv_ffn_int4.attention_q(
                 zeros, zeros[: kv * d], zeros[: kv * d], 77, kv
             )
@@ -270,11 +273,13 @@ def attention_case() -> Case:
             rng.standard_normal(size).astype(bfloat16)
             for size in (heads * d, kv * d, kv * d)
         )
-        caches = rng.standard_normal((2 * context, kv * d)).astype(bfloat16)
-        caches[n:context] = caches[context + n :] = np.nan
+        cached_k, cached_v = (
+            rng.standard_normal((context, kv * d)).astype(bfloat16) for _ in "kv"
+        )
+        cached_k[n:] = cached_v[n:] = np.nan
         return [
             o_gemv_ffn_int4.attention_q(q, k, v, n, kv),
-            caches,
+            o_gemv_ffn_int4.attention_cache(cached_k, cached_v),
             np.zeros((1, heads * d), bfloat16),
         ]
 

@@ -37,17 +37,22 @@
 //   silu_mul: sigmoid(g) = (1 + tanh(g / 2)) / 2 with tanh to bf16 and the sum
 //             to bf16 (the halving is exact), g * sigmoid -> bf16, * up -> bf16
 //   rope:     each output one f32 multiply-add of two exact products -> bf16
-//   attention (the token's q against the first n positions of the cache,
-//             n = ctx[0], and then its own key and value, position n, which
-//             come in q's buffer; cache rows past n are neither read nor
-//             written):
+//   attention (the token's q against its own key and value, which come in
+//             q's buffer, then the cache's first n = ctx[0] positions, chunk
+//             by chunk; cache rows past n are neither used nor written), an
+//             online softmax (one pass, as flash attention's):
 //             scores: s = (q . k) in f32 (exact products, summed in 16 lanes
 //             i, i + 16, .. then the lanes in halves), times 1 / sqrt(d) in
-//             f32; softmax: m = the largest s, p = exp2((s - m) * log2(e))
-//             (each step f32, exp2 to bf16), l = the sum of p in f32 in
-//             position order, r = 1 / l, p' = p * r_hi + p * r_lo -> bf16
-//             (r's hi / lo split as rms_norm's); values: o += p' v in f32,
-//             position by position; out: o -> bf16
+//             f32; state per query head: m (the largest s so far), l (the
+//             sum of p), o (the sum of p v), all f32, starting from the own
+//             position (m = its s, l = 1, o = its v); per chunk: m' = the
+//             largest of m and the chunk's s; if m' > m, a = exp2((m - m') *
+//             log2(e)) to bf16, l = l * a, o = o * a (o's three bf16 parts
+//             each times a: exact products, summed in f32), m = m'; then
+//             p = exp2((s - m) * log2(e)) (each step f32, exp2 to bf16),
+//             l += p in position order, o += p v position by position (f32);
+//             out: r = 1 / l as bf16 hi + lo (rms_norm's split), o * r = the
+//             six products of o's parts and r's, summed in f32 -> bf16
 // int4awq/kernel/eltwise_model.py holds the same steps in numpy.
 //===----------------------------------------------------------------------===//
 
@@ -146,8 +151,10 @@ void rope_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict table,
 
 // ---------------------------------------------------------------- attention
 // One PE: g query heads of d sharing one key/value head, the cache's first
-// ctx[0] positions, in chunks of t positions (k, v: t x d, row-major), scores
-// and probabilities for all c positions (g x c, head-major) in L1.
+// ctx[0] positions, in chunks of t positions: a chunk is t key rows then t
+// value rows (2t x d, row-major), the cache laid out so (one DMA a chunk).
+// L1 holds one chunk's scores and probabilities (g x t, head-major) and the
+// state o: g x d sums, then g maxima m, then g sums l (f32).
 
 static inline int32_t valid_in_chunk(const int32_t *ctx, int32_t chunk,
                                      int32_t t) {
@@ -166,142 +173,141 @@ static inline float attn_score(const bfloat16 *__restrict q,
   return aie::reduce_add(acc.template to_vector<float>()) * scale;
 }
 
-static void attn_scores(const bfloat16 *__restrict q,
-                        const bfloat16 *__restrict k, float *__restrict scores,
-                        const int32_t *__restrict ctx, int32_t chunk, int32_t g,
-                        int32_t d, int32_t t, int32_t c) {
-  ::aie::set_rounding(aie::rounding_mode::conv_even);
-  const float scale = aie::invsqrt(float(d));
-  const int32_t n = valid_in_chunk(ctx, chunk, t);
-  // live: 3 vec, 1 acc
-  for (int32_t pos = 0; pos < n; ++pos)
-    // live: 3 vec, 1 acc
-    for (int32_t h = 0; h < g; ++h)
-      scores[h * c + chunk * t + pos] =
-          attn_score(q + h * d, k + pos * d, d, scale);
+// V values of o (f32) as three bf16 parts, largest first: their sum is o
+// (each part the rounding of what the ones before leave).
+struct Parts {
+  aie::vector<bfloat16, V> p[3];
+};
+static inline Parts split3(const float *o) {
+  Parts r;
+  aie::accum<accfloat, V> rest(aie::load_v<V>(o));
+  // live: 4 vec, 1 acc
+  for (int k = 0; k < 3; ++k) {
+    r.p[k] = rounded(rest);
+    rest = aie::sub(rest, r.p[k]);
+  }
+  return r;
 }
 
-static void attn_softmax(float *__restrict scores, bfloat16 *__restrict probs,
-                         const int32_t *__restrict ctx, int32_t g, int32_t c) {
+// acc + o * s for a bf16 s: o's parts each times s (exact), summed in f32.
+static inline aie::accum<accfloat, V>
+mac_parts(aie::accum<accfloat, V> acc, const Parts &o,
+          const aie::vector<bfloat16, V> &s) {
+  // live: 5 vec, 1 acc
+  for (int k = 0; k < 3; ++k)
+    acc = aie::mac(acc, o.p[k], s);
+  return acc;
+}
+
+// The q buffer of a PE: its g x d query values, the token's own key and value
+// (d each: the cache does not hold them yet), then ctx (16 int32: ctx[0] = n,
+// the cache rows to attend to), so that one DMA brings them all.
+static inline const int32_t *attn_ctx(const bfloat16 *q, int32_t g, int32_t d) {
+  return reinterpret_cast<const int32_t *>(q + g * d + 2 * d);
+}
+
+// Before the first step: the state from the token's own position: m = its
+// score, l = 1 (its p: exp2(0)), o = its value. It takes the scores and the
+// probabilities too, so that the launch touches its buffers outside its loop
+// of steps (the compiler keeps them at herd scope and double-buffers the
+// rows).
+void attn_init_bf16(const bfloat16 *__restrict q, float *__restrict scores,
+                    bfloat16 *__restrict probs, float *__restrict o, int32_t g,
+                    int32_t d, int32_t c) {
+  (void)scores, (void)probs, (void)c;
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  const int32_t n = ctx[0] + 1; // the cache's positions and the token's own
-  const float log2e = 1.4426950408889634f;
-  // live: 4 vec, 1 acc
+  const float scale = aie::invsqrt(float(d));
+  const bfloat16 *k = q + g * d, *v = q + g * d + d;
+  float *m = o + g * d, *l = o + g * d + g;
+  // live: 3 vec, 1 acc
   for (int32_t h = 0; h < g; ++h) {
-    float *s = scores + h * c;
-    bfloat16 *p = probs + h * c;
-    float m = s[0];
+    m[h] = attn_score(q + h * d, k, d, scale);
+    l[h] = 1.0f;
+    // live: 1 vec, 1 acc
+    for (int32_t i = 0; i < d; i += V)
+      aie::store_v(o + h * d + i, aie::accum<accfloat, V>(aie::load_v<V>(v + i))
+                                      .template to_vector<float>());
+  }
+}
+
+// One chunk of the cache (step): its valid positions' scores, the state
+// rescaled when the maximum grows, then their probabilities and values.
+void attn_step_bf16(const bfloat16 *__restrict q,
+                    const bfloat16 *__restrict rows, float *__restrict scores,
+                    bfloat16 *__restrict probs, float *__restrict o,
+                    int32_t step, int32_t g, int32_t d, int32_t t, int32_t c) {
+  (void)c;
+  ::aie::set_rounding(aie::rounding_mode::conv_even);
+  const int32_t n = valid_in_chunk(attn_ctx(q, g, d), step, t);
+  if (n == 0)
+    return;
+  const float scale = aie::invsqrt(float(d));
+  const float log2e = 1.4426950408889634f;
+  const bfloat16 *k = rows, *v = rows + t * d;
+  float *m = o + g * d, *l = o + g * d + g;
+  // live: 5 vec, 1 acc
+  for (int32_t h = 0; h < g; ++h) {
+    float *s = scores + h * t;
+    bfloat16 *p = probs + h * t;
+    float *oh = o + h * d;
+    float top = m[h];
+    // live: 3 vec, 1 acc
+    for (int32_t pos = 0; pos < n; ++pos) {
+      s[pos] = attn_score(q + h * d, k + pos * d, d, scale);
+      top = s[pos] > top ? s[pos] : top;
+    }
+    if (top > m[h]) {
+      const bfloat16 a = aie::exp2<bfloat16>(
+          aie::broadcast<float, V>((m[h] - top) * log2e))[0];
+      const aie::vector<bfloat16, V> av = aie::broadcast<bfloat16, V>(a);
+      l[h] = l[h] * float(a);
+      // live: 5 vec, 1 acc
+      for (int32_t i = 0; i < d; i += V)
+        aie::store_v(oh + i,
+                     mac_parts(aie::zeros<accfloat, V>(), split3(oh + i), av)
+                         .template to_vector<float>());
+      m[h] = top;
+    }
     // live: 0 vec, 0 acc (scalar)
-    for (int32_t i = 1; i < n; ++i)
-      m = s[i] > m ? s[i] : m;
-    // live: 0 vec, 0 acc (scalar)
-    for (int32_t i = 0; i < n; ++i)
-      s[i] = (s[i] - m) * log2e;
-    float l = 0.0f;
+    for (int32_t pos = 0; pos < n; ++pos)
+      s[pos] = (s[pos] - top) * log2e;
     // live: 2 vec, 0 acc
     for (int32_t i = 0; i < n; i += V) {
       aie::store_v(p + i, aie::exp2<bfloat16>(aie::load_v<V>(s + i)));
       // live: 0 vec, 0 acc (scalar)
       for (int32_t j = i; j < i + V && j < n; ++j)
-        l += float(p[j]);
+        l[h] += float(p[j]);
     }
-    // r = 1 / l held as bf16 hi + lo (rms_norm's split): p' = p r in one
-    // rounding
-    const aie::accum<accfloat, V> r_acc(aie::broadcast<float, V>(1.0f / l));
-    const aie::vector<bfloat16, V> r_hi = rounded(r_acc);
-    const aie::vector<bfloat16, V> r_lo = rounded(aie::sub(r_acc, r_hi));
-    // live: 4 vec, 1 acc
-    for (int32_t i = 0; i < n; i += V) {
-      const aie::vector<bfloat16, V> pv = aie::load_v<V>(p + i);
-      aie::store_v(p + i, rounded(aie::mac(aie::mul(pv, r_hi), pv, r_lo)));
-    }
-  }
-}
-
-static void attn_values(const bfloat16 *__restrict probs,
-                        const bfloat16 *__restrict v, float *__restrict o,
-                        const int32_t *__restrict ctx, int32_t chunk, int32_t g,
-                        int32_t d, int32_t t, int32_t c) {
-  ::aie::set_rounding(aie::rounding_mode::conv_even);
-  const int32_t n = valid_in_chunk(ctx, chunk, t);
-  // live: 3 vec, 1 acc
-  for (int32_t h = 0; h < g; ++h)
     // live: 3 vec, 1 acc
     for (int32_t i = 0; i < d; i += V) {
-      aie::accum<accfloat, V> acc =
-          chunk == 0 ? aie::zeros<accfloat, V>()
-                     : aie::accum<accfloat, V>(aie::load_v<V>(o + h * d + i));
+      aie::accum<accfloat, V> acc(aie::load_v<V>(oh + i));
       // live: 3 vec, 1 acc
       for (int32_t pos = 0; pos < n; ++pos)
-        acc = aie::mac(
-            acc, aie::broadcast<bfloat16, V>(probs[h * c + chunk * t + pos]),
-            aie::load_v<V>(v + pos * d + i));
-      aie::store_v(o + h * d + i, acc.template to_vector<float>());
+        acc = aie::mac(acc, aie::broadcast<bfloat16, V>(p[pos]),
+                       aie::load_v<V>(v + pos * d + i));
+      aie::store_v(oh + i, acc.template to_vector<float>());
     }
-}
-
-// The q buffer of a PE: its g x d query values, the token's own key and value
-// (d each: position n, which the cache does not hold yet), then ctx (16 int32:
-// ctx[0] = n, the cache rows to attend to before it), so that one DMA brings
-// them all.
-static inline const int32_t *attn_ctx(const bfloat16 *q, int32_t g, int32_t d) {
-  return reinterpret_cast<const int32_t *>(q + g * d + 2 * d);
-}
-
-// Before the first step: o = 0, and the scores of the token's own key
-// (position n). It takes the probabilities too, so that the launch touches
-// its buffers outside its loop of steps (the compiler keeps them at herd scope
-// and double-buffers the rows).
-void attn_init_bf16(const bfloat16 *__restrict q, float *__restrict scores,
-                    bfloat16 *__restrict probs, float *__restrict o, int32_t g,
-                    int32_t d, int32_t c) {
-  (void)probs;
-  ::aie::set_rounding(aie::rounding_mode::conv_even);
-  const float scale = aie::invsqrt(float(d));
-  const int32_t n = attn_ctx(q, g, d)[0];
-  // live: 1 vec, 0 acc
-  for (int32_t i = 0; i < g * d; i += V)
-    aie::store_v(o + i, aie::zeros<float, V>());
-  // live: 3 vec, 1 acc
-  for (int32_t h = 0; h < g; ++h)
-    scores[h * c + n] = attn_score(q + h * d, q + g * d, d, scale);
-}
-
-// One step of the attention launch's single stream of cache rows: steps 0 ..
-// c / t - 1 take the key rows of chunk `step` (scores), the next c / t the
-// value rows (values), the softmax running before the first of those.
-void attn_step_bf16(const bfloat16 *__restrict q,
-                    const bfloat16 *__restrict rows, float *__restrict scores,
-                    bfloat16 *__restrict probs, float *__restrict o,
-                    int32_t step, int32_t g, int32_t d, int32_t t, int32_t c) {
-  const int32_t *ctx = attn_ctx(q, g, d);
-  const int32_t chunks = c / t;
-  if (step < chunks) {
-    attn_scores(q, rows, scores, ctx, step, g, d, t, c);
-    return;
   }
-  if (step == chunks)
-    attn_softmax(scores, probs, ctx, g, c);
-  attn_values(probs, rows, o, ctx, step - chunks, g, d, t, c);
 }
 
-// After the last step: the token's own value (position n, the last in
-// position order) added to o, then o -> bf16.
-void attn_out_bf16(const bfloat16 *__restrict q,
-                   const bfloat16 *__restrict probs, const float *__restrict o,
-                   bfloat16 *__restrict out, int32_t g, int32_t d, int32_t c) {
+// After the last step: out = o / l, r = 1 / l held as bf16 hi + lo.
+void attn_out_bf16(const float *__restrict o, bfloat16 *__restrict out,
+                   int32_t g, int32_t d) {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  const int32_t n = attn_ctx(q, g, d)[0];
-  const bfloat16 *v = q + g * d + d;
-  // live: 3 vec, 1 acc
-  for (int32_t h = 0; h < g; ++h)
-    // live: 3 vec, 1 acc
+  const float *l = o + g * d + g;
+  // live: 5 vec, 1 acc
+  for (int32_t h = 0; h < g; ++h) {
+    const aie::accum<accfloat, V> r_acc(aie::broadcast<float, V>(1.0f / l[h]));
+    const aie::vector<bfloat16, V> r_hi = rounded(r_acc);
+    const aie::vector<bfloat16, V> r_lo = rounded(aie::sub(r_acc, r_hi));
+    // live: 5 vec, 1 acc
     for (int32_t i = 0; i < d; i += V) {
-      aie::accum<accfloat, V> acc(aie::load_v<V>(o + h * d + i));
-      acc = aie::mac(acc, aie::broadcast<bfloat16, V>(probs[h * c + n]),
-                     aie::load_v<V>(v + i));
-      aie::store_v(out + h * d + i, rounded(acc));
+      const Parts parts = split3(o + h * d + i);
+      aie::accum<accfloat, V> acc =
+          mac_parts(aie::zeros<accfloat, V>(), parts, r_hi);
+      aie::store_v(out + h * d + i, rounded(mac_parts(acc, parts, r_lo)));
     }
+  }
 }
 
 } // extern "C"

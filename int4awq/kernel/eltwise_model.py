@@ -80,37 +80,79 @@ def _halving_sum(lanes: np.ndarray) -> np.float32:
     return np.float32(x[0])
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
-    """One key/value head's decode attention as attn_scores / attn_softmax / attn_values / attn_out
-    compute it: q [g, d] bf16, k and v [>= n, d] bf16 (the cache's rows for this head), n positions;
-    returns out [g, d] bf16. Each step rounds where the kernel does (kernels/eltwise_bf16.cc).
+ATTN_CHUNK = (
+    32  # cache positions a step of the attention launch (o_gemv_ffn_int4.ATTN_CHUNK)
+)
+LOG2E = np.float32(1.4426950408889634)
+
+
+def _split3(o: np.ndarray) -> list[np.ndarray]:
+    """f32 values as three bf16 parts, largest first (each the rounding of what the ones before leave)."""
+    parts, rest = [], _f32(o)
+    for _ in range(3):
+        parts.append(_f32(_bf16(rest)))
+        rest = (rest - parts[-1]).astype(np.float32)
+    return parts
+
+
+def _mac_parts(acc: np.ndarray, parts: list[np.ndarray], s) -> np.ndarray:
+    """acc + o * s, o's parts each times the bf16 s (exact products), one f32 rounding a step."""
+    for part in parts:
+        acc = (acc + part * np.float32(s)).astype(np.float32)
+    return acc
+
+
+def _scores(q: np.ndarray, k: np.ndarray, scale: np.float32) -> np.ndarray:
+    """q [d] against each row of k [rows, d]: 16 lanes, one f32 rounding a mac, the lanes by halving."""
+    d = q.shape[0]
+    lanes = np.zeros((k.shape[0], LANES), np.float32)
+    for i in range(0, d, LANES):
+        lanes = (lanes + q[i : i + LANES] * k[:, i : i + LANES]).astype(np.float32)
+    width = LANES
+    while width > 1:
+        lanes[:, : width // 2] = lanes[:, : width // 2] + lanes[:, width // 2 : width]
+        width //= 2
+    return (lanes[:, 0] * scale).astype(np.float32)
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, n: int, t: int = ATTN_CHUNK
+) -> np.ndarray:
+    """One key/value head's decode attention as attn_init / attn_step / attn_out compute it: q [g, d]
+    bf16, k and v [>= n, d] bf16, n positions, row n - 1 the token's own (taken first, as the launch takes
+    it from its q buffer), then rows 0 .. n - 2 in chunks of t (an online softmax: the state rescaled when
+    a chunk raises the maximum); returns out [g, d] bf16. Each step rounds where the kernel does
+    (kernels/eltwise_bf16.cc).
     """
     q, k, v = (_f32(x) for x in (q, k, v))
     g, d = q.shape
     scale = np.float32(1.0 / np.sqrt(np.float64(d)))
-    s = np.empty((g, n), np.float32)
-    for h in range(g):
-        for pos in range(n):
-            lanes = np.zeros(LANES, np.float32)
-            for i in range(0, d, LANES):  # one f32 rounding a mac, exact products
-                lanes = (lanes + q[h, i : i + LANES] * k[pos, i : i + LANES]).astype(
-                    np.float32
-                )
-            s[h, pos] = np.float32(_halving_sum(lanes) * scale)
     out = np.empty((g, d), np.float32)
-    log2e = np.float32(1.4426950408889634)
+    cached = n - 1
     for h in range(g):
-        x = ((s[h] - s[h].max()).astype(np.float32) * log2e).astype(np.float32)
-        p = _f32(_bf16(np.exp2(x.astype(np.float64)).astype(np.float32)))
-        total = np.float32(0)
-        for value in p:  # in position order
-            total = np.float32(total + value)
-        r = np.float32(np.float32(1) / total)
+        m = _scores(q[h], k[cached : cached + 1], scale)[0]
+        l, o = np.float32(1.0), v[cached].copy()
+        for start in range(0, cached, t):
+            end = min(start + t, cached)
+            s = _scores(q[h], k[start:end], scale)
+            top = m
+            for x in s:  # the largest, in position order
+                top = x if x > top else top
+            if top > m:
+                a = _f32(_bf16(np.exp2(np.float64(np.float32((m - top) * LOG2E)))))
+                l = np.float32(l * a)
+                o = _mac_parts(np.zeros(d, np.float32), _split3(o), a)
+                m = top
+            x = ((s - top).astype(np.float32) * LOG2E).astype(np.float32)
+            p = _f32(_bf16(np.exp2(x.astype(np.float64)).astype(np.float32)))
+            for j, value in enumerate(p):  # in position order
+                l = np.float32(l + value)
+                o = (o + value * v[start + j]).astype(np.float32)
+        r = np.float32(np.float32(1) / l)
         r_hi = _f32(_bf16(r))
         r_lo = _f32(_bf16(r - r_hi))
-        p = _f32(_bf16(p * r_hi + p * r_lo))
-        o = np.zeros(d, np.float32)
-        for pos in range(n):
-            o = (o + p[pos] * v[pos]).astype(np.float32)
-        out[h] = o
+        parts = _split3(o)
+        out[h] = _mac_parts(
+            _mac_parts(np.zeros(d, np.float32), parts, r_hi), parts, r_lo
+        )
     return _bf16(out)

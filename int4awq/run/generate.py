@@ -47,6 +47,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BACKENDS = ("auto", "model", "emu", "sim", "npu")
 # --check's bar at every generated step (issue 53)
 MIN_CORRELATION = 0.999
+# the KV cache's positions without --max-context (mlir-air's fused_decode builds its template at 2,048)
+DEFAULT_CONTEXT = 2048
 Q, K, V, O, GATE, UP, DOWN = range(7)  # weights_file.decoder_layer_names' order
 
 
@@ -141,28 +143,21 @@ class Llama:
         self.cache_v = [np.zeros_like(c) for c in self.cache_k]
 
     def _context(self, asked: int | None, trained: int | None) -> int:
-        """The KV cache's length: --max-context, else the longest the attention launch holds (a multiple
-        of its chunk), never past what the file says the model was trained for."""
+        """The KV cache's length: --max-context, else DEFAULT_CONTEXT (never past what the file says the
+        model was trained for). Every token's attention reads the whole cache (its launch's shape is fixed),
+        so a longer one costs every token."""
         b = _builder()
-        if asked is not None:
-            problem = b.attention_problem(self.heads, self.kv_heads, self.d, asked)
-            if problem:
-                raise ConfigError(f"--max-context {asked}: {problem}")
-            if trained is not None and asked > trained:
-                raise ConfigError(
-                    f"--max-context {asked}: the model's context is {trained} positions"
-                )
-            return asked
-        best = 0
-        for c in range(b.ATTN_CHUNK, (trained or 1 << 20) + 1, b.ATTN_CHUNK):
-            if b.attention_problem(self.heads, self.kv_heads, self.d, c):
-                break
-            best = c
-        if not best:
+        if asked is None:
+            whole = 2 * b.ATTN_CHUNK
+            asked = min(DEFAULT_CONTEXT, trained or DEFAULT_CONTEXT) // whole * whole
+        problem = b.attention_problem(self.heads, self.kv_heads, self.d, asked)
+        if problem:
+            raise ConfigError(f"--max-context {asked}: {problem}")
+        if trained is not None and asked > trained:
             raise ConfigError(
-                b.attention_problem(self.heads, self.kv_heads, self.d, b.ATTN_CHUNK)
+                f"--max-context {asked}: the model's context is {trained} positions"
             )
-        return best
+        return asked
 
     def _configure(self) -> None:
         """Each decode GEMV's K-chunk, from the configurations the NPU path would run (layer.default_qkv for
@@ -431,7 +426,7 @@ class Dispatches:
         )
 
         def cache(i):
-            return np.concatenate([m.cache_k[i], m.cache_v[i]])
+            return self.builder.attention_cache(m.cache_k[i], m.cache_v[i])
 
         out = self.module(
             0,

@@ -165,32 +165,32 @@ def test_rope_is_hugging_faces_rotation_rounded_once():
 
 
 def attention_by_entries(lib, q, k, v, n, t):
-    """The entries called as the attention launch calls them: attn_init_bf16, then attn_step_bf16 over
-    2 c / t steps of one stream of rows (the key rows chunk by chunk, then the value rows), then
-    attn_out_bf16; the q buffer holding q, the token's own key and value (k[n], v[n]) and ctx = n. The
-    stream carries the cache's rows as they stand: row n onward NaN (not appended yet).
+    """The entries called as the attention launch calls them: attn_init_bf16, then attn_step_bf16 over the
+    c / t chunks of one stream (each chunk's t key rows, then its t value rows), then attn_out_bf16; the q
+    buffer holding q, the token's own key and value (k[n], v[n]) and ctx = n. The stream carries the
+    cache's rows as they stand: row n onward NaN (not appended yet).
     """
     g, d = q.shape
     c = k.shape[0]
     i32, ptr = ctypes.c_int32, ctypes.c_void_p
     lib.attn_init_bf16.argtypes = [ptr] * 4 + [i32] * 3
     lib.attn_step_bf16.argtypes = [ptr] * 5 + [i32] * 5
-    lib.attn_out_bf16.argtypes = [ptr] * 4 + [i32] * 3
+    lib.attn_out_bf16.argtypes = [ptr] * 2 + [i32] * 2
     qctx = aligned_empty((g * d + 2 * d + 32,), bfloat16)
     qctx[: g * d] = q.reshape(-1)
     qctx[g * d : g * d + d], qctx[g * d + d : g * d + 2 * d] = k[n], v[n]
     qctx[g * d + 2 * d :].view(np.int32)[:] = n
-    scores = aligned_empty((g * c,), np.float32)
-    probs = aligned_empty((g * c,), bfloat16)
-    o = aligned_empty((g * d,), np.float32)
+    scores = aligned_empty((g * t,), np.float32)
+    probs = aligned_empty((g * t,), bfloat16)
+    o = aligned_empty((g * d + 2 * g,), np.float32)
     out = aligned_empty((g * d,), bfloat16)
     cached_k, cached_v = k.copy(), v.copy()
     cached_k[n:], cached_v[n:] = np.nan, np.nan
-    rows = np.concatenate([cached_k, cached_v])
     bufs = (qctx, scores, probs, o)
     lib.attn_init_bf16(*(b.ctypes.data for b in bufs), g, d, c)
-    for step in range(2 * c // t):
-        chunk = aligned(rows[step * t : (step + 1) * t].reshape(-1))
+    for step in range(c // t):
+        rows = slice(step * t, (step + 1) * t)
+        chunk = aligned(np.concatenate([cached_k[rows], cached_v[rows]]).reshape(-1))
         lib.attn_step_bf16(
             qctx.ctypes.data,
             chunk.ctypes.data,
@@ -203,26 +203,46 @@ def attention_by_entries(lib, q, k, v, n, t):
             t,
             c,
         )
-    lib.attn_out_bf16(
-        qctx.ctypes.data, probs.ctypes.data, o.ctypes.data, out.ctypes.data, g, d, c
-    )
+    lib.attn_out_bf16(o.ctypes.data, out.ctypes.data, g, d)
     return out.reshape(g, d)
 
 
 @pytest.mark.parametrize("n", [0, 1, 17, 31, 32, 95, 127])
 def test_attention_entries_match_the_model(lib, n):
     """n cache rows and the token's own key and value (position n, from the q buffer): the model's
-    attention over the n + 1 positions; cache rows from n on are NaN, so neither read nor used.
+    attention over the n + 1 positions; cache rows from n on are NaN, so neither read nor used. Scores
+    that rise along the positions make later chunks raise the running maximum (the rescale).
     """
     rng = np.random.default_rng(n)
     g, d, c, t = 4, 64, 128, 32
     q = (rng.standard_normal((g, d)) * 0.5).astype(bfloat16)
-    k = rng.standard_normal((c, d)).astype(bfloat16)
+    k = (
+        rng.standard_normal((c, d))
+        + np.linspace(0, 2, c)[:, None] * q[0].astype(np.float32)
+    ).astype(bfloat16)
     v = rng.standard_normal((c, d)).astype(bfloat16)
     got = attention_by_entries(lib, q, k, v, n, t)
-    want = model.attention(q, k[: n + 1], v[: n + 1], n + 1)
+    # the model takes the token's own position as the last row
+    own_last = [np.concatenate([a[:n], a[n : n + 1]]) for a in (k, v)]
+    want = model.attention(q, *own_last, n + 1)
     assert np.array_equal(bits(got), bits(want))
     assert np.isfinite(got.astype(np.float32)).all()
+
+
+def test_a_rising_maximum_rescales_the_state():
+    """The model against float64 attention on scores that grow along the positions (every chunk raises
+    the maximum, so each rescales the running sum and output): within a few bf16 units.
+    """
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((4, 64)).astype(bfloat16)
+    ramp = np.linspace(0, 6, 300)[:, None] * q[0].astype(np.float32) / 8
+    k = (rng.standard_normal((300, 64)) + ramp).astype(bfloat16)
+    v = rng.standard_normal((300, 64)).astype(bfloat16)
+    s = q.astype(np.float64) @ k.astype(np.float64).T / 8.0
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    want = (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
+    got = model.attention(q, k, v, 300).astype(np.float64)
+    assert np.abs(got - want).max() < 2**-7 * np.abs(want).max()
 
 
 def test_the_attention_model_is_softmax_attention_within_bf16():

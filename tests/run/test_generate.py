@@ -141,9 +141,9 @@ def test_the_decode_step_is_the_layer_modules_on_the_emulator(files):
     )
 
     def cache(i):  # layer i's cache as it stands before the token's dispatch
-        rows = np.concatenate([model.cache_k[i], model.cache_v[i]]).copy()
-        rows[3 : model.context] = rows[model.context + 3 :] = np.nan
-        return rows
+        k, v = model.cache_k[i].copy(), model.cache_v[i].copy()
+        k[3:], v[3:] = np.nan, np.nan
+        return builder.attention_cache(k, v)
 
     def attention_side(got, i):
         """The q buffer's parts and the launch's output against layer i's trace."""
@@ -245,8 +245,11 @@ def test_the_attention_is_the_attention_launch_on_the_emulator(files):
     run = XRTBackend(**builder.attention_backend_options()).compile_and_load(
         builder.build_attention_module(heads, kv, d, model.context)
     )
-    caches = np.concatenate([cached_k, cached_v])
-    out = run(qbuf, caches, np.zeros((1, heads * d), bfloat16))
+    out = run(
+        qbuf,
+        builder.attention_cache(cached_k, cached_v),
+        np.zeros((1, heads * d), bfloat16),
+    )
     got = np.asarray(out[2]).reshape(-1).view(np.uint16)
     assert np.array_equal(got, trace[(0, "attn")].reshape(-1).view(np.uint16))
 
@@ -266,8 +269,8 @@ def _mistral(src, dst):
     "case, message",
     [
         ("arch", "only Llama's (LlamaForCausalLM) runs as a whole model"),
-        ("context", "past the context of 32 positions"),
-        ("odd_context", "context 40 (a multiple of 32)"),
+        ("context", "past the context of 64 positions"),
+        ("odd_context", "context 40 (a multiple of 64"),
         ("no_tokenizer", "tokenizer.json"),
         ("float_head", "give --head-format awq"),
         ("backend", "--backend tpu: generate runs on"),
@@ -291,7 +294,7 @@ def test_bad_input_is_one_line(files, capsys, tmp_path, case, message):
         )
         extra = []
     extra += {
-        "context": ["--max-context", 32, "--tokens", 40],
+        "context": ["--max-context", 64, "--tokens", 70],
         "odd_context": ["--max-context", 40],
         "backend": ["--backend", "tpu"],
         "tokens": ["--tokens", 0],
