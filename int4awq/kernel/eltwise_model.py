@@ -97,22 +97,36 @@ def _split3(o: np.ndarray) -> list[np.ndarray]:
 
 def _mac_parts(acc: np.ndarray, parts: list[np.ndarray], s) -> np.ndarray:
     """acc + o * s, o's parts each times the bf16 s (exact products), one f32 rounding a step."""
+    s = np.asarray(s, np.float32)
     for part in parts:
-        acc = (acc + part * np.float32(s)).astype(np.float32)
+        acc = (acc + part * s).astype(np.float32)
     return acc
 
 
 def _scores(q: np.ndarray, k: np.ndarray, scale: np.float32) -> np.ndarray:
-    """q [d] against each row of k [rows, d]: 16 lanes, one f32 rounding a mac, the lanes by halving."""
-    d = q.shape[0]
-    lanes = np.zeros((k.shape[0], LANES), np.float32)
+    """Each head of q [g, d] against each row of k [rows, d] ([g, rows]): 16 lanes, one f32 rounding a
+    mac, the lanes by halving."""
+    d = q.shape[1]
+    lanes = np.zeros((q.shape[0], k.shape[0], LANES), np.float32)
     for i in range(0, d, LANES):
-        lanes = (lanes + q[i : i + LANES] * k[:, i : i + LANES]).astype(np.float32)
+        lanes = (lanes + q[:, None, i : i + LANES] * k[None, :, i : i + LANES]).astype(
+            np.float32
+        )
     width = LANES
     while width > 1:
-        lanes[:, : width // 2] = lanes[:, : width // 2] + lanes[:, width // 2 : width]
+        lanes[..., : width // 2] = (
+            lanes[..., : width // 2] + lanes[..., width // 2 : width]
+        )
         width //= 2
-    return (lanes[:, 0] * scale).astype(np.float32)
+    return (lanes[..., 0] * scale).astype(np.float32)
+
+
+def _running_sum(start: np.ndarray, terms: np.ndarray) -> np.ndarray:
+    """start + terms[:, 0] + terms[:, 1] + ... in that order, one f32 rounding an addition (numpy's
+    accumulate adds left to right in the array's type), over axis 1 of terms [g, n, ...].
+    """
+    both = np.concatenate([start[:, None], terms], axis=1).astype(np.float32)
+    return np.add.accumulate(both, axis=1, dtype=np.float32)[:, -1]
 
 
 def attention(
@@ -122,37 +136,35 @@ def attention(
     bf16, k and v [>= n, d] bf16, n positions, row n - 1 the token's own (taken first, as the launch takes
     it from its q buffer), then rows 0 .. n - 2 in chunks of t (an online softmax: the state rescaled when
     a chunk raises the maximum); returns out [g, d] bf16. Each step rounds where the kernel does
-    (kernels/eltwise_bf16.cc).
+    (kernels/eltwise_bf16.cc); the query heads run side by side, each on its own state.
     """
     q, k, v = (_f32(x) for x in (q, k, v))
     g, d = q.shape
     scale = np.float32(1.0 / np.sqrt(np.float64(d)))
-    out = np.empty((g, d), np.float32)
     cached = n - 1
-    for h in range(g):
-        m = _scores(q[h], k[cached : cached + 1], scale)[0]
-        l, o = np.float32(1.0), v[cached].copy()
-        for start in range(0, cached, t):
-            end = min(start + t, cached)
-            s = _scores(q[h], k[start:end], scale)
-            top = m
-            for x in s:  # the largest, in position order
-                top = x if x > top else top
-            if top > m:
-                a = _f32(_bf16(np.exp2(np.float64(np.float32((m - top) * LOG2E)))))
-                l = np.float32(l * a)
-                o = _mac_parts(np.zeros(d, np.float32), _split3(o), a)
-                m = top
-            x = ((s - top).astype(np.float32) * LOG2E).astype(np.float32)
-            p = _f32(_bf16(np.exp2(x.astype(np.float64)).astype(np.float32)))
-            for j, value in enumerate(p):  # in position order
-                l = np.float32(l + value)
-                o = (o + value * v[start + j]).astype(np.float32)
-        r = np.float32(np.float32(1) / l)
-        r_hi = _f32(_bf16(r))
-        r_lo = _f32(_bf16(r - r_hi))
-        parts = _split3(o)
-        out[h] = _mac_parts(
-            _mac_parts(np.zeros(d, np.float32), parts, r_hi), parts, r_lo
-        )
-    return _bf16(out)
+    m = _scores(q, k[cached : cached + 1], scale)[:, 0]
+    l = np.ones(g, np.float32)
+    o = np.repeat(v[cached][None], g, axis=0)
+    for start in range(0, cached, t):
+        end = min(start + t, cached)
+        s = _scores(q, k[start:end], scale)
+        top = np.maximum(m, s.max(axis=1))  # the largest (exact: no rounding)
+        up = top > m
+        if up.any():
+            x = ((m - top).astype(np.float32) * LOG2E).astype(np.float32)
+            a = _f32(_bf16(np.exp2(x.astype(np.float64)).astype(np.float32)))
+            l = np.where(up, (l * a).astype(np.float32), l)
+            scaled = _mac_parts(np.zeros((g, d), np.float32), _split3(o), a[:, None])
+            o = np.where(up[:, None], scaled, o)
+            m = top
+        x = ((s - top[:, None]).astype(np.float32) * LOG2E).astype(np.float32)
+        p = _f32(_bf16(np.exp2(x.astype(np.float64)).astype(np.float32)))
+        l = _running_sum(l, p)  # in position order
+        o = _running_sum(o, p[:, :, None] * v[None, start:end])  # exact products
+    r = (np.float32(1) / l).astype(np.float32)
+    r_hi = _f32(_bf16(r))[:, None]
+    r_lo = _f32(_bf16(r[:, None] - r_hi))
+    parts = _split3(o)
+    return _bf16(
+        _mac_parts(_mac_parts(np.zeros((g, d), np.float32), parts, r_hi), parts, r_lo)
+    )
