@@ -306,8 +306,8 @@ def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
         rows=buf([2 * chunk, d], bf16),
         scores=buf([1, g * chunk], f32),
         probs=buf([1, g * chunk], bf16),
-        # the state: g x d output sums, g maxima, g sums of probabilities
-        o=buf([1, g * d + 2 * g], f32),
+        # the state: g x d output sums, g x 16 lanes of sums of probabilities, g maxima
+        o=buf([1, g * d + g + g * 16], f32),
         out=buf([1, g * d], bf16),
     )
     step = [ty[k] for k in ("q", "rows", "scores", "probs", "o")] + [T.i32()] * 5
@@ -412,7 +412,7 @@ def attention_problem(heads: int, kv: int, d: int, context: int) -> str | None:
     l1 = (
         2 * attention_q_width(g, d)
         + 6 * g * ATTN_CHUNK
-        + 4 * (g * d + 2 * g)
+        + 4 * (g * d + g + g * 16)
         + 2 * g * d
         + 2 * 2 * 2 * ATTN_CHUNK * d
         + stack

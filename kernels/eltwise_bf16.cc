@@ -40,23 +40,30 @@
 //   attention (the token's q against its own key and value, which come in
 //             q's buffer, then the cache's first n = ctx[0] positions, chunk
 //             by chunk; cache rows past n are neither used nor written), an
-//             online softmax (one pass, as flash attention's):
-//             scores: s = (q . k) in f32 (exact products, summed in 16 lanes
-//             i, i + 16, .. then the lanes in halves), times 1 / sqrt(d) in
-//             f32; state per query head: m (the largest s so far), l (the
-//             sum of p), o (the sum of p v), all f32, starting from the own
-//             position (m = its s, l = 1, o = its v); per chunk: m' = the
-//             largest of m and the chunk's s; if m' > m, a = exp2((m - m') *
-//             log2(e)) to bf16, l = l * a, o = o * a (o's three bf16 parts
-//             each times a: exact products, summed in f32), m = m'; then
-//             p = exp2((s - m) * log2(e)) (each step f32, exp2 to bf16),
-//             l += p in position order, o += p v position by position (f32);
-//             out: r = 1 / l as bf16 hi + lo (rms_norm's split), o * r = the
-//             six products of o's parts and r's, summed in f32 -> bf16
+//             online softmax (one pass, as flash attention's), every step of
+//             it on vectors (AIE2P has no scalar floating point: AM027):
+//             scores: s = q . k in f32 (exact products, summed in 16 lanes
+//             i, i + 16, .. then the lanes in halves); c = log2(e) / sqrt(d)
+//             as bf16 hi + lo, so 2^((s - m) c) is the softmax's e^((s - m)
+//             / sqrt(d)) (mlir-air's flash attention folds log2(e) into its
+//             scale likewise); (s - m) c = the six products of (s - m)'s three
+//             bf16 parts and c's two, summed in f32; p = 2^that (exp2, to
+//             bf16). State per query head: m, the largest score so far as
+//             bf16 (fused_decode's attn_qk keeps it so), l as 16 f32 lanes
+//             (lane j the sum of the p of lanes j), o (f32), all from the own
+//             position (m = bf16(s), l's lane 0 = p, o = p v). Per chunk: m'
+//             = the largest of m and the chunk's bf16(s) (its invalid lanes
+//             the lowest bf16); if m' != m, a = 2^((m - m') c) and l, o times
+//             a (their three bf16 parts each times a: exact products, summed
+//             in f32); then l += p lane by lane, o += p v position by position
+//             (f32); out: l's lanes summed in halves, r = 1 / l as bf16 hi +
+//             lo (rms_norm's split), o * r = the six products of o's parts
+//             and r's, summed in f32 -> bf16
 // int4awq/kernel/eltwise_model.py holds the same steps in numpy.
 //===----------------------------------------------------------------------===//
 
 #include <aie_api/aie.hpp>
+#include <bit>
 #include <stdint.h>
 
 namespace {
@@ -154,7 +161,11 @@ void rope_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict table,
 // ctx[0] positions, in chunks of t positions: a chunk is t key rows then t
 // value rows (2t x d, row-major), the cache laid out so (one DMA a chunk).
 // L1 holds one chunk's scores and probabilities (g x t, head-major) and the
-// state o: g x d sums, then g maxima m, then g sums l (f32).
+// state o: g x d sums, then g x V lanes of l (f32; vector-aligned), then g
+// maxima m (bf16 values).
+
+// the lowest finite bf16: a score lane past the valid positions
+constexpr float LOWEST = -0x1.FEp127f;
 
 static inline int32_t valid_in_chunk(const int32_t *ctx, int32_t chunk,
                                      int32_t t) {
@@ -162,25 +173,23 @@ static inline int32_t valid_in_chunk(const int32_t *ctx, int32_t chunk,
   return left < 0 ? 0 : (left < t ? left : t);
 }
 
-// One query head's score against one key: (q . k) / sqrt(d).
+// One query head's score against one key: q . k (scaled later, with log2 e).
 static inline float attn_score(const bfloat16 *__restrict q,
-                               const bfloat16 *__restrict k, int32_t d,
-                               float scale) {
+                               const bfloat16 *__restrict k, int32_t d) {
   aie::accum<accfloat, V> acc = aie::zeros<accfloat, V>();
   // live: 2 vec, 1 acc
   for (int32_t i = 0; i < d; i += V)
     acc = aie::mac(acc, aie::load_v<V>(q + i), aie::load_v<V>(k + i));
-  return aie::reduce_add(acc.template to_vector<float>()) * scale;
+  return aie::reduce_add(acc.template to_vector<float>());
 }
 
-// V values of o (f32) as three bf16 parts, largest first: their sum is o
+// V f32 values as three bf16 parts, largest first: their sum is the value
 // (each part the rounding of what the ones before leave).
 struct Parts {
   aie::vector<bfloat16, V> p[3];
 };
-static inline Parts split3(const float *o) {
+static inline Parts split3(aie::accum<accfloat, V> rest) {
   Parts r;
-  aie::accum<accfloat, V> rest(aie::load_v<V>(o));
   // live: 4 vec, 1 acc
   for (int k = 0; k < 3; ++k) {
     r.p[k] = rounded(rest);
@@ -189,14 +198,48 @@ static inline Parts split3(const float *o) {
   return r;
 }
 
-// acc + o * s for a bf16 s: o's parts each times s (exact), summed in f32.
+// acc + x * s for a bf16 s: x's parts each times s (exact), summed in f32.
 static inline aie::accum<accfloat, V>
-mac_parts(aie::accum<accfloat, V> acc, const Parts &o,
+mac_parts(aie::accum<accfloat, V> acc, const Parts &x,
           const aie::vector<bfloat16, V> &s) {
   // live: 5 vec, 1 acc
   for (int k = 0; k < 3; ++k)
-    acc = aie::mac(acc, o.p[k], s);
+    acc = aie::mac(acc, x.p[k], s);
   return acc;
+}
+
+// x * b for an f32 vector x (in memory) and a bf16 b, to f32.
+static inline aie::vector<float, V> times(const float *x,
+                                          const aie::vector<bfloat16, V> &b) {
+  return mac_parts(aie::zeros<accfloat, V>(),
+                   split3(aie::accum<accfloat, V>(aie::load_v<V>(x))), b)
+      .template to_vector<float>();
+}
+
+// log2(e) / sqrt(d) as bf16 hi + lo
+struct Scale {
+  aie::vector<bfloat16, V> hi, lo;
+};
+static inline Scale log2e_scale(int32_t d) {
+  const aie::accum<accfloat, V> c(
+      aie::broadcast<float, V>(aie::invsqrt(float(d)) * 1.4426950408889634f));
+  Scale r;
+  r.hi = rounded(c);
+  r.lo = rounded(aie::sub(c, r.hi));
+  return r;
+}
+
+// 2^(x c) to bf16, x = (s - m) f32: x's parts times c's hi, then its lo.
+static inline aie::vector<bfloat16, V>
+exp2_scaled(const aie::accum<accfloat, V> &x, const Scale &c) {
+  const Parts parts = split3(x);
+  return aie::exp2<bfloat16>(
+      mac_parts(mac_parts(aie::zeros<accfloat, V>(), parts, c.hi), parts, c.lo)
+          .template to_vector<float>());
+}
+
+static inline bfloat16 to_bf16(float x) {
+  return rounded(aie::accum<accfloat, V>(aie::broadcast<float, V>(x)))[0];
 }
 
 // The q buffer of a PE: its g x d query values, the token's own key and value
@@ -206,32 +249,40 @@ static inline const int32_t *attn_ctx(const bfloat16 *q, int32_t g, int32_t d) {
   return reinterpret_cast<const int32_t *>(q + g * d + 2 * d);
 }
 
-// Before the first step: the state from the token's own position: m = its
-// score, l = 1 (its p: exp2(0)), o = its value. It takes the scores and the
-// probabilities too, so that the launch touches its buffers outside its loop
-// of steps (the compiler keeps them at herd scope and double-buffers the
-// rows).
+// Before the first step: the state from the token's own position: m =
+// bf16(its score), p = 2^((s - m) c) in l's lane 0, o = p v. It takes the
+// scores and the probabilities too, so that the launch touches its buffers
+// outside its loop of steps (the compiler keeps them at herd scope and
+// double-buffers the rows).
 void attn_init_bf16(const bfloat16 *__restrict q, float *__restrict scores,
                     bfloat16 *__restrict probs, float *__restrict o, int32_t g,
                     int32_t d, int32_t c) {
   (void)scores, (void)probs, (void)c;
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  const float scale = aie::invsqrt(float(d));
+  const Scale cs = log2e_scale(d);
   const bfloat16 *k = q + g * d, *v = q + g * d + d;
-  float *m = o + g * d, *l = o + g * d + g;
-  // live: 3 vec, 1 acc
+  float *l = o + g * d, *m = o + g * d + g * V;
+  // live: 5 vec, 1 acc
   for (int32_t h = 0; h < g; ++h) {
-    m[h] = attn_score(q + h * d, k, d, scale);
-    l[h] = 1.0f;
-    // live: 1 vec, 1 acc
+    const float s = attn_score(q + h * d, k, d);
+    const bfloat16 mb = to_bf16(s);
+    const bfloat16 p = exp2_scaled(
+        aie::sub(aie::accum<accfloat, V>(aie::broadcast<float, V>(s)),
+                 aie::broadcast<bfloat16, V>(mb)),
+        cs)[0];
+    m[h] = float(mb);
+    aie::store_v(l + h * V, aie::zeros<float, V>());
+    l[h * V] = float(p);
+    // live: 2 vec, 1 acc
     for (int32_t i = 0; i < d; i += V)
-      aie::store_v(o + h * d + i, aie::accum<accfloat, V>(aie::load_v<V>(v + i))
+      aie::store_v(o + h * d + i, aie::mul(aie::broadcast<bfloat16, V>(p),
+                                           aie::load_v<V>(v + i))
                                       .template to_vector<float>());
   }
 }
 
 // One chunk of the cache (step): its valid positions' scores, the state
-// rescaled when the maximum grows, then their probabilities and values.
+// rescaled when they raise the maximum, then their probabilities and values.
 void attn_step_bf16(const bfloat16 *__restrict q,
                     const bfloat16 *__restrict rows, float *__restrict scores,
                     bfloat16 *__restrict probs, float *__restrict o,
@@ -241,43 +292,50 @@ void attn_step_bf16(const bfloat16 *__restrict q,
   const int32_t n = valid_in_chunk(attn_ctx(q, g, d), step, t);
   if (n == 0)
     return;
-  const float scale = aie::invsqrt(float(d));
-  const float log2e = 1.4426950408889634f;
+  const Scale cs = log2e_scale(d);
+  const aie::vector<bfloat16, V> ones = aie::broadcast<bfloat16, V>(1.0f);
   const bfloat16 *k = rows, *v = rows + t * d;
-  float *m = o + g * d, *l = o + g * d + g;
-  // live: 5 vec, 1 acc
+  float *l = o + g * d, *m = o + g * d + g * V;
+  // live: 6 vec, 1 acc
   for (int32_t h = 0; h < g; ++h) {
     float *s = scores + h * t;
     bfloat16 *p = probs + h * t;
-    float *oh = o + h * d;
-    float top = m[h];
+    float *oh = o + h * d, *lh = l + h * V;
     // live: 3 vec, 1 acc
-    for (int32_t pos = 0; pos < n; ++pos) {
-      s[pos] = attn_score(q + h * d, k + pos * d, d, scale);
-      top = s[pos] > top ? s[pos] : top;
-    }
-    if (top > m[h]) {
-      const bfloat16 a = aie::exp2<bfloat16>(
-          aie::broadcast<float, V>((m[h] - top) * log2e))[0];
-      const aie::vector<bfloat16, V> av = aie::broadcast<bfloat16, V>(a);
-      l[h] = l[h] * float(a);
+    for (int32_t pos = 0; pos < n; ++pos)
+      s[pos] = attn_score(q + h * d, k + pos * d, d);
+    // live: 0 vec, 0 acc (scalar)
+    for (int32_t pos = n; pos < t; ++pos)
+      s[pos] = LOWEST;
+    const bfloat16 old = to_bf16(m[h]);
+    aie::vector<bfloat16, V> mv = aie::broadcast<bfloat16, V>(old);
+    // live: 2 vec, 1 acc
+    for (int32_t i = 0; i < t; i += V)
+      mv =
+          aie::max(mv, rounded(aie::accum<accfloat, V>(aie::load_v<V>(s + i))));
+    const bfloat16 top = aie::reduce_max(mv);
+    const aie::vector<bfloat16, V> topv = aie::broadcast<bfloat16, V>(top);
+    if (std::bit_cast<uint16_t>(top) != std::bit_cast<uint16_t>(old)) {
+      const aie::vector<bfloat16, V> a =
+          aie::broadcast<bfloat16, V>(exp2_scaled(
+              aie::sub(aie::accum<accfloat, V>(aie::broadcast<float, V>(m[h])),
+                       topv),
+              cs)[0]);
+      aie::store_v(lh, times(lh, a));
       // live: 5 vec, 1 acc
       for (int32_t i = 0; i < d; i += V)
-        aie::store_v(oh + i,
-                     mac_parts(aie::zeros<accfloat, V>(), split3(oh + i), av)
-                         .template to_vector<float>());
-      m[h] = top;
+        aie::store_v(oh + i, times(oh + i, a));
+      m[h] = float(top);
     }
-    // live: 0 vec, 0 acc (scalar)
-    for (int32_t pos = 0; pos < n; ++pos)
-      s[pos] = (s[pos] - top) * log2e;
-    // live: 2 vec, 0 acc
-    for (int32_t i = 0; i < n; i += V) {
-      aie::store_v(p + i, aie::exp2<bfloat16>(aie::load_v<V>(s + i)));
-      // live: 0 vec, 0 acc (scalar)
-      for (int32_t j = i; j < i + V && j < n; ++j)
-        l[h] += float(p[j]);
+    aie::accum<accfloat, V> lacc(aie::load_v<V>(lh));
+    // live: 5 vec, 1 acc
+    for (int32_t i = 0; i < t; i += V) {
+      const aie::vector<bfloat16, V> pv = exp2_scaled(
+          aie::sub(aie::accum<accfloat, V>(aie::load_v<V>(s + i)), topv), cs);
+      aie::store_v(p + i, pv);
+      lacc = aie::mac(lacc, pv, ones);
     }
+    aie::store_v(lh, lacc.template to_vector<float>());
     // live: 3 vec, 1 acc
     for (int32_t i = 0; i < d; i += V) {
       aie::accum<accfloat, V> acc(aie::load_v<V>(oh + i));
@@ -290,19 +348,22 @@ void attn_step_bf16(const bfloat16 *__restrict q,
   }
 }
 
-// After the last step: out = o / l, r = 1 / l held as bf16 hi + lo.
+// After the last step: out = o / l, l its lanes summed in halves, r = 1 / l
+// held as bf16 hi + lo.
 void attn_out_bf16(const float *__restrict o, bfloat16 *__restrict out,
                    int32_t g, int32_t d) {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
-  const float *l = o + g * d + g;
+  const float *l = o + g * d;
   // live: 5 vec, 1 acc
   for (int32_t h = 0; h < g; ++h) {
-    const aie::accum<accfloat, V> r_acc(aie::broadcast<float, V>(1.0f / l[h]));
+    const float sum = aie::reduce_add(aie::load_v<V>(l + h * V));
+    const aie::accum<accfloat, V> r_acc(aie::broadcast<float, V>(1.0f / sum));
     const aie::vector<bfloat16, V> r_hi = rounded(r_acc);
     const aie::vector<bfloat16, V> r_lo = rounded(aie::sub(r_acc, r_hi));
     // live: 5 vec, 1 acc
     for (int32_t i = 0; i < d; i += V) {
-      const Parts parts = split3(o + h * d + i);
+      const Parts parts =
+          split3(aie::accum<accfloat, V>(aie::load_v<V>(o + h * d + i)));
       aie::accum<accfloat, V> acc =
           mac_parts(aie::zeros<accfloat, V>(), parts, r_hi);
       aie::store_v(out + h * d + i, rounded(mac_parts(acc, parts, r_lo)));

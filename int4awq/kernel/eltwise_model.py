@@ -70,20 +70,15 @@ def rope(x: np.ndarray, table: np.ndarray, d: int) -> np.ndarray:
     return _bf16(out).reshape(np.shape(x))
 
 
-def _halving_sum(lanes: np.ndarray) -> np.float32:
-    """The 16 lanes summed by halving in f32 (the host aie_api's reduce_add)."""
-    x = lanes.astype(np.float32).copy()
-    n = x.size
-    while n > 1:
-        x[: n // 2] = x[: n // 2] + x[n // 2 : n]
-        n //= 2
-    return np.float32(x[0])
-
-
 ATTN_CHUNK = (
     32  # cache positions a step of the attention launch (o_gemv_ffn_int4.ATTN_CHUNK)
 )
 LOG2E = np.float32(1.4426950408889634)
+
+
+LOWEST = np.float32(
+    -3.3895313892515355e38
+)  # the lowest finite bf16: a score lane past the valid ones
 
 
 def _split3(o: np.ndarray) -> list[np.ndarray]:
@@ -96,29 +91,49 @@ def _split3(o: np.ndarray) -> list[np.ndarray]:
 
 
 def _mac_parts(acc: np.ndarray, parts: list[np.ndarray], s) -> np.ndarray:
-    """acc + o * s, o's parts each times the bf16 s (exact products), one f32 rounding a step."""
+    """acc + x * s, x's parts each times the bf16 s (exact products), one f32 rounding a step."""
     s = np.asarray(s, np.float32)
     for part in parts:
         acc = (acc + part * s).astype(np.float32)
     return acc
 
 
-def _scores(q: np.ndarray, k: np.ndarray, scale: np.float32) -> np.ndarray:
-    """Each head of q [g, d] against each row of k [rows, d] ([g, rows]): 16 lanes, one f32 rounding a
-    mac, the lanes by halving."""
+def _times(x: np.ndarray, b) -> np.ndarray:
+    """x (f32) times a bf16 b: x's three parts each times b, summed in f32 (no f32 x f32 multiply)."""
+    return _mac_parts(np.zeros(np.shape(x), np.float32), _split3(x), b)
+
+
+def _exp2_scaled(x: np.ndarray, c_hi, c_lo) -> np.ndarray:
+    """2^(x c) to bf16 (as f32 values), x f32: x's parts times c's hi, then times its lo."""
+    parts = _split3(x)
+    y = _mac_parts(
+        _mac_parts(np.zeros(np.shape(x), np.float32), parts, c_hi), parts, c_lo
+    )
+    return _f32(_bf16(np.exp2(y.astype(np.float64)).astype(np.float32)))
+
+
+def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Each head of q [g, d] against each row of k [rows, d] ([g, rows]): q . k in 16 lanes, one f32
+    rounding a mac, the lanes by halving (unscaled)."""
     d = q.shape[1]
     lanes = np.zeros((q.shape[0], k.shape[0], LANES), np.float32)
     for i in range(0, d, LANES):
         lanes = (lanes + q[:, None, i : i + LANES] * k[None, :, i : i + LANES]).astype(
             np.float32
         )
+    return _halving(lanes)
+
+
+def _halving(lanes: np.ndarray) -> np.ndarray:
+    """The last axis's 16 lanes summed by halving in f32 (the host aie_api's reduce_add)."""
+    lanes = lanes.astype(np.float32).copy()
     width = LANES
     while width > 1:
         lanes[..., : width // 2] = (
             lanes[..., : width // 2] + lanes[..., width // 2 : width]
         )
         width //= 2
-    return (lanes[..., 0] * scale).astype(np.float32)
+    return lanes[..., 0]
 
 
 def _running_sum(start: np.ndarray, terms: np.ndarray) -> np.ndarray:
@@ -134,34 +149,39 @@ def attention(
 ) -> np.ndarray:
     """One key/value head's decode attention as attn_init / attn_step / attn_out compute it: q [g, d]
     bf16, k and v [>= n, d] bf16, n positions, row n - 1 the token's own (taken first, as the launch takes
-    it from its q buffer), then rows 0 .. n - 2 in chunks of t (an online softmax: the state rescaled when
-    a chunk raises the maximum); returns out [g, d] bf16. Each step rounds where the kernel does
-    (kernels/eltwise_bf16.cc); the query heads run side by side, each on its own state.
+    it from its q buffer), then rows 0 .. n - 2 in chunks of t: an online softmax, every step on vectors
+    (kernels/eltwise_bf16.cc's comment has them); returns out [g, d] bf16. The query heads run side by
+    side, each on its own state.
     """
     q, k, v = (_f32(x) for x in (q, k, v))
     g, d = q.shape
-    scale = np.float32(1.0 / np.sqrt(np.float64(d)))
+    c = np.float32(np.float32(1.0 / np.sqrt(np.float64(d))) * LOG2E)
+    c_hi = _f32(_bf16(c))
+    c_lo = _f32(_bf16(c - c_hi))
     cached = n - 1
-    m = _scores(q, k[cached : cached + 1], scale)[:, 0]
-    l = np.ones(g, np.float32)
-    o = np.repeat(v[cached][None], g, axis=0)
+    s = _scores(q, k[cached : cached + 1])[:, 0]
+    m = _f32(_bf16(s))
+    p = _exp2_scaled((s - m).astype(np.float32), c_hi, c_lo)
+    l = np.zeros((g, LANES), np.float32)
+    l[:, 0] = p
+    o = (p[:, None] * v[cached][None]).astype(np.float32)
     for start in range(0, cached, t):
-        end = min(start + t, cached)
-        s = _scores(q, k[start:end], scale)
-        top = np.maximum(m, s.max(axis=1))  # the largest (exact: no rounding)
-        up = top > m
+        valid = min(start + t, cached) - start
+        s = np.full((g, t), LOWEST, np.float32)
+        s[:, :valid] = _scores(q, k[start : start + valid])
+        top = np.maximum(m, _f32(_bf16(s)).max(axis=1))  # bf16 values: exact
+        up = top != m
         if up.any():
-            x = ((m - top).astype(np.float32) * LOG2E).astype(np.float32)
-            a = _f32(_bf16(np.exp2(x.astype(np.float64)).astype(np.float32)))
-            l = np.where(up, (l * a).astype(np.float32), l)
-            scaled = _mac_parts(np.zeros((g, d), np.float32), _split3(o), a[:, None])
-            o = np.where(up[:, None], scaled, o)
+            a = _exp2_scaled((m - top).astype(np.float32), c_hi, c_lo)[:, None]
+            l = np.where(up[:, None], _times(l, a), l)
+            o = np.where(up[:, None], _times(o, a), o)
             m = top
-        x = ((s - top[:, None]).astype(np.float32) * LOG2E).astype(np.float32)
-        p = _f32(_bf16(np.exp2(x.astype(np.float64)).astype(np.float32)))
-        l = _running_sum(l, p)  # in position order
-        o = _running_sum(o, p[:, :, None] * v[None, start:end])  # exact products
-    r = (np.float32(1) / l).astype(np.float32)
+        p = _exp2_scaled((s - top[:, None]).astype(np.float32), c_hi, c_lo)
+        l = _running_sum(
+            l, p.reshape(g, t // LANES, LANES)
+        )  # lane by lane, block by block
+        o = _running_sum(o, p[:, :valid, None] * v[None, start : start + valid])
+    r = (np.float32(1) / _halving(l)).astype(np.float32)
     r_hi = _f32(_bf16(r))[:, None]
     r_lo = _f32(_bf16(r[:, None] - r_hi))
     parts = _split3(o)

@@ -182,7 +182,7 @@ def attention_by_entries(lib, q, k, v, n, t):
     qctx[g * d + 2 * d :].view(np.int32)[:] = n
     scores = aligned_empty((g * t,), np.float32)
     probs = aligned_empty((g * t,), bfloat16)
-    o = aligned_empty((g * d + 2 * g,), np.float32)
+    o = aligned_empty((g * d + g + g * 16,), np.float32)
     out = aligned_empty((g * d,), bfloat16)
     cached_k, cached_v = k.copy(), v.copy()
     cached_k[n:], cached_v[n:] = np.nan, np.nan
