@@ -321,7 +321,7 @@ class Dispatches:
 
         self.m, self.backend = model, backend
         self.builder = _builder()
-        # sim: the last token's modules' MODELLED seconds as compiled (the attention launches untimed)
+        # sim: the last token's modules' MODELLED seconds as compiled (attention included)
         self.timed: list[float] | None = [] if backend == "sim" else None
         self.cfgs = [model.qkv_cfg, *model.module_cfgs]
         # on the emulator, aircc + aiecc compile each module first (where installed) unless told not to
@@ -530,21 +530,27 @@ class StepCheck:
     step: int
     same_top1: bool
     correlation: float
+    # where the top-1 differs: the reference's logit of its top-1 less its logit of ours (how near a tie)
+    gap: float = 0.0
 
     @property
     def passed(self) -> bool:
         return self.same_top1 and self.correlation >= MIN_CORRELATION
 
     def line(self) -> str:
+        near = (
+            "" if self.same_top1 else f" (by {self.gap:.4g} in the reference's logits)"
+        )
         return (
-            f"step {self.step:<4} top-1 {'same as' if self.same_top1 else 'NOT'} the float64 reference's, "
-            f"logits correlation {self.correlation:.6f}  {'PASS' if self.passed else 'FAIL'}"
+            f"step {self.step:<4} top-1 {'same as' if self.same_top1 else 'NOT'} the float64 reference's"
+            f"{near}, logits correlation {self.correlation:.6f}  {'PASS' if self.passed else 'FAIL'}"
         )
 
 
 def compare(step: int, logits: np.ndarray, want: np.ndarray) -> StepCheck:
     corr = float(np.corrcoef(logits.astype(np.float64), want)[0, 1])
-    return StepCheck(step, int(np.argmax(logits)) == int(np.argmax(want)), corr)
+    ours, theirs = int(np.argmax(logits)), int(np.argmax(want))
+    return StepCheck(step, ours == theirs, corr, float(want[theirs] - want[ours]))
 
 
 def generate(

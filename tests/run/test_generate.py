@@ -334,3 +334,16 @@ def test_the_sim_backend_is_the_model_backend_bit_for_bit(files):
         got, want = sim.step(tok, pos), twin.decode_step(tok, pos)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), pos
     assert len(sim.timed) == 1 + len(model.layers)
+
+
+def test_a_check_step_names_how_near_a_differing_top1_was():
+    """compare(): our top-1 (index 1) is not the reference's (index 0), whose logits put them 0.5 apart;
+    the same top-1 needs no gap."""
+    differ = gen.compare(3, np.array([1.0, 2.0, 0.5]), np.array([3.0, 2.5, 0.0]))
+    assert not differ.same_top1 and not differ.passed
+    assert differ.gap == 0.5
+    assert "top-1 NOT the float64 reference's (by 0.5 in the reference's logits)" in (
+        differ.line()
+    )
+    same = gen.compare(4, np.array([1.0, 2.0, 0.5]), np.array([1.1, 2.2, 0.4]))
+    assert same.passed and "(by" not in same.line()
