@@ -799,9 +799,10 @@ def _whole_token_line(label: str, mix: dict) -> str:
     """A whole token as the NPU path builds it today (MODELLED), one dispatch a module: the first module
     (layer 0's norm, q, k, v, RoPE and attention: o_gemv_ffn_int4.build_qkv_module), then per layer the
     module ending with the next layer's q, k, v, RoPE and attention, the last one ending with the final
-    norm and the LM head instead; the attention DDR-bound (its softmax's compute is not in the kernel cost
-    model); mix: each weight's record format and group (_mix, Q4_K_M_MIX). A context the attention cannot
-    hold in L1 says so."""
+    norm and the LM head instead; the attention the longer of its DDR time and its compute (the kernel cost
+    model's cycles of its calls, every position valid); mix: each weight's record format and group (_mix,
+    Q4_K_M_MIX). A context the attention cannot take says so."""
+    from int4_packed_record import attention_ddr_bytes
     from int4awq.design import layer
     from int4awq.errors import ConfigError
 
@@ -831,10 +832,12 @@ def _whole_token_line(label: str, mix: dict) -> str:
             continue
         chained, first = layer.modelled(chained_cfg), layer.modelled(first_cfg)
         token = first.seconds + (LAYERS - 1) * chained.seconds + last.seconds
-        attention = dict(chained.launches)["attention"]
+        ddr = attention_ddr_bytes(*layer.LLAMA_ROPE[1:], layer.LLAMA_ROPE[0], context)
+        compute = layer.attention_compute_s(layer.LLAMA_ROPE, context)
         parts.append(
             f"context {context}: {LAYERS + 1} dispatches, {token * 1e3:.2f} ms = {1 / token:.1f} tok/s "
-            f"(attention {attention * 1e6:.1f} us a layer, DDR only)"
+            f"(attention a layer: DDR {ddr / model.DDR_BYTES_PER_S * 1e6:.1f} us, compute "
+            f"{compute * 1e6:.1f} us)"
         )
     return (
         f"{label}: whole token, MODELLED (the first module: layer 0's norm, q, k, v, RoPE and attention; "

@@ -51,6 +51,7 @@ import numpy as np
 from . import model
 from ..kernel.record import FORMAT_GS, FORMATS
 from .kernel_profile import (
+    profile_attention_step,
     ACC_REGISTERS,
     KERNEL_FILES,
     LOAD_FIFOS,
@@ -663,6 +664,14 @@ def tile_end_cycles(tm: int, tn: int) -> float:
     if key not in _TILE_ENDS:
         _TILE_ENDS[key] = measure_tile_ends(tm, tn)
     return float(np.array(_TILE_ENDS[key]) @ calibration().constants)
+
+
+def attention_step_cycles(g: int, d: int, t: int) -> float:
+    """Modelled cycles of one attn_step_bf16 call over a whole chunk of t positions that raises the
+    maximum (g query heads of d; MODELLED: the same calibrated terms as the GEMM's, its code all outside
+    marked loops). Profiled on demand (the element-wise library's profiling build)."""
+    profile = _profile_dict(profile_attention_step(g, d, t))
+    return float(features(profile) @ calibration().constants)
 
 
 def int4_kernel_flops(

@@ -302,6 +302,39 @@ def profile_gemv(
     return read_profile(k.lib)
 
 
+@functools.lru_cache(maxsize=None)
+def profile_attention_step(g: int, d: int, t: int) -> Profile:
+    """One attn_step_bf16 call of the profiling build over a whole chunk of t valid positions whose scores
+    raise the maximum (the rescale runs: the dearer path), g query heads of d, after attn_init_bf16.
+    """
+    from ml_dtypes import bfloat16
+
+    from ..kernel.kernel_model import aligned_empty, build_eltwise_kernel
+
+    lib = ctypes.CDLL(str(build_eltwise_kernel("host-profile")))
+    i32, ptr = ctypes.c_int32, ctypes.c_void_p
+    lib.attn_init_bf16.argtypes = [ptr] * 4 + [i32] * 3
+    lib.attn_step_bf16.argtypes = [ptr] * 5 + [i32] * 5
+    rng = np.random.default_rng(0)
+    q = aligned_empty((g * d + 2 * d + 32,), bfloat16)
+    q[: g * d + 2 * d] = rng.standard_normal(g * d + 2 * d).astype(bfloat16)
+    q[g * d : g * d + d] = (
+        0  # the own key scores 0: the chunk's rising keys raise the maximum
+    )
+    q[g * d + 2 * d :].view(np.int32)[:] = t
+    ramp = np.linspace(1, 4, t)[:, None] * np.asarray(q[:d], np.float32)
+    rows = aligned_empty((2 * t * d,), bfloat16)
+    rows[...] = np.concatenate([ramp, rng.standard_normal((t, d))]).reshape(-1)
+    scores = aligned_empty((g * t,), np.float32)
+    probs = aligned_empty((g * t,), bfloat16)
+    o = aligned_empty((g * d + g + g * 16,), np.float32)
+    bufs = [b.ctypes.data for b in (q, scores, probs, o)]
+    lib.attn_init_bf16(*bufs, g, d, 2 * t)
+    _reset(lib)
+    lib.attn_step_bf16(bufs[0], rows.ctypes.data, *bufs[1:], 0, g, d, t, 2 * t)
+    return read_profile(lib)
+
+
 def report(p: Profile, tile_m: int, tile_n: int, tile_k: int, gs: int) -> str:
     steps = (tile_m // 8) * (tile_n // 8) * (tile_k // 8)
     head = (

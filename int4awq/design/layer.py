@@ -74,6 +74,18 @@ def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
     return out
 
 
+def attention_compute_s(rope: tuple[int, ...], context: int) -> float:
+    """The attention launch's compute on a PE with every one of `context` positions valid: a call of
+    attn_step_bf16 a chunk at the kernel cost model's cycles (MODELLED; kernel_cost.attention_step_cycles).
+    """
+    from .kernel_cost import attention_step_cycles
+    from ..kernel.eltwise_model import ATTN_CHUNK
+
+    d, heads, kv = rope
+    cycles = attention_step_cycles(heads // kv, d, ATTN_CHUNK)
+    return context // ATTN_CHUNK * cycles / gemv.CLOCK_HZ
+
+
 def default_layer(
     hidden: int,
     intermediate: int,
@@ -228,7 +240,11 @@ def _sum(cfg, order: list[str], names: list[str]) -> LayerEstimate:
         for name, b, per_pe in eltwise_launches(cfg)
     }
     order = order + [f"rope_{r[0]}" for r in (cfg.rope_launches() if cfg.rope else [])]
-    order += ["copy_v", "attention"] if cfg.context else []
+    if cfg.context:
+        order += ["copy_v", "attention"]
+        elt["attention"] = max(
+            elt["attention"], attention_compute_s(cfg.rope, cfg.context)
+        )
     launches = tuple((n, (gemvs | elt)[n]) for n in order)
     seconds = (
         model.FIXED_S

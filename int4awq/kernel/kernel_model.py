@@ -213,14 +213,16 @@ def build_host_kernel(obj: KernelObject, target: str = "host") -> Path:
 ELTWISE_OBJECT = "eltwise_bf16.o"
 
 
-def build_eltwise_kernel() -> Path:
-    """make -C kernels host ENTRIES=eltwise; returns the path of the shared library."""
+def build_eltwise_kernel(target: str = "host") -> Path:
+    """make -C kernels <target> ENTRIES=eltwise (host, or host-profile: the profiling build); returns the
+    path of the shared library."""
     proc = subprocess.run(
-        ["make", "-s", "-C", str(KERNELS_DIR), "host", "ENTRIES=eltwise"],
+        ["make", "-s", "-C", str(KERNELS_DIR), target, "ENTRIES=eltwise"],
         capture_output=True,
         text=True,
     )
-    lib = KERNELS_DIR / "build" / ELTWISE_OBJECT.replace(".o", ".so")
+    suffix = "_profile.so" if target == "host-profile" else ".so"
+    lib = KERNELS_DIR / "build" / ELTWISE_OBJECT.replace(".o", suffix)
     if proc.returncode or not lib.exists():
         raise RuntimeError(
             f"element-wise kernel host build failed:\n{proc.stdout}{proc.stderr}"
