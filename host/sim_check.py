@@ -103,36 +103,7 @@ def cases() -> list[Case]:
     # across-n-blocks-n_per_segment), at a small shape: the emulator sends the re-sent slices in aircc's
     # BD ring order, and the compiled design must agree under every schedule
     out.append(config_case(RESIDENT_NAME, RESIDENT))
-
-    # two decode GEMVs chained in one module of two launches (a device each, aircc_check's design)
-    import matvec_int4_packed
-
-    first, second = aircc_check.chained_configs()
-
-    def chained_inputs():
-        tn, tk = first.tile_n, first.tile_k_l1
-        w1, w2 = (
-            random_format_weights("awq", c.k, c.n, c.gs, seed=i)
-            for i, c in ((1, first), (2, second))
-        )
-        return [
-            random_activations(first.m, first.k, 2),
-            record.pack_weights(w1, tn, tk, dense=first.kernel.dense),
-            np.zeros((first.m, first.n), bfloat16),
-            record.pack_weights(w2, tn, tk, dense=second.kernel.dense),
-            np.zeros((second.m, second.n), bfloat16),
-        ]
-
-    out.append(
-        Case(
-            aircc_check.CHAINED_NAME,
-            lambda: matvec_int4_packed.build_chained_module(**aircc_check.CHAINED),
-            matvec_int4_packed.backend_options(first),
-            chained_inputs,
-            (2, 4),
-            lambda: build_config_kernel(first),
-        )
-    )
+    out.append(chained_case())
     # a decoder layer's o_proj + FFN as one module of seven launches (o_gemv_ffn_int4.py), at the smallest
     # sizes whose GEMVs fill 32 PEs; gate_up's tile makes it a second kernel object
     import o_gemv_ffn_int4
@@ -196,7 +167,7 @@ def cases() -> list[Case]:
     )
     # both ending with the next layer's attention launch over a cache of 128 positions (generate's
     # dispatches)
-    for cfg, rows, first, what in (
+    for cfg, rows, written_from, what in (
         (
             small_layer(128),
             ("attn", "x", "ffn_norm", "next_norm"),
@@ -222,7 +193,7 @@ def cases() -> list[Case]:
                 ),
                 o_gemv_ffn_int4.backend_options(cfg),
                 lambda c=cfg, r=rows: module_inputs(c, r),
-                tuple(range(cfg.index(first), len(cfg.buffers()))),
+                tuple(range(cfg.index(written_from), len(cfg.buffers()))),
                 lambda c=cfg: layer_model.host_libraries(c),
             )
         )
@@ -255,6 +226,41 @@ def cases() -> list[Case]:
                 )
             )
     return out
+
+
+def chained_case() -> Case:
+    """Two decode GEMVs chained in one module of two launches (a device each, aircc_check's design)."""
+    import matvec_int4_packed
+    from host import aircc_check
+    from host.run import build_host_kernel as build_config_kernel
+    from int4awq.formats.quant import random_activations
+    from int4awq.formats.weights_file import random_format_weights
+    from int4awq.kernel import record
+
+    first, second = aircc_check.chained_configs()
+
+    def chained_inputs():
+        tn, tk = first.tile_n, first.tile_k_l1
+        w1, w2 = (
+            random_format_weights("awq", c.k, c.n, c.gs, seed=i)
+            for i, c in ((1, first), (2, second))
+        )
+        return [
+            random_activations(first.m, first.k, 2),
+            record.pack_weights(w1, tn, tk, dense=first.kernel.dense),
+            np.zeros((first.m, first.n), bfloat16),
+            record.pack_weights(w2, tn, tk, dense=second.kernel.dense),
+            np.zeros((second.m, second.n), bfloat16),
+        ]
+
+    return Case(
+        aircc_check.CHAINED_NAME,
+        lambda: matvec_int4_packed.build_chained_module(**aircc_check.CHAINED),
+        matvec_int4_packed.backend_options(first),
+        chained_inputs,
+        (2, 4),
+        lambda: build_config_kernel(first),
+    )
 
 
 def attention_case() -> Case:
