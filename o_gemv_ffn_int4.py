@@ -248,6 +248,7 @@ def eltwise_funcs(tiles, rope=None):
 # buffer, so the cache need not hold it yet: the host appends it after the dispatch. Rows past n are read
 # but neither used nor required to hold numbers.
 ATTN_CHUNK = 32
+ATTN_MAX_D = 128  # a query head's vectors held in registers across a chunk (kernels/eltwise_bf16.cc MAX_D)
 
 
 def attention_cache(k, v):
@@ -402,11 +403,17 @@ def attention_problem(heads: int, kv: int, d: int, context: int) -> str | None:
     count corrupts data on NPU2, docs/emulator.md#odd-trip-counts), or a PE's L1 (the q buffer, one chunk's
     scores (f32) and probabilities (bf16) for its g query heads, the state (f32) and out, two chunks of
     cache rows, the stack)."""
-    if heads % kv or kv > COLUMNS or d % 16 or context % (2 * ATTN_CHUNK):
+    if (
+        heads % kv
+        or kv > COLUMNS
+        or d % 16
+        or d > ATTN_MAX_D
+        or context % (2 * ATTN_CHUNK)
+    ):
         return (
             f"attention: {heads} query heads over {kv} key/value heads (at most {COLUMNS}) of {d} (a "
-            f"multiple of 16), context {context} (a multiple of {2 * ATTN_CHUNK}: an even count of "
-            f"{ATTN_CHUNK}-position chunks)"
+            f"multiple of 16, at most {ATTN_MAX_D}), context {context} (a multiple of "
+            f"{2 * ATTN_CHUNK}: an even count of {ATTN_CHUNK}-position chunks)"
         )
     g, stack = heads // kv, attention_backend_options()["stack_size"]
     l1 = (

@@ -173,13 +173,31 @@ static inline int32_t valid_in_chunk(const int32_t *ctx, int32_t chunk,
   return left < 0 ? 0 : (left < t ? left : t);
 }
 
+// head_dim at most MAX_D: a query head's vectors stay in registers across the
+// chunk's keys (o_gemv_ffn_int4.attention_problem refuses more)
+constexpr int32_t MAX_D = 128;
+// the output's vectors accumulated together a position (one broadcast of p)
+constexpr int32_t O_GROUP = 4;
+
+// A query head's vectors, loaded once a head.
+struct Query {
+  aie::vector<bfloat16, V> v[MAX_D / V];
+};
+static inline Query load_query(const bfloat16 *__restrict q, int32_t d) {
+  Query r;
+  // live: 8 vec, 0 acc
+  for (int32_t i = 0; i < d / V; ++i)
+    r.v[i] = aie::load_v<V>(q + i * V);
+  return r;
+}
+
 // One query head's score against one key: q . k (scaled later, with log2 e).
-static inline float attn_score(const bfloat16 *__restrict q,
-                               const bfloat16 *__restrict k, int32_t d) {
+static inline float attn_score(const Query &q, const bfloat16 *__restrict k,
+                               int32_t d) {
   aie::accum<accfloat, V> acc = aie::zeros<accfloat, V>();
-  // live: 2 vec, 1 acc
-  for (int32_t i = 0; i < d; i += V)
-    acc = aie::mac(acc, aie::load_v<V>(q + i), aie::load_v<V>(k + i));
+  // live: 9 vec, 1 acc
+  for (int32_t i = 0; i < d / V; ++i)
+    acc = aie::mac(acc, q.v[i], aie::load_v<V>(k + i * V));
   return aie::reduce_add(acc.template to_vector<float>());
 }
 
@@ -264,7 +282,7 @@ void attn_init_bf16(const bfloat16 *__restrict q, float *__restrict scores,
   float *l = o + g * d, *m = o + g * d + g * V;
   // live: 5 vec, 1 acc
   for (int32_t h = 0; h < g; ++h) {
-    const float s = attn_score(q + h * d, k, d);
+    const float s = attn_score(load_query(q + h * d, d), k, d);
     const bfloat16 mb = to_bf16(s);
     const bfloat16 p = exp2_scaled(
         aie::sub(aie::accum<accfloat, V>(aie::broadcast<float, V>(s)),
@@ -301,9 +319,10 @@ void attn_step_bf16(const bfloat16 *__restrict q,
     float *s = scores + h * t;
     bfloat16 *p = probs + h * t;
     float *oh = o + h * d, *lh = l + h * V;
-    // live: 3 vec, 1 acc
+    const Query qh = load_query(q + h * d, d);
+    // live: 9 vec, 1 acc
     for (int32_t pos = 0; pos < n; ++pos)
-      s[pos] = attn_score(q + h * d, k + pos * d, d);
+      s[pos] = attn_score(qh, k + pos * d, d);
     // live: 0 vec, 0 acc (scalar)
     for (int32_t pos = n; pos < t; ++pos)
       s[pos] = LOWEST;
@@ -336,14 +355,26 @@ void attn_step_bf16(const bfloat16 *__restrict q,
       lacc = aie::mac(lacc, pv, ones);
     }
     aie::store_v(lh, lacc.template to_vector<float>());
-    // live: 3 vec, 1 acc
-    for (int32_t i = 0; i < d; i += V) {
-      aie::accum<accfloat, V> acc(aie::load_v<V>(oh + i));
-      // live: 3 vec, 1 acc
-      for (int32_t pos = 0; pos < n; ++pos)
-        acc = aie::mac(acc, aie::broadcast<bfloat16, V>(p[pos]),
-                       aie::load_v<V>(v + pos * d + i));
-      aie::store_v(oh + i, acc.template to_vector<float>());
+    // O_GROUP of o's vectors at a time, each position's p broadcast once for
+    // them (each lane still adds the positions in order)
+    // live: 2 vec, 4 acc
+    for (int32_t i0 = 0; i0 < d; i0 += O_GROUP * V) {
+      aie::accum<accfloat, V> acc[O_GROUP];
+      const int32_t w = d - i0 < O_GROUP * V ? (d - i0) / V : O_GROUP;
+      // live: 1 vec, 4 acc
+      for (int32_t j = 0; j < w; ++j)
+        acc[j] = aie::accum<accfloat, V>(aie::load_v<V>(oh + i0 + j * V));
+      // live: 2 vec, 4 acc
+      for (int32_t pos = 0; pos < n; ++pos) {
+        const aie::vector<bfloat16, V> pb = aie::broadcast<bfloat16, V>(p[pos]);
+        // live: 2 vec, 4 acc
+        for (int32_t j = 0; j < w; ++j)
+          acc[j] =
+              aie::mac(acc[j], pb, aie::load_v<V>(v + pos * d + i0 + j * V));
+      }
+      // live: 1 vec, 4 acc
+      for (int32_t j = 0; j < w; ++j)
+        aie::store_v(oh + i0 + j * V, acc[j].template to_vector<float>());
     }
   }
 }

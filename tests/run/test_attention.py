@@ -87,6 +87,7 @@ def test_llama_heads_at_4k_context_fit_and_are_the_model():
     [
         ((8, 3, 64, 128), "8 query heads over 3 key/value heads"),
         ((36, 9, 64, 128), "over 9 key/value heads (at most 8)"),
+        ((8, 2, 256, 128), "of 256 (a multiple of 16, at most 128)"),
         (
             (8, 2, 64, 96),
             "context 96 (a multiple of 64: an even count of 32-position chunks)",
