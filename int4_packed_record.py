@@ -1378,15 +1378,16 @@ def check_rope(qkv: tuple[GemvConfig, ...], rope: tuple[int, ...]) -> None:
 
 
 def rope_launches(
-    qkv: tuple[GemvConfig, ...], rope: tuple[int, ...]
+    qkv: tuple[GemvConfig, ...], rope: tuple[int, ...], fused: bool = False
 ) -> list[tuple[str, str, int, int, int]]:
     """The RoPE launches (name, source buffer, element offset in it, n, PEs), q then k: each PE takes
-    gcd(heads, kv) whole heads, so both launches call the entry on one L1 row type.
+    gcd(heads, kv) whole heads, so both launches call the entry on one L1 row type; fused (writing into
+    the attention launch's q buffer), one PE per key/value head: its query heads, or its key.
     """
     d, heads, kv = rope
     per_pe = math.gcd(heads, kv)
     return [
-        (name, *qkv_part(qkv, start), count * d, count // per_pe)
+        (name, *qkv_part(qkv, start), count * d, kv if fused else count // per_pe)
         for name, start, count in (("q", 0, heads), ("k", heads * d, kv))
     ]
 
@@ -1422,17 +1423,11 @@ def attention_ddr_bytes(heads: int, kv: int, d: int, context: int) -> int:
 
 def check_fused_attention(rope: tuple[int, ...], context: int) -> None:
     """A module ending with the attention launch (context > 0) writes its RoPE outputs into the launch's
-    q buffer, a RoPE PE's whole heads as whole groups of query heads of one key/value head.
-    """
+    q buffer (rope_launches' fused form); the launch's own rules are the builder's
+    (o_gemv_ffn_int4.attention_problem)."""
     if not rope:
         raise ConfigError(
             "the attention launch in the module: it needs the RoPE launches (rope)"
-        )
-    d, heads, kv = rope
-    if math.gcd(heads, kv) % (heads // kv):
-        raise ConfigError(
-            f"the attention launch in the module: {heads} query heads over {kv} key/value heads; a "
-            f"RoPE PE's {math.gcd(heads, kv)} heads are not whole groups of {heads // kv}"
         )
 
 
@@ -1537,7 +1532,7 @@ class LayerConfig:
         check_rope(self.next_qkv, self.rope)
 
     def rope_launches(self) -> list[tuple[str, str, int, int, int]]:
-        return rope_launches(self.next_qkv, self.rope)
+        return rope_launches(self.next_qkv, self.rope, bool(self.context))
 
     @classmethod
     def named(
@@ -1659,7 +1654,7 @@ class QkvConfig:
         return self.qkv
 
     def rope_launches(self) -> list[tuple[str, str, int, int, int]]:
-        return rope_launches(self.qkv, self.rope)
+        return rope_launches(self.qkv, self.rope, bool(self.context))
 
     def index(self, name: str) -> int:
         """A buffer's position in the module's arguments."""

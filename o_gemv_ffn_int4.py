@@ -207,8 +207,8 @@ def eltwise_launch(
 
 def eltwise_funcs(tiles, rope=None):
     """The element-wise entries (kernels/eltwise_bf16.cc) declared for L1 rows of the given lengths:
-    {name: FuncOp} for each name of tiles (add, rms_norm, silu_mul); with rope = (a PE's row, head_dim),
-    rope too.
+    {name: FuncOp} for each name of tiles (add, rms_norm, silu_mul, copy); with rope = (the RoPE
+    launches' PE rows, head_dim), ("rope", row) for each of them (two rows: the entry's two names).
     """
     bf16, l1 = BF16Type.get(), IntegerAttr.get(T.i32(), MemorySpace.L1)
 
@@ -226,13 +226,14 @@ def eltwise_funcs(tiles, rope=None):
         for name, (symbol, rows) in symbols.items()
         if name in tiles
     }
-    if rope:
-        tile, d = rope
-        funcs["rope"] = kernel_func(
-            "rope_bf16",
-            [row(tile), row(d), row(tile), T.i32(), T.i32()],
-            ELTWISE_OBJECT,
-        )
+    if (
+        rope
+    ):  # a second row type takes the entry's second name (one declaration a symbol)
+        rows, d = rope
+        for name, tile in zip(("rope_bf16", "rope2_bf16"), rows):
+            funcs[("rope", tile)] = kernel_func(
+                name, [row(tile), row(d), row(tile), T.i32(), T.i32()], ELTWISE_OBJECT
+            )
     return funcs
 
 
@@ -462,9 +463,8 @@ def _kernels(cfg, tiles):
             raise ConfigError(problem)
         tiles = {**tiles, "copy": d}
         attn = attention_funcs(heads // kv, d, cfg.context)
-    elt = eltwise_funcs(
-        tiles, (ropes[0][3] // ropes[0][4], cfg.rope[0]) if ropes else None
-    )
+    rope_rows = sorted({n // pes for _, _, _, n, pes in ropes})
+    elt = eltwise_funcs(tiles, (rope_rows, cfg.rope[0]) if ropes else None)
     return gemv_funcs, elt, ropes, attn
 
 
@@ -513,14 +513,11 @@ class _Launches:
         g, width = heads // kv, attention_q_width(heads // kv, d)
         for part, src, offset, n, pes in self.ropes:
             out, scatter = f"{part}_roped", None
-            if self.attn:  # a PE's heads as whole groups of g (q) or single heads (k)
-                per_pe = n // pes // d
+            if self.attn:  # PE x: key/value head x's query heads, or its key
                 out = "q_attn"
-                scatter = (
-                    (per_pe // g, width, 0) if part == "q" else (per_pe, width, g * d)
-                )
+                scatter = (1, width, 0 if part == "q" else g * d)
             self.eltwise(
-                "rope",
+                ("rope", n // pes),
                 f"rope_{part}",
                 n,
                 pes,

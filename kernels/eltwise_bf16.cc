@@ -156,6 +156,13 @@ void rope_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict table,
     }
 }
 
+// The same rotation under a second name: a module whose two RoPE launches
+// give a PE rows of two lengths declares the entry once for each.
+void rope2_bf16(const bfloat16 *__restrict x, const bfloat16 *__restrict table,
+                bfloat16 *__restrict out, int32_t n, int32_t d) {
+  rope_bf16(x, table, out, n, d);
+}
+
 // ---------------------------------------------------------------- attention
 // One PE: g query heads of d sharing one key/value head, the cache's first
 // ctx[0] positions, in chunks of t positions: a chunk is t key rows then t

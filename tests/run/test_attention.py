@@ -103,3 +103,74 @@ def test_shapes_the_launch_cannot_take_are_refused(shape, message):
         ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
     ):
         builder.build_attention_module(*shape)
+
+
+def test_the_first_module_ends_with_the_attention_at_three_query_heads_a_group():
+    """QkvConfig with the attention (context 128, 45 cached) at 24 query heads over 8 key/value heads of
+    64 (Llama-3.2-3B's grouping, three a group): on the emulator the q buffer holds the RoPE of the
+    module's own q and k and its v, each at its head's place, and the launch's output is the model's
+    attention over the 45 cached rows and the token's own, bit for bit."""
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    import o_gemv_ffn_int4 as builder
+
+    from int4_packed_record import QkvConfig
+    from int4awq.design import layer
+    from int4awq.design.gemv import GemvConfig
+    from int4awq.formats import rope
+    from int4awq.formats.quant import random_activations
+    from int4awq.formats.weights_file import random_format_weights
+    from int4awq.run.decode_layer import run_module
+
+    d, heads, kv, context, n = 64, 24, 8, 128, 45
+    g = heads // kv
+    gemv = GemvConfig(
+        m=1, k=512, n=(heads + 2 * kv) * d, gs=128, tile_n=16, tile_k_l1=128
+    )
+    cfg = QkvConfig.named((gemv,), (d, heads, kv), context)
+    rng = np.random.default_rng(3)
+    cache_k, cache_v = (
+        rng.standard_normal((context, kv * d)).astype(bfloat16) for _ in "kv"
+    )
+    cache_k[n:] = cache_v[n:] = np.nan
+    table = rope.table(rope.base_frequencies(500000.0, d), n).reshape(-1)
+    zeros = np.zeros(heads * d)
+    given = {
+        "x": random_activations(1, 512, 1),
+        "attn_norm": random_activations(1, 512, 2),
+        "rope_table": table[None],
+        "kv_cache": builder.attention_cache(cache_k, cache_v),
+        "q_attn": builder.attention_q(zeros, zeros[: kv * d], zeros[: kv * d], n, kv),
+    }
+    weights = {"w_qkv0": random_format_weights("awq", 512, gemv.n, 128, seed=4)}
+    out = run_module(cfg, layer.module_buffers(cfg, weights, given), "emu", False)
+    got = {name: np.asarray(out[i]) for i, (name, _) in enumerate(cfg.buffers())}
+    qkv = got["qkv0"].reshape(-1)
+    q = em.rope(qkv[: heads * d], table, d)
+    k = em.rope(qkv[heads * d : (heads + kv) * d], table, d)
+    v = qkv[(heads + kv) * d :]
+    placed = got["q_attn"].reshape(kv, -1)
+
+    def same(a, b):
+        return np.array_equal(
+            np.asarray(a, bfloat16).reshape(-1).view(np.uint16),
+            np.asarray(b, bfloat16).reshape(-1).view(np.uint16),
+        )
+
+    assert same(placed[:, : g * d], q)
+    assert same(placed[:, g * d : g * d + d], k)
+    assert same(placed[:, g * d + d : g * d + 2 * d], v)
+    assert (placed[:, g * d + 2 * d :].view(np.int32) == n).all()  # ctx: the host's
+    keys = np.concatenate([cache_k[:n], np.asarray(k, bfloat16).reshape(1, -1)])
+    values = np.concatenate([cache_v[:n], np.asarray(v, bfloat16).reshape(1, -1)])
+    want = np.concatenate(
+        [
+            em.attention(
+                np.asarray(q).reshape(heads, d)[x * g : (x + 1) * g],
+                keys[:, x * d : (x + 1) * d],
+                values[:, x * d : (x + 1) * d],
+                n + 1,
+            )
+            for x in range(kv)
+        ]
+    )
+    assert same(got["attn_next"], want)
