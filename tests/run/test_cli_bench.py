@@ -426,15 +426,40 @@ def test_the_whole_token_line_counts_every_dispatch_at_1k_and_4k():
     # and its compute, a call of attn_step_bf16 a 32-position chunk at the kernel cost model's cycles
     from int4awq.design.kernel_cost import attention_step_cycles
 
+    qkv = ((3072, "awq", 128),)
     for context in (1024, 4096):
         ddr = builder.attention_ddr_bytes(32, 8, 64, context) / model.DDR_BYTES_PER_S
         compute = context // 32 * attention_step_cycles(4, 64, 32) / gemv.CLOCK_HZ
-        token = (
-            first.seconds
-            + 15 * chained.seconds
-            + last.seconds
-            + 16 * (max(ddr, compute) + copy)
-        )
+        # the modules ending with the attention: the same launches, their RoPE one PE per key/value head
+        # (8 a launch), then the value's copy and the attention
+        fused = [
+            layer.modelled(c)
+            for c in (
+                layer.default_qkv(2048, qkv, layer.LLAMA_ROPE, context),
+                layer.default_layer(
+                    2048,
+                    8192,
+                    ("awq",) * 3,
+                    (128,) * 3,
+                    qkv,
+                    layer.LLAMA_ROPE,
+                    context=context,
+                ),
+            )
+        ]
+        for plain, module in zip((first, chained), fused):
+            times = dict(module.launches)
+            assert [n for n, _ in module.launches] == [n for n, _ in plain.launches] + [
+                "copy_v",
+                "attention",
+            ]
+            assert times["attention"] == max(ddr, compute) and times["copy_v"] == copy
+            assert all(
+                t == dict(plain.launches)[n]
+                for n, t in module.launches
+                if n not in ("rope_q", "rope_k", "copy_v", "attention")
+            )
+        token = fused[0].seconds + 15 * fused[1].seconds + last.seconds
         assert (
             f"context {context}: 17 dispatches, {token * 1e3:.2f} ms = {1 / token:.1f} tok/s "
             f"(attention a layer: DDR {ddr * 1e6:.1f} us, compute {compute * 1e6:.1f} us)"
