@@ -1405,12 +1405,20 @@ def qkv_part(qkv: tuple[GemvConfig, ...], start: int) -> tuple[str, int]:
 # bf16 slots behind each PE's key and value in the attention launch's q buffer: 16 int32, ctx[0] the cache
 # rows before the token (o_gemv_ffn_int4.attention_launch)
 ATTN_CTX = 32
+# cache positions a step of the attention launch (one DMA, one attn_step_bf16 call)
+ATTN_CHUNK = 32
 
 
 def attention_q_width(g: int, d: int) -> int:
     """A PE's stretch of the attention launch's q buffer: its g query heads, the token's own key and value,
     ctx."""
     return g * d + 2 * d + ATTN_CTX
+
+
+def attention_state_elems(g: int, d: int) -> int:
+    """f32 values of a PE's attention state (kernels/eltwise_bf16.cc): g x d output sums, g x 16 lanes of
+    sums of probabilities, g maxima."""
+    return g * d + g * 16 + g
 
 
 def attention_ddr_bytes(heads: int, kv: int, d: int, context: int) -> int:

@@ -94,10 +94,12 @@ except ImportError as e:  # as a script without mlir-air: say what to do
     sys.exit(2)
 
 from int4_packed_record import (
+    ATTN_CHUNK,
     ATTN_CTX,
     COLUMNS,
     attention_ddr_bytes,
     attention_q_width,
+    attention_state_elems,
     qkv_part,
     FORMAT_GS,
     L1_BYTES,
@@ -226,9 +228,8 @@ def eltwise_funcs(tiles, rope=None):
         for name, (symbol, rows) in symbols.items()
         if name in tiles
     }
-    if (
-        rope
-    ):  # a second row type takes the entry's second name (one declaration a symbol)
+    if rope:
+        # a second row type takes the entry's second name (one declaration a symbol)
         rows, d = rope
         for name, tile in zip(("rope_bf16", "rope2_bf16"), rows):
             funcs[("rope", tile)] = kernel_func(
@@ -248,7 +249,6 @@ def eltwise_funcs(tiles, rope=None):
 # (attention_cache's layout), one call of attn_step_bf16 a chunk. The token itself is taken from the q
 # buffer, so the cache need not hold it yet: the host appends it after the dispatch. Rows past n are read
 # but neither used nor required to hold numbers.
-ATTN_CHUNK = 32
 ATTN_MAX_D = 128  # a query head's vectors held in registers across a chunk (kernels/eltwise_bf16.cc MAX_D)
 
 
@@ -308,8 +308,7 @@ def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
         rows=buf([2 * chunk, d], bf16),
         scores=buf([1, g * chunk], f32),
         probs=buf([1, g * chunk], bf16),
-        # the state: g x d output sums, g x 16 lanes of sums of probabilities, g maxima
-        o=buf([1, g * d + g + g * 16], f32),
+        o=buf([1, attention_state_elems(g, d)], f32),
         out=buf([1, g * d], bf16),
     )
     step = [ty[k] for k in ("q", "rows", "scores", "probs", "o")] + [T.i32()] * 5
@@ -420,7 +419,7 @@ def attention_problem(heads: int, kv: int, d: int, context: int) -> str | None:
     l1 = (
         2 * attention_q_width(g, d)
         + 6 * g * ATTN_CHUNK
-        + 4 * (g * d + g + g * 16)
+        + 4 * attention_state_elems(g, d)
         + 2 * g * d
         + 2 * 2 * 2 * ATTN_CHUNK * d
         + stack

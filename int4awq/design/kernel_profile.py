@@ -309,6 +309,8 @@ def profile_attention_step(g: int, d: int, t: int) -> Profile:
     """
     from ml_dtypes import bfloat16
 
+    from int4_packed_record import attention_state_elems
+
     from ..kernel.kernel_model import aligned_empty, build_eltwise_kernel
 
     lib = ctypes.CDLL(str(build_eltwise_kernel("host-profile")))
@@ -327,7 +329,7 @@ def profile_attention_step(g: int, d: int, t: int) -> Profile:
     rows[...] = np.concatenate([ramp, rng.standard_normal((t, d))]).reshape(-1)
     scores = aligned_empty((g * t,), np.float32)
     probs = aligned_empty((g * t,), bfloat16)
-    o = aligned_empty((g * d + g + g * 16,), np.float32)
+    o = aligned_empty((attention_state_elems(g, d),), np.float32)
     bufs = [b.ctypes.data for b in (q, scores, probs, o)]
     lib.attn_init_bf16(*bufs, g, d, 2 * t)
     _reset(lib)

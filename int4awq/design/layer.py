@@ -63,9 +63,8 @@ def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
         (f"rope_{part}", 2 * (2 * n + cfg.rope[0]), n // pes)
         for part, _, _, n, pes in (cfg.rope_launches() if cfg.rope else [])
     ]
-    if (
-        cfg.context
-    ):  # the token's value copied, then the attention launch (DDR only: see modelled)
+    if cfg.context:
+        # the token's value copied, then the attention launch (its compute: _sum takes the longer)
         d, heads, kv = cfg.rope
         out += [
             ("copy_v", 2 * 2 * kv * d, d),
@@ -78,8 +77,9 @@ def attention_compute_s(rope: tuple[int, ...], context: int) -> float:
     """The attention launch's compute on a PE with every one of `context` positions valid: a call of
     attn_step_bf16 a chunk at the kernel cost model's cycles (MODELLED; kernel_cost.attention_step_cycles).
     """
+    from int4_packed_record import ATTN_CHUNK
+
     from .kernel_cost import attention_step_cycles
-    from ..kernel.eltwise_model import ATTN_CHUNK
 
     d, heads, kv = rope
     cycles = attention_step_cycles(heads // kv, d, ATTN_CHUNK)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from ml_dtypes import bfloat16
 
+from int4_packed_record import ATTN_CHUNK
+
 LANES = 16  # bf16 lanes per vector in the kernel
 RMS_EPSILON = np.float32(1e-5)
 
@@ -70,9 +72,6 @@ def rope(x: np.ndarray, table: np.ndarray, d: int) -> np.ndarray:
     return _bf16(out).reshape(np.shape(x))
 
 
-ATTN_CHUNK = (
-    32  # cache positions a step of the attention launch (o_gemv_ffn_int4.ATTN_CHUNK)
-)
 LOG2E = np.float32(1.4426950408889634)
 
 

@@ -242,7 +242,8 @@ class Llama:
         """(seconds, dispatches) of one decode token as the NPU path runs it (MODELLED, make bench's
         whole-token sum): the first module (layer 0's norm, q, k, v, RoPE and attention), then per layer
         its module (ending with the next layer's q, k, v, RoPE and attention, the last with the head); the
-        attention DDR-bound, its softmax unpriced."""
+        attention at the longer of its DDR time and its modelled compute (layer.modelled).
+        """
         from ..design import layer
 
         modules = [layer.modelled(c) for c in [self.qkv_cfg, *self.module_cfgs]]
@@ -316,7 +317,7 @@ class Dispatches:
     cache after the dispatch."""
 
     def __init__(self, model: "Llama", backend: str, compile_first: bool = True):
-        from ..design import compiler, layer
+        from ..design import layer
         from ..formats.fuse import fuse_columns
 
         self.m, self.backend = model, backend
@@ -351,11 +352,6 @@ class Dispatches:
         ]
         if backend == "npu":
             self._load_on_npu()
-            return
-        from ..kernel.kernel_model import build_eltwise_kernel
-
-        # the element-wise host library (built once here, not a make run a dispatch)
-        self.eltwise_dir = str(build_eltwise_kernel().parent)
 
     def _load_on_npu(self) -> None:
         """Every module compiled for NPU2 once, each in a build folder of its own, and kept loaded: a
