@@ -1686,3 +1686,165 @@ class QkvConfig:
                 or [(f"{name}_roped", n) for name, _, _, n, _ in self.rope_launches()]
             )
         )
+
+
+@dataclass(frozen=True)
+class RecordSlab:
+    """Packed records of several GEMVs of one record shape, one after another along the first dimension:
+    [tiles, chunks, record] u8 (a GEMV's W buffer is [n_tiles, k_chunks, record_bytes]).
+    """
+
+    tiles: int
+    chunks: int
+    record: int
+
+
+@dataclass(frozen=True)
+class TokenConfig:
+    """A whole decode token as one module (o_gemv_ffn_int4.build_token_module): the first module's launches
+    (QkvConfig: layer 0's norm, q, k, v, RoPE and attention), then every layer module's (LayerConfig: each
+    ending with the next layer's q, k, v, RoPE and attention, the last with the final norm and the LM head),
+    in one function, so the host dispatches a token once. As mlir-air's fused_decode addresses its layers
+    (per-layer slabs of a few DDR buffers at constant offsets), each module's buffer is a row block of one of
+    the token's buffers (slabs): the layers' records of one shape one after another, their norms, caches and
+    intermediates row by row. The hidden row is chained: module j reads row max(j - 1, 0) of `hidden` as its
+    x and writes row j as its out (row 0 is the token's embedding); layer i's o_proj reads the attention
+    output its previous module wrote (row i of `attn_next`). The RoPE table is one row for every layer.
+    """
+
+    first: QkvConfig
+    layers: tuple[LayerConfig, ...]
+
+    def __post_init__(self):
+        if not self.layers:
+            raise ConfigError("a token module needs at least one layer")
+        *inner, last = self.layers
+        context, rope = self.first.context, self.first.rope
+        for i, ly in enumerate(inner):
+            if not ly.next_qkv or ly.rope != rope or ly.context != context:
+                raise ConfigError(
+                    f"layer {i} of the token module must end with the next layer's q, k, v, RoPE "
+                    f"{rope} and attention at context {context}"
+                )
+        if last.head is None or last.next_qkv:
+            raise ConfigError("the token module's last layer must end with the LM head")
+        if not context:
+            raise ConfigError("the token module runs the attention: context > 0")
+        if any(ly.hidden != self.first.hidden for ly in self.layers):
+            raise ConfigError("the token module's layers must share the hidden size")
+        check_prefixes(self.launch_gemvs)
+
+    @classmethod
+    def named(cls, first: QkvConfig, layers: tuple[LayerConfig, ...]) -> "TokenConfig":
+        """The modules' GEMVs with their entries named across the whole token (named_gemvs): the module
+        declares each distinct kernel object's entries once."""
+        modules = (first, *layers)
+        sizes = [len(m.launch_gemvs) for m in modules]
+        out = named_gemvs([g for m in modules for g in m.launch_gemvs])
+        renamed, at = [], 0
+        for m, n in zip(modules, sizes):
+            gs = tuple(out[at : at + n])
+            at += n
+            if isinstance(m, QkvConfig):
+                renamed.append(replace(m, qkv=gs))
+            else:
+                k = len(m.next_qkv)
+                renamed.append(
+                    replace(
+                        m,
+                        o_proj=gs[0],
+                        gate_up=gs[1],
+                        down=gs[2],
+                        next_qkv=gs[3 : 3 + k],
+                        head=gs[3 + k] if m.head else None,
+                    )
+                )
+        return cls(renamed[0], tuple(renamed[1:]))
+
+    @property
+    def modules(self) -> tuple:
+        return (self.first, *self.layers)
+
+    @property
+    def launch_gemvs(self) -> tuple[GemvConfig, ...]:
+        return tuple(g for m in self.modules for g in m.launch_gemvs)
+
+    @property
+    def hidden(self) -> int:
+        return self.first.hidden
+
+    @property
+    def rope(self) -> tuple[int, ...]:
+        return self.first.rope
+
+    @property
+    def context(self) -> int:
+        return self.first.context
+
+    @functools.cached_property
+    def _layout(self):
+        """(slabs: {name: [kind, rows]} in argument order, refs: per module {buffer: (slab, row)})."""
+        # the module's buffers that are shared rows rather than rows of their own: (slab, row of module j)
+        chained = {
+            "x": ("hidden", lambda j: max(j - 1, 0)),
+            "out": ("hidden", lambda j: j),
+            "attn": ("attn_next", lambda j: j - 1),
+            "attn_next": ("attn_next", lambda j: j),
+            "rope_table": ("rope_table", lambda j: 0),
+        }
+        slabs, refs = {}, []
+        for j, m in enumerate(self.modules):
+            ref = {}
+            for name, kind in m.buffers():
+                if isinstance(kind, GemvConfig):
+                    key = f"records_{kind.k_chunks}x{kind.record_bytes}"
+                    shape = (kind.n_tiles, kind.k_chunks, kind.record_bytes)
+                else:
+                    shape = kind if isinstance(kind, tuple) else (1, kind)
+                    key = name if name not in chained else chained[name][0]
+                    if key in slabs and slabs[key][0][1:] != shape[1:]:
+                        key = f"{key}_{shape[-1]}"
+                if name in chained:
+                    row = chained[name][1](j)
+                    rows = slabs.get(key, [shape, 0])[1]
+                    slabs[key] = [shape, max(rows, row + 1)]
+                else:
+                    row = slabs.get(key, [shape, 0])[1]
+                    slabs[key] = [shape, row + shape[0]]
+                ref[name] = (key, row)
+            refs.append(ref)
+
+        # the inputs first: records, norm weights, the RoPE table, the caches
+        def is_input(key):
+            return (
+                key.startswith("records_")
+                or key.endswith("norm")
+                or key
+                in (
+                    "rope_table",
+                    "kv_cache",
+                )
+            )
+
+        order = sorted(slabs, key=lambda k: not is_input(k))
+        return {k: slabs[k] for k in order}, refs
+
+    def buffers(self) -> list[tuple[str, tuple[int, int] | RecordSlab]]:
+        """The token module's host buffers in argument order, inputs first: (name, (rows, bf16 columns) or
+        a RecordSlab)."""
+        out = []
+        for key, (shape, rows) in self._layout[0].items():
+            if key.startswith("records_"):
+                out.append((key, RecordSlab(rows, *shape[1:])))
+            else:
+                out.append((key, (rows, shape[1])))
+        return out
+
+    def refs(self, j: int) -> dict[str, tuple[str, int]]:
+        """Module j's buffers (0: the first module's, 1 + i: layer i's), each as (the token's buffer, its
+        first row there; a record buffer's rows are N tiles)."""
+        return self._layout[1][j]
+
+    def index(self, name: str) -> int:
+        """A buffer's position in the module's arguments."""
+        return [n for n, _ in self.buffers()].index(name)

@@ -134,8 +134,9 @@ HERD = "herd_0"
 A_FILL, A_SEND = "a_fill", "a_send"
 
 
-def affine_sum(*terms):
-    """affine.apply of sum(index * factor) over (index, factor) terms: offsets as MLIR wants them."""
+def affine_sum(*terms, constant: int = 0):
+    """affine.apply of sum(index * factor) over (index, factor) terms, plus a constant: offsets as MLIR
+    wants them."""
     exprs = [
         AffineExpr.get_mul(AffineSymbolExpr.get(i), AffineConstantExpr.get(f))
         for i, (_, f) in enumerate(terms)
@@ -143,6 +144,8 @@ def affine_sum(*terms):
     total = exprs[0]
     for e in exprs[1:]:
         total = AffineExpr.get_add(total, e)
+    if constant:
+        total = AffineExpr.get_add(total, AffineConstantExpr.get(constant))
     return affine_apply(AffineMap.get(0, len(terms), [total]), [v for v, _ in terms])
 
 

@@ -351,12 +351,21 @@ def gemv_kernel_funcs(cfg: GemvConfig):
 
 
 def gemv_launch(
-    cfg: GemvConfig, kernel, arg_a, arg_w, arg_c, name="gemv", herd_name=HERD
+    cfg: GemvConfig,
+    kernel,
+    arg_a,
+    arg_w,
+    arg_c,
+    name="gemv",
+    herd_name=HERD,
+    rows=(0, 0, 0),
 ):
     """The air.launch of C = A x dequant(W) over the host buffers arg_a, arg_w, arg_c (gemv_l3_types), its
     segment named <name>_seg and its herd's three phases herd_name: the whole design, for build_module's
     function or one launch of a module of several (which names each launch's herd apart, as mlir-air's
-    multi-launch stitching prefixes every symbol)."""
+    multi-launch stitching prefixes every symbol). rows: where A, W and C start in their buffers (A's and
+    C's row, W's first N tile), a constant offset on each DMA's DDR side, as mlir-air's fused_decode
+    addresses a layer's slab of its buffers."""
     zero, accumulate, drain = kernel
     m, k, n = cfg.m, cfg.k, cfg.n
     tn, tk1, tk2 = cfg.tile_n, cfg.tile_k_l1, cfg.tile_k_l2
@@ -378,6 +387,11 @@ def gemv_launch(
         herd_wide[k][0] for k in ("acc", "out", "scratch")
     )
     i32 = T.i32()
+    row_a, tile_w, row_c = rows
+    if tile_w % hy:
+        raise ConfigError(
+            f"{name}: W starts at N tile {tile_w}, not a multiple of the herd's {hy} rows"
+        )
 
     def pe_slice(buf, x, y, size):
         return subview(buf, offsets=[x, y, 0], sizes=[1, 1, size], strides=[1, 1, 1])
@@ -404,7 +418,7 @@ def gemv_launch(
                 dma_memcpy_nd(
                     l2a,
                     l3a_s,
-                    src_offsets=[0, 0, 0, affine_sum((kr, tk2))],
+                    src_offsets=[0, 0, row_a, affine_sum((kr, tk2))],
                     src_sizes=[hx, 1, m, tk2],
                     src_strides=[0, tk2, k, 1],
                 )
@@ -413,7 +427,7 @@ def gemv_launch(
                     l2w,
                     l3w_s,
                     src_offsets=[
-                        affine_sum((bn_s, hx)),
+                        affine_sum((bn_s, hx), constant=tile_w // hy),
                         0,
                         affine_sum((kr, cpl2)),
                         0,
@@ -488,7 +502,7 @@ def gemv_launch(
             dma_memcpy_nd(
                 l3c_s,
                 l2c,
-                dst_offsets=[0, 0, 0, affine_sum((bn_s, hx * hy * tn))],
+                dst_offsets=[0, row_c, 0, affine_sum((bn_s, hx * hy * tn))],
                 dst_sizes=[hx, m, hy, tn],
                 dst_strides=[hy * tn, n, tn, 1],
                 src_offsets=[0, 0, 0, 0],

@@ -82,6 +82,7 @@ try:
         BF16Type,
         F32Type,
         IntegerAttr,
+        IntegerType,
         MemRefType,
     )
 except ImportError as e:  # as a script without mlir-air: say what to do
@@ -108,6 +109,8 @@ from int4_packed_record import (
     GemvConfig,
     LayerConfig,
     QkvConfig,
+    RecordSlab,
+    TokenConfig,
 )
 from matvec_int4_packed import (
     gemv_kernel_funcs,
@@ -119,7 +122,7 @@ from matvec_int4_packed import (
 ELTWISE_OBJECT = "eltwise_bf16.o"  # kernels/Makefile ENTRIES=eltwise
 
 
-def l3_types(cfg: LayerConfig | QkvConfig):
+def l3_types(cfg: LayerConfig | QkvConfig | TokenConfig):
     """The host buffers' types, in argument order (LayerConfig.buffers): a row of bf16, a matrix of bf16
     (rows, columns), or a GEMV's records."""
     bf16 = BF16Type.get()
@@ -129,6 +132,9 @@ def l3_types(cfg: LayerConfig | QkvConfig):
             return MemRefType.get([1, kind], bf16)
         if isinstance(kind, tuple):
             return MemRefType.get(list(kind), bf16)
+        if isinstance(kind, RecordSlab):
+            u8 = IntegerType.get_signless(8)
+            return MemRefType.get([kind.tiles, kind.chunks, kind.record], u8)
         return gemv_l3_types(kind)[1]
 
     return [of(kind) for _, kind in cfg.buffers()]
@@ -153,15 +159,18 @@ def eltwise_launch(
     out_index: int,
     extra=(),
     scatter=None,
+    rows=None,
 ):
     """One element-wise launch over n elements on a herd [pes, 1]: PE x takes elements x * n / pes onward
     of each source ((operand index, element offset); a source (operand index, None) is read whole by every
     PE), calls func(sources..., out, n / pes, *extra) and writes its stretch of operands[out_index]; with
     scatter = (pieces, stride, base), as that many equal pieces, piece j of PE x at element
-    base + (x * pieces + j) * stride.
+    base + (x * pieces + j) * stride. rows: each operand's row in its buffer (a token module's rows of
+    one buffer, o_gemv_ffn_int4.build_token_module), 0 by default.
     """
     tile = n // pes
     widths = [op.type.shape[1] for op in operands]
+    rows = rows or [0] * len(operands)
     # the default: one piece at x * tile (its outer stride, never stepped, the row's width)
     pieces, stride, base = scatter or (1, widths[out_index], 0)
     span = pieces * stride if scatter else tile
@@ -184,25 +193,47 @@ def eltwise_launch(
                 ]
                 out = AllocOp(l1, [], [])
                 for buf, (i, offset) in zip(ins, sources):
-                    if offset is None:  # the whole operand, to every PE
+                    whole = operands[i].type.shape[0] == 1 and not rows[i]
+                    if offset is None and whole:  # the whole operand, to every PE
                         dma_memcpy_nd(buf, h3[i])
+                        continue
+                    if offset is None:  # the whole row, to every PE
+                        dma_memcpy_nd(
+                            buf,
+                            h3[i],
+                            src_offsets=[rows[i], 0],
+                            src_sizes=[1, widths[i]],
+                            src_strides=[widths[i], 1],
+                        )
                         continue
                     dma_memcpy_nd(
                         buf,
                         h3[i],
-                        src_offsets=[0, _at(x, tile, offset)],
+                        src_offsets=[rows[i], _at(x, tile, offset)],
                         src_sizes=[1, tile],
                         src_strides=[widths[i], 1],
                     )
                 ints = [arith.ConstantOp(T.i32(), v) for v in (tile, *extra)]
                 CallOp(func, [*ins, out, *ints])
-                dma_memcpy_nd(
-                    h3[out_index],
-                    out,
-                    dst_offsets=[0, _at(x, span, base)],
-                    dst_sizes=[pieces, tile // pieces],
-                    dst_strides=[stride, 1],
-                )
+                out_row = rows[out_index]
+                if (
+                    scatter and out_row
+                ):  # the pieces' row of the buffer, a dimension of its own
+                    dma_memcpy_nd(
+                        h3[out_index],
+                        out,
+                        dst_offsets=[out_row, 0, _at(x, span, base)],
+                        dst_sizes=[1, pieces, tile // pieces],
+                        dst_strides=[widths[out_index], stride, 1],
+                    )
+                else:
+                    dma_memcpy_nd(
+                        h3[out_index],
+                        out,
+                        dst_offsets=[out_row, _at(x, span, base)],
+                        dst_sizes=[pieces, tile // pieces],
+                        dst_strides=[stride, 1],
+                    )
                 for buf in (*ins, out):
                     DeallocOp(buf)
 
@@ -327,11 +358,20 @@ def attention_funcs(g: int, d: int, context: int, chunk: int = ATTN_CHUNK):
 
 
 def attention_launch(
-    funcs, name: str, heads: int, kv: int, d: int, context: int, operands
+    funcs,
+    name: str,
+    heads: int,
+    kv: int,
+    d: int,
+    context: int,
+    operands,
+    rows=(0, 0, 0),
 ):
     """One launch of decode attention (the comment above) over the DDR buffers operands = (q with ctx,
-    caches, out): herd [kv, 1], PE x the key/value head x and the query heads x * g .. x * g + g - 1.
+    caches, out): herd [kv, 1], PE x the key/value head x and the query heads x * g .. x * g + g - 1;
+    rows: where q, the cache and out start in their buffers (a token module's layer).
     """
+    row_q, row_cache, row_out = rows
     g, chunk, ty = heads // kv, ATTN_CHUNK, funcs["types"]
     steps = context // chunk
 
@@ -353,7 +393,7 @@ def attention_launch(
                 dma_memcpy_nd(
                     q,
                     q3,
-                    src_offsets=[0, _at(x, width, 0)],
+                    src_offsets=[row_q, _at(x, width, 0)],
                     src_sizes=[1, width],
                     src_strides=[kv * width, 1],
                 )
@@ -367,7 +407,7 @@ def attention_launch(
                     dma_memcpy_nd(
                         rows,
                         caches3,
-                        src_offsets=[_at(step, 2 * chunk, 0), _at(x, d, 0)],
+                        src_offsets=[_at(step, 2 * chunk, row_cache), _at(x, d, 0)],
                         src_sizes=[2 * chunk, d],
                         src_strides=[kv * d, 1],
                     )
@@ -379,7 +419,7 @@ def attention_launch(
                 dma_memcpy_nd(
                     out3,
                     out,
-                    dst_offsets=[0, _at(x, g * d, 0)],
+                    dst_offsets=[row_out, _at(x, g * d, 0)],
                     dst_sizes=[1, g * d],
                     dst_strides=[heads * d, 1],
                 )
@@ -447,13 +487,14 @@ def build_attention_module(heads: int, kv: int, d: int, context: int):
 
 def _kernels(cfg, tiles):
     """Each distinct GEMV object's entries and the element-wise ones (tiles: eltwise_funcs'), declared once
-    for the module, its RoPE launches, and the attention's entries when it ends with the attention launch.
-    """
+    for the module (a token module's: for all its modules), the RoPE launches' rows, and the attention's
+    entries when a module ends with the attention launch."""
     gemv_funcs = {}
     for g in cfg.launch_gemvs:
         if g.kernel not in gemv_funcs:
             gemv_funcs[g.kernel] = gemv_kernel_funcs(g)
-    ropes = cfg.rope_launches() if cfg.rope else []
+    modules = cfg.modules if isinstance(cfg, TokenConfig) else (cfg,)
+    ropes = [r for m in modules if m.rope for r in m.rope_launches()]
     attn = None
     if cfg.context:
         d, heads, kv = cfg.rope
@@ -464,16 +505,22 @@ def _kernels(cfg, tiles):
         attn = attention_funcs(heads // kv, d, cfg.context)
     rope_rows = sorted({n // pes for _, _, _, n, pes in ropes})
     elt = eltwise_funcs(tiles, (rope_rows, cfg.rope[0]) if ropes else None)
-    return gemv_funcs, elt, ropes, attn
+    return gemv_funcs, elt, attn
 
 
 class _Launches:
-    """The launches of a module's function over its arguments, named as cfg.buffers() names them."""
+    """The launches of a module's function, over its arguments (named as cfg.buffers() names them) or, in
+    a token module, over bufs: each of the module's buffers as (the token's argument, its first row there),
+    every launch's name prefixed."""
 
-    def __init__(self, cfg, kernels, args):
-        self.gemv_funcs, self.elt, self.ropes, self.attn = kernels
-        self.cfg = cfg
-        self.b = dict(zip([n for n, _ in cfg.buffers()], args))
+    def __init__(self, cfg, kernels, args=(), bufs=None, prefix=""):
+        self.gemv_funcs, self.elt, self.attn = kernels
+        self.ropes = cfg.rope_launches() if cfg.rope else []
+        self.cfg, self.p = cfg, prefix
+        if bufs is None:
+            bufs = {n: (a, 0) for (n, _), a in zip(cfg.buffers(), args)}
+        self.b = {n: a for n, (a, _) in bufs.items()}
+        self.r = {n: row for n, (_, row) in bufs.items()}
         self.d = cfg.rope[0] if cfg.rope else None
         self.e = cfg.hidden
 
@@ -484,8 +531,9 @@ class _Launches:
             self.b[a],
             self.b[w],
             self.b[c],
-            name,
-            herd_name=f"{name}_herd",
+            self.p + name,
+            herd_name=f"{self.p}{name}_herd",
+            rows=(self.r[a], self.r[w], self.r[c]),
         )
 
     def eltwise(self, entry, name, n, pes, sources, operands, extra=(), scatter=None):
@@ -493,7 +541,16 @@ class _Launches:
         ops = [self.b[o] for o in operands]
         srcs = [(operands.index(o), off) for o, off in sources]
         eltwise_launch(
-            self.elt[entry], name, n, pes, srcs, ops, len(ops) - 1, extra, scatter
+            self.elt[entry],
+            self.p + name,
+            n,
+            pes,
+            srcs,
+            ops,
+            len(ops) - 1,
+            extra,
+            scatter,
+            [self.r[o] for o in operands],
         )
 
     def rms_norm(self, name, row, weight, out):
@@ -537,36 +594,28 @@ class _Launches:
             [src, "q_attn"],
             scatter=(1, width, g * d + d),
         )
+        names = ("q_attn", "kv_cache", "attn_next")
         attention_launch(
             self.attn,
-            "attention",
+            self.p + "attention",
             heads,
             kv,
             d,
             self.cfg.context,
-            [self.b[n] for n in ("q_attn", "kv_cache", "attn_next")],
+            [self.b[n] for n in names],
+            [self.r[n] for n in names],
         )
 
-
-@module_builder
-def build_module(cfg: LayerConfig):
-    """The module of the layer's o_proj + FFN (the module docstring): seven launches, one dispatch; with
-    cfg.next_qkv, the next layer's attention RMSNorm and q, k, v GEMVs after them."""
-    e, h = cfg.hidden, cfg.intermediate
-    kernels = _kernels(
-        cfg, {"add": e // COLUMNS, "rms_norm": e, "silu_mul": h // COLUMNS}
-    )
-
-    @FuncOp.from_py_func(*l3_types(cfg))
-    def o_gemv_ffn_int4(*args):
-        run = _Launches(cfg, kernels, args)
-        run.gemv(cfg.o_proj, "attn", "w_o", "proj", "o_proj")
-        run.eltwise(
+    def layer(self):
+        """A layer module's launches (build_module's docstring)."""
+        cfg, e, h = self.cfg, self.cfg.hidden, self.cfg.intermediate
+        self.gemv(cfg.o_proj, "attn", "w_o", "proj", "o_proj")
+        self.eltwise(
             "add", "residual", e, COLUMNS, [("proj", 0), ("x", 0)], ["proj", "x", "h"]
         )
-        run.rms_norm("rms_norm", "h", "ffn_norm", "normed")
-        run.gemv(cfg.gate_up, "normed", "w_gate_up", "gate_up", "gate_up")
-        run.eltwise(
+        self.rms_norm("rms_norm", "h", "ffn_norm", "normed")
+        self.gemv(cfg.gate_up, "normed", "w_gate_up", "gate_up", "gate_up")
+        self.eltwise(
             "silu_mul",
             "swiglu",
             h,
@@ -574,8 +623,8 @@ def build_module(cfg: LayerConfig):
             [("gate_up", 0), ("gate_up", h)],
             ["gate_up", "act"],
         )
-        run.gemv(cfg.down, "act", "w_down", "down", "down")
-        run.eltwise(
+        self.gemv(cfg.down, "act", "w_down", "down", "down")
+        self.eltwise(
             "add",
             "residual2",
             e,
@@ -584,32 +633,70 @@ def build_module(cfg: LayerConfig):
             ["down", "h", "out"],
         )
         if cfg.next_qkv:
-            run.rms_norm("next_rms_norm", "out", "next_norm", "next_normed")
+            self.rms_norm("next_rms_norm", "out", "next_norm", "next_normed")
             for i, g in enumerate(cfg.next_qkv):
-                run.gemv(g, "next_normed", f"w_qkv{i}", f"qkv{i}", f"next_qkv{i}")
+                self.gemv(g, "next_normed", f"w_qkv{i}", f"qkv{i}", f"next_qkv{i}")
         if cfg.head:  # the last layer: the final RMSNorm and the LM head (logits)
-            run.rms_norm("final_rms_norm", "out", "final_norm", "final_normed")
-            run.gemv(cfg.head, "final_normed", "w_head", "logits", "head")
-        run.rope()
+            self.rms_norm("final_rms_norm", "out", "final_norm", "final_normed")
+            self.gemv(cfg.head, "final_normed", "w_head", "logits", "head")
+        self.rope()
+
+    def first(self):
+        """The first module's launches (build_qkv_module's docstring)."""
+        self.rms_norm("rms_norm", "x", "attn_norm", "normed")
+        for i, g in enumerate(self.cfg.qkv):
+            self.gemv(g, "normed", f"w_qkv{i}", f"qkv{i}", f"qkv{i}")
+        self.rope()
+
+
+def _eltwise_tiles(cfg) -> dict:
+    """The element-wise entries' L1 rows: a layer's (add, RMSNorm, SwiGLU), or the first module's."""
+    e = cfg.hidden
+    if isinstance(cfg, QkvConfig):
+        return {"rms_norm": e}
+    return {"add": e // COLUMNS, "rms_norm": e, "silu_mul": cfg.intermediate // COLUMNS}
+
+
+@module_builder
+def build_module(cfg: LayerConfig):
+    """The module of the layer's o_proj + FFN (the module docstring): seven launches, one dispatch; with
+    cfg.next_qkv, the next layer's attention RMSNorm and q, k, v GEMVs after them."""
+    kernels = _kernels(cfg, _eltwise_tiles(cfg))
+
+    @FuncOp.from_py_func(*l3_types(cfg))
+    def o_gemv_ffn_int4(*args):
+        _Launches(cfg, kernels, args).layer()
 
 
 @module_builder
 def build_qkv_module(cfg: QkvConfig):
     """The module that starts a token (QkvConfig): layer 0's attention RMSNorm, its q, k, v GEMVs and
     their RoPE, the same launches that end every other layer's module."""
-    e = cfg.hidden
-    kernels = _kernels(cfg, {"rms_norm": e})
+    kernels = _kernels(cfg, _eltwise_tiles(cfg))
 
     @FuncOp.from_py_func(*l3_types(cfg))
     def rms_qkv_rope(*args):
-        run = _Launches(cfg, kernels, args)
-        run.rms_norm("rms_norm", "x", "attn_norm", "normed")
-        for i, g in enumerate(cfg.qkv):
-            run.gemv(g, "normed", f"w_qkv{i}", f"qkv{i}", f"qkv{i}")
-        run.rope()
+        _Launches(cfg, kernels, args).first()
 
 
-def backend_options(cfg: LayerConfig | QkvConfig) -> dict:
+@module_builder
+def build_token_module(cfg: TokenConfig):
+    """A whole decode token in one module, one dispatch (TokenConfig): the first module's launches, then
+    each layer module's, every buffer a row block of the token's buffers, as mlir-air's fused_decode
+    addresses its layers' slabs; each launch named after its module (m0_, m1_, ...)."""
+    kernels = _kernels(cfg, _eltwise_tiles(cfg.layers[0]))
+    names = [n for n, _ in cfg.buffers()]
+
+    @FuncOp.from_py_func(*l3_types(cfg))
+    def decode_token(*args):
+        by_name = dict(zip(names, args))
+        for j, m in enumerate(cfg.modules):
+            bufs = {n: (by_name[slab], row) for n, (slab, row) in cfg.refs(j).items()}
+            run = _Launches(m, kernels, bufs=bufs, prefix=f"m{j}_")
+            run.first() if j == 0 else run.layer()
+
+
+def backend_options(cfg: LayerConfig | QkvConfig | TokenConfig) -> dict:
     """XRTBackend options: the ELF flow (13 arguments or more), the GEMVs' stack (and the attention's) and
     launch tiling."""
     first = cfg.launch_gemvs[0]
@@ -622,9 +709,11 @@ def backend_options(cfg: LayerConfig | QkvConfig) -> dict:
         stack_size=max(stacks),
         omit_while_true_loop=False,
         runtime_loop_tiling_sizes=list(first.runtime_loop_tiling),
-        instance_name=(
-            "o_gemv_ffn_int4" if isinstance(cfg, LayerConfig) else "rms_qkv_rope"
-        ),
+        instance_name={
+            LayerConfig: "o_gemv_ffn_int4",
+            QkvConfig: "rms_qkv_rope",
+            TokenConfig: "decode_token",
+        }[type(cfg)],
     )
 
 

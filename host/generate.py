@@ -86,6 +86,13 @@ def parse(argv):
         help="with --backend emu: run the modules without compiling them with aircc + aiecc first",
     )
     p.add_argument(
+        "--dispatch",
+        choices=["token", "module"],
+        default="token",
+        help="with --backend emu, sim or npu: one dispatch a token (the token module, default), or one a "
+        "module (the first module, then one a layer)",
+    )
+    p.add_argument(
         "--check",
         action="store_true",
         help="compare every step with a float64 reference of the same weights",
@@ -149,7 +156,12 @@ def _main(argv) -> int:
     runner = (
         None
         if backend == "model"
-        else Dispatches(model, backend, compile_first=not a.no_compile)
+        else Dispatches(
+            model,
+            backend,
+            compile_first=not a.no_compile,
+            one_dispatch=a.dispatch == "token",
+        )
     )
     reference = Reference(model) if a.check else None
     print(tok.describe())
@@ -187,7 +199,7 @@ def _main(argv) -> int:
         if runner is not None:
             runner.close()
     sys.stdout.write(stream.finish() + "\n")
-    token_s, dispatches = model.modelled_token_s()
+    token_s, dispatches = model.modelled_token_s(a.dispatch == "token")
     npu_prefill = model.modelled_prefill_s(len(prompt))
     decoded = max(len(out) - 1, 0)
     cpu = f"{decoded / decode_s:.2f} tok/s" if decoded and decode_s > 0 else "-"

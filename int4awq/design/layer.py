@@ -21,8 +21,11 @@ from int4_packed_record import (
     COLUMNS,
     PES,
     ConfigError,
+    GemvConfig,
     LayerConfig,
     QkvConfig,
+    RecordSlab,
+    TokenConfig,
     attention_ddr_bytes,
 )
 
@@ -42,7 +45,10 @@ LLAMA_ROPE = (64, 32, 8)
 
 def eltwise_launches(cfg) -> list[tuple[str, int, int]]:
     """(name, DDR bytes, elements of the busiest PE) of each element-wise launch of the module (a
-    LayerConfig's, or a QkvConfig's: its RMSNorm and RoPE)."""
+    LayerConfig's, a QkvConfig's: its RMSNorm and RoPE, or a TokenConfig's: its modules' in turn).
+    """
+    if isinstance(cfg, TokenConfig):
+        return [t for m in cfg.modules for t in eltwise_launches(m)]
     e = cfg.hidden
     norm = 2 * 3 * e, 2 * e  # one PE, two passes over the row
     if isinstance(cfg, QkvConfig):
@@ -185,6 +191,77 @@ def module_buffers(cfg, weights: dict, rows: dict) -> list:
     return out
 
 
+def token_buffers(cfg: TokenConfig, weights: list[dict], rows: list[dict]) -> list:
+    """The token module's host buffers in argument order (TokenConfig.buffers), from what each of its
+    modules would be given (weights[j], rows[j]: module_buffers' by module j's names), each placed at its
+    rows (TokenConfig.refs); zeros elsewhere."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    out = []
+    for _, kind in cfg.buffers():
+        if isinstance(kind, RecordSlab):
+            out.append(np.zeros((kind.tiles, kind.chunks, kind.record), np.uint8))
+        else:
+            out.append(np.zeros(kind, bfloat16))
+    place(cfg, out, weights, rows)
+    return out
+
+
+def place(
+    cfg: TokenConfig, buffers: list, weights: list[dict], rows: list[dict]
+) -> None:
+    """Writes module j's weights[j] (packed into records) and rows[j], by its names, into the token's
+    buffers at their rows (TokenConfig.refs)."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from ..kernel.record import padded_operands
+
+    by_name = dict(zip([n for n, _ in cfg.buffers()], buffers))
+    for j, m in enumerate(cfg.modules):
+        for name, kind in m.buffers():
+            if name in weights[j]:
+                a = np.zeros((1, kind.k), bfloat16)
+                value = padded_operands(kind, a, weights[j][name])[1]
+            elif name in rows[j]:
+                value = np.asarray(rows[j][name], bfloat16)
+            else:
+                continue
+            slab, row = cfg.refs(j)[name]
+            dst = by_name[slab]
+            value = value.reshape(-1, *dst.shape[1:])
+            dst[row : row + value.shape[0]] = value
+
+
+def token_outputs(cfg: TokenConfig, buffers: list) -> list[dict]:
+    """Per module, its buffers by name (module j's rows of the token's buffers after a dispatch, given
+    flat or shaped)."""
+    import numpy as np
+
+    by_name = {}
+    for (name, kind), a in zip(cfg.buffers(), buffers):
+        shape = (
+            (kind.tiles, kind.chunks, kind.record)
+            if isinstance(kind, RecordSlab)
+            else kind
+        )
+        by_name[name] = np.asarray(a).reshape(shape)
+    out = []
+    for j, m in enumerate(cfg.modules):
+        mine = {}
+        for name, kind in m.buffers():
+            slab, row = cfg.refs(j)[name]
+            count = (
+                kind.n_tiles
+                if isinstance(kind, GemvConfig)
+                else (kind[0] if isinstance(kind, tuple) else 1)
+            )
+            mine[name] = by_name[slab][row : row + count]
+        out.append(mine)
+    return out
+
+
 def ddr_bytes(cfg) -> int:
     """Bytes one dispatch of the module moves: the GEMVs' and the element-wise launches'."""
     return sum(g.ddr_bytes() for g in cfg.launch_gemvs) + sum(
@@ -207,7 +284,19 @@ class LayerEstimate:
 
 def modelled(cfg) -> LayerEstimate:
     """The module's modelled time (MODELLED): the module docstring's sum; a QkvConfig's likewise (its
-    RMSNorm, its q, k, v GEMVs, their RoPE)."""
+    RMSNorm, its q, k, v GEMVs, their RoPE); a TokenConfig's, its modules' launches in one dispatch.
+    """
+    if isinstance(cfg, TokenConfig):
+        parts = [modelled(m) for m in cfg.modules]
+        launches = tuple(
+            (f"m{j}_{name}", s) for j, p in enumerate(parts) for name, s in p.launches
+        )
+        seconds = (
+            model.FIXED_S
+            + sum(s for _, s in launches)
+            + (len(launches) - 1) * LAUNCH_BOUNDARY_S
+        )
+        return LayerEstimate(launches, sum(p.ddr_bytes for p in parts), seconds)
     if isinstance(cfg, QkvConfig):
         return _sum(
             cfg,

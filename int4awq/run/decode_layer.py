@@ -220,6 +220,17 @@ def _peano_objects(gemvs, build_dir: str) -> None:
             os.symlink(obj, link)
 
 
+def module_of(builder, cfg):
+    """The module of a LayerConfig, a QkvConfig (the token's first) or a TokenConfig (a whole token)."""
+    from int4_packed_record import QkvConfig, TokenConfig
+
+    if isinstance(cfg, TokenConfig):
+        return builder.build_token_module(cfg)
+    if isinstance(cfg, QkvConfig):
+        return builder.build_qkv_module(cfg)
+    return builder.build_module(cfg)
+
+
 def run_module(
     cfg,
     buffers: list[np.ndarray],
@@ -228,7 +239,8 @@ def run_module(
     dispatches: int = 1,
     timed: list | None = None,
 ) -> list[np.ndarray]:
-    """One dispatch of the module (a LayerConfig's, or a QkvConfig's: the token's first), every buffer back
+    """One dispatch of the module (a LayerConfig's, a QkvConfig's: the token's first, or a TokenConfig's:
+    a whole token), every buffer back
     (flat, in argument order): on the emulator ("emu"),
     the simulator of the compiled module ("sim": emulator/aiesim, timed with sim_costs.layer_costs; it
     prints the launches' simulated times; dispatches: the instruction stream run that many times, every
@@ -244,13 +256,8 @@ def run_module(
     import o_gemv_ffn_int4 as builder
     from air.backend.xrt import XRTBackend
 
-    from int4_packed_record import QkvConfig
-
     options = builder.backend_options(cfg)
-    build = (
-        builder.build_qkv_module if isinstance(cfg, QkvConfig) else builder.build_module
-    )
-    module = build(cfg)
+    module = module_of(builder, cfg)
     if backend == "emu":
         from air.emu import EmulatorError
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 from ml_dtypes import bfloat16
 
+from int4_packed_record import TokenConfig
+
 from ..errors import ConfigError, RunFailure
 from ..formats import rope, weights_file
 from ..formats.fuse import fusable_runs
@@ -238,16 +240,24 @@ class Llama:
             for cfg, n in {id(c): (c, n) for c, n in gemms.values()}.values()
         )
 
-    def modelled_token_s(self) -> tuple[float, int]:
+    def modelled_token_s(self, one_dispatch: bool = True) -> tuple[float, int]:
         """(seconds, dispatches) of one decode token as the NPU path runs it (MODELLED, make bench's
         whole-token sum): the first module (layer 0's norm, q, k, v, RoPE and attention), then per layer
-        its module (ending with the next layer's q, k, v, RoPE and attention, the last with the head); the
-        attention at the longer of its DDR time and its modelled compute (layer.modelled).
+        its module (ending with the next layer's q, k, v, RoPE and attention, the last with the head), in
+        one dispatch (the token module) or one a module; the attention at the longer of its DDR time and its
+        modelled compute (layer.modelled).
         """
         from ..design import layer
 
-        modules = [layer.modelled(c) for c in [self.qkv_cfg, *self.module_cfgs]]
-        return sum(e.seconds for e in modules), len(modules)
+        modules = [self.qkv_cfg, *self.module_cfgs]
+        if one_dispatch:
+            return (
+                layer.modelled(
+                    TokenConfig.named(modules[0], tuple(modules[1:]))
+                ).seconds,
+                1,
+            )
+        return sum(layer.modelled(c).seconds for c in modules), len(modules)
 
     def decode_step(self, token: int, pos: int) -> np.ndarray:
         """One token through the decode path's kernel models (what Dispatches.step runs launch by launch)."""
@@ -308,25 +318,29 @@ class Llama:
 
 
 class Dispatches:
-    """A token's dispatches as the NPU path runs them (the first module, then per layer its module, each
-    ending with the next layer's attention launch), on the emulator ("emu"), the simulator of the design
+    """A token's dispatches as the NPU path runs them, on the emulator ("emu"), the simulator of the design
     aircc + aiecc compile ("sim": each dispatch run twice on one array, equal bit for bit, and timed), or
-    NPU2 ("npu": each compiled once and kept loaded; written against mlir-air's XRTBackend, not run here).
-    The weights are packed into the modules' buffers once; each token fills in the rows. The attention
-    launch takes the token's own k (after RoPE) and v from its q buffer; the host appends them to the KV
-    cache after the dispatch."""
+    NPU2 ("npu": compiled once and kept loaded; written against mlir-air's XRTBackend, not run here). One
+    dispatch a token (one_dispatch: the token module, TokenConfig), or one a module (the first module,
+    then per layer its module, each ending with the next layer's attention launch). The weights are packed
+    into the buffers once; each token fills in the rows. The attention launch takes the token's own k
+    (after RoPE) and v from its q buffer; the host appends them to the KV cache after the dispatch.
+    """
 
-    def __init__(self, model: "Llama", backend: str, compile_first: bool = True):
+    def __init__(
+        self,
+        model: "Llama",
+        backend: str,
+        compile_first: bool = True,
+        one_dispatch: bool = True,
+    ):
         from ..design import layer
         from ..formats.fuse import fuse_columns
 
         self.m, self.backend = model, backend
         self.builder = _builder()
-        # sim: the last token's modules' MODELLED seconds as compiled (attention included)
+        # sim: the last token's dispatches' MODELLED seconds as compiled (attention included)
         self.timed: list[float] | None = [] if backend == "sim" else None
-        self.cfgs = [model.qkv_cfg, *model.module_cfgs]
-        # on the emulator, aircc + aiecc compile each module first (where installed) unless told not to
-        self.compiled: set[int] = set() if compile_first else set(range(len(self.cfgs)))
         first = model.layers[0]
         weights = [
             {
@@ -334,22 +348,36 @@ class Dispatches:
                 for r, run in enumerate(first.qkv_runs)
             }
         ]
+        norms = [{"attn_norm": first.attn_norm.astype(bfloat16)[None]}]
         for i, ly in enumerate(model.layers):
             w = {
                 "w_o": ly.weights[O],
                 "w_gate_up": fuse_columns([ly.weights[GATE], ly.weights[UP]]),
                 "w_down": ly.weights[DOWN],
             }
+            n = {"ffn_norm": ly.ffn_norm.astype(bfloat16)[None]}
             if i + 1 < len(model.layers):
                 nxt = model.layers[i + 1]
                 for r, run in enumerate(nxt.qkv_runs):
                     w[f"w_qkv{r}"] = fuse_columns([nxt.weights[j] for j in run])
+                n["next_norm"] = nxt.attn_norm.astype(bfloat16)[None]
             else:
                 w["w_head"] = model.head
+                n["final_norm"] = model.final_norm.astype(bfloat16)[None]
             weights.append(w)
-        self.buffers = [
-            layer.module_buffers(cfg, w, {}) for cfg, w in zip(self.cfgs, weights)
-        ]
+            norms.append(n)
+        self.norms = norms
+        if one_dispatch:
+            token = TokenConfig.named(model.qkv_cfg, tuple(model.module_cfgs))
+            self.cfgs = [token]
+            self.buffers = [layer.token_buffers(token, weights, norms)]
+        else:
+            self.cfgs = [model.qkv_cfg, *model.module_cfgs]
+            self.buffers = [
+                layer.module_buffers(cfg, w, {}) for cfg, w in zip(self.cfgs, weights)
+            ]
+        # on the emulator, aircc + aiecc compile each module first (where installed) unless told not to
+        self.compiled: set[int] = set() if compile_first else set(range(len(self.cfgs)))
         if backend == "npu":
             self._load_on_npu()
 
@@ -357,16 +385,12 @@ class Dispatches:
         """Every module compiled for NPU2 once, each in a build folder of its own, and kept loaded: a
         dispatch is then one call of its invoker (mlir-air's XRTBackend).
         """
-        from .decode_layer import load_on_npu
+        from .decode_layer import load_on_npu, module_of
 
         root = os.path.join(REPO, "build", "npu", "generate")
         self.loaded = [
             load_on_npu(
-                (
-                    self.builder.build_qkv_module
-                    if j == 0
-                    else self.builder.build_module
-                )(cfg),
+                module_of(self.builder, cfg),
                 self.builder.backend_options(cfg),
                 os.path.join(root, f"module{j}"),
                 cfg.launch_gemvs,
@@ -379,23 +403,25 @@ class Dispatches:
         for backend, _ in getattr(self, "loaded", []):
             backend.unload()
 
-    def module(self, j: int, rows: dict) -> dict:
-        """Module j (0: the first; 1 + i: layer i's) with these rows: every buffer back by name."""
+    def dispatch(self, j: int, rows: dict) -> list:
+        """Dispatch j (a module's; the token's, when one) with these rows, given by module name (per module
+        of the token: rows[j] of the module j): every buffer back, in argument order."""
+        from ..design import layer
         from .decode_layer import run_module
 
         cfg, bufs = self.cfgs[j], list(self.buffers[j])
-        for name, row in rows.items():
-            k = cfg.index(name)
-            bufs[k] = np.asarray(row, bfloat16).reshape(bufs[k].shape)
+        if isinstance(cfg, TokenConfig):
+            layer.place(cfg, bufs, [{}] * len(cfg.modules), rows)
+        else:
+            for name, row in rows.items():
+                k = cfg.index(name)
+                bufs[k] = np.asarray(row, bfloat16).reshape(bufs[k].shape)
         if self.backend == "npu":
-            out = list(self.loaded[j][1](*bufs))
-            return {
-                name: np.asarray(out[k]) for k, (name, _) in enumerate(cfg.buffers())
-            }
+            return [np.asarray(a) for a in self.loaded[j][1](*bufs)]
         first = j not in self.compiled
         self.compiled.add(j)
         out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
-        return {name: np.asarray(out[k]) for k, (name, _) in enumerate(cfg.buffers())}
+        return [np.asarray(a) for a in out]
 
     def _append(self, i: int, q_attn: np.ndarray, pos: int) -> None:
         """The host appends layer i's key and value at pos to its KV cache, read back from the attention
@@ -409,6 +435,8 @@ class Dispatches:
 
     def step(self, token: int, pos: int) -> np.ndarray:
         """One token's dispatches at position pos: the logits (f32 [head N], bf16 values)."""
+        from ..design import layer
+
         m = self.m
         if self.timed is not None:
             self.timed.clear()
@@ -420,39 +448,30 @@ class Dispatches:
         ctx = self.builder.attention_q(
             zeros, zeros[: m.kv_heads * m.d], zeros[: m.kv_heads * m.d], pos, m.kv_heads
         )
-
-        def cache(i):
-            return self.builder.attention_cache(m.cache_k[i], m.cache_v[i])
-
-        out = self.module(
-            0,
-            {
-                "x": x,
-                "attn_norm": m.layers[0].attn_norm.astype(bfloat16)[None],
-                "rope_table": table,
-                "kv_cache": cache(0),
-                "q_attn": ctx,
-            },
-        )
-        for i, ly in enumerate(m.layers):
-            self._append(i, out["q_attn"], pos)
-            rows = {
-                "attn": out["attn_next"],
-                "x": x,
-                "ffn_norm": ly.ffn_norm.astype(bfloat16)[None],
-            }
-            if i + 1 == len(m.layers):
-                rows["final_norm"] = m.final_norm.astype(bfloat16)[None]
-            else:
-                rows |= {
-                    "next_norm": m.layers[i + 1].attn_norm.astype(bfloat16)[None],
-                    "rope_table": table,
-                    "kv_cache": cache(i + 1),
-                    "q_attn": ctx,
-                }
-            out = self.module(1 + i, rows)
-            x = out["out"]
-        return out["logits"].reshape(-1)[: m.head.n].astype(np.float32)
+        # per module j: what the host gives it (j < layers: it ends with layer j's attention)
+        rows = [
+            {"rope_table": table, "q_attn": ctx}
+            | {"kv_cache": self.builder.attention_cache(m.cache_k[j], m.cache_v[j])}
+            for j in range(len(m.layers))
+        ] + [{}]
+        rows[0]["x"] = x
+        if isinstance(self.cfgs[0], TokenConfig):
+            token = self.cfgs[0]
+            outs = layer.token_outputs(token, self.dispatch(0, rows))
+        else:
+            outs = []
+            for j, cfg in enumerate(self.cfgs):
+                given = rows[j] | self.norms[j]
+                if j:  # the previous module's outputs: the hidden row and the attention
+                    given |= {
+                        "x": outs[-1].get("out", x),
+                        "attn": outs[-1]["attn_next"],
+                    }
+                out = self.dispatch(j, given)
+                outs.append({n: a for (n, _), a in zip(cfg.buffers(), out)})
+        for i in range(len(m.layers)):
+            self._append(i, outs[i]["q_attn"], pos)
+        return outs[-1]["logits"].reshape(-1)[: m.head.n].astype(np.float32)
 
 
 class Reference:

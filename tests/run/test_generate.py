@@ -304,19 +304,27 @@ def test_bad_input_is_one_line(files, capsys, tmp_path, case, message):
     assert len(err.strip().splitlines()) == 1 and message in err, err
 
 
-def test_the_emu_backend_is_the_model_backend_bit_for_bit(files):
-    """Two tokens (after a prompt of two) through every dispatch on the emulator and through the model
-    backend's decode step: the same logits bit for bit at every step, hence the same tokens.
+@pytest.mark.parametrize(
+    "kind, one_dispatch", [("awq", False), ("awq", True), ("gguf", True)]
+)
+def test_the_emu_backend_is_the_model_backend_bit_for_bit(files, kind, one_dispatch):
+    """Two tokens (after a prompt of two) through every dispatch on the emulator, one a module or the
+    whole token as one module (the GGUF file's: Q4_K and Q6_K records in buffers of their own), and
+    through the model backend's decode step: the same logits bit for bit at every step, hence the same
+    tokens, and the same KV cache.
     """
-    model = gen.Llama(str(files["awq"]), "awq", 64)
-    emu = gen.Dispatches(model, "emu", compile_first=False)
-    twin = gen.Llama(str(files["awq"]), "awq", 64)
+    head = "awq" if kind == "awq" else None
+    model = gen.Llama(str(files[kind]), head, 64)
+    emu = gen.Dispatches(model, "emu", compile_first=False, one_dispatch=one_dispatch)
+    assert len(emu.cfgs) == (1 if one_dispatch else 1 + len(model.layers))
+    twin = gen.Llama(str(files[kind]), head, 64)
     tokens = [422, 17]
     for pos in range(4):
         got, want = emu.step(tokens[pos], pos), twin.decode_step(tokens[pos], pos)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), pos
         tokens.append(int(np.argmax(want)))
     assert np.array_equal(model.cache_k[1][:4], twin.cache_k[1][:4])
+    assert np.array_equal(model.cache_v[1][:4], twin.cache_v[1][:4])
 
 
 @pytest.mark.slow
