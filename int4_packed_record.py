@@ -1701,44 +1701,57 @@ class RecordSlab:
 
 @dataclass(frozen=True)
 class TokenConfig:
-    """A whole decode token as one module (o_gemv_ffn_int4.build_token_module): the first module's launches
-    (QkvConfig: layer 0's norm, q, k, v, RoPE and attention), then every layer module's (LayerConfig: each
-    ending with the next layer's q, k, v, RoPE and attention, the last with the final norm and the LM head),
-    in one function, so the host dispatches a token once. As mlir-air's fused_decode addresses its layers
-    (per-layer slabs of a few DDR buffers at constant offsets), each module's buffer is a row block of one of
-    the token's buffers (slabs): the layers' records of one shape one after another, their norms, caches and
-    intermediates row by row. The hidden row is chained: module j reads row max(j - 1, 0) of `hidden` as its
-    x and writes row j as its out (row 0 is the token's embedding); layer i's o_proj reads the attention
-    output its previous module wrote (row i of `attn_next`). The RoPE table is one row for every layer.
+    """Decode layers as one module, one dispatch (o_gemv_ffn_int4.build_token_module): optionally the first
+    module's launches (QkvConfig: layer 0's norm, q, k, v, RoPE and attention), then each layer module's
+    (LayerConfig: ending with the next layer's q, k, v, RoPE and attention, the last layer's with the final
+    norm and the LM head), in one function. A whole token is one TokenConfig, or a few run one after another
+    (TokenConfig.split: aircc's compile time and memory grow faster than the launches, docs/decode.md). As
+    mlir-air's fused_decode addresses its layers (per-layer slabs of a few DDR buffers at constant offsets),
+    each module's buffer is a row block of one of the dispatch's buffers (slabs): the layers' records of one
+    shape one after another, their norms, caches and intermediates row by row. The hidden row is chained in
+    `hidden` (row 0 the dispatch's input: the token's embedding, or the previous dispatch's last row), and so
+    is the attention's output in `attn_next` (each layer's o_proj reads the row its previous module wrote;
+    without the first module, row 0 is the previous dispatch's). The RoPE table is one row for every layer.
     """
 
-    first: QkvConfig
+    first: QkvConfig | None
     layers: tuple[LayerConfig, ...]
 
     def __post_init__(self):
         if not self.layers:
             raise ConfigError("a token module needs at least one layer")
         *inner, last = self.layers
-        context, rope = self.first.context, self.first.rope
+        context, rope = self.context, self.rope
         for i, ly in enumerate(inner):
             if not ly.next_qkv or ly.rope != rope or ly.context != context:
                 raise ConfigError(
                     f"layer {i} of the token module must end with the next layer's q, k, v, RoPE "
                     f"{rope} and attention at context {context}"
                 )
-        if last.head is None or last.next_qkv:
-            raise ConfigError("the token module's last layer must end with the LM head")
-        if not context:
+        if last.head is None and (last.rope != rope or last.context != context):
+            raise ConfigError(
+                "the token module's last layer must end with the LM head, or with the next layer's q, k, "
+                f"v, RoPE {rope} and attention at context {context}"
+            )
+        if self.first is not None and (
+            self.first.rope != rope or self.first.context != context
+        ):
+            raise ConfigError(
+                "the token module's first module must end with the attention its layers run"
+            )
+        if not context and (self.first is not None or len(self.layers) > 1):
             raise ConfigError("the token module runs the attention: context > 0")
-        if any(ly.hidden != self.first.hidden for ly in self.layers):
+        if any(m.hidden != self.layers[0].hidden for m in self.modules):
             raise ConfigError("the token module's layers must share the hidden size")
         check_prefixes(self.launch_gemvs)
 
     @classmethod
-    def named(cls, first: QkvConfig, layers: tuple[LayerConfig, ...]) -> "TokenConfig":
-        """The modules' GEMVs with their entries named across the whole token (named_gemvs): the module
+    def named(
+        cls, first: QkvConfig | None, layers: tuple[LayerConfig, ...]
+    ) -> "TokenConfig":
+        """The modules' GEMVs with their entries named across the whole dispatch (named_gemvs): the module
         declares each distinct kernel object's entries once."""
-        modules = (first, *layers)
+        modules = ((first,) if first is not None else ()) + tuple(layers)
         sizes = [len(m.launch_gemvs) for m in modules]
         out = named_gemvs([g for m in modules for g in m.launch_gemvs])
         renamed, at = [], 0
@@ -1759,11 +1772,26 @@ class TokenConfig:
                         head=gs[3 + k] if m.head else None,
                     )
                 )
-        return cls(renamed[0], tuple(renamed[1:]))
+        if first is not None:
+            return cls(renamed[0], tuple(renamed[1:]))
+        return cls(None, tuple(renamed))
+
+    @classmethod
+    def split(
+        cls, first: QkvConfig, layers: tuple[LayerConfig, ...], per_dispatch: int
+    ) -> tuple["TokenConfig", ...]:
+        """A whole token as dispatches of at most per_dispatch layers each, the first module with the
+        first layers: like groups of like layers are the same module (compiled once)."""
+        if per_dispatch < 1:
+            raise ConfigError(f"layers a dispatch: {per_dispatch}, at least 1")
+        return tuple(
+            cls.named(first if i == 0 else None, tuple(layers[i : i + per_dispatch]))
+            for i in range(0, len(layers), per_dispatch)
+        )
 
     @property
     def modules(self) -> tuple:
-        return (self.first, *self.layers)
+        return ((self.first,) if self.first is not None else ()) + self.layers
 
     @property
     def launch_gemvs(self) -> tuple[GemvConfig, ...]:
@@ -1771,25 +1799,27 @@ class TokenConfig:
 
     @property
     def hidden(self) -> int:
-        return self.first.hidden
+        return self.layers[0].hidden
 
     @property
     def rope(self) -> tuple[int, ...]:
-        return self.first.rope
+        return next((m.rope for m in self.modules if m.rope), ())
 
     @property
     def context(self) -> int:
-        return self.first.context
+        return max(m.context for m in self.modules)
 
     @functools.cached_property
     def _layout(self):
         """(slabs: {name: [kind, rows]} in argument order, refs: per module {buffer: (slab, row)})."""
-        # the module's buffers that are shared rows rather than rows of their own: (slab, row of module j)
+        # the module's buffers that are shared rows rather than rows of their own: (slab, row of module j);
+        # without the first module, layer module j reads row j and writes row j + 1
+        o = 0 if self.first is not None else 1
         chained = {
-            "x": ("hidden", lambda j: max(j - 1, 0)),
-            "out": ("hidden", lambda j: j),
-            "attn": ("attn_next", lambda j: j - 1),
-            "attn_next": ("attn_next", lambda j: j),
+            "x": ("hidden", lambda j: max(j - 1 + o, 0)),
+            "out": ("hidden", lambda j: j + o),
+            "attn": ("attn_next", lambda j: j - 1 + o),
+            "attn_next": ("attn_next", lambda j: j + o),
             "rope_table": ("rope_table", lambda j: 0),
         }
         slabs, refs = {}, []
@@ -1841,8 +1871,8 @@ class TokenConfig:
         return out
 
     def refs(self, j: int) -> dict[str, tuple[str, int]]:
-        """Module j's buffers (0: the first module's, 1 + i: layer i's), each as (the token's buffer, its
-        first row there; a record buffer's rows are N tiles)."""
+        """Module j's buffers (of self.modules), each as (the dispatch's buffer, its first row there; a
+        record buffer's rows are N tiles)."""
         return self._layout[1][j]
 
     def index(self, name: str) -> int:

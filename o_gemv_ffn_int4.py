@@ -681,9 +681,10 @@ def build_qkv_module(cfg: QkvConfig):
 
 @module_builder
 def build_token_module(cfg: TokenConfig):
-    """A whole decode token in one module, one dispatch (TokenConfig): the first module's launches, then
-    each layer module's, every buffer a row block of the token's buffers, as mlir-air's fused_decode
-    addresses its layers' slabs; each launch named after its module (m0_, m1_, ...)."""
+    """Decode layers in one module, one dispatch (TokenConfig): the first module's launches (where it has
+    it), then each layer module's, every buffer a row block of the dispatch's buffers, as mlir-air's
+    fused_decode addresses its layers' slabs; each launch named after its module (m0_, m1_, ...).
+    """
     kernels = _kernels(cfg, _eltwise_tiles(cfg.layers[0]))
     names = [n for n, _ in cfg.buffers()]
 
@@ -693,7 +694,7 @@ def build_token_module(cfg: TokenConfig):
         for j, m in enumerate(cfg.modules):
             bufs = {n: (by_name[slab], row) for n, (slab, row) in cfg.refs(j).items()}
             run = _Launches(m, kernels, bufs=bufs, prefix=f"m{j}_")
-            run.first() if j == 0 else run.layer()
+            run.first() if isinstance(m, QkvConfig) else run.layer()
 
 
 def backend_options(cfg: LayerConfig | QkvConfig | TokenConfig) -> dict:

@@ -94,6 +94,8 @@ class Design:
     launch_iterations: int = 1
     # the launches with a chunk loop aircc should ping-pong (the GEMM's or a GEMV's; 0: none)
     chunk_loops: int = 1
+    # minutes and gigabytes to compile: make aircc-check runs it, tests/design/test_aircc.py does not
+    heavy: bool = False
 
     def text(self) -> str:
         return str(self.build())
@@ -104,7 +106,12 @@ def _written(cfg, first: str) -> dict:
     attention launch's q buffer, whose ctx the host writes), as Design takes them."""
     names = [n for n, _ in cfg.buffers()]
     after = range(names.index(first), len(names))
-    inouts = tuple(i for i in after if names[i] == "q_attn")
+    # the attention's q buffer (ctx), and a token module's hidden rows and attention outputs (row 0 the
+    # host's: the embedding, or the previous dispatch's rows)
+    host_rows = (
+        ("q_attn", "hidden", "attn_next") if hasattr(cfg, "modules") else ("q_attn",)
+    )
+    inouts = tuple(i for i in after if names[i] in host_rows)
     return dict(outputs=tuple(i for i in after if i not in inouts), inouts=inouts)
 
 
@@ -221,7 +228,7 @@ def designs(all_configs: bool = False) -> list[Design]:
     # a decoder layer's o_proj + FFN at decode as one module of seven launches (o_gemv_ffn_int4.py, issue
     # 44), Llama-3.2-1B's shapes: AWQ (two kernel objects), and Q4_K_M's types (Q4_K fast mode, Q6_K down)
     import o_gemv_ffn_int4
-    from int4awq.design import layer
+    from int4awq.design import layer, llama
 
     layer_designs = []
     for what, formats, next_qkv, head in (
@@ -291,6 +298,34 @@ def designs(all_configs: bool = False) -> list[Design]:
                 **_written(cfg, "normed"),
                 ddr_bytes=layer.ddr_bytes(cfg),
                 chunk_loops=len(cfg.qkv),
+            )
+        )
+    # a token's dispatches as generate runs them (generate.LAYERS_PER_DISPATCH layers each): Llama-3.2-1B's
+    # 16 layers in AWQ, the attention over 1,024 positions, an AWQ LM head; the three distinct modules
+    # (the first with layer 0's q, k, v and attention, a middle one, the last with the head). Minutes each
+    # (make aircc-check only: tests/design/test_aircc.py leaves the heavy designs out)
+    from int4_packed_record import TokenConfig
+    from int4awq.run.generate import LAYERS_PER_DISPATCH as PER
+
+    whole = layer.default_token(
+        2048, 8192, 16, qkv=((3072, "awq", 128),), head=(llama.VOCAB, "awq", 128)
+    )
+    groups = TokenConfig.split(whole.first, whole.layers, PER)
+    for what, cfg in (
+        (f"the first, with layers 0-{PER - 1}", groups[0]),
+        (f"a middle one, layers {PER}-{2 * PER - 1}", groups[1]),
+        (f"the last, layers {16 - PER}-15 and the LM head", groups[-1]),
+    ):
+        out.append(
+            Design(
+                f"a token's dispatch of {PER} layers (o_gemv_ffn_int4.build_token_module), AWQ, "
+                f"Llama-3.2-1B, context 1024: {what}",
+                lambda c=cfg: o_gemv_ffn_int4.build_token_module(c),
+                o_gemv_ffn_int4.backend_options(cfg),
+                **_written(cfg, "hidden"),
+                ddr_bytes=layer.ddr_bytes(cfg),
+                chunk_loops=len(cfg.launch_gemvs),
+                heavy=True,
             )
         )
     # decode attention at Llama-3.2-1B's heads (32 over 8 key/value heads of 64), a cache of 1,024 and of

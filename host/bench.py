@@ -796,53 +796,55 @@ def _mix(fmt: str, gs: int) -> dict:
 
 
 def _whole_token_line(label: str, mix: dict) -> str:
-    """A whole token as the NPU path builds it today (MODELLED), one dispatch a module: the first module
-    (layer 0's norm, q, k, v, RoPE and attention: o_gemv_ffn_int4.build_qkv_module), then per layer the
-    module ending with the next layer's q, k, v, RoPE and attention, the last one ending with the final
-    norm and the LM head instead; the attention the longer of its DDR time and its compute (the kernel cost
-    model's cycles of its calls, every position valid); mix: each weight's record format and group (_mix,
-    Q4_K_M_MIX). A context the attention cannot take says so."""
-    from int4_packed_record import attention_ddr_bytes
+    """A whole token as the NPU path builds it (MODELLED): dispatches of LAYERS_PER_DISPATCH layers
+    (TokenConfig.split: the first module's launches, layer 0's norm, q, k, v, RoPE and attention, with the
+    first layers' modules', each ending with the next layer's q, k, v, RoPE and attention, the last layer's
+    with the final norm and the LM head: o_gemv_ffn_int4.build_token_module), and beside it one dispatch a
+    module and all in one (which aircc could not compile here); the attention the longer of its DDR time
+    and its compute (the kernel cost model's cycles of its calls, every position valid); mix: each weight's
+    record format and group (_mix, Q4_K_M_MIX). A context the attention cannot take says so.
+    """
+    from int4_packed_record import TokenConfig, attention_ddr_bytes
     from int4awq.design import layer
     from int4awq.errors import ConfigError
+    from int4awq.run.generate import LAYERS_PER_DISPATCH as PER
 
     hidden, inter = shape_of("o_proj")[0], shape_of("down_proj")[0]
-    last = layer.modelled(
-        layer.default_layer(
-            hidden, inter, mix["formats"], mix["gss"], head=(VOCAB, *mix["head"])
-        )
-    )
     parts = []
     for context in TOKEN_CONTEXTS:
         try:
-            chained_cfg = layer.default_layer(
+            whole = layer.default_token(
                 hidden,
                 inter,
+                LAYERS,
                 mix["formats"],
                 mix["gss"],
                 mix["qkv"],
                 layer.LLAMA_ROPE,
-                context=context,
+                context,
+                (VOCAB, *mix["head"]),
             )
-            first_cfg = layer.default_qkv(hidden, mix["qkv"], layer.LLAMA_ROPE, context)
             # the builder refuses what the attention launch cannot hold (its L1)
-            _builder_module(chained_cfg)
+            _builder_module(whole.layers[0])
         except ConfigError as e:
             parts.append(f"context {context}: not built ({e})")
             continue
-        chained, first = layer.modelled(chained_cfg), layer.modelled(first_cfg)
-        token = first.seconds + (LAYERS - 1) * chained.seconds + last.seconds
+        groups = TokenConfig.split(whole.first, whole.layers, PER)
+        token = sum(layer.modelled(g).seconds for g in groups)
+        one = layer.modelled(whole).seconds
+        apart = sum(layer.modelled(m).seconds for m in whole.modules)
         ddr = attention_ddr_bytes(*layer.LLAMA_ROPE[1:], layer.LLAMA_ROPE[0], context)
         compute = layer.attention_compute_s(layer.LLAMA_ROPE, context)
         parts.append(
-            f"context {context}: {LAYERS + 1} dispatches, {token * 1e3:.2f} ms = {1 / token:.1f} tok/s "
-            f"(attention a layer: DDR {ddr / model.DDR_BYTES_PER_S * 1e6:.1f} us, compute "
-            f"{compute * 1e6:.1f} us)"
+            f"context {context}: {len(groups)} dispatches of {PER} layers, {token * 1e3:.2f} ms = "
+            f"{1 / token:.1f} tok/s (one a module, {len(whole.modules)}: {apart * 1e3:.2f} ms; 1 dispatch, "
+            f"not compiled here: {one * 1e3:.2f} ms; attention a layer: DDR "
+            f"{ddr / model.DDR_BYTES_PER_S * 1e6:.1f} us, compute {compute * 1e6:.1f} us)"
         )
     return (
-        f"{label}: whole token, MODELLED (the first module: layer 0's norm, q, k, v, RoPE and attention; "
-        f"per layer the module ending with the next layer's q, k, v, RoPE and attention, the last with the "
-        f"final norm and the LM head in {mix['head'][0]}): " + "; ".join(parts)
+        f"{label}: whole token, MODELLED (layer 0's norm, q, k, v, RoPE and attention, then per layer its "
+        f"o_proj and FFN ending with the next layer's q, k, v, RoPE and attention, the last with the final "
+        f"norm and the LM head in {mix['head'][0]}): " + "; ".join(parts)
     )
 
 

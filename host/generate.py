@@ -86,11 +86,12 @@ def parse(argv):
         help="with --backend emu: run the modules without compiling them with aircc + aiecc first",
     )
     p.add_argument(
-        "--dispatch",
-        choices=["token", "module"],
-        default="token",
-        help="with --backend emu, sim or npu: one dispatch a token (the token module, default), or one a "
-        "module (the first module, then one a layer)",
+        "--layers-per-dispatch",
+        type=int,
+        default=None,
+        help="with --backend emu, sim or npu: the layers each dispatch runs, the first module with the "
+        "first ones (default 4: one module of their launches each); 0: one dispatch a module (the first "
+        "module, then one a layer)",
     )
     p.add_argument(
         "--check",
@@ -98,6 +99,14 @@ def parse(argv):
         help="compare every step with a float64 reference of the same weights",
     )
     a = p.parse_args(argv)
+    from int4awq.run.generate import LAYERS_PER_DISPATCH
+
+    if a.layers_per_dispatch is None:
+        a.layers_per_dispatch = LAYERS_PER_DISPATCH
+    if a.layers_per_dispatch < 0:
+        raise ConfigError(
+            f"--layers-per-dispatch {a.layers_per_dispatch}: at least 1, or 0 for one a module"
+        )
     if a.tokens < 1:
         raise ConfigError(f"--tokens {a.tokens}: at least 1")
     if a.temperature < 0 or a.top_k < 0 or a.seed < 0:
@@ -160,7 +169,7 @@ def _main(argv) -> int:
             model,
             backend,
             compile_first=not a.no_compile,
-            one_dispatch=a.dispatch == "token",
+            layers_per_dispatch=a.layers_per_dispatch,
         )
     )
     reference = Reference(model) if a.check else None
@@ -199,7 +208,7 @@ def _main(argv) -> int:
         if runner is not None:
             runner.close()
     sys.stdout.write(stream.finish() + "\n")
-    token_s, dispatches = model.modelled_token_s(a.dispatch == "token")
+    token_s, dispatches = model.modelled_token_s(a.layers_per_dispatch)
     npu_prefill = model.modelled_prefill_s(len(prompt))
     decoded = max(len(out) - 1, 0)
     cpu = f"{decoded / decode_s:.2f} tok/s" if decoded and decode_s > 0 else "-"

@@ -198,6 +198,7 @@ def cases() -> list[Case]:
             )
         )
     out.append(attention_case())
+    out.append(token_case(module_inputs))
     for obj, rows in (
         (kp.PROBE_GEMM, kp.PROBE_GEMM.tile_m),
         (kp.PROBE_GEMV, kp.GEMV_PROBE_ROWS),
@@ -297,6 +298,60 @@ def attention_case() -> Case:
         (2,),
         lambda: str(build_eltwise_kernel().parent),
     )
+
+
+def token_case(module_inputs) -> Case:
+    """The whole token as one module (o_gemv_ffn_int4.build_token_module) at hidden 512: the first module,
+    a layer ending with the next layer's q, k, v, RoPE and attention, a last layer ending with the LM head;
+    each module's inputs module_inputs' (distinct seeds a module), placed in the token's buffers.
+    """
+    import o_gemv_ffn_int4
+    from int4awq.design import layer as layer_model
+
+    token = small_token()
+
+    def inputs():
+        empty = [{} for _ in token.modules]
+        out = layer_model.token_buffers(token, empty, empty)
+        names = [n for n, _ in token.buffers()]
+        for j, m in enumerate(token.modules):
+            given = [n for n, _ in m.buffers() if n.endswith("norm")] + ["x"] * (j == 0)
+            mine = module_inputs(m, given)
+            for (name, kind), value in zip(m.buffers(), mine):
+                host = name in (*given, "rope_table", "kv_cache", "q_attn")
+                if host or not isinstance(kind, (int, tuple)):
+                    slab, row = token.refs(j)[name]
+                    dst = out[names.index(slab)]
+                    value = np.asarray(value).reshape(-1, *dst.shape[1:])
+                    dst[row : row + value.shape[0]] = value
+        return out
+
+    return Case(
+        "the whole token as one module (o_gemv_ffn_int4.build_token_module), hidden 512: the first module, "
+        "a layer ending with the next layer's q, k, v, RoPE and attention over 128 positions (77 cached), "
+        "the last ending with the LM head",
+        lambda: o_gemv_ffn_int4.build_token_module(token),
+        o_gemv_ffn_int4.backend_options(token),
+        inputs,
+        tuple(range(token.index("hidden"), len(token.buffers()))),
+        lambda: layer_model.host_libraries(token),
+    )
+
+
+def small_token():
+    """A token module at hidden 512 (8 query and 4 key/value heads of 64, a cache of 128): the first
+    module's q, k, v GEMV (N 1024, small_layer's next one), small_layer(128), and a last layer whose module
+    ends with an LM head of N 1024."""
+    from int4_packed_record import GemvConfig, LayerConfig, QkvConfig, TokenConfig
+
+    def gemv(k, n, tn=16):
+        return GemvConfig(m=1, k=k, n=n, gs=128, tile_n=tn, tile_k_l1=128)
+
+    first = QkvConfig((gemv(512, 1024, 32),), (64, 8, 4), 128)
+    last = LayerConfig(
+        gemv(512, 512), gemv(512, 2048, 32), gemv(1024, 512), head=gemv(512, 1024, 32)
+    )
+    return TokenConfig.named(first, (small_layer(128), last))
 
 
 def small_layer(context: int = 0):

@@ -142,6 +142,28 @@ def default_qkv(hidden: int, qkv, rope, context: int = 0) -> QkvConfig:
     )
 
 
+def default_token(
+    hidden: int,
+    intermediate: int,
+    layers: int,
+    formats=("awq",) * 3,
+    gss=None,
+    qkv=(),
+    rope=LLAMA_ROPE,
+    context=1024,
+    head=None,
+) -> TokenConfig:
+    """The TokenConfig of `layers` like layers (default_layer's formats and gss, every q, k, v as qkv's
+    (N, format, group size) runs), the attention over a cache of `context` positions, the last layer
+    ending with the LM head `head` (N, format, group size)."""
+    first = default_qkv(hidden, qkv, rope, context)
+    chained = default_layer(
+        hidden, intermediate, formats, gss, qkv, rope, context=context
+    )
+    last = default_layer(hidden, intermediate, formats, gss, head=head)
+    return TokenConfig.named(first, (chained,) * (layers - 1) + (last,))
+
+
 def llama_layer(formats=("awq",) * 3, gss=None, next_qkv_format=None, head_format=None):
     """Llama-3.2-1B's layer (hidden 2048, intermediate 8192); next_qkv_format: also the next layer's q, k
     and v as one GEMV (N 3072) in that format, at its group size, and their RoPE (32 query heads, 8

@@ -51,6 +51,10 @@ BACKENDS = ("auto", "model", "emu", "sim", "npu")
 MIN_CORRELATION = 0.999
 # the KV cache's positions without --max-context (mlir-air's fused_decode builds its template at 2,048)
 DEFAULT_CONTEXT = 2048
+# Layers a dispatch (TokenConfig.split): aircc + aiecc's time and memory grow faster than a module's
+# launches (here, Llama-3.2-1B's shapes: 2 layers, 28 launches, 66 s and 0.8 GB; 4 layers, 54 launches,
+# 219 s and 2.0 GB; all 16 layers, 210 launches, past 13 GB in air-opt: docs/decode.md#one-dispatch-a-token)
+LAYERS_PER_DISPATCH = 4
 Q, K, V, O, GATE, UP, DOWN = range(7)  # weights_file.decoder_layer_names' order
 
 
@@ -240,24 +244,24 @@ class Llama:
             for cfg, n in {id(c): (c, n) for c, n in gemms.values()}.values()
         )
 
-    def modelled_token_s(self, one_dispatch: bool = True) -> tuple[float, int]:
+    def modelled_token_s(
+        self, layers_per_dispatch: int | None = LAYERS_PER_DISPATCH
+    ) -> tuple[float, int]:
         """(seconds, dispatches) of one decode token as the NPU path runs it (MODELLED, make bench's
         whole-token sum): the first module (layer 0's norm, q, k, v, RoPE and attention), then per layer
         its module (ending with the next layer's q, k, v, RoPE and attention, the last with the head), in
-        one dispatch (the token module) or one a module; the attention at the longer of its DDR time and its
-        modelled compute (layer.modelled).
+        dispatches of layers_per_dispatch layers (TokenConfig.split) or one a module (None); the attention at
+        the longer of its DDR time and its modelled compute (layer.modelled).
         """
         from ..design import layer
 
-        modules = [self.qkv_cfg, *self.module_cfgs]
-        if one_dispatch:
-            return (
-                layer.modelled(
-                    TokenConfig.named(modules[0], tuple(modules[1:]))
-                ).seconds,
-                1,
+        if layers_per_dispatch:
+            cfgs = TokenConfig.split(
+                self.qkv_cfg, tuple(self.module_cfgs), layers_per_dispatch
             )
-        return sum(layer.modelled(c).seconds for c in modules), len(modules)
+        else:
+            cfgs = [self.qkv_cfg, *self.module_cfgs]
+        return sum(layer.modelled(c).seconds for c in cfgs), len(cfgs)
 
     def decode_step(self, token: int, pos: int) -> np.ndarray:
         """One token through the decode path's kernel models (what Dispatches.step runs launch by launch)."""
@@ -320,9 +324,10 @@ class Llama:
 class Dispatches:
     """A token's dispatches as the NPU path runs them, on the emulator ("emu"), the simulator of the design
     aircc + aiecc compile ("sim": each dispatch run twice on one array, equal bit for bit, and timed), or
-    NPU2 ("npu": compiled once and kept loaded; written against mlir-air's XRTBackend, not run here). One
-    dispatch a token (one_dispatch: the token module, TokenConfig), or one a module (the first module,
-    then per layer its module, each ending with the next layer's attention launch). The weights are packed
+    NPU2 ("npu": compiled once and kept loaded; written against mlir-air's XRTBackend, not run here).
+    Dispatches of layers_per_dispatch layers each (TokenConfig.split: the first module's launches, then
+    its layers' modules', in one module), or one a module (None: the first module, then per layer its
+    module, each ending with the next layer's attention launch). The weights are packed
     into the buffers once; each token fills in the rows. The attention launch takes the token's own k
     (after RoPE) and v from its q buffer; the host appends them to the KV cache after the dispatch.
     """
@@ -332,7 +337,7 @@ class Dispatches:
         model: "Llama",
         backend: str,
         compile_first: bool = True,
-        one_dispatch: bool = True,
+        layers_per_dispatch: int | None = LAYERS_PER_DISPATCH,
     ):
         from ..design import layer
         from ..formats.fuse import fuse_columns
@@ -367,45 +372,63 @@ class Dispatches:
             weights.append(w)
             norms.append(n)
         self.norms = norms
-        if one_dispatch:
-            token = TokenConfig.named(model.qkv_cfg, tuple(model.module_cfgs))
-            self.cfgs = [token]
-            self.buffers = [layer.token_buffers(token, weights, norms)]
+        if layers_per_dispatch:
+            self.cfgs = list(
+                TokenConfig.split(
+                    model.qkv_cfg, tuple(model.module_cfgs), layers_per_dispatch
+                )
+            )
         else:
             self.cfgs = [model.qkv_cfg, *model.module_cfgs]
-            self.buffers = [
-                layer.module_buffers(cfg, w, {}) for cfg, w in zip(self.cfgs, weights)
-            ]
+        # each dispatch's modules, by their index in [the first module, layer 0's, layer 1's, ...]
+        self.spans, at = [], 0
+        for cfg in self.cfgs:
+            count = len(cfg.modules) if isinstance(cfg, TokenConfig) else 1
+            self.spans.append(range(at, at + count))
+            at += count
+        self.buffers = [
+            (
+                layer.token_buffers(
+                    cfg, [weights[j] for j in span], [norms[j] for j in span]
+                )
+                if isinstance(cfg, TokenConfig)
+                else layer.module_buffers(cfg, weights[span[0]], {})
+            )
+            for cfg, span in zip(self.cfgs, self.spans)
+        ]
         # on the emulator, aircc + aiecc compile each module first (where installed) unless told not to
-        self.compiled: set[int] = set() if compile_first else set(range(len(self.cfgs)))
+        self.compiled = set() if compile_first else set(self.cfgs)
         if backend == "npu":
             self._load_on_npu()
 
     def _load_on_npu(self) -> None:
-        """Every module compiled for NPU2 once, each in a build folder of its own, and kept loaded: a
-        dispatch is then one call of its invoker (mlir-air's XRTBackend).
-        """
+        """Every distinct module compiled for NPU2 once, each in a build folder of its own, and kept loaded:
+        a dispatch is then one call of its invoker (mlir-air's XRTBackend); like groups of like layers share
+        theirs."""
         from .decode_layer import load_on_npu, module_of
 
         root = os.path.join(REPO, "build", "npu", "generate")
-        self.loaded = [
+        distinct = list(dict.fromkeys(self.cfgs))
+        loaded = [
             load_on_npu(
                 module_of(self.builder, cfg),
                 self.builder.backend_options(cfg),
                 os.path.join(root, f"module{j}"),
                 cfg.launch_gemvs,
             )
-            for j, cfg in enumerate(self.cfgs)
+            for j, cfg in enumerate(distinct)
         ]
+        self.backends = [backend for backend, _ in loaded]
+        self.loaded = [loaded[distinct.index(cfg)] for cfg in self.cfgs]
 
     def close(self) -> None:
         """Unloads what the npu backend loaded."""
-        for backend, _ in getattr(self, "loaded", []):
+        for backend in getattr(self, "backends", []):
             backend.unload()
 
-    def dispatch(self, j: int, rows: dict) -> list:
-        """Dispatch j (a module's; the token's, when one) with these rows, given by module name (per module
-        of the token: rows[j] of the module j): every buffer back, in argument order."""
+    def dispatch(self, j: int, rows) -> list:
+        """Dispatch j with these rows, given by module name (a TokenConfig's: a dict per module of it):
+        every buffer back, in argument order."""
         from ..design import layer
         from .decode_layer import run_module
 
@@ -418,8 +441,8 @@ class Dispatches:
                 bufs[k] = np.asarray(row, bfloat16).reshape(bufs[k].shape)
         if self.backend == "npu":
             return [np.asarray(a) for a in self.loaded[j][1](*bufs)]
-        first = j not in self.compiled
-        self.compiled.add(j)
+        first = cfg not in self.compiled
+        self.compiled.add(cfg)
         out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
         return [np.asarray(a) for a in out]
 
@@ -455,19 +478,17 @@ class Dispatches:
             for j in range(len(m.layers))
         ] + [{}]
         rows[0]["x"] = x
-        if isinstance(self.cfgs[0], TokenConfig):
-            token = self.cfgs[0]
-            outs = layer.token_outputs(token, self.dispatch(0, rows))
-        else:
-            outs = []
-            for j, cfg in enumerate(self.cfgs):
-                given = rows[j] | self.norms[j]
-                if j:  # the previous module's outputs: the hidden row and the attention
-                    given |= {
-                        "x": outs[-1].get("out", x),
-                        "attn": outs[-1]["attn_next"],
-                    }
-                out = self.dispatch(j, given)
+        outs = []  # per module, its buffers by name
+        for g, (cfg, span) in enumerate(zip(self.cfgs, self.spans)):
+            given = [dict(rows[j]) for j in span]
+            if (
+                outs
+            ):  # from the previous dispatch: the hidden row (the first module's: x) and the attention
+                given[0] |= {"x": outs[-1].get("out", x), "attn": outs[-1]["attn_next"]}
+            if isinstance(cfg, TokenConfig):
+                outs += layer.token_outputs(cfg, self.dispatch(g, given))
+            else:
+                out = self.dispatch(g, given[0] | self.norms[span[0]])
                 outs.append({n: a for (n, _), a in zip(cfg.buffers(), out)})
         for i in range(len(m.layers)):
             self._append(i, outs[i]["q_attn"], pos)

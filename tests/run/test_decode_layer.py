@@ -144,6 +144,66 @@ def test_layer_config_refuses_shapes_that_do_not_chain():
         )
 
 
+def test_the_token_module_lays_each_module_out_in_rows_of_its_buffers():
+    """TokenConfig at Llama-3.2-1B's shapes, 3 layers: the hidden row chained (module j reads row
+    max(j - 1, 0), writes row j), the attention's output row i read by layer i's o_proj, each layer's records
+    after the previous layer's of the same shape (the head shares o_proj's: the same K-chunk and record),
+    each layer's cache 2 x 1,024 rows after the previous layer's, one RoPE row for all.
+    """
+    from int4awq.design import layer
+
+    t = layer.default_token(
+        2048, 8192, 3, qkv=((3072, "awq", 128),), head=(128256, "awq", 128)
+    )
+    bufs = dict(t.buffers())
+    assert bufs["hidden"] == (4, 2048) and bufs["attn_next"] == (3, 2048)
+    assert bufs["kv_cache"] == (3 * 2048, 512) and bufs["rope_table"] == (1, 64)
+    o, head = t.layers[0].o_proj, t.layers[2].head
+    assert (
+        bufs[f"records_{o.k_chunks}x{o.record_bytes}"].tiles
+        == 3 * o.n_tiles + head.n_tiles
+    )
+    for j in range(4):
+        refs = t.refs(j)
+        assert refs["x"] == ("hidden", max(j - 1, 0))
+        if j:
+            assert refs["out"] == ("hidden", j) and refs["attn"] == ("attn_next", j - 1)
+            assert refs["w_o"][1] == (j - 1) * o.n_tiles
+        if j < 3:
+            assert refs["rope_table"] == ("rope_table", 0)
+            assert refs["kv_cache"] == ("kv_cache", 2048 * j)
+            assert refs["attn_next"] == ("attn_next", j)
+    assert t.refs(3)["w_head"][1] == 3 * o.n_tiles
+    # the inputs come first: records, norms, the RoPE row, the caches; then what the launches write
+    names = [n for n, _ in t.buffers()]
+    assert names.index("kv_cache") < names.index("hidden") < names.index("logits")
+    # across the token one name per distinct kernel object
+    prefixes = {g.kernel: g.symbol_prefix for g in t.launch_gemvs}
+    assert len(set(prefixes.values())) == len(prefixes)
+
+
+def test_the_token_module_refuses_layers_that_do_not_chain():
+    from dataclasses import replace
+
+    from int4awq.design import layer
+    from int4_packed_record import TokenConfig
+
+    t = layer.default_token(
+        2048, 8192, 2, qkv=((3072, "awq", 128),), head=(128256, "awq", 128)
+    )
+    with pytest.raises(ConfigError, match="at least one layer"):
+        TokenConfig(t.first, ())
+    # a dispatch of the first layers ends with the next layer's attention (TokenConfig.split)
+    assert len(TokenConfig.named(t.first, (t.layers[0],)).modules) == 2
+    with pytest.raises(ConfigError, match="first module must end with the attention"):
+        TokenConfig.named(replace(t.first, context=512), t.layers)
+    first, middle, last = TokenConfig.split(t.first, t.layers * 2 + t.layers[1:], 2)
+    assert (first.first, middle.first, last.first) == (t.first, None, None)
+    assert len(last.layers) == 1 and last.layers[0].head is not None
+    with pytest.raises(ConfigError, match="layer 0 of the token module must end with"):
+        TokenConfig.named(t.first, (t.layers[1], t.layers[1]))
+
+
 # -------------------------------------------------------------------------------------- checkpoints
 def run_layer(path, *more: str) -> tuple[int, str, str]:
     """host/run.py --layer-module on layer 0 of path, on the emulator (make aircc-check compiles the module)."""

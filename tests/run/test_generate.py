@@ -305,18 +305,24 @@ def test_bad_input_is_one_line(files, capsys, tmp_path, case, message):
 
 
 @pytest.mark.parametrize(
-    "kind, one_dispatch", [("awq", False), ("awq", True), ("gguf", True)]
+    "kind, per_dispatch, dispatches",
+    [("awq", 0, 3), ("awq", 1, 2), ("awq", 2, 1), ("gguf", 2, 1)],
 )
-def test_the_emu_backend_is_the_model_backend_bit_for_bit(files, kind, one_dispatch):
-    """Two tokens (after a prompt of two) through every dispatch on the emulator, one a module or the
-    whole token as one module (the GGUF file's: Q4_K and Q6_K records in buffers of their own), and
-    through the model backend's decode step: the same logits bit for bit at every step, hence the same
-    tokens, and the same KV cache.
+def test_the_emu_backend_is_the_model_backend_bit_for_bit(
+    files, kind, per_dispatch, dispatches
+):
+    """Two tokens (after a prompt of two) through every dispatch on the emulator: one a module, one a
+    layer (the first module with layer 0; the second dispatch's hidden row and attention output the
+    first's), or the whole token as one module (the GGUF file's: Q4_K and Q6_K records in buffers of their
+    own); and through the model backend's decode step: the same logits bit for bit at every step, hence
+    the same tokens, and the same KV cache.
     """
     head = "awq" if kind == "awq" else None
     model = gen.Llama(str(files[kind]), head, 64)
-    emu = gen.Dispatches(model, "emu", compile_first=False, one_dispatch=one_dispatch)
-    assert len(emu.cfgs) == (1 if one_dispatch else 1 + len(model.layers))
+    emu = gen.Dispatches(
+        model, "emu", compile_first=False, layers_per_dispatch=per_dispatch
+    )
+    assert len(emu.cfgs) == dispatches
     twin = gen.Llama(str(files[kind]), head, 64)
     tokens = [422, 17]
     for pos in range(4):
