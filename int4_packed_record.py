@@ -1844,19 +1844,16 @@ class TokenConfig:
                 ref[name] = (key, row)
             refs.append(ref)
 
-        # the inputs first: records, norm weights, the RoPE table, the caches
-        def is_input(key):
-            return (
-                key.startswith("records_")
-                or key.endswith("norm")
-                or key
-                in (
-                    "rope_table",
-                    "kv_cache",
-                )
-            )
+        # the inputs first (records, norm weights, the RoPE table, the caches), then the chained rows
+        # (hidden, attn_next: the host gives row 0 when the dispatch has no first module), then the rest
+        def rank(key):
+            if key.startswith("records_") or key.endswith("norm"):
+                return 0
+            if key in ("rope_table", "kv_cache"):
+                return 0
+            return {"hidden": 1, "attn_next": 2}.get(key, 3)
 
-        order = sorted(slabs, key=lambda k: not is_input(k))
+        order = sorted(slabs, key=rank)
         return {k: slabs[k] for k in order}, refs
 
     def buffers(self) -> list[tuple[str, tuple[int, int] | RecordSlab]]:

@@ -216,9 +216,8 @@ def eltwise_launch(
                 ints = [arith.ConstantOp(T.i32(), v) for v in (tile, *extra)]
                 CallOp(func, [*ins, out, *ints])
                 out_row = rows[out_index]
-                if (
-                    scatter and out_row
-                ):  # the pieces' row of the buffer, a dimension of its own
+                # scattered pieces into a later row: the row a dimension of its own
+                if scatter and out_row:
                     dma_memcpy_nd(
                         h3[out_index],
                         out,

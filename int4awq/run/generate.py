@@ -434,6 +434,7 @@ class Dispatches:
 
         cfg, bufs = self.cfgs[j], list(self.buffers[j])
         if isinstance(cfg, TokenConfig):
+            # in place: every token gives every row the host writes
             layer.place(cfg, bufs, [{}] * len(cfg.modules), rows)
         else:
             for name, row in rows.items():
