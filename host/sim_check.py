@@ -348,7 +348,7 @@ def small_token():
         return GemvConfig(m=1, k=k, n=n, gs=128, tile_n=tn, tile_k_l1=128)
 
     first = QkvConfig((gemv(512, 1024, 32),), (64, 8, 4), 128)
-    last = LayerConfig(
+    last = LayerConfig.named(
         gemv(512, 512), gemv(512, 2048, 32), gemv(1024, 512), head=gemv(512, 1024, 32)
     )
     return TokenConfig.named(first, (small_layer(128), last))

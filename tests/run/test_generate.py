@@ -333,6 +333,45 @@ def test_the_emu_backend_is_the_model_backend_bit_for_bit(
     assert np.array_equal(model.cache_v[1][:4], twin.cache_v[1][:4])
 
 
+def test_the_npu_backend_loads_each_distinct_dispatch_once(tmp_path, monkeypatch):
+    """The npu backend's dispatches through a stand-in for mlir-air's XRTBackend (each loaded module run on
+    the emulator): a 4-layer model at one layer a dispatch is 4 dispatches of 3 distinct modules (the
+    middle two alike), each compiled and loaded once, unloaded at close; its logits the model backend's bit
+    for bit."""
+    import types
+
+    from int4awq.design import layer
+    from int4awq.run import decode_layer
+
+    path = awq_checkpoint(tmp_path / "awq4", E, H, 4, "tied", kv_heads=4, trained=True)
+    loads, unloads = [], []
+
+    class Backend:
+        def unload(self):
+            unloads.append(self)
+
+    def load_on_npu(module, options, build_dir, gemvs=()):
+        sys.path.insert(0, os.path.join(REPO, "emulator"))
+        from air.backend.xrt import XRTBackend
+
+        os.environ["AIR_EMU_LIB_PATH"] = layer.host_libraries(
+            types.SimpleNamespace(launch_gemvs=gemvs)
+        )
+        loads.append(build_dir)
+        return Backend(), XRTBackend(**options).compile_and_load(module)
+
+    monkeypatch.setattr(decode_layer, "load_on_npu", load_on_npu)
+    model = gen.Llama(str(path), "awq", 64)
+    npu = gen.Dispatches(model, "npu", layers_per_dispatch=1)
+    twin = gen.Llama(str(path), "awq", 64)
+    assert len(npu.cfgs) == 4 and len(loads) == 3 and npu.cfgs[1] == npu.cfgs[2]
+    for pos, tok in enumerate([422, 17]):
+        got, want = npu.step(tok, pos), twin.decode_step(tok, pos)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), pos
+    npu.close()
+    assert len(unloads) == 3
+
+
 @pytest.mark.slow
 def test_the_sim_backend_is_the_model_backend_bit_for_bit(files):
     """Two tokens through the token's dispatch as aircc + aiecc compile it (the first module and both
