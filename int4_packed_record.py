@@ -1849,9 +1849,9 @@ class TokenConfig:
         def rank(key):
             if key.startswith("records_") or key.endswith("norm"):
                 return 0
-            if key in ("rope_table", "kv_cache"):
-                return 0
-            return {"hidden": 1, "attn_next": 2}.get(key, 3)
+            return {"rope_table": 0, "kv_cache": 0, "hidden": 1, "attn_next": 2}.get(
+                key, 3
+            )
 
         order = sorted(slabs, key=rank)
         return {k: slabs[k] for k in order}, refs

@@ -301,33 +301,44 @@ def designs(all_configs: bool = False) -> list[Design]:
             )
         )
     # a token's dispatches as generate runs them (generate.LAYERS_PER_DISPATCH layers each): Llama-3.2-1B's
-    # 16 layers in AWQ, the attention over 1,024 positions, an AWQ LM head; the three distinct modules
-    # (the first with layer 0's q, k, v and attention, a middle one, the last with the head). Minutes each
-    # (make aircc-check only: tests/design/test_aircc.py leaves the heavy designs out)
+    # 16 layers, the attention over 1,024 positions; in AWQ with an AWQ head, and in Q4_K_M's types
+    # (q_4k_m_types) with a Q6_K head; the three distinct modules of each (the first with layer 0's q, k, v
+    # and attention, a middle one, the last with the head). Minutes each (make aircc-check only:
+    # tests/design/test_aircc.py leaves the heavy designs out)
     from int4_packed_record import TokenConfig
     from int4awq.run.generate import LAYERS_PER_DISPATCH as PER
 
-    whole = layer.default_token(
-        2048, 8192, 16, qkv=((3072, "awq", 128),), head=(llama.VOCAB, "awq", 128)
-    )
-    groups = TokenConfig.split(whole.first, whole.layers, PER)
-    for what, cfg in (
-        (f"the first, with layers 0-{PER - 1}", groups[0]),
-        (f"a middle one, layers {PER}-{2 * PER - 1}", groups[1]),
-        (f"the last, layers {16 - PER}-15 and the LM head", groups[-1]),
+    for fmt, types in (
+        ("AWQ", dict(qkv=((3072, "awq", 128),), head=(llama.VOCAB, "awq", 128))),
+        (
+            "Q4_K_M",
+            dict(
+                formats=q4_k_m[0],
+                gss=q4_k_m[1],
+                qkv=nxt,
+                head=(llama.VOCAB, "int8_triple", 16),
+            ),
+        ),
     ):
-        out.append(
-            Design(
-                f"a token's dispatch of {PER} layers (o_gemv_ffn_int4.build_token_module), AWQ, "
-                f"Llama-3.2-1B, context 1024: {what}",
-                lambda c=cfg: o_gemv_ffn_int4.build_token_module(c),
-                o_gemv_ffn_int4.backend_options(cfg),
-                **_written(cfg, "hidden"),
-                ddr_bytes=layer.ddr_bytes(cfg),
-                chunk_loops=len(cfg.launch_gemvs),
-                heavy=True,
+        whole = layer.default_token(2048, 8192, 16, **types)
+        groups = TokenConfig.split(whole.first, whole.layers, PER)
+        for what, cfg in (
+            (f"the first, with layers 0-{PER - 1}", groups[0]),
+            (f"a middle one, layers {PER}-{2 * PER - 1}", groups[1]),
+            (f"the last, layers {16 - PER}-15 and the LM head", groups[-1]),
+        ):
+            out.append(
+                Design(
+                    f"a token's dispatch of {PER} layers (o_gemv_ffn_int4.build_token_module), {fmt}, "
+                    f"Llama-3.2-1B, context 1024: {what}",
+                    lambda c=cfg: o_gemv_ffn_int4.build_token_module(c),
+                    o_gemv_ffn_int4.backend_options(cfg),
+                    **_written(cfg, "hidden"),
+                    ddr_bytes=layer.ddr_bytes(cfg),
+                    chunk_loops=len(cfg.launch_gemvs),
+                    heavy=True,
+                )
             )
-        )
     # decode attention at Llama-3.2-1B's heads (32 over 8 key/value heads of 64), a cache of 1,024 and of
     # 4,096 positions
     for context in (1024, 4096):

@@ -215,7 +215,8 @@ def _main(argv) -> int:
     print(
         f"generated {len(out)} tokens; {backend} backend, wall time here: prefill {prefill_s:.2f} s, decode "
         f"{cpu}; MODELLED on NPU2: prefill {npu_prefill * 1e3:.2f} ms, decode {token_s * 1e3:.2f} ms a "
-        f"token = {1 / token_s:.1f} tok/s in {dispatches} dispatches (context {model.context})"
+        f"token = {1 / token_s:.1f} tok/s in {dispatches} dispatch{'es' if dispatches > 1 else ''} "
+        f"(context {model.context})"
     )
     if runner is not None and runner.timed:
         print(
