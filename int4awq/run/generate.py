@@ -53,7 +53,8 @@ MIN_CORRELATION = 0.999
 DEFAULT_CONTEXT = 2048
 # Layers a dispatch (TokenConfig.split): aircc + aiecc's time and memory grow faster than a module's
 # launches (here, Llama-3.2-1B's shapes: 2 layers, 28 launches, 66 s and 0.8 GB; 4 layers, 54 launches,
-# 219 s and 2.0 GB; all 16 layers, 210 launches, past 13 GB in air-opt: docs/decode.md#one-dispatch-a-token)
+# 219 s and 2.0 GB; 8 layers, 106 launches, 7.0 GB; all 16, 210 launches, past 13 GB in air-opt and
+# growing: docs/decode.md#one-dispatch-a-token)
 LAYERS_PER_DISPATCH = 4
 Q, K, V, O, GATE, UP, DOWN = range(7)  # weights_file.decoder_layer_names' order
 
