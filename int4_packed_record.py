@@ -1569,6 +1569,18 @@ class LayerConfig:
         the LM head."""
         return self.gemvs + self.next_qkv + ((self.head,) if self.head else ())
 
+    def with_launch_gemvs(self, gemvs: tuple[GemvConfig, ...]) -> "LayerConfig":
+        """The same layer with launch_gemvs replaced, in launch_gemvs' order."""
+        k = len(self.next_qkv)
+        return replace(
+            self,
+            o_proj=gemvs[0],
+            gate_up=gemvs[1],
+            down=gemvs[2],
+            next_qkv=tuple(gemvs[3 : 3 + k]),
+            head=gemvs[3 + k] if self.head else None,
+        )
+
     @property
     def qkv_gemvs(self) -> tuple[GemvConfig, ...]:
         """The q, k, v GEMVs the RoPE launches read."""
@@ -1656,6 +1668,9 @@ class QkvConfig:
     def launch_gemvs(self) -> tuple[GemvConfig, ...]:
         return self.qkv
 
+    def with_launch_gemvs(self, gemvs: tuple[GemvConfig, ...]) -> "QkvConfig":
+        return replace(self, qkv=tuple(gemvs))
+
     @property
     def qkv_gemvs(self) -> tuple[GemvConfig, ...]:
         """The q, k, v GEMVs the RoPE launches read."""
@@ -1686,6 +1701,19 @@ class QkvConfig:
                 or [(f"{name}_roped", n) for name, _, _, n, _ in self.rope_launches()]
             )
         )
+
+
+def buffer_shape(kind) -> tuple[int, ...]:
+    """A module's host buffer's shape from its kind in buffers(): a row's bf16 elements, a matrix's
+    (rows, columns), a GEMV's records [n_tiles, k_chunks, record_bytes], or a RecordSlab.
+    """
+    if isinstance(kind, int):
+        return (1, kind)
+    if isinstance(kind, tuple):
+        return kind
+    if isinstance(kind, GemvConfig):
+        return (kind.n_tiles, kind.k_chunks, kind.record_bytes)
+    return (kind.tiles, kind.chunks, kind.record)
 
 
 @dataclass(frozen=True)
@@ -1752,26 +1780,12 @@ class TokenConfig:
         """The modules' GEMVs with their entries named across the whole dispatch (named_gemvs): the module
         declares each distinct kernel object's entries once."""
         modules = ((first,) if first is not None else ()) + tuple(layers)
-        sizes = [len(m.launch_gemvs) for m in modules]
         out = named_gemvs([g for m in modules for g in m.launch_gemvs])
         renamed, at = [], 0
-        for m, n in zip(modules, sizes):
-            gs = tuple(out[at : at + n])
+        for m in modules:
+            n = len(m.launch_gemvs)
+            renamed.append(m.with_launch_gemvs(out[at : at + n]))
             at += n
-            if isinstance(m, QkvConfig):
-                renamed.append(replace(m, qkv=gs))
-            else:
-                k = len(m.next_qkv)
-                renamed.append(
-                    replace(
-                        m,
-                        o_proj=gs[0],
-                        gate_up=gs[1],
-                        down=gs[2],
-                        next_qkv=gs[3 : 3 + k],
-                        head=gs[3 + k] if m.head else None,
-                    )
-                )
         if first is not None:
             return cls(renamed[0], tuple(renamed[1:]))
         return cls(None, tuple(renamed))
@@ -1826,11 +1840,10 @@ class TokenConfig:
         for j, m in enumerate(self.modules):
             ref = {}
             for name, kind in m.buffers():
+                shape = buffer_shape(kind)
                 if isinstance(kind, GemvConfig):
                     key = f"records_{kind.k_chunks}x{kind.record_bytes}"
-                    shape = (kind.n_tiles, kind.k_chunks, kind.record_bytes)
                 else:
-                    shape = kind if isinstance(kind, tuple) else (1, kind)
                     key = name if name not in chained else chained[name][0]
                     if key in slabs and slabs[key][0][1:] != shape[1:]:
                         key = f"{key}_{shape[-1]}"

@@ -693,7 +693,10 @@ def build_token_module(cfg: TokenConfig):
         for j, m in enumerate(cfg.modules):
             bufs = {n: (by_name[slab], row) for n, (slab, row) in cfg.refs(j).items()}
             run = _Launches(m, kernels, bufs=bufs, prefix=f"m{j}_")
-            run.first() if isinstance(m, QkvConfig) else run.layer()
+            if isinstance(m, QkvConfig):
+                run.first()
+            else:
+                run.layer()
 
 
 def backend_options(cfg: LayerConfig | QkvConfig | TokenConfig) -> dict:

@@ -33,6 +33,7 @@ if REPO not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from int4_packed_record import TokenConfig  # noqa: E402
 from int4awq.design import compiled, compiler, runtime_sequence  # noqa: E402
 from int4awq.errors import ConfigError  # noqa: E402
 
@@ -109,7 +110,9 @@ def _written(cfg, first: str) -> dict:
     # the attention's q buffer (ctx), and a token module's hidden rows and attention outputs (row 0 the
     # host's: the embedding, or the previous dispatch's rows)
     host_rows = (
-        ("q_attn", "hidden", "attn_next") if hasattr(cfg, "modules") else ("q_attn",)
+        ("q_attn", "hidden", "attn_next")
+        if isinstance(cfg, TokenConfig)
+        else ("q_attn",)
     )
     inouts = tuple(i for i in after if names[i] in host_rows)
     return dict(outputs=tuple(i for i in after if i not in inouts), inouts=inouts)
@@ -302,10 +305,9 @@ def designs(all_configs: bool = False) -> list[Design]:
         )
     # a token's dispatches as generate runs them (generate.LAYERS_PER_DISPATCH layers each): Llama-3.2-1B's
     # 16 layers, the attention over 1,024 positions; in AWQ with an AWQ head, and in Q4_K_M's types
-    # (q_4k_m_types) with a Q6_K head; the three distinct modules of each (the first with layer 0's q, k, v
+    # (q4_k_m and nxt above) with a Q6_K head; the three distinct modules of each (the first with layer 0's q, k, v
     # and attention, a middle one, the last with the head). Minutes each (make aircc-check only:
     # tests/design/test_aircc.py leaves the heavy designs out)
-    from int4_packed_record import TokenConfig
     from int4awq.run.generate import LAYERS_PER_DISPATCH as PER
 
     for fmt, types in (

@@ -804,7 +804,7 @@ def _whole_token_line(label: str, mix: dict) -> str:
     and its compute (the kernel cost model's cycles of its calls, every position valid); mix: each weight's
     record format and group (_mix, Q4_K_M_MIX). A context the attention cannot take says so.
     """
-    from int4_packed_record import TokenConfig, attention_ddr_bytes
+    from int4_packed_record import attention_ddr_bytes
     from int4awq.design import layer
     from int4awq.errors import ConfigError
     from int4awq.run.generate import LAYERS_PER_DISPATCH as PER
@@ -829,15 +829,17 @@ def _whole_token_line(label: str, mix: dict) -> str:
         except ConfigError as e:
             parts.append(f"context {context}: not built ({e})")
             continue
-        groups = TokenConfig.split(whole.first, whole.layers, PER)
+        groups, modules = (
+            layer.token_dispatches(whole.first, whole.layers, per) for per in (PER, 0)
+        )
         token = sum(layer.modelled(g).seconds for g in groups)
         one = layer.modelled(whole).seconds
-        apart = sum(layer.modelled(m).seconds for m in whole.modules)
+        apart = sum(layer.modelled(m).seconds for m in modules)
         ddr = attention_ddr_bytes(*layer.LLAMA_ROPE[1:], layer.LLAMA_ROPE[0], context)
         compute = layer.attention_compute_s(layer.LLAMA_ROPE, context)
         parts.append(
             f"context {context}: {len(groups)} dispatches of {PER} layers, {token * 1e3:.2f} ms = "
-            f"{1 / token:.1f} tok/s (one a module, {len(whole.modules)}: {apart * 1e3:.2f} ms; 1 dispatch, "
+            f"{1 / token:.1f} tok/s (one a module, {len(modules)}: {apart * 1e3:.2f} ms; 1 dispatch, "
             f"not compiled here: {one * 1e3:.2f} ms; attention a layer: DDR "
             f"{ddr / model.DDR_BYTES_PER_S * 1e6:.1f} us, compute {compute * 1e6:.1f} us)"
         )

@@ -313,17 +313,13 @@ def token_case(module_inputs) -> Case:
     def inputs():
         empty = [{} for _ in token.modules]
         out = layer_model.token_buffers(token, empty, empty)
-        names = [n for n, _ in token.buffers()]
         for j, m in enumerate(token.modules):
             given = [n for n, _ in m.buffers() if n.endswith("norm")] + ["x"] * (j == 0)
             mine = module_inputs(m, given)
             for (name, kind), value in zip(m.buffers(), mine):
                 host = name in (*given, "rope_table", "kv_cache", "q_attn")
                 if host or not isinstance(kind, (int, tuple)):
-                    slab, row = token.refs(j)[name]
-                    dst = out[names.index(slab)]
-                    value = np.asarray(value).reshape(-1, *dst.shape[1:])
-                    dst[row : row + value.shape[0]] = value
+                    layer_model.put(token, out, j, name, value)
         return out
 
     return Case(

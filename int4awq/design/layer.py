@@ -27,6 +27,7 @@ from int4_packed_record import (
     RecordSlab,
     TokenConfig,
     attention_ddr_bytes,
+    buffer_shape,
 )
 
 from . import gemv, model
@@ -193,6 +194,16 @@ def host_libraries(cfg) -> str:
     return os.pathsep.join(sorted(dirs | {str(build_eltwise_kernel().parent)}))
 
 
+def _records(cfg: GemvConfig, weights):
+    """A GEMV's W buffer: weights packed into its records (the kernel's record format)."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+
+    from ..kernel.record import padded_operands
+
+    return padded_operands(cfg, np.zeros((1, cfg.k), bfloat16), weights)[1]
+
+
 def module_buffers(cfg, weights: dict, rows: dict) -> list:
     """The module's host buffers in argument order (LayerConfig.buffers): each GEMV's records packed from
     weights[name] (the kernel's record format), the rows given by name, zeros for what the module writes.
@@ -200,17 +211,22 @@ def module_buffers(cfg, weights: dict, rows: dict) -> list:
     import numpy as np
     from ml_dtypes import bfloat16
 
-    from ..kernel.record import padded_operands
+    return [
+        (
+            _records(kind, weights[name])
+            if name in weights
+            else rows.get(name, np.zeros(buffer_shape(kind), bfloat16))
+        )
+        for name, kind in cfg.buffers()
+    ]
 
-    out = []
-    for name, kind in cfg.buffers():
-        if name in weights:
-            a = np.zeros((1, kind.k), bfloat16)
-            out.append(padded_operands(kind, a, weights[name])[1])
-        else:
-            shape = kind if isinstance(kind, tuple) else (1, kind)
-            out.append(rows.get(name, np.zeros(shape, bfloat16)))
-    return out
+
+def token_dispatches(first: QkvConfig, layers: tuple[LayerConfig, ...], per_dispatch):
+    """A token's dispatches: TokenConfig.split's of per_dispatch layers each, or with per_dispatch 0 or
+    None one a module (the first module, then each layer's)."""
+    if per_dispatch:
+        return list(TokenConfig.split(first, tuple(layers), per_dispatch))
+    return [first, *layers]
 
 
 def token_buffers(cfg: TokenConfig, weights: list[dict], rows: list[dict]) -> list:
@@ -220,40 +236,41 @@ def token_buffers(cfg: TokenConfig, weights: list[dict], rows: list[dict]) -> li
     import numpy as np
     from ml_dtypes import bfloat16
 
-    out = []
-    for _, kind in cfg.buffers():
-        if isinstance(kind, RecordSlab):
-            out.append(np.zeros((kind.tiles, kind.chunks, kind.record), np.uint8))
-        else:
-            out.append(np.zeros(kind, bfloat16))
+    out = [
+        np.zeros(
+            buffer_shape(kind), np.uint8 if isinstance(kind, RecordSlab) else bfloat16
+        )
+        for _, kind in cfg.buffers()
+    ]
     place(cfg, out, weights, rows)
     return out
+
+
+def put(cfg: TokenConfig, buffers: list, j: int, name: str, value) -> None:
+    """Writes module j's buffer `name` (its value as the module alone would take it) into the token's
+    buffers at its rows (TokenConfig.refs)."""
+    import numpy as np
+
+    slab, row = cfg.refs(j)[name]
+    dst = buffers[cfg.index(slab)]
+    value = np.asarray(value).reshape(-1, *dst.shape[1:])
+    dst[row : row + value.shape[0]] = value
 
 
 def place(
     cfg: TokenConfig, buffers: list, weights: list[dict], rows: list[dict]
 ) -> None:
     """Writes module j's weights[j] (packed into records) and rows[j], by its names, into the token's
-    buffers at their rows (TokenConfig.refs)."""
+    buffers at their rows (put)."""
     import numpy as np
     from ml_dtypes import bfloat16
 
-    from ..kernel.record import padded_operands
-
-    by_name = dict(zip([n for n, _ in cfg.buffers()], buffers))
     for j, m in enumerate(cfg.modules):
         for name, kind in m.buffers():
             if name in weights[j]:
-                a = np.zeros((1, kind.k), bfloat16)
-                value = padded_operands(kind, a, weights[j][name])[1]
+                put(cfg, buffers, j, name, _records(kind, weights[j][name]))
             elif name in rows[j]:
-                value = np.asarray(rows[j][name], bfloat16)
-            else:
-                continue
-            slab, row = cfg.refs(j)[name]
-            dst = by_name[slab]
-            value = value.reshape(-1, *dst.shape[1:])
-            dst[row : row + value.shape[0]] = value
+                put(cfg, buffers, j, name, np.asarray(rows[j][name], bfloat16))
 
 
 def token_outputs(cfg: TokenConfig, buffers: list) -> list[dict]:
@@ -261,25 +278,16 @@ def token_outputs(cfg: TokenConfig, buffers: list) -> list[dict]:
     flat or shaped)."""
     import numpy as np
 
-    by_name = {}
-    for (name, kind), a in zip(cfg.buffers(), buffers):
-        shape = (
-            (kind.tiles, kind.chunks, kind.record)
-            if isinstance(kind, RecordSlab)
-            else kind
-        )
-        by_name[name] = np.asarray(a).reshape(shape)
+    by_name = {
+        name: np.asarray(a).reshape(buffer_shape(kind))
+        for (name, kind), a in zip(cfg.buffers(), buffers)
+    }
     out = []
     for j, m in enumerate(cfg.modules):
         mine = {}
         for name, kind in m.buffers():
             slab, row = cfg.refs(j)[name]
-            count = (
-                kind.n_tiles
-                if isinstance(kind, GemvConfig)
-                else (kind[0] if isinstance(kind, tuple) else 1)
-            )
-            mine[name] = by_name[slab][row : row + count]
+            mine[name] = by_name[slab][row : row + buffer_shape(kind)[0]]
         out.append(mine)
     return out
 
@@ -313,12 +321,9 @@ def modelled(cfg) -> LayerEstimate:
         launches = tuple(
             (f"m{j}_{name}", s) for j, p in enumerate(parts) for name, s in p.launches
         )
-        seconds = (
-            model.FIXED_S
-            + sum(s for _, s in launches)
-            + (len(launches) - 1) * LAUNCH_BOUNDARY_S
+        return LayerEstimate(
+            launches, sum(p.ddr_bytes for p in parts), _dispatch_seconds(launches)
         )
-        return LayerEstimate(launches, sum(p.ddr_bytes for p in parts), seconds)
     if isinstance(cfg, QkvConfig):
         return _sum(
             cfg,
@@ -357,9 +362,13 @@ def _sum(cfg, order: list[str], names: list[str]) -> LayerEstimate:
             elt["attention"], attention_compute_s(cfg.rope, cfg.context)
         )
     launches = tuple((n, (gemvs | elt)[n]) for n in order)
-    seconds = (
+    return LayerEstimate(launches, ddr_bytes(cfg), _dispatch_seconds(launches))
+
+
+def _dispatch_seconds(launches) -> float:
+    """One dispatch of these (name, seconds) launches: its fixed cost, the launches, their boundaries."""
+    return (
         model.FIXED_S
         + sum(s for _, s in launches)
         + (len(launches) - 1) * LAUNCH_BOUNDARY_S
     )
-    return LayerEstimate(launches, ddr_bytes(cfg), seconds)

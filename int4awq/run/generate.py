@@ -256,12 +256,9 @@ class Llama:
         """
         from ..design import layer
 
-        if layers_per_dispatch:
-            cfgs = TokenConfig.split(
-                self.qkv_cfg, tuple(self.module_cfgs), layers_per_dispatch
-            )
-        else:
-            cfgs = [self.qkv_cfg, *self.module_cfgs]
+        cfgs = layer.token_dispatches(
+            self.qkv_cfg, self.module_cfgs, layers_per_dispatch
+        )
         return sum(layer.modelled(c).seconds for c in cfgs), len(cfgs)
 
     def decode_step(self, token: int, pos: int) -> np.ndarray:
@@ -372,15 +369,9 @@ class Dispatches:
                 n["final_norm"] = model.final_norm.astype(bfloat16)[None]
             weights.append(w)
             norms.append(n)
-        self.norms = norms
-        if layers_per_dispatch:
-            self.cfgs = list(
-                TokenConfig.split(
-                    model.qkv_cfg, tuple(model.module_cfgs), layers_per_dispatch
-                )
-            )
-        else:
-            self.cfgs = [model.qkv_cfg, *model.module_cfgs]
+        self.cfgs = layer.token_dispatches(
+            model.qkv_cfg, model.module_cfgs, layers_per_dispatch
+        )
         # each dispatch's modules, by their index in [the first module, layer 0's, layer 1's, ...]
         self.spans, at = [], 0
         for cfg in self.cfgs:
@@ -393,7 +384,7 @@ class Dispatches:
                     cfg, [weights[j] for j in span], [norms[j] for j in span]
                 )
                 if isinstance(cfg, TokenConfig)
-                else layer.module_buffers(cfg, weights[span[0]], {})
+                else layer.module_buffers(cfg, weights[span[0]], norms[span[0]])
             )
             for cfg, span in zip(self.cfgs, self.spans)
         ]
@@ -435,7 +426,7 @@ class Dispatches:
 
         cfg, bufs = self.cfgs[j], list(self.buffers[j])
         if isinstance(cfg, TokenConfig):
-            # in place: every token gives every row the host writes
+            # in place: every token gives every row the host writes (the weights and norms were placed once)
             layer.place(cfg, bufs, [{}] * len(cfg.modules), rows)
         else:
             for name, row in rows.items():
@@ -483,14 +474,13 @@ class Dispatches:
         outs = []  # per module, its buffers by name
         for g, (cfg, span) in enumerate(zip(self.cfgs, self.spans)):
             given = [dict(rows[j]) for j in span]
-            if (
-                outs
-            ):  # from the previous dispatch: the hidden row (the first module's: x) and the attention
+            # from the previous dispatch: the hidden row (the first module's: x) and the attention
+            if outs:
                 given[0] |= {"x": outs[-1].get("out", x), "attn": outs[-1]["attn_next"]}
             if isinstance(cfg, TokenConfig):
                 outs += layer.token_outputs(cfg, self.dispatch(g, given))
             else:
-                out = self.dispatch(g, given[0] | self.norms[span[0]])
+                out = self.dispatch(g, given[0])
                 outs.append({n: a for (n, _), a in zip(cfg.buffers(), out)})
         for i in range(len(m.layers)):
             self._append(i, outs[i]["q_attn"], pos)
