@@ -295,6 +295,12 @@ def attention_cache(k, v):
     return both.reshape(2 * k.shape[0], k.shape[1])
 
 
+def attention_cache_rows(pos: int) -> tuple[int, int]:
+    """The rows of attention_cache's buffer that hold position pos's key and its value."""
+    key = pos // ATTN_CHUNK * 2 * ATTN_CHUNK + pos % ATTN_CHUNK
+    return key, key + ATTN_CHUNK
+
+
 def attention_q(q, k, v, n: int, kv: int):
     """The launch's q buffer [1, kv * attention_q_width] bf16 from q [heads * d] (after RoPE), the token's
     own k (after RoPE) and v [kv * d], and n, the cache rows before the token."""

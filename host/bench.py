@@ -808,6 +808,7 @@ def _whole_token_line(label: str, mix: dict) -> str:
     from int4awq.design import layer
     from int4awq.errors import ConfigError
     from int4awq.run.generate import LAYERS_PER_DISPATCH as PER
+    from int4awq.run.generate import host_transfers
 
     hidden, inter = shape_of("o_proj")[0], shape_of("down_proj")[0]
     parts = []
@@ -837,11 +838,15 @@ def _whole_token_line(label: str, mix: dict) -> str:
         apart = sum(layer.modelled(m).seconds for m in modules)
         ddr = attention_ddr_bytes(*layer.LLAMA_ROPE[1:], layer.LLAMA_ROPE[0], context)
         compute = layer.attention_compute_s(layer.LLAMA_ROPE, context)
+        d, _, kv = layer.LLAMA_ROPE
+        once, written, read = host_transfers(groups, LAYERS, kv * d)
         parts.append(
             f"context {context}: {len(groups)} dispatches of {PER} layers, {token * 1e3:.2f} ms = "
             f"{1 / token:.1f} tok/s (one a module, {len(modules)}: {apart * 1e3:.2f} ms; 1 dispatch, "
             f"not compiled here: {one * 1e3:.2f} ms; attention a layer: DDR "
-            f"{ddr / model.DDR_BYTES_PER_S * 1e6:.1f} us, compute {compute * 1e6:.1f} us)"
+            f"{ddr / model.DDR_BYTES_PER_S * 1e6:.1f} us, compute {compute * 1e6:.1f} us; host <-> NPU "
+            f"a token, its buffers kept on the device: {written / 1e3:.0f} KB written, {read / 1e3:.0f} "
+            f"KB read; every buffer written once first, {once / 1e6:.0f} MB)"
         )
     return (
         f"{label}: whole token, MODELLED (layer 0's norm, q, k, v, RoPE and attention, then per layer its "

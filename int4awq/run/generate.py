@@ -35,7 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 from ml_dtypes import bfloat16
 
-from int4_packed_record import TokenConfig
+from int4_packed_record import (
+    GemvConfig,
+    RecordSlab,
+    TokenConfig,
+    buffer_shape,
+)
 
 from ..errors import ConfigError, RunFailure
 from ..formats import rope, weights_file
@@ -43,6 +48,7 @@ from ..formats.fuse import fusable_runs
 from ..formats.quant import dequantize
 from ..kernel import eltwise_model as elt
 from ..kernel.kernel_model import PreparedWeights
+from . import npu
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # emu, sim and npu run each dispatch of a token; auto: npu where an NPU2 and pyxrt are present, else model
@@ -56,6 +62,12 @@ DEFAULT_CONTEXT = 2048
 # 219 s and 2.0 GB; 8 layers, 106 launches, 7.0 GB; all 16, 210 launches, past 13 GB in air-opt and
 # growing: docs/decode.md#one-dispatch-a-token)
 LAYERS_PER_DISPATCH = 4
+# A dispatch's buffers the host writes every token (Dispatches.step's rows: the hidden row and the
+# attention output a dispatch takes, the RoPE row, the attention's q buffers; a token module's or a
+# module's names) and those it reads back (the hidden row and the attention output the next dispatch
+# takes, the q buffers the KV caches are appended from, the logits)
+GIVEN = ("x", "attn", "hidden", "attn_next", "rope_table", "q_attn")
+READ_BACK = ("hidden", "out", "attn_next", "q_attn", "logits")
 Q, K, V, O, GATE, UP, DOWN = range(7)  # weights_file.decoder_layer_names' order
 
 
@@ -84,6 +96,44 @@ class Layer:
     def qkv_runs(self) -> list[list[int]]:
         """q, k, v's indices in runs that fuse into one GEMV (one format and group)."""
         return fusable_runs(self.weights[:3])
+
+
+def _base(name: str) -> str:
+    """A token module's buffer name without the width TokenConfig appends to tell slabs apart."""
+    stem, _, width = name.rpartition("_")
+    return stem if stem and width.isdigit() else name
+
+
+def buffer_roles(cfg) -> dict[str, list[int]]:
+    """A dispatch's buffers (by index) as the npu backend keeps them on the device (npu.ResidentCall):
+    partial, the KV caches (the rows appended since the last call); once, all but those and the rows the
+    host gives every token (GIVEN): the weights, the norms and the launches' intermediates; read, what
+    Dispatches.step reads back (READ_BACK)."""
+    names = [_base(name) for name, _ in cfg.buffers()]
+    return dict(
+        once=[i for i, n in enumerate(names) if n not in (*GIVEN, "kv_cache")],
+        partial=[i for i, n in enumerate(names) if n == "kv_cache"],
+        read=[i for i, n in enumerate(names) if n in READ_BACK],
+    )
+
+
+def host_transfers(cfgs, layers: int, kv_width: int) -> tuple[int, int, int]:
+    """(bytes written on the first call, bytes written a token after it, bytes read back a token) between
+    the host and NPU2 for a token's dispatches kept on the device (buffer_roles): every buffer once, then
+    the rows the host gives and two new rows of each layer's KV cache (kv_width bf16 each).
+    """
+    once = token = read = 0
+    for cfg in cfgs:
+        roles = buffer_roles(cfg)
+        for i, (_, kind) in enumerate(cfg.buffers()):
+            records = isinstance(kind, (GemvConfig, RecordSlab))  # bytes; the rest bf16
+            size = int(np.prod(buffer_shape(kind))) * (1 if records else 2)
+            once += size
+            if i not in roles["once"] + roles["partial"]:
+                token += size
+            if i in roles["read"]:
+                read += size
+    return once, token + layers * 2 * kv_width * 2, read
 
 
 def _key(w) -> tuple:
@@ -322,12 +372,14 @@ class Llama:
 class Dispatches:
     """A token's dispatches as the NPU path runs them, on the emulator ("emu"), the simulator of the design
     aircc + aiecc compile ("sim": each dispatch run twice on one array, equal bit for bit, and timed), or
-    NPU2 ("npu": compiled once and kept loaded; written against mlir-air's XRTBackend, not run here).
+    NPU2 ("npu": compiled once and kept loaded, each dispatch's buffers kept on the device from token to
+    token, npu.ResidentCall; written against mlir-air's XRTBackend and pyxrt, not run here).
     Dispatches of layers_per_dispatch layers each (TokenConfig.split: the first module's launches, then
     its layers' modules', in one module), or one a module (None: the first module, then per layer its
     module, each ending with the next layer's attention launch). The weights are packed
     into the buffers once; each token fills in the rows. The attention launch takes the token's own k
-    (after RoPE) and v from its q buffer; the host appends them to the KV cache after the dispatch.
+    (after RoPE) and v from its q buffer; the host appends them to the KV cache after the dispatch, the
+    model's and the buffers' (whole again only when a step is not at the next position).
     """
 
     def __init__(
@@ -390,6 +442,10 @@ class Dispatches:
         ]
         # on the emulator, aircc + aiecc compile each module first (where installed) unless told not to
         self.compiled = set() if compile_first else set(self.cfgs)
+        # the KV caches live in the dispatches' buffers: the positions they hold, and per dispatch the byte
+        # ranges of its buffers written since its last call ({buffer index: [(offset, bytes)]})
+        self.cache_rows = 0
+        self.dirty = [{} for _ in self.cfgs]
         if backend == "npu":
             self._load_on_npu()
 
@@ -411,7 +467,12 @@ class Dispatches:
             for j, cfg in enumerate(distinct)
         ]
         self.backends = [backend for backend, _ in loaded]
-        self.loaded = [loaded[distinct.index(cfg)] for cfg in self.cfgs]
+        # a dispatch's buffers stay on the device from token to token (a set of its own, like modules
+        # sharing the loaded kernel): the weights written once, the caches' appended rows, the rows
+        self.calls = [
+            npu.ResidentCall(loaded[distinct.index(cfg)][0], **buffer_roles(cfg))
+            for cfg in self.cfgs
+        ]
 
     def close(self) -> None:
         """Unloads what the npu backend loaded."""
@@ -424,30 +485,63 @@ class Dispatches:
         from ..design import layer
         from .decode_layer import run_module
 
-        cfg, bufs = self.cfgs[j], list(self.buffers[j])
+        cfg, bufs = self.cfgs[j], self.buffers[j]
+        names = {
+            n
+            for given in (rows if isinstance(cfg, TokenConfig) else [rows])
+            for n in given
+        }
+        if not names <= {*GIVEN, "kv_cache"}:
+            # the npu backend writes no other buffer after the first token (buffer_roles)
+            raise ValueError(
+                f"rows the host does not give every token: {sorted(names)}"
+            )
+        # in place: every token gives every row the host writes (the weights and norms were placed once)
         if isinstance(cfg, TokenConfig):
-            # in place: every token gives every row the host writes (the weights and norms were placed once)
             layer.place(cfg, bufs, [{}] * len(cfg.modules), rows)
         else:
             for name, row in rows.items():
                 k = cfg.index(name)
-                bufs[k] = np.asarray(row, bfloat16).reshape(bufs[k].shape)
+                bufs[k][...] = np.asarray(row, bfloat16).reshape(bufs[k].shape)
+        dirty, self.dirty[j] = self.dirty[j], {}
         if self.backend == "npu":
-            return [np.asarray(a) for a in self.loaded[j][1](*bufs)]
+            return [np.asarray(a) for a in self.calls[j](*bufs, dirty=dirty)]
         first = cfg not in self.compiled
         self.compiled.add(cfg)
         out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
         return [np.asarray(a) for a in out]
 
+    def _cache_at(self, i: int) -> tuple[int, int, int]:
+        """(dispatch, buffer index, first row) of layer i's KV cache (module i's, of the first module and
+        the layers' modules)."""
+        g = next(g for g, span in enumerate(self.spans) if i in span)
+        cfg = self.cfgs[g]
+        if isinstance(cfg, TokenConfig):
+            slab, row = cfg.refs(i - self.spans[g].start)["kv_cache"]
+            return g, cfg.index(slab), row
+        return g, cfg.index("kv_cache"), 0
+
     def _append(self, i: int, q_attn: np.ndarray, pos: int) -> None:
         """The host appends layer i's key and value at pos to its KV cache, read back from the attention
-        launch's q buffer (o_gemv_ffn_int4.attention_q's layout) once the dispatch has run.
+        launch's q buffer (o_gemv_ffn_int4.attention_q's layout) once the dispatch has run: to the model's
+        and, at their rows (o_gemv_ffn_int4.attention_cache_rows), to the dispatch's buffer, noted as
+        written for its next call.
         """
         m = self.m
         g = m.heads // m.kv_heads
         rows = np.asarray(q_attn).reshape(m.kv_heads, -1)
         m.cache_k[i][pos] = rows[:, g * m.d : g * m.d + m.d].reshape(-1)
         m.cache_v[i][pos] = rows[:, g * m.d + m.d : g * m.d + 2 * m.d].reshape(-1)
+        j, k, first = self._cache_at(i)
+        buf = self.buffers[j][k]
+        for r, row in zip(
+            self.builder.attention_cache_rows(pos),
+            (m.cache_k[i][pos], m.cache_v[i][pos]),
+        ):
+            buf[first + r] = row
+            self.dirty[j].setdefault(k, []).append(
+                ((first + r) * buf[0].nbytes, buf[0].nbytes)
+            )
 
     def step(self, token: int, pos: int) -> np.ndarray:
         """One token's dispatches at position pos: the logits (f32 [head N], bf16 values)."""
@@ -464,12 +558,16 @@ class Dispatches:
         ctx = self.builder.attention_q(
             zeros, zeros[: m.kv_heads * m.d], zeros[: m.kv_heads * m.d], pos, m.kv_heads
         )
-        # per module j: what the host gives it (j < layers: it ends with layer j's attention)
-        rows = [
-            {"rope_table": table, "q_attn": ctx}
-            | {"kv_cache": self.builder.attention_cache(m.cache_k[j], m.cache_v[j])}
-            for j in range(len(m.layers))
-        ] + [{}]
+        # per module j: what the host gives it (j < layers: it ends with layer j's attention); the KV
+        # caches only when the buffers do not hold the positions before this one (_append keeps them)
+        rows = [{"rope_table": table, "q_attn": ctx} for _ in m.layers] + [{}]
+        if pos != self.cache_rows:
+            for i, given in enumerate(rows[:-1]):
+                given["kv_cache"] = self.builder.attention_cache(
+                    m.cache_k[i], m.cache_v[i]
+                )
+                j, k, _ = self._cache_at(i)
+                self.dirty[j][k] = [(0, self.buffers[j][k].nbytes)]
         rows[0]["x"] = x
         outs = []  # per module, its buffers by name
         for g, (cfg, span) in enumerate(zip(self.cfgs, self.spans)):
@@ -484,6 +582,7 @@ class Dispatches:
                 outs.append({n: a for (n, _), a in zip(cfg.buffers(), out)})
         for i in range(len(m.layers)):
             self._append(i, outs[i]["q_attn"], pos)
+        self.cache_rows = pos + 1
         return outs[-1]["logits"].reshape(-1)[: m.head.n].astype(np.float32)
 
 

@@ -174,3 +174,17 @@ def test_the_first_module_ends_with_the_attention_at_three_query_heads_a_group()
         ]
     )
     assert same(got["attn_next"], want)
+
+
+def test_a_positions_cache_rows_are_where_the_cache_buffer_holds_it():
+    """attention_cache_rows(pos) names the rows of attention_cache's buffer that hold pos's key and value
+    (what the host appends on the NPU), at each chunk's first and last position."""
+    import o_gemv_ffn_int4 as builder
+
+    context = 3 * builder.ATTN_CHUNK
+    k = np.arange(context * 4, dtype=np.float32).reshape(context, 4).astype(bfloat16)
+    v = -k
+    buf = builder.attention_cache(k, v)
+    for pos in (0, builder.ATTN_CHUNK - 1, builder.ATTN_CHUNK, context - 1):
+        key, value = builder.attention_cache_rows(pos)
+        assert np.array_equal(buf[key], k[pos]) and np.array_equal(buf[value], v[pos])

@@ -468,6 +468,6 @@ def test_the_whole_token_line_counts_every_dispatch_at_1k_and_4k():
         assert (
             f"context {context}: 4 dispatches of 4 layers, {four * 1e3:.2f} ms = {1 / four:.1f} tok/s "
             f"(one a module, 17: {token * 1e3:.2f} ms; 1 dispatch, not compiled here: {one * 1e3:.2f} ms; "
-            f"attention a layer: DDR {ddr * 1e6:.1f} us, compute {compute * 1e6:.1f} us)"
+            f"attention a layer: DDR {ddr * 1e6:.1f} us, compute {compute * 1e6:.1f} us; host <-> NPU "
             in line
         )

@@ -333,20 +333,34 @@ def test_the_emu_backend_is_the_model_backend_bit_for_bit(
     assert np.array_equal(model.cache_v[1][:4], twin.cache_v[1][:4])
 
 
-def test_the_npu_backend_loads_each_distinct_dispatch_once(tmp_path, monkeypatch):
-    """The npu backend's dispatches through a stand-in for mlir-air's XRTBackend (each loaded module run on
-    the emulator): a 4-layer model at one layer a dispatch is 4 dispatches of 3 distinct modules (the
-    middle two alike), each compiled and loaded once, unloaded at close; its logits the model backend's bit
-    for bit."""
+@pytest.mark.parametrize("per_dispatch", [None, 1, 4])
+def test_the_npu_backend_keeps_each_dispatchs_buffers_on_the_device(
+    tmp_path, monkeypatch, per_dispatch
+):
+    """The npu backend's dispatches through stand-ins for mlir-air's XRTBackend (each loaded module's
+    kernel the emulator) and pyxrt (its device memory apart from the host's: tests/pyxrt_stand_in.py).
+    A 4-layer model is 5 dispatches of 3 distinct modules at one module a dispatch (None: layers 0 to 2 alike), 4 of 3 at one
+    layer a dispatch (the middle two alike), and 1 at 4 layers a dispatch: each distinct module compiled
+    and loaded once, unloaded at close. Over 3 tokens the
+    logits and the KV caches are the model backend's bit for bit; after the first token no weight, norm
+    or intermediate is written again, each layer's cache takes its two new rows (key and value) and
+    nothing more, and only the named outputs are read back."""
     import types
 
+    from pyxrt_stand_in import FROM, TO, Kernel, Xrt
+
     from int4awq.design import layer
-    from int4awq.run import decode_layer
+    from int4awq.run import decode_layer, npu
 
     path = awq_checkpoint(tmp_path / "awq4", E, H, 4, "tied", kv_heads=4, trained=True)
-    loads, unloads = [], []
+    loads, unloads, xrt = [], [], Xrt()
 
     class Backend:
+        device = "npu"
+
+        def __init__(self, kernel):
+            self.kernel = kernel
+
         def unload(self):
             unloads.append(self)
 
@@ -358,18 +372,44 @@ def test_the_npu_backend_loads_each_distinct_dispatch_once(tmp_path, monkeypatch
             types.SimpleNamespace(launch_gemvs=gemvs)
         )
         loads.append(build_dir)
-        return Backend(), XRTBackend(**options).compile_and_load(module)
+        return Backend(Kernel(XRTBackend(**options).compile_and_load(module))), None
 
     monkeypatch.setattr(decode_layer, "load_on_npu", load_on_npu)
+    monkeypatch.setattr(npu, "_pyxrt", lambda: xrt)
     model = gen.Llama(str(path), "awq", 64)
-    npu = gen.Dispatches(model, "npu", layers_per_dispatch=1)
+    dev = gen.Dispatches(model, "npu", layers_per_dispatch=per_dispatch)
+    for call, bufs in zip(dev.calls, dev.buffers):
+        call.backend.kernel.protos = bufs
     twin = gen.Llama(str(path), "awq", 64)
-    assert len(npu.cfgs) == 4 and len(loads) == 3 and npu.cfgs[1] == npu.cfgs[2]
-    for pos, tok in enumerate([422, 17]):
-        got, want = npu.step(tok, pos), twin.decode_step(tok, pos)
+    assert len(dev.cfgs) == {None: 5, 1: 4, 4: 1}[per_dispatch]
+    assert len(loads) == len(set(dev.cfgs)) == {None: 3, 1: 3, 4: 1}[per_dispatch]
+    row = model.kv_heads * model.d * 2  # bytes of a cache row
+    for pos, tok in enumerate([422, 17, 9]):
+        xrt.log.clear()
+        got, want = dev.step(tok, pos), twin.decode_step(tok, pos)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), pos
-    npu.close()
-    assert len(unloads) == 3
+        if pos == 0:
+            continue
+        to = {
+            (c, i): [n for bo, d, _, n in xrt.log if d == TO and bo == call.bos[i].id]
+            for c, call in enumerate(dev.calls)
+            for i in range(len(call.bos))
+        }
+        assert not any(to[c, i] for c, call in enumerate(dev.calls) for i in call.once)
+        assert sum(
+            sum(to[c, i]) for c, call in enumerate(dev.calls) for i in call.partial
+        ) == (4 * 2 * row)
+        read = [bo for bo, d, _, _ in xrt.log if d == FROM]
+        assert len(read) == sum(len(call.read) for call in dev.calls)
+        # what make bench prints a token (host_transfers) is what was moved
+        once, written, back = gen.host_transfers(dev.cfgs, 4, model.kv_heads * model.d)
+        assert sum(n for _, d, _, n in xrt.log if d == TO) == written
+        assert sum(n for _, d, _, n in xrt.log if d == FROM) == back
+    for i in range(4):
+        assert np.array_equal(model.cache_k[i][:3], twin.cache_k[i][:3])
+        assert np.array_equal(model.cache_v[i][:3], twin.cache_v[i][:3])
+    dev.close()
+    assert len(unloads) == len(loads)
 
 
 @pytest.mark.slow

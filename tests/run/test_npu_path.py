@@ -169,3 +169,79 @@ def test_numerics_line_shows_the_ladders_last_probe_or_how_to_run_it(
     assert npu.numerics_line() == (
         "numerics probe (make bringup): npu: as the host model assumes | conv_even set: rounding conv_even"
     )
+
+
+def _resident(kernel_fn, protos, state="completed"):
+    from pyxrt_stand_in import Kernel, Xrt
+
+    from int4awq.run.npu import ResidentCall
+
+    xrt = Xrt(state)
+    backend = types.SimpleNamespace(device="npu", kernel=Kernel(kernel_fn, protos))
+    return xrt, ResidentCall(backend, once=[0], partial=[1], read=[3], xrt=xrt)
+
+
+def test_a_resident_call_writes_weights_once_and_reads_back_only_what_is_named():
+    """Arguments (weights, cache, row, out): out = weights[0] * row + the cache's sum, on a stand-in device
+    whose memory is apart from the host's. The first call writes all four and reads back `out` alone;
+    the second writes the row whole, the cache only at its dirty range and the weights not at all, and
+    the kernel sees the new row and the new cache entry."""
+    from pyxrt_stand_in import FROM, TO
+
+    def kernel(w, cache, row, out):
+        return w, cache, row, (w[0] * row + cache.sum()).astype(np.float32)
+
+    w = np.full(1000, 3.0, np.float32)
+    cache = np.zeros(16, np.float32)
+    row, out = np.ones(4, np.float32), np.zeros(4, np.float32)
+    xrt, call = _resident(kernel, [w, cache, row, out])
+    got = call(w, cache, row, out)
+    np.testing.assert_array_equal(got[3], [3.0] * 4)
+    assert got[0] is w and got[2] is row  # not read back: as given
+    assert sorted((b, d, o, n) for b, d, o, n in xrt.log if d == TO) == [
+        (0, TO, 0, 4000),
+        (1, TO, 0, 64),
+        (2, TO, 0, 16),
+        (3, TO, 0, 16),
+    ]
+    assert [e for e in xrt.log if e[1] == FROM] == [(3, FROM, 0, 16)]
+    assert (call.written, call.read_back) == (4096, 16)
+
+    xrt.log.clear()
+    w[:] = (
+        100.0  # a weight changed on the host after the first call never reaches the device
+    )
+    cache[5], row[:] = 2.0, 10.0
+    got = call(w, cache, row, out, dirty={1: [(20, 4)]})
+    np.testing.assert_array_equal(got[3], [32.0] * 4)
+    assert [e for e in xrt.log if e[1] == TO] == [
+        (1, TO, 20, 4),
+        (2, TO, 0, 16),
+        (3, TO, 0, 16),
+    ]
+    assert call.written == 36
+
+
+def test_a_resident_call_without_the_dirty_range_leaves_the_device_cache_stale():
+    """The partial rule has teeth: a cache entry the host changed but did not name as dirty does not reach
+    the kernel."""
+
+    def kernel(w, cache, row, out):
+        return w, cache, row, np.full(4, cache.sum(), np.float32)
+
+    args = [np.ones(4, np.float32), np.zeros(16, np.float32), np.ones(4, np.float32)]
+    args.append(np.zeros(4, np.float32))
+    _, call = _resident(kernel, args)
+    call(*args)
+    args[1][7] = 5.0
+    assert call(*args)[3][0] == 0.0
+    assert call(*args, dirty={1: [(28, 4)]})[3][0] == 5.0
+
+
+def test_a_resident_run_that_did_not_complete_is_a_run_failure():
+    from int4awq.errors import RunFailure
+
+    args = [np.ones(4, np.float32) for _ in range(4)]
+    _, call = _resident(lambda *a: a, args, state="timeout")
+    with pytest.raises(RunFailure, match="did not complete: timeout"):
+        call(*args)
