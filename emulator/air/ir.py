@@ -1510,6 +1510,13 @@ class ModuleOp(Operation):
         return lines
 
 
+# an op's name where a line of MLIR text starts one: after any `%results = `, bare or quoted
+_OP_AT_LINE_START = re.compile(
+    r'^\s*(?:%[\w#:]+(?:\s*,\s*%[\w#:]+)*\s*=\s*)?"?([a-z_][\w]*\.[\w.]*\w)"?[\s(]',
+    re.MULTILINE,
+)
+
+
 class Module:
     def __init__(self):
         self._op = ModuleOp()
@@ -1520,9 +1527,16 @@ class Module:
 
     @staticmethod
     def parse(text, context=None):
+        """Not modelled: reading MLIR text back takes a parser of every op's custom assembly (what
+        MLIR's own parser is); the emulator builds modules through the Python API only. The refusal
+        names the ops the text holds."""
+        ops = sorted(set(_OP_AT_LINE_START.findall(str(text))))
+        dialects = sorted({o.split(".")[0] for o in ops})
         raise UnsupportedError(
-            "Module.parse: the emulator runs designs built with the Python API, "
-            "not MLIR text"
+            f"Module.parse: not modelled: the emulator has no MLIR parser; this text uses "
+            f"{len(ops)} operation names from the dialects ({', '.join(dialects)}), and reading it "
+            f"back needs a parser of each op's custom assembly, as MLIR's own; the emulator builds "
+            f"modules through the Python API only"
         )
 
     @property
