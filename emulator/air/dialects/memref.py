@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""memref: alloc / dealloc, subview, cast, load / store."""
+"""memref: alloc / dealloc, subview, cast, load / store, view, expand_shape / collapse_shape."""
 
 from ..ir import (
+    ArrayAttr,
     DenseI32ArrayAttr,
     DenseI64ArrayAttr,
     IndexType,
@@ -346,3 +347,235 @@ class ViewOp(Operation):
 
 def view(result_type, source, byte_shift, sizes=(), *, loc=None, ip=None):
     return ViewOp(result_type, source, byte_shift, sizes, loc=loc, ip=ip).result
+
+
+# memref.expand_shape / memref.collapse_shape: views of the same buffer in another rank, regrouping
+# dimensions (mlir/include/mlir/Dialect/MemRef/IR/MemRefOps.td, MemRef_ExpandShapeOp and
+# MemRef_CollapseShapeOp; the verifier in mlir/lib/Dialect/MemRef/IR/MemRefOps.cpp). Builders as MLIR's
+# generated Python API has them: expand_shape(result, src, reassociation, output_shape,
+# static_output_shape), collapse_shape(result, src, reassociation). Static shapes and strides only.
+
+
+def _reassociation(reassociation, what):
+    """The reassociation as a list of lists of ints (nested Python lists, or MLIR's
+    IndexListArrayAttr: an ArrayAttr of ArrayAttrs of integer attributes)."""
+    groups = []
+    for g in reassociation:
+        items = g._items if isinstance(g, ArrayAttr) else g
+        try:
+            groups.append(
+                [int(i.value) if isinstance(i, IntegerAttr) else int(i) for i in items]
+            )
+        except TypeError:
+            raise TraceError(
+                f"{what}: reassociation {reassociation!r} is not a list of index lists"
+            ) from None
+    return groups
+
+
+def _check_groups(groups, expanded_rank, collapsed_rank, what):
+    """MemRefOps.td: one group per dimension of the collapsed type, the groups taking the expanded
+    type's dimensions in order, each contiguous and none empty (a rank-0 collapsed type: no groups).
+    """
+    flat = [i for g in groups for i in g]
+    if (
+        len(groups) != collapsed_rank
+        or flat != list(range(expanded_rank))
+        or any(not g for g in groups)
+    ):
+        raise TraceError(
+            f"{what}: reassociation {groups} must split dimensions 0..{expanded_rank - 1} of the "
+            f"rank-{expanded_rank} type, in order, into {collapsed_rank} non-empty contiguous groups "
+            f"(MemRefOps.td, the op's verifier)"
+        )
+
+
+def _static_strided(t, what):
+    """(strides, offset) of a memref type with static sizes and strides (the offset may be dynamic)."""
+    strides, offset = t.get_strides_and_offset()
+    if any(ShapedType.is_dynamic_size(s) for s in list(t.shape) + list(strides)):
+        raise UnsupportedError(
+            f"{what}: {t} has a dynamic size or stride; the emulator models only static shapes"
+        )
+    return strides, offset
+
+
+def _layout_type(shape, t, strides, offset):
+    """MLIR's inferred type of a reshape of t: identity layout when t has one, else strided."""
+    layout = None if t.is_identity_layout else StridedLayoutAttr.get(offset, strides)
+    return MemRefType.get(shape, t.element_type, layout, t.memory_space)
+
+
+def _same_view_type(a, b):
+    """Whether two memref types are the same (shape, element type, layout, memory space)."""
+    return (
+        list(a.shape) == list(b.shape)
+        and a.element_type == b.element_type
+        and a.memory_space_value == b.memory_space_value
+        and a.is_identity_layout == b.is_identity_layout
+        and a.get_strides_and_offset() == b.get_strides_and_offset()
+    )
+
+
+def _index_list_text(groups):
+    return "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
+
+
+class ExpandShapeOp(Operation):
+    """memref.expand_shape: each source dimension split into a group of result dimensions whose sizes
+    multiply to it; the result is the same buffer (row-major inside each group)."""
+
+    OPERATION_NAME = "memref.expand_shape"
+
+    def __init__(
+        self,
+        result,
+        src,
+        reassociation,
+        output_shape,
+        static_output_shape,
+        *,
+        loc=None,
+        ip=None,
+    ):
+        what = "memref.expand_shape"
+        s = _as_value(src, f"{what} source")
+        st = s.type
+        if not isinstance(st, MemRefType) or not isinstance(result, MemRefType):
+            raise TraceError(f"{what}: source and result must be memrefs")
+        if list(output_shape or []):
+            raise UnsupportedError(
+                f"{what}: dynamic output_shape operands; the emulator models only static shapes"
+            )
+        shape = [int(x) for x in static_output_shape]
+        if any(ShapedType.is_dynamic_size(x) for x in shape):
+            raise UnsupportedError(
+                f"{what}: a dynamic size in static_output_shape {shape}; the emulator models only "
+                f"static shapes"
+            )
+        strides, offset = _static_strided(st, what)
+        _static_strided(result, what)
+        groups = _reassociation(reassociation, what)
+        if shape != list(result.shape):
+            raise TraceError(
+                f"{what}: static_output_shape {shape} is not the result's shape {result.shape}"
+            )
+        if st.rank == 0:
+            if groups or any(x != 1 for x in shape):
+                raise TraceError(
+                    f"{what}: a rank-0 source takes no reassociation and only unit result "
+                    f"dimensions (MemRefOps.td), got {groups} and {shape}"
+                )
+        else:
+            _check_groups(groups, len(shape), st.rank, what)
+        new_strides = []
+        for d, g in enumerate(groups):
+            sizes = [shape[i] for i in g]
+            product = 1
+            for x in sizes:
+                product *= x
+            if product != st.shape[d]:
+                raise TraceError(
+                    f"{what}: group {g} has sizes {sizes}, product {product}, but source dimension "
+                    f"{d} is {st.shape[d]} (MemRefOps.td: the verifier rejects an expansion it can "
+                    f"prove invalid)"
+                )
+            new_strides += [strides[d] * x for x in _row_major_strides(sizes)]
+        if st.rank == 0:
+            new_strides = [1] * len(shape)
+        expected = _layout_type(shape, st, new_strides, offset)
+        if not _same_view_type(result, expected):
+            raise TraceError(
+                f"{what}: expected expanded type to be {expected} but found {result} "
+                f"(MemRefOps.cpp, ExpandShapeOp::verify)"
+            )
+        self._init_op([s], [result], loc=loc, ip=ip)
+        self.reassociation = groups
+        self.static_output_shape = shape
+
+    def _generic_extras(self):
+        return {
+            "reassociation": _index_list_text(self.reassociation),
+            "static_output_shape": DenseI64ArrayAttr.get(self.static_output_shape),
+        }, {}
+
+    def _print_custom(self, p, indent):
+        return [
+            " " * indent
+            + f"{p.results_prefix(self)}memref.expand_shape {p.name(self.operands[0])} "
+            f"{_index_list_text(self.reassociation)} output_shape {self.static_output_shape}"
+            f"{p.attr_dict(self)} : {self.operands[0].type} into {self.results[0].type}"
+        ]
+
+
+def expand_shape(
+    result, src, reassociation, output_shape, static_output_shape, *, loc=None, ip=None
+):
+    return ExpandShapeOp(
+        result, src, reassociation, output_shape, static_output_shape, loc=loc, ip=ip
+    ).result
+
+
+class CollapseShapeOp(Operation):
+    """memref.collapse_shape: each group of contiguous source dimensions merged into one result
+    dimension; the result is the same buffer. A group whose dimensions are not contiguous in memory
+    is refused, as MLIR's verifier refuses one it can prove so."""
+
+    OPERATION_NAME = "memref.collapse_shape"
+
+    def __init__(self, result, src, reassociation, *, loc=None, ip=None):
+        what = "memref.collapse_shape"
+        s = _as_value(src, f"{what} source")
+        st = s.type
+        if not isinstance(st, MemRefType) or not isinstance(result, MemRefType):
+            raise TraceError(f"{what}: source and result must be memrefs")
+        strides, offset = _static_strided(st, what)
+        _static_strided(result, what)
+        groups = _reassociation(reassociation, what)
+        if result.rank == 0:
+            if groups or any(x != 1 for x in st.shape):
+                raise TraceError(
+                    f"{what}: a rank-0 result takes no reassociation and a source of unit "
+                    f"dimensions only (MemRefOps.td), got {groups} and {st}"
+                )
+        else:
+            _check_groups(groups, st.rank, result.rank, what)
+        shape, new_strides = [], []
+        for g in groups:
+            size = 1
+            for i in g:
+                size *= st.shape[i]
+            shape.append(size)
+            live = [i for i in g if st.shape[i] != 1] or [g[-1]]
+            for a, b in zip(live, live[1:]):
+                if strides[a] != strides[b] * st.shape[b]:
+                    raise TraceError(
+                        f"{what}: dimensions {g} of {st} are not contiguous (stride {strides[a]} of "
+                        f"dimension {a} is not {strides[b]} x {st.shape[b]}); MemRefOps.td: collapsing "
+                        f"non-contiguous dimensions is undefined behavior, and the verifier rejects a "
+                        f"group it can prove non-contiguous"
+                    )
+            new_strides.append(strides[live[-1]])
+        expected = _layout_type(shape, st, new_strides, offset)
+        if not _same_view_type(result, expected):
+            raise TraceError(
+                f"{what}: expected collapsed type to be {expected} but found {result} "
+                f"(MemRefOps.cpp, CollapseShapeOp::verify)"
+            )
+        self._init_op([s], [result], loc=loc, ip=ip)
+        self.reassociation = groups
+
+    def _generic_extras(self):
+        return {"reassociation": _index_list_text(self.reassociation)}, {}
+
+    def _print_custom(self, p, indent):
+        return [
+            " " * indent
+            + f"{p.results_prefix(self)}memref.collapse_shape {p.name(self.operands[0])} "
+            f"{_index_list_text(self.reassociation)}{p.attr_dict(self)} : "
+            f"{self.operands[0].type} into {self.results[0].type}"
+        ]
+
+
+def collapse_shape(result, src, reassociation, *, loc=None, ip=None):
+    return CollapseShapeOp(result, src, reassociation, loc=loc, ip=ip).result

@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""scf: for loops (`for_` / ForOp) and yield_, as the real bindings build them.
+"""scf: for loops (`for_` / ForOp), IfOp and yield_, as the real bindings build them.
 
 The loop body is traced once with a symbolic induction variable; the backend
 iterates it.  Loop-carried values (iter_args) are supported for index/scalar
 values.
 """
 
-from ..ir import IndexType, InsertionPoint, Operation, Value, _as_value
+from ..ir import IndexType, InsertionPoint, IntegerType, Operation, Value, _as_value
 from ..emu.errors import TraceError
 from .arith import constant
 
@@ -109,6 +109,59 @@ def for_(start, stop=None, step=None, iter_args=None, *, loc=None, ip=None):
 
 
 range_ = for_
+
+
+class IfOp(Operation):
+    """scf.if as MLIR's Python bindings build it: IfOp(cond, results_=None, *, has_else=False); the
+    caller fills then_block (and else_block) and ends each with yield_ of the results' values. The
+    condition is an i1; an op with results needs the else region (SCFOps.td: scf.if's verifier).
+    """
+
+    OPERATION_NAME = "scf.if"
+
+    def __init__(self, cond, results_=None, *, has_else=False, loc=None, ip=None):
+        c = _as_value(cond, "scf.if condition")
+        if c.type != IntegerType.get_signless(1):
+            raise TraceError(f"scf.if: the condition is {c.type}, it must be i1")
+        results_ = list(results_ or [])
+        if results_ and not has_else:
+            raise TraceError(
+                "scf.if: an scf.if with results must have an else region (has_else=True): "
+                "each branch yields the results' values"
+            )
+        self._init_op([c], results_, num_regions=2, loc=loc, ip=ip)
+        self.regions[0].blocks.append()
+        if has_else:
+            self.regions[1].blocks.append()
+
+    @property
+    def condition(self):
+        return self.operands[0]
+
+    @property
+    def then_block(self):
+        return self.regions[0].blocks[0]
+
+    @property
+    def else_block(self):
+        if not self.regions[1].blocks:
+            raise TraceError(
+                "scf.if: this op has no else region (build it with has_else=True)"
+            )
+        return self.regions[1].blocks[0]
+
+    def _print_custom(self, p, indent):
+        pad = " " * indent
+        head = f"{pad}{p.results_prefix(self)}scf.if {p.name(self.condition)}"
+        if self.results:
+            head += " -> (" + ", ".join(str(r.type) for r in self.results) + ")"
+        lines = [head + " {"]
+        lines += p.region_lines(self.regions[0], indent + 2)
+        if self.regions[1].blocks:
+            lines.append(pad + "} else {")
+            lines += p.region_lines(self.regions[1], indent + 2)
+        lines.append(pad + "}" + p.attr_dict(self))
+        return lines
 
 
 class YieldOp(Operation):

@@ -632,6 +632,58 @@ class Compiler:
 
         return run
 
+    def c_if(self, op):
+        """scf.if: the then block when the i1 condition is true, else the else block (if any); the
+        results take the values the taken branch's scf.yield gives."""
+        where = self.where(op)
+        branches = []
+        for region, which in zip(op.regions, ("then", "else")):
+            if not region.blocks:
+                branches.append(([], []))
+                continue
+            ops = region.blocks[0].operations
+            if not ops or ops[-1].OPERATION_NAME != "scf.yield":
+                raise TraceError(
+                    f"{where}: the scf.if {which} block has no scf.yield terminator "
+                    f"(end it with yield_([...]))"
+                )
+            got = [v.type for v in ops[-1].operands]
+            want = [r.type for r in op.results]
+            if got != want:
+                raise TraceError(
+                    f"{where}: the {which} block yields ({', '.join(map(str, got))}), the scf.if's "
+                    f"results are ({', '.join(map(str, want))})"
+                )
+            self.scope.push(False, "scf.if")
+            body = self.block(region.blocks[0])
+            yields = [self.slot(v) for v in ops[-1].operands]
+            self.scope.pop()
+            branches.append((body, yields))
+        (then_fns, then_y), (else_fns, else_y) = branches
+        res = [self.define(r) for r in op.results]
+        E = self.E
+        c = self.slot(op.condition)
+        k = self.known_int(op.condition)
+        if k is not None:  # a condition folded at compile time: only its branch runs
+            fns, ys = (then_fns, then_y) if k else (else_fns, else_y)
+
+            def run():
+                for f in fns:
+                    f()
+                for s, y in zip(res, ys):
+                    E[s] = E[y]
+
+            return run
+
+        def run():
+            fns, ys = (then_fns, then_y) if E[c] else (else_fns, else_y)
+            for f in fns:
+                f()
+            for s, y in zip(res, ys):
+                E[s] = E[y]
+
+        return run
+
     # ------------------------------------------------------------------ hierarchy
     def _hier(self, op, kind):
         sizes = []
@@ -1781,6 +1833,7 @@ _DISPATCH = {
     "affine.apply": Compiler.c_affine_apply,
     "scf.for": Compiler.c_for,
     "scf.yield": Compiler.c_terminator,
+    "scf.if": Compiler.c_if,
     "func.return": Compiler.c_terminator,
     "air.launch": Compiler.c_hierarchy,
     "air.segment": Compiler.c_hierarchy,
@@ -1796,6 +1849,9 @@ _DISPATCH = {
     "memref.dealloc": Compiler.c_dealloc,
     "memref.subview": Compiler.c_subview,
     "memref.cast": Compiler.c_cast,
+    # a reshape is a view of the same buffer: the result type's strides address it from the same origin
+    "memref.expand_shape": Compiler.c_cast,
+    "memref.collapse_shape": Compiler.c_cast,
     "memref.load": Compiler.c_load,
     "memref.store": Compiler.c_store,
     "memref.view": Compiler.c_view,

@@ -33,7 +33,14 @@ MAX_LOCK_VALUE = (
     63  # AIE2 / AIE2P locks are 6-bit (mlir-aie AIE2TargetModel::getMaxLockValue)
 )
 
-_PURE = ("arith.", "affine.apply", "memref.subview", "memref.cast")
+_PURE = (
+    "arith.",
+    "affine.apply",
+    "memref.subview",
+    "memref.cast",
+    "memref.expand_shape",
+    "memref.collapse_shape",
+)
 
 
 @dataclass

@@ -133,6 +133,18 @@ class _End:
         return f"{self.op.OPERATION_NAME} at {self.op._loc}"
 
 
+_TRANSFERS = ("air.dma_memcpy_nd", "air.channel.put", "air.channel.get")
+
+
+def _nested_ops(op):
+    """Every op inside op's regions, at any depth."""
+    for r in op.regions:
+        for b in r.blocks:
+            for o in b.operations:
+                yield o
+                yield from _nested_ops(o)
+
+
 class _Walk:
     def __init__(self, entry):
         self.ends = []
@@ -163,6 +175,18 @@ class _Walk:
                 if name == "air.herd":
                     self.herds.append((op, ctx[0][:]))
                 self.walk(op.regions[0].blocks[0], (ctx[0] + [op], ctx[1]))
+            elif name == "scf.if":
+                moved = [o for o in _nested_ops(op) if o.OPERATION_NAME in _TRANSFERS]
+                if moved:
+                    self.problems.append(
+                        (
+                            f"not modelled: a transfer under scf.if at {op._loc}",
+                            f"not modelled: {moved[0].OPERATION_NAME} at {moved[0]._loc} runs under "
+                            f"the scf.if at {op._loc}; the NPU2 resource model does not count transfers "
+                            f"under a condition (its channels, BDs and locks would go uncounted): "
+                            f"check the design with aircc (make aircc-check)",
+                        )
+                    )
             elif name == "air.dma_memcpy_nd":
                 self.ends.append(_End(op, op.src, "mm2s", ctx))
                 self.ends.append(_End(op, op.dst, "s2mm", ctx))
@@ -194,8 +218,8 @@ class _Walk:
         raise _NonAffine(f"{name} at {o._loc}")
 
     def root(self, v):
-        """(root value, element offset function) of a memref value through subviews, casts and
-        hierarchy operands."""
+        """(root value, element offset function) of a memref value through subviews, casts, reshapes
+        and hierarchy operands."""
         terms = []
         while True:
             o = v.owner
@@ -210,7 +234,11 @@ class _Walk:
                     terms.append((off, st))
                 v = o.operands[0]
                 continue
-            if o.OPERATION_NAME == "memref.cast":
+            if o.OPERATION_NAME in (
+                "memref.cast",
+                "memref.expand_shape",
+                "memref.collapse_shape",
+            ):  # same origin, same buffer
                 v = o.operands[0]
                 continue
             return v, terms
