@@ -40,7 +40,9 @@ class Xrt:
             def sync(self, direction, size=None, offset=0):
                 size = len(self.host) if size is None else size
                 src, dst = (
-                    (self.host, self.device) if direction == TO else (self.device, self.host)
+                    (self.host, self.device)
+                    if direction == TO
+                    else (self.device, self.host)
                 )
                 dst[offset : offset + size] = src[offset : offset + size]
                 xrt.log.append((self.id, direction, offset, size))
