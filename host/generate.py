@@ -55,7 +55,7 @@ def parse(argv):
         default="auto",
         help="model: the kernels' numpy models, bit for bit the emulator's launches; emu: each dispatch of a "
         "token on the emulator; sim: on the simulator of the compiled design (slow: for a few tokens); npu: "
-        "on NPU2 (mlir-air's XRTBackend, Peano); emu, sim and npu prefill a token at a time; auto "
+        "on NPU2 (mlir-air's XRTBackend, Peano); each prefills through the GEMM design on it; auto "
         "(default): npu where an NPU2 and pyxrt are present, else model",
     )
     p.add_argument(
@@ -203,6 +203,7 @@ def _main(argv) -> int:
             lambda line: print(line, flush=True),
             tok.vocab_size,
             runner and runner.step,
+            runner and runner.prefill,
         )
     finally:
         if runner is not None:

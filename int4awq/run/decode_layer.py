@@ -268,7 +268,11 @@ def run_module(
         except EmulatorError as e:
             raise emulator_failure(e) from None
     if backend == "sim":
-        return _simulate(cfg, module, options, buffers, dispatches, timed)
+        from . import sim_costs
+
+        return _simulate(
+            sim_costs.layer_costs(cfg), module, options, buffers, dispatches, timed
+        )
     build_dir = os.path.join(REPO, "build", "npu", "o_gemv_ffn_int4")
     backend, invoke = load_on_npu(module, options, build_dir, cfg.launch_gemvs)
     try:
@@ -302,9 +306,10 @@ def load_on_npu(module, options: dict, build_dir: str, gemvs=()):
 
 
 def _simulate(
-    cfg, module, options, buffers, dispatches: int = 1, timed: list | None = None
+    costs, module, options, buffers, dispatches: int = 1, timed: list | None = None
 ) -> list[np.ndarray]:
-    """The module as aircc + aiecc compiled it, in the simulator of the compiled design, timed; run
+    """The module as aircc + aiecc compiled it, in the simulator of the compiled design, timed with its
+    launches' costs (sim_costs.layer_costs, sim_costs.costs); run
     `dispatches` times, each dispatch's buffers equal to the first's bit for bit (else a RunFailure).
     timed: a list the dispatch's MODELLED seconds as compiled go to (its launches and the fixed cost),
     instead of the lines that print them."""
@@ -314,9 +319,7 @@ def _simulate(
     outdir = compiler.compile_before_run(
         options["instance_name"], str(module), options, quiet=timed is not None
     )
-    _, sim = sim_costs.simulate_compiled(
-        outdir, buffers, sim_costs.layer_costs(cfg), dispatches=dispatches
-    )
+    _, sim = sim_costs.simulate_compiled(outdir, buffers, costs, dispatches=dispatches)
     outs = sim.dispatch_outputs[0]
     for k, later in enumerate(sim.dispatch_outputs[1:], 2):
         for i, (a, b) in enumerate(zip(outs, later)):
@@ -345,6 +348,47 @@ def _simulate(
         f"{us + sim_costs.model.FIXED_S * 1e6:.1f} us)"
     )
     return outs
+
+
+def run_gemm(cfg, a: np.ndarray, w, backend: str, compile_first: bool) -> np.ndarray:
+    """C [rows of a, w's N] bf16 of the GEMM design (matmul_int4_packed) at configuration cfg on a and the
+    weights w, A padded to cfg.m rows and W to cfg.n columns: on the emulator ("emu"; compile_first as
+    run_module's), the simulator of the compiled design ("sim": 2 dispatches, equal), or NPU2 ("npu":
+    compiled once into build/npu/prefill/<its name>, run through mlir-air's XRTBackend). A failed run is
+    a RunFailure (exit 1)."""
+    from ..design.design import build_host_kernel
+    from . import npu, sim_costs
+
+    if backend in ("emu", "sim"):
+        sys.path.insert(0, os.path.join(REPO, "emulator"))
+        os.environ["AIR_EMU_LIB_PATH"] = build_host_kernel(cfg)
+    import matmul_int4_packed as builder
+    from air.backend.xrt import XRTBackend
+
+    options = builder.backend_options(cfg)
+    bufs = cfg.call_buffers(*record.padded_operands(cfg, a, w))
+    if backend == "npu":
+        from .air_run import compile_once
+
+        build_dir = os.path.join(REPO, "build", "npu", "prefill", cfg.name)
+        compile_once(
+            cfg, lambda: builder.build_module(**cfg.builder_args()), options, build_dir
+        )
+        c = npu.run_compiled(build_dir, bufs, output=2).output
+    else:
+        module = builder.build_module(**cfg.builder_args())
+        if backend == "sim":
+            c = _simulate(sim_costs.costs(cfg), module, options, bufs, 2, [])[2]
+        else:
+            from air.emu import EmulatorError
+
+            if compile_first:
+                compiler.compile_before_run(cfg.name, str(module), options, quiet=True)
+            try:
+                c = XRTBackend(**options).compile_and_load(module)(*bufs)[2]
+            except EmulatorError as e:
+                raise emulator_failure(e) from None
+    return np.asarray(c).reshape(cfg.m, cfg.n)[: a.shape[0], : w.n]
 
 
 def run_decode_layer(args, backend: str) -> bool:

@@ -17,7 +17,8 @@ Backends:
   default configuration for M = the prompt's length (sweep.default_config); the attention row by row in
   the decode attention's arithmetic (no prefill attention design exists: it runs on the host).
 * emu, sim, npu (Dispatches): each dispatch of a token on the emulator, the simulator of the compiled
-  design, or NPU2; they prefill a token at a time through the same dispatches.
+  design, or NPU2; they prefill through the GEMM design on the same backend (Dispatches.prefill), the
+  rest of the prompt's chain on the host as the model backend's.
 
 --check runs a float64 reference of the same weights (each its own dequantisation, exact softmax, float64
 RoPE) on the same tokens beside it: at every generated step the top-1 token must be the reference's and
@@ -96,6 +97,11 @@ class Layer:
     def qkv_runs(self) -> list[list[int]]:
         """q, k, v's indices in runs that fuse into one GEMV (one format and group)."""
         return fusable_runs(self.weights[:3])
+
+    @property
+    def runs(self) -> list[list[int]]:
+        """The layer's projections as the NPU path fuses them: q, k, v's runs, o, gate with up, down."""
+        return self.qkv_runs + [[O], [GATE, UP], [DOWN]]
 
 
 def _base(name: str) -> str:
@@ -277,8 +283,7 @@ class Llama:
         out = []
         for ly in self.layers:
             w, gemms = ly.weights, {}
-            runs = ly.qkv_runs + [[O], [GATE, UP], [DOWN]]
-            for run in runs:
+            for run in ly.runs:
                 k, n = w[run[0]].k, sum(w[i].n for i in run)
                 for i in run:
                     gemms[i] = (_gemm_config(m, k, n, w[i].gs, w[i].format), n)
@@ -311,6 +316,16 @@ class Llama:
         )
         return sum(layer.modelled(c).seconds for c in cfgs), len(cfgs)
 
+    def prefill(self, tokens: list[int], project=None) -> np.ndarray:
+        """The logits after the prompt, from position 0: each projection the GEMM's at its default
+        configuration for M = the prompt's length (prefill_gemms; its kernel model's, or project's: see
+        forward)."""
+        tiles = [
+            {j: cfg.tile_k_l1 for j, (cfg, _) in gemms.items()}
+            for gemms in self.prefill_gemms(len(tokens))
+        ]
+        return self.forward(tokens, 0, tiles, project=project)
+
     def decode_step(self, token: int, pos: int) -> np.ndarray:
         """One token through the decode path's kernel models (what Dispatches.step runs launch by launch)."""
         return self.forward([token], pos, self.decode_tiles)
@@ -332,11 +347,17 @@ class Llama:
         return np.concatenate(out).reshape(-1)
 
     def forward(
-        self, tokens: list[int], start: int, tiles, trace: dict | None = None
+        self,
+        tokens: list[int],
+        start: int,
+        tiles,
+        trace: dict | None = None,
+        project=None,
     ) -> np.ndarray:
         """The logits (f32 [vocab], bf16 values) after tokens at positions start, start + 1, ...: their
         keys and values join the cache; tiles: each layer's K-chunk per projection; trace: filled with
-        each layer's rows by (layer, name) (x, attn, q and k after RoPE, v, out; and "logits").
+        each layer's rows by (layer, name) (x, attn, q and k after RoPE, v, out; and "logits");
+        project(layer, weight, rows): each projection's output rows, instead of its kernel model's.
         """
         m, end = len(tokens), start + len(tokens)
         if end > self.context:
@@ -346,20 +367,27 @@ class Llama:
         x = self.embed(tokens).astype(bfloat16)  # [m, hidden]
         tables = [rope.table(self.frequencies, p)[0] for p in range(start, end)]
         for i, ly in enumerate(self.layers):
-            t, p = tiles[i], ly.prepared
+            t = tiles[i]
+            if project is None:
+                p = [
+                    lambda a, w=w, j=j, t=t: w(a, t[j])
+                    for j, w in enumerate(ly.prepared)
+                ]
+            else:
+                p = [functools.partial(project, i, j) for j in range(len(ly.weights))]
             n = np.stack(
                 [elt.rms_norm(row, ly.attn_norm.astype(bfloat16)) for row in x]
             )
-            q, k, v = (p[j](n, t[j]) for j in (Q, K, V))
+            q, k, v = (p[j](n) for j in (Q, K, V))
             q = np.stack([elt.rope(r, tab, self.d) for r, tab in zip(q, tables)])
             k = np.stack([elt.rope(r, tab, self.d) for r, tab in zip(k, tables)])
             self.cache_k[i][start:end], self.cache_v[i][start:end] = k, v
             attn = np.stack([self._attention(q[r], i, start + r + 1) for r in range(m)])
             rows = dict(x=x, q=q, k=k, v=v, attn=attn)
-            h = elt.add(x, p[O](attn, t[O]))
+            h = elt.add(x, p[O](attn))
             n = np.stack([elt.rms_norm(row, ly.ffn_norm.astype(bfloat16)) for row in h])
-            act = elt.silu_mul(p[GATE](n, t[GATE]), p[UP](n, t[UP]))
-            x = elt.add(h, p[DOWN](act, t[DOWN]))
+            act = elt.silu_mul(p[GATE](n), p[UP](n))
+            x = elt.add(h, p[DOWN](act))
             if trace is not None:
                 trace.update({(i, name): r for name, r in (rows | dict(out=x)).items()})
         last = elt.rms_norm(x[-1], self.final_norm.astype(bfloat16))[None]
@@ -441,6 +469,7 @@ class Dispatches:
             for cfg, span in zip(self.cfgs, self.spans)
         ]
         # on the emulator, aircc + aiecc compile each module first (where installed) unless told not to
+        self.compile_first = compile_first
         self.compiled = set() if compile_first else set(self.cfgs)
         # the KV caches live in the dispatches' buffers: the positions they hold, and per dispatch the byte
         # ranges of its buffers written since its last call ({buffer index: [(offset, bytes)]})
@@ -510,6 +539,34 @@ class Dispatches:
         self.compiled.add(cfg)
         out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
         return [np.asarray(a) for a in out]
+
+    def prefill(self, tokens: list[int]) -> np.ndarray:
+        """The prompt's logits, its projections through the GEMM design on this backend at M = the
+        prompt's length (decode_layer.run_gemm at Llama.prefill_gemms' configurations: q, k, v and gate
+        with up fused as the decode path fuses them); the rest (RMSNorm, RoPE, the attention row by row,
+        the residuals, SwiGLU, the LM head on the last row) the kernels' numpy models on the host, as the
+        model backend's prefill, whose logits and KV cache these are bit for bit."""
+        from ..formats.fuse import fuse_columns, offsets
+        from .decode_layer import run_gemm
+
+        m = self.m
+        gemms = m.prefill_gemms(len(tokens))
+        outs = {}
+
+        def project(i: int, j: int, rows: np.ndarray) -> np.ndarray:
+            ly = m.layers[i]
+            run = next(r for r in ly.runs if j in r)
+            if (i, j) not in outs:
+                w = [ly.weights[x] for x in run]
+                cfg, _ = gemms[i][j]
+                c = run_gemm(
+                    cfg, rows, fuse_columns(w), self.backend, self.compile_first
+                )
+                for x, at, wx in zip(run, offsets(w), w):
+                    outs[i, x] = c[:, at : at + wx.n]
+            return outs[i, j]
+
+        return m.prefill(tokens, project)
 
     def _cache_at(self, i: int) -> tuple[int, int, int]:
         """(dispatch, buffer index, first row) of layer i's KV cache (module i's, of the first module and
@@ -691,24 +748,28 @@ def generate(
     progress=None,
     vocab: int | None = None,
     dispatches=None,
+    prefill=None,
 ) -> tuple[list[int], list[StepCheck], float, float]:
     """(the generated ids, the checks, prefill seconds, decode seconds): the prompt's prefill, then up to
     `tokens` tokens, each passed to on_token(id) as it is made; stops after a token in `stop`. Only the
     first `vocab` logits are picked from and checked (the tokenizer's ids: a head padded past them has
     rows no text can name). dispatches: step(token, position) -> logits of another backend (Dispatches.step
-    or the model's own decode, Llama.decode_step), which then prefills a token at a time too; None: the
-    model backend, its prefill through the GEMM."""
+    or the model's own decode, Llama.decode_step), which prefills a token at a time too unless prefill
+    (prompt -> logits: Dispatches.prefill, the GEMM design on that backend) is given; None: the model
+    backend, its prefill through the GEMM's kernel model."""
     t0 = time.perf_counter()
     if dispatches is None:
         if progress:
             progress(
                 f"prefill: {len(prompt)} tokens through the GEMM (choosing its configurations) ..."
             )
-        tiles = [
-            {i: cfg.tile_k_l1 for i, (cfg, _) in gemms.items()}
-            for gemms in model.prefill_gemms(len(prompt))
-        ]
-        logits = model.forward(prompt, 0, tiles)[:vocab]
+        logits = model.prefill(prompt)[:vocab]
+    elif prefill is not None:
+        if progress:
+            progress(
+                f"prefill: {len(prompt)} tokens through the GEMM design, a launch per projection ..."
+            )
+        logits = prefill(prompt)[:vocab]
     else:
         if progress:
             progress(

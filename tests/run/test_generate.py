@@ -333,6 +333,24 @@ def test_the_emu_backend_is_the_model_backend_bit_for_bit(
     assert np.array_equal(model.cache_v[1][:4], twin.cache_v[1][:4])
 
 
+def test_the_emulators_prefill_runs_the_gemm_design_bit_for_bit_as_the_model(files):
+    """Dispatches.prefill on the emulator: each layer's projections through the GEMM design (q, k, v
+    fused, gate with up) at M = the prompt's length: the logits and the KV cache the model backend's
+    prefill gives, bit for bit; the next token's dispatch (which places the whole cache the prefill left)
+    is the model's decode step."""
+    model = gen.Llama(str(files["awq"]), "awq", 64)
+    emu = gen.Dispatches(model, "emu", compile_first=False)
+    twin = gen.Llama(str(files["awq"]), "awq", 64)
+    prompt = [422, 17, 9]
+    got, want = emu.prefill(prompt), twin.prefill(prompt)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    for i in range(2):
+        assert np.array_equal(model.cache_k[i][:3], twin.cache_k[i][:3])
+        assert np.array_equal(model.cache_v[i][:3], twin.cache_v[i][:3])
+    got, want = emu.step(5, 3), twin.decode_step(5, 3)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("per_dispatch", [None, 1, 4])
 def test_the_npu_backend_keeps_each_dispatchs_buffers_on_the_device(
     tmp_path, monkeypatch, per_dispatch
@@ -441,3 +459,43 @@ def test_a_check_step_names_how_near_a_differing_top1_was():
     )
     same = gen.compare(4, np.array([1.0, 2.0, 0.5]), np.array([1.0, 2.0, 0.5001]))
     assert same.passed and "(by" not in same.line()
+
+
+def test_the_npu_prefill_compiles_each_configuration_once_and_runs_its_buffers(
+    files, monkeypatch
+):
+    """decode_layer.run_gemm on the npu backend, through stand-ins for the compile (air_run.compile_once)
+    and the run (npu.run_compiled, here the emulator on the buffers it is given): C is the emulator's
+    run of the same configuration, and the build folder is the configuration's own."""
+    from int4awq.formats.fuse import fuse_columns
+    from int4awq.run import air_run, decode_layer, npu
+
+    model = gen.Llama(str(files["awq"]), "awq", 64)
+    ly = model.layers[0]
+    cfg, _ = model.prefill_gemms(3)[0][gen.GATE]
+    w = fuse_columns([ly.weights[gen.GATE], ly.weights[gen.UP]])
+    a = random_activations(3, w.k, 7)
+    want = decode_layer.run_gemm(cfg, a, w, "emu", False)
+    compiled = []
+
+    def compile_once(c, build_module, options, build_dir):
+        compiled.append((c, build_dir))
+
+    def run_compiled(build_dir, buffers, output):
+        from air.backend.xrt import XRTBackend
+
+        import matmul_int4_packed as builder
+
+        module = builder.build_module(**cfg.builder_args())
+        out = XRTBackend(**builder.backend_options(cfg)).compile_and_load(module)(
+            *buffers
+        )
+        return npu.NpuRun(np.asarray(out[output]).reshape(buffers[output].shape), 0.0)
+
+    monkeypatch.setattr(air_run, "compile_once", compile_once)
+    monkeypatch.setattr(npu, "run_compiled", run_compiled)
+    got = decode_layer.run_gemm(cfg, a, w, "npu", False)
+    assert got.shape == (3, w.n) and np.array_equal(
+        got.view(np.uint16), want.view(np.uint16)
+    )
+    assert compiled == [(cfg, os.path.join(REPO, "build", "npu", "prefill", cfg.name))]
