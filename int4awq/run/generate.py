@@ -146,6 +146,14 @@ def _key(w) -> tuple:
     return (w.format, w.gs)
 
 
+def prefill_rows(m: int) -> int:
+    """The M a prompt of m tokens is prefilled at: m rounded up to a power of two, at least 32 (the
+    smallest M the configuration table holds), so that one compiled prefill serves every prompt up to it
+    (mlir-air's llama32_1b_int4 pads its prompts to the one length its prefill ELFs are built for).
+    """
+    return max(32, 1 << (m - 1).bit_length())
+
+
 @functools.lru_cache(maxsize=None)
 def _gemm_config(m: int, k: int, n: int, gs: int, fmt: str):
     """The GEMM's default configuration for an M-row projection (sweep.default_config)."""
@@ -278,15 +286,19 @@ class Llama:
                 self.decode_tiles[i + 1] |= run_tiles(self.layers[i + 1], rest)
 
     def prefill_gemms(self, m: int) -> list[dict[int, tuple]]:
-        """Per layer, each projection's (GEMM configuration, N of its launch) at M = m rows: q, k, v in
-        their fused runs and gate with up, as the decode path fuses them."""
+        """Per layer, each projection's (GEMM configuration, N of its launch) for a prompt of m rows (at
+        M = prefill_rows(m)): q, k, v in their fused runs and gate with up, as the decode path fuses
+        them."""
         out = []
         for ly in self.layers:
             w, gemms = ly.weights, {}
             for run in ly.runs:
                 k, n = w[run[0]].k, sum(w[i].n for i in run)
                 for i in run:
-                    gemms[i] = (_gemm_config(m, k, n, w[i].gs, w[i].format), n)
+                    gemms[i] = (
+                        _gemm_config(prefill_rows(m), k, n, w[i].gs, w[i].format),
+                        n,
+                    )
             out.append(gemms)
         return out
 
