@@ -499,3 +499,17 @@ def test_the_npu_prefill_compiles_each_configuration_once_and_runs_its_buffers(
         got.view(np.uint16), want.view(np.uint16)
     )
     assert compiled == [(cfg, os.path.join(REPO, "build", "npu", "prefill", cfg.name))]
+
+
+def test_a_dispatch_refuses_rows_the_host_does_not_give_every_token(files):
+    """The npu backend writes only generate.GIVEN's buffers and the caches after the first token, so a
+    dispatch given any other row (a norm here) refuses it rather than let the device keep a stale one.
+    """
+    model = gen.Llama(str(files["awq"]), "awq", 64)
+    emu = gen.Dispatches(model, "emu", compile_first=False)
+    rows = [{} for _ in emu.cfgs[0].modules]
+    rows[0]["ffn_norm"] = np.zeros(E)
+    with pytest.raises(
+        ValueError, match="rows the host does not give every token: \\['ffn_norm'\\]"
+    ):
+        emu.dispatch(0, rows)
