@@ -16,6 +16,7 @@ failed, 2 bad input (one line), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -203,7 +204,10 @@ def _main(argv) -> int:
             lambda line: print(line, flush=True),
             tok.vocab_size,
             runner and runner.step,
-            runner and runner.prefill,
+            runner
+            and functools.partial(
+                runner.prefill, progress=lambda line: print(line, flush=True)
+            ),
         )
     finally:
         if runner is not None:

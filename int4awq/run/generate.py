@@ -552,12 +552,13 @@ class Dispatches:
         out = run_module(cfg, bufs, self.backend, first, dispatches=2, timed=self.timed)
         return [np.asarray(a) for a in out]
 
-    def prefill(self, tokens: list[int]) -> np.ndarray:
+    def prefill(self, tokens: list[int], progress=None) -> np.ndarray:
         """The prompt's logits, its projections through the GEMM design on this backend at M = the
         prompt's length (decode_layer.run_gemm at Llama.prefill_gemms' configurations: q, k, v and gate
         with up fused as the decode path fuses them); the rest (RMSNorm, RoPE, the attention row by row,
         the residuals, SwiGLU, the LM head on the last row) the kernels' numpy models on the host, as the
-        model backend's prefill, whose logits and KV cache these are bit for bit."""
+        model backend's prefill, whose logits and KV cache these are bit for bit. progress: given a line
+        as each layer's first GEMM starts."""
         from ..formats.fuse import fuse_columns, offsets
         from .decode_layer import run_gemm
 
@@ -569,6 +570,10 @@ class Dispatches:
             ly = m.layers[i]
             run = next(r for r in ly.runs if j in r)
             if (i, j) not in outs:
+                if progress and not any(key[0] == i for key in outs):
+                    progress(
+                        f"prefill: layer {i + 1} of {len(m.layers)}, its GEMMs on {self.backend} ..."
+                    )
                 w = [ly.weights[x] for x in run]
                 cfg, _ = gemms[i][j]
                 c = run_gemm(

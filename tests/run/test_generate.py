@@ -342,8 +342,10 @@ def test_the_emulators_prefill_runs_the_gemm_design_bit_for_bit_as_the_model(fil
     emu = gen.Dispatches(model, "emu", compile_first=False)
     twin = gen.Llama(str(files["awq"]), "awq", 64)
     prompt = [422, 17, 9]
-    got, want = emu.prefill(prompt), twin.prefill(prompt)
+    lines = []
+    got, want = emu.prefill(prompt, lines.append), twin.prefill(prompt)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert lines == [f"prefill: layer {i} of 2, its GEMMs on emu ..." for i in (1, 2)]
     for i in range(2):
         assert np.array_equal(model.cache_k[i][:3], twin.cache_k[i][:3])
         assert np.array_equal(model.cache_v[i][:3], twin.cache_v[i][:3])
