@@ -20,6 +20,9 @@ series_tolerance).
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -201,13 +204,14 @@ def series_tolerance(gemvs: int, want: np.ndarray) -> dict:
     )
 
 
-def _peano_objects(gemvs, build_dir: str) -> None:
+def _peano_objects(gemvs, build_dir: str) -> list[str]:
     """Every kernel object a module links (its GEMVs' and the element-wise one), built with Peano each time
     (as mlir-air's Makefiles rebuild theirs: an object never outlives a source edit) and linked into
-    build_dir, where aiecc resolves link_with."""
+    build_dir, where aiecc resolves link_with; their paths."""
     os.makedirs(build_dir, exist_ok=True)
     made = {g.kernel.lib_name(): g.kernel.make_args() for g in gemvs}
     made[ELTWISE_OBJECT] = ["ENTRIES=eltwise"]
+    objects = []
     for name, args in made.items():
         obj = os.path.join(KERNELS, "build", name)
         proc = subprocess.run(["make", "-C", KERNELS, "peano", *args])
@@ -218,6 +222,41 @@ def _peano_objects(gemvs, build_dir: str) -> None:
         link = os.path.join(build_dir, name)
         if not os.path.exists(link):
             os.symlink(obj, link)
+        objects.append(obj)
+    return objects
+
+
+def _toolchain_stamp() -> str:
+    """What identifies the compiler a cached ELF came from, as mlir-air's KernelCache stamps its cache
+    (llms/shared/infra/cache.py, _toolchain_id): mlir-air's compiled passes (air/_mlir_libs/_air*.so) and
+    Peano's clang, each by size and modification time."""
+    import air
+
+    stamps = []
+    for root in getattr(air, "__path__", []):
+        for lib in sorted(glob.glob(os.path.join(root, "_mlir_libs", "_air*.so"))):
+            st = os.stat(lib)
+            stamps.append(f"{os.path.basename(lib)}:{st.st_size}:{int(st.st_mtime)}")
+    clang = os.path.join(os.environ.get("PEANO_INSTALL_DIR", ""), "bin", "clang")
+    if os.path.isfile(clang):
+        st = os.stat(clang)
+        stamps.append(f"clang:{st.st_size}:{int(st.st_mtime)}")
+    return ";".join(stamps)
+
+
+def compiled_key(
+    module_text: str, options: dict, objects: list[str], toolchain: str
+) -> str:
+    """The cache key of a module's compiled ELF: its text, the XRTBackend options, the bytes of the kernel
+    objects it links and the toolchain's stamp; any of them changed is another key."""
+    h = hashlib.sha256()
+    h.update(module_text.encode())
+    h.update(json.dumps(options, sort_keys=True, default=str).encode())
+    for obj in objects:
+        with open(obj, "rb") as f:
+            h.update(f.read())
+    h.update(toolchain.encode())
+    return h.hexdigest()[:16]
 
 
 def module_of(builder, cfg):
@@ -282,27 +321,60 @@ def run_module(
 
 
 def load_on_npu(module, options: dict, build_dir: str, gemvs=()):
-    """(mlir-air's XRTBackend, its invoker) of a module compiled for NPU2 in build_dir (the ELF flow as
-    options say) and loaded, its kernel objects (gemvs', the element-wise one) built with Peano first; the
-    caller unloads the backend when done."""
-    from air.backend.xrt import XRTBackend
+    """(mlir-air's XRTBackend, its invoker) of a module compiled for NPU2 (the ELF flow as options say) and
+    loaded, its kernel objects (gemvs', the element-wise one) built with Peano first; the caller unloads the
+    backend when done. The compile is kept: its ELF goes to build_dir/compiled/<compiled_key>/, and a later
+    call with the same module, options, kernel objects and toolchain loads it without compiling (a token's
+    modules take minutes each to compile at Llama's shapes)."""
+    from air.backend.xrt import XRTBackend, XRTCompileArtifact
 
-    _peano_objects(gemvs, build_dir)
-    # a compile's leftovers corrupt the next one (mlir-air's llms/shared/infra/cache.py clears them too)
-    shutil.rmtree(os.path.join(build_dir, "air_project"), ignore_errors=True)
-    for stale in ("air.elf", "air.mlir"):
-        if os.path.exists(os.path.join(build_dir, stale)):
-            os.remove(os.path.join(build_dir, stale))
-    cwd = os.getcwd()
-    os.chdir(build_dir)
+    objects = _peano_objects(gemvs, build_dir)
+    os.makedirs(build_dir, exist_ok=True)
+    text = str(module)
+    kept = os.path.join(
+        build_dir, "compiled", compiled_key(text, options, objects, _toolchain_stamp())
+    )
+    meta = os.path.join(kept, "artifact.json")
     backend = XRTBackend(**options)
     try:
-        return backend, backend.compile_and_load(module)
+        if not os.path.isfile(meta):
+            # a compile's leftovers corrupt the next one (mlir-air's llms/shared/infra/cache.py clears them)
+            shutil.rmtree(os.path.join(build_dir, "air_project"), ignore_errors=True)
+            for stale in ("air.elf", "air.mlir"):
+                if os.path.exists(os.path.join(build_dir, stale)):
+                    os.remove(os.path.join(build_dir, stale))
+            cwd = os.getcwd()
+            os.chdir(build_dir)
+            try:
+                artifact = backend.compile(module)
+            finally:
+                os.chdir(cwd)
+            os.makedirs(kept, exist_ok=True)
+            info = {"kernel": artifact.kernel}
+            # the ELF (which carries its instructions), and an insts.bin beside it where one was made
+            for field, path in (
+                ("binary", artifact.output_binary),
+                ("insts", artifact.insts),
+            ):
+                path = path and os.path.join(build_dir, path)
+                if path and (field == "binary" or os.path.isfile(path)):
+                    shutil.copy2(path, kept)
+                    info[field] = os.path.basename(path)
+            with open(
+                meta, "w"
+            ) as f:  # last: a kept folder without it is compiled again
+                json.dump(info, f)
+        with open(meta) as f:
+            info = json.load(f)
+        artifact = XRTCompileArtifact(
+            os.path.join(kept, info["binary"]),
+            info["kernel"],
+            os.path.join(kept, info["insts"]) if "insts" in info else None,
+        )
+        return backend, backend.load(artifact)
     except BaseException:
         backend.unload()
         raise
-    finally:
-        os.chdir(cwd)
 
 
 def _simulate(

@@ -448,3 +448,59 @@ def test_backend_sim_runs_the_compiled_module_and_times_its_launches(tmp_path):
     assert "one dispatch of 7 launches (simulated" in out and out.rstrip().endswith(
         "PASS!"
     )
+
+
+def test_a_module_compiled_for_the_npu_is_kept_and_loaded_without_compiling_again(
+    tmp_path, monkeypatch
+):
+    """decode_layer.load_on_npu through a stand-in for mlir-air's XRTBackend (its compile writes an ELF in
+    the working directory, as aircc does): the first call compiles and keeps the ELF under
+    compiled/<key>/, a second with the same module and kernel objects loads the kept one without
+    compiling, and a changed kernel object or module text compiles again."""
+    from host_args import REPO
+
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    import air.backend.xrt as xrt
+
+    from int4awq.run import decode_layer
+
+    obj = tmp_path / "k.o"
+    obj.write_bytes(b"object 1")
+    monkeypatch.setattr(decode_layer, "_peano_objects", lambda gemvs, d: [str(obj)])
+    log = []
+
+    class Backend:
+        def __init__(self, **options):
+            pass
+
+        def compile(self, module):
+            log.append(("compile", os.getcwd()))
+            with open("air.elf", "w") as f:
+                f.write(f"elf of {module}")
+            return xrt.XRTCompileArtifact("air.elf", "main:m", "air.insts.bin")
+
+        def load(self, artifact):
+            with open(artifact.output_binary) as f:
+                log.append(("load", artifact.output_binary, artifact.kernel, f.read()))
+            return lambda *a: a
+
+        def unload(self):
+            pass
+
+    monkeypatch.setattr(xrt, "XRTBackend", Backend)
+    build = str(tmp_path / "build")
+    for module in ("module A", "module A"):
+        decode_layer.load_on_npu(module, {"output_format": "elf"}, build)
+    obj.write_bytes(b"object 2")
+    decode_layer.load_on_npu("module A", {"output_format": "elf"}, build)
+    decode_layer.load_on_npu("module B", {"output_format": "elf"}, build)
+    compiles = [e for e in log if e[0] == "compile"]
+    loads = [e for e in log if e[0] == "load"]
+    assert [c[1] for c in compiles] == [build] * 3
+    assert [l[3] for l in loads] == ["elf of module A"] * 3 + ["elf of module B"]
+    assert loads[0][1] == loads[1][1] != loads[2][1]  # kept, then a new key
+    assert all(
+        os.path.dirname(os.path.dirname(l[1])) == os.path.join(build, "compiled")
+        and l[2] == "main:m"
+        for l in loads
+    )
