@@ -204,13 +204,16 @@ def series_tolerance(gemvs: int, want: np.ndarray) -> dict:
     )
 
 
-def _peano_objects(gemvs, build_dir: str) -> list[str]:
-    """Every kernel object a module links (its GEMVs' and the element-wise one), built with Peano each time
-    (as mlir-air's Makefiles rebuild theirs: an object never outlives a source edit) and linked into
-    build_dir, where aiecc resolves link_with; their paths."""
+def _peano_objects(gemvs, build_dir: str, kernels=None) -> list[str]:
+    """Every kernel object a module links (its GEMVs' and the element-wise one; or kernels', KernelObjects),
+    built with Peano each time (as mlir-air's Makefiles rebuild theirs: an object never outlives a source
+    edit) and linked into build_dir, where aiecc resolves link_with; their paths."""
     os.makedirs(build_dir, exist_ok=True)
-    made = {g.kernel.lib_name(): g.kernel.make_args() for g in gemvs}
-    made[ELTWISE_OBJECT] = ["ENTRIES=eltwise"]
+    if kernels is None:
+        made = {g.kernel.lib_name(): g.kernel.make_args() for g in gemvs}
+        made[ELTWISE_OBJECT] = ["ENTRIES=eltwise"]
+    else:
+        made = {k.lib_name(): k.make_args() for k in kernels}
     objects = []
     for name, args in made.items():
         obj = os.path.join(KERNELS, "build", name)
@@ -320,15 +323,15 @@ def run_module(
         backend.unload()
 
 
-def load_on_npu(module, options: dict, build_dir: str, gemvs=()):
+def load_on_npu(module, options: dict, build_dir: str, gemvs=(), kernels=None):
     """(mlir-air's XRTBackend, its invoker) of a module compiled for NPU2 (the ELF flow as options say) and
-    loaded, its kernel objects (gemvs', the element-wise one) built with Peano first; the caller unloads the
-    backend when done. The compile is kept: its ELF goes to build_dir/compiled/<compiled_key>/, and a later
+    loaded, its kernel objects (gemvs', the element-wise one; or kernels') built with Peano first; the
+    caller unloads the backend when done. The compile is kept: its ELF goes to build_dir/compiled/<compiled_key>/, and a later
     call with the same module, options, kernel objects and toolchain loads it without compiling (a token's
     modules take minutes each to compile at Llama's shapes)."""
     from air.backend.xrt import XRTBackend, XRTCompileArtifact
 
-    objects = _peano_objects(gemvs, build_dir)
+    objects = _peano_objects(gemvs, build_dir, kernels)
     os.makedirs(build_dir, exist_ok=True)
     text = str(module)
     kept = os.path.join(
@@ -426,10 +429,10 @@ def run_gemm(cfg, a: np.ndarray, w, backend: str, compile_first: bool) -> np.nda
     """C [rows of a, w's N] bf16 of the GEMM design (matmul_int4_packed) at configuration cfg on a and the
     weights w, A padded to cfg.m rows and W to cfg.n columns: on the emulator ("emu"; compile_first as
     run_module's), the simulator of the compiled design ("sim": 2 dispatches, equal), or NPU2 ("npu":
-    compiled once into build/npu/prefill/<its name>, run through mlir-air's XRTBackend). A failed run is
-    a RunFailure (exit 1)."""
+    load_on_npu into build/npu/prefill/<its name>, its compile kept, run through mlir-air's XRTBackend).
+    A failed run is a RunFailure (exit 1)."""
     from ..design.design import build_host_kernel
-    from . import npu, sim_costs
+    from . import sim_costs
 
     if backend in ("emu", "sim"):
         sys.path.insert(0, os.path.join(REPO, "emulator"))
@@ -439,27 +442,29 @@ def run_gemm(cfg, a: np.ndarray, w, backend: str, compile_first: bool) -> np.nda
 
     options = builder.backend_options(cfg)
     bufs = cfg.call_buffers(*record.padded_operands(cfg, a, w))
+    module = builder.build_module(**cfg.builder_args())
     if backend == "npu":
-        from .air_run import compile_once
-
-        build_dir = os.path.join(REPO, "build", "npu", "prefill", cfg.name)
-        compile_once(
-            cfg, lambda: builder.build_module(**cfg.builder_args()), options, build_dir
+        loaded, invoke = load_on_npu(
+            module,
+            options,
+            os.path.join(REPO, "build", "npu", "prefill", cfg.name),
+            kernels=[cfg.kernel],
         )
-        c = npu.run_compiled(build_dir, bufs, output=2).output
+        try:
+            c = invoke(*bufs)[2]
+        finally:
+            loaded.unload()
+    elif backend == "sim":
+        c = _simulate(sim_costs.costs(cfg), module, options, bufs, 2, [])[2]
     else:
-        module = builder.build_module(**cfg.builder_args())
-        if backend == "sim":
-            c = _simulate(sim_costs.costs(cfg), module, options, bufs, 2, [])[2]
-        else:
-            from air.emu import EmulatorError
+        from air.emu import EmulatorError
 
-            if compile_first:
-                compiler.compile_before_run(cfg.name, str(module), options, quiet=True)
-            try:
-                c = XRTBackend(**options).compile_and_load(module)(*bufs)[2]
-            except EmulatorError as e:
-                raise emulator_failure(e) from None
+        if compile_first:
+            compiler.compile_before_run(cfg.name, str(module), options, quiet=True)
+        try:
+            c = XRTBackend(**options).compile_and_load(module)(*bufs)[2]
+        except EmulatorError as e:
+            raise emulator_failure(e) from None
     return np.asarray(c).reshape(cfg.m, cfg.n)[: a.shape[0], : w.n]
 
 

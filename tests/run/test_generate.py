@@ -463,14 +463,17 @@ def test_a_check_step_names_how_near_a_differing_top1_was():
     assert same.passed and "(by" not in same.line()
 
 
-def test_the_npu_prefill_compiles_each_configuration_once_and_runs_its_buffers(
+def test_the_npu_prefill_loads_its_configurations_module_and_runs_its_buffers(
     files, monkeypatch
 ):
-    """decode_layer.run_gemm on the npu backend, through stand-ins for the compile (air_run.compile_once)
-    and the run (npu.run_compiled, here the emulator on the buffers it is given): C is the emulator's
-    run of the same configuration, and the build folder is the configuration's own."""
+    """decode_layer.run_gemm on the npu backend, through a stand-in for load_on_npu (here the emulator's
+    XRTBackend on the module it is given): C is the emulator's run of the same configuration, the module
+    is loaded from the configuration's own folder with its kernel object, and unloaded after the run.
+    """
+    from air.backend.xrt import XRTBackend
+
     from int4awq.formats.fuse import fuse_columns
-    from int4awq.run import air_run, decode_layer, npu
+    from int4awq.run import decode_layer
 
     model = gen.Llama(str(files["awq"]), "awq", 64)
     ly = model.layers[0]
@@ -478,29 +481,29 @@ def test_the_npu_prefill_compiles_each_configuration_once_and_runs_its_buffers(
     w = fuse_columns([ly.weights[gen.GATE], ly.weights[gen.UP]])
     a = random_activations(3, w.k, 7)
     want = decode_layer.run_gemm(cfg, a, w, "emu", False)
-    compiled = []
+    loads, unloads = [], []
 
-    def compile_once(c, build_module, options, build_dir):
-        compiled.append((c, build_dir))
+    class Loaded:
+        def unload(self):
+            unloads.append(self)
 
-    def run_compiled(build_dir, buffers, output):
-        from air.backend.xrt import XRTBackend
+    def load_on_npu(module, options, build_dir, gemvs=(), kernels=None):
+        from air.backend.xrt import (
+            XRTBackend,
+        )  # the emulator's (run_gemm's emu run put it first)
 
-        import matmul_int4_packed as builder
+        loads.append((build_dir, kernels))
+        return Loaded(), XRTBackend(**options).compile_and_load(module)
 
-        module = builder.build_module(**cfg.builder_args())
-        out = XRTBackend(**builder.backend_options(cfg)).compile_and_load(module)(
-            *buffers
-        )
-        return npu.NpuRun(np.asarray(out[output]).reshape(buffers[output].shape), 0.0)
-
-    monkeypatch.setattr(air_run, "compile_once", compile_once)
-    monkeypatch.setattr(npu, "run_compiled", run_compiled)
+    monkeypatch.setattr(decode_layer, "load_on_npu", load_on_npu)
     got = decode_layer.run_gemm(cfg, a, w, "npu", False)
     assert got.shape == (3, w.n) and np.array_equal(
         got.view(np.uint16), want.view(np.uint16)
     )
-    assert compiled == [(cfg, os.path.join(REPO, "build", "npu", "prefill", cfg.name))]
+    assert loads == [
+        (os.path.join(REPO, "build", "npu", "prefill", cfg.name), [cfg.kernel])
+    ]
+    assert len(unloads) == 1
 
 
 def test_a_dispatch_refuses_rows_the_host_does_not_give_every_token(files):
