@@ -8,6 +8,9 @@ examples' options) are example_main.py's.
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -31,29 +34,69 @@ def act(args, cfg, module, backend_options: dict) -> int:
     return compile_only(cfg, module, backend_options, args.build_dir)
 
 
+def toolchain_stamp() -> str:
+    """What identifies the compiler a kept compile came from, as mlir-air's KernelCache stamps its cache
+    (llms/shared/infra/cache.py, _toolchain_id): mlir-air's compiled passes (air/_mlir_libs/_air*.so) and
+    Peano's clang, each by size and modification time."""
+    import air
+
+    stamps = []
+    for root in getattr(air, "__path__", []):
+        for lib in sorted(glob.glob(os.path.join(root, "_mlir_libs", "_air*.so"))):
+            st = os.stat(lib)
+            stamps.append(f"{os.path.basename(lib)}:{st.st_size}:{int(st.st_mtime)}")
+    clang = os.path.join(os.environ.get("PEANO_INSTALL_DIR", ""), "bin", "clang")
+    if os.path.isfile(clang):
+        st = os.stat(clang)
+        stamps.append(f"clang:{st.st_size}:{int(st.st_mtime)}")
+    return ";".join(stamps)
+
+
+def compiled_key(module_text: str, options: dict, objects: list[str]) -> str:
+    """The key of a kept compile: the module's text, the XRTBackend options, the bytes of the kernel
+    objects it links and the toolchain's stamp; any of them changed is another key."""
+    h = hashlib.sha256()
+    h.update(module_text.encode())
+    h.update(json.dumps(options, sort_keys=True, default=str).encode())
+    for obj in objects:
+        with open(obj, "rb") as f:
+            h.update(f.read())
+    h.update(toolchain_stamp().encode())
+    return h.hexdigest()[:16]
+
+
+def kernel_object(cfg) -> str | None:
+    """The configuration's Peano kernel object, built (make is incremental, so an object never outlives a
+    source edit, as mlir-air's Makefiles rebuild theirs); None, with the reason printed, when it cannot be.
+    """
+    obj = os.path.join(KERNEL_BUILD, cfg.kernel_object)
+    dims = cfg.kernel.make_args()
+    made = (
+        subprocess.run(
+            ["make", "-C", os.path.join(REPO, "kernels"), "peano", *dims]
+        ).returncode
+        == 0
+    )
+    if not made or not os.path.isfile(obj):
+        print(
+            f"error: kernel object {obj} could not be built (make -C kernels peano {' '.join(dims)}; "
+            "its output is above)",
+            file=sys.stderr,
+        )
+        return None
+    return obj
+
+
 def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> int:
     """aircc for npu2 in build_dir, where the Peano kernel object is linked (aircc resolves link_with in
-    the working directory, entered for the compile and left after); the object is built first when it is
-    missing."""
+    the working directory, entered for the compile and left after); the object is built first.
+    """
     from air.backend.xrt import XRTBackend
 
     build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
-    obj = os.path.join(KERNEL_BUILD, cfg.kernel_object)
-    if not os.path.isfile(obj):
-        dims = cfg.kernel.make_args()
-        made = (
-            subprocess.run(
-                ["make", "-C", os.path.join(REPO, "kernels"), "peano", *dims]
-            ).returncode
-            == 0
-        )
-        if not made or not os.path.isfile(obj):
-            print(
-                f"error: kernel object {obj} could not be built (make -C kernels peano {' '.join(dims)}; "
-                "its output is above)",
-                file=sys.stderr,
-            )
-            return 2
+    obj = kernel_object(cfg)
+    if obj is None:
+        return 2
     os.makedirs(build_dir, exist_ok=True)
     link = os.path.join(build_dir, cfg.kernel_object)
     if not os.path.exists(link):
@@ -69,11 +112,22 @@ def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> i
 
 
 def compile_once(cfg, build_module, backend_options: dict, build_dir: str) -> None:
-    """compile_only into build_dir unless it already holds air.xclbin (build_module() makes the module only
-    then); a failed compile is a ConfigError."""
+    """compile_only into build_dir unless it holds the compile of this very module (air.xclbin, and beside
+    it compiled.key: compiled_key of the module, the options, the kernel object and the toolchain); a failed
+    compile is a ConfigError."""
     from ..errors import ConfigError
 
-    if os.path.isfile(os.path.join(build_dir, "air.xclbin")):
-        return
-    if compile_only(cfg, build_module(), backend_options, build_dir):
+    module = build_module()
+    obj = kernel_object(cfg)
+    if obj is None:
+        raise ConfigError(f"the kernel object of {cfg.name} could not be built")
+    key = compiled_key(str(module), backend_options, [obj])
+    stamp = os.path.join(build_dir, "compiled.key")
+    if os.path.isfile(os.path.join(build_dir, "air.xclbin")) and os.path.isfile(stamp):
+        with open(stamp) as f:
+            if f.read() == key:
+                return
+    if compile_only(cfg, module, backend_options, build_dir):
         raise ConfigError(f"compiling {cfg.name} failed (its output is above)")
+    with open(stamp, "w") as f:
+        f.write(key)

@@ -20,8 +20,6 @@ series_tolerance).
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
 import shutil
@@ -34,6 +32,7 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from ..design import compiler, layer
+from .air_run import compiled_key
 from ..errors import ConfigError, emulator_failure
 from ..formats.fuse import fusable_runs, fuse_columns, offsets
 from ..formats.quant import random_activations
@@ -229,39 +228,6 @@ def _peano_objects(gemvs, build_dir: str, kernels=None) -> list[str]:
     return objects
 
 
-def _toolchain_stamp() -> str:
-    """What identifies the compiler a cached ELF came from, as mlir-air's KernelCache stamps its cache
-    (llms/shared/infra/cache.py, _toolchain_id): mlir-air's compiled passes (air/_mlir_libs/_air*.so) and
-    Peano's clang, each by size and modification time."""
-    import air
-
-    stamps = []
-    for root in getattr(air, "__path__", []):
-        for lib in sorted(glob.glob(os.path.join(root, "_mlir_libs", "_air*.so"))):
-            st = os.stat(lib)
-            stamps.append(f"{os.path.basename(lib)}:{st.st_size}:{int(st.st_mtime)}")
-    clang = os.path.join(os.environ.get("PEANO_INSTALL_DIR", ""), "bin", "clang")
-    if os.path.isfile(clang):
-        st = os.stat(clang)
-        stamps.append(f"clang:{st.st_size}:{int(st.st_mtime)}")
-    return ";".join(stamps)
-
-
-def compiled_key(
-    module_text: str, options: dict, objects: list[str], toolchain: str
-) -> str:
-    """The cache key of a module's compiled ELF: its text, the XRTBackend options, the bytes of the kernel
-    objects it links and the toolchain's stamp; any of them changed is another key."""
-    h = hashlib.sha256()
-    h.update(module_text.encode())
-    h.update(json.dumps(options, sort_keys=True, default=str).encode())
-    for obj in objects:
-        with open(obj, "rb") as f:
-            h.update(f.read())
-    h.update(toolchain.encode())
-    return h.hexdigest()[:16]
-
-
 def module_of(builder, cfg):
     """The module of a LayerConfig, a QkvConfig (the token's first) or a TokenConfig (a whole token)."""
     from int4_packed_record import QkvConfig, TokenConfig
@@ -326,17 +292,16 @@ def run_module(
 def load_on_npu(module, options: dict, build_dir: str, gemvs=(), kernels=None):
     """(mlir-air's XRTBackend, its invoker) of a module compiled for NPU2 (the ELF flow as options say) and
     loaded, its kernel objects (gemvs', the element-wise one; or kernels') built with Peano first; the
-    caller unloads the backend when done. The compile is kept: its ELF goes to build_dir/compiled/<compiled_key>/, and a later
-    call with the same module, options, kernel objects and toolchain loads it without compiling (a token's
-    modules take minutes each to compile at Llama's shapes)."""
+    caller unloads the backend when done. The compile is kept: its ELF goes to
+    build_dir/compiled/<air_run.compiled_key>/, and a later call with the same module, options, kernel
+    objects and toolchain loads it without compiling (a token's modules take minutes each to compile at
+    Llama's shapes)."""
     from air.backend.xrt import XRTBackend, XRTCompileArtifact
 
     objects = _peano_objects(gemvs, build_dir, kernels)
     os.makedirs(build_dir, exist_ok=True)
     text = str(module)
-    kept = os.path.join(
-        build_dir, "compiled", compiled_key(text, options, objects, _toolchain_stamp())
-    )
+    kept = os.path.join(build_dir, "compiled", compiled_key(text, options, objects))
     meta = os.path.join(kept, "artifact.json")
     backend = XRTBackend(**options)
     try:

@@ -6,6 +6,7 @@ and a Q4_K_M GGUF file against a float reference of the layer."""
 from __future__ import annotations
 
 import json
+import types
 import os
 import sys
 
@@ -504,3 +505,36 @@ def test_a_module_compiled_for_the_npu_is_kept_and_loaded_without_compiling_agai
         and l[2] == "main:m"
         for l in loads
     )
+
+
+def test_compile_once_keeps_a_compile_only_for_the_same_module_and_kernel_object(
+    tmp_path, monkeypatch
+):
+    """air_run.compile_once (the bring-up ladder's and the kernel probes' NPU compiles): a second call for
+    the same module and kernel object keeps the compile; an edited kernel object (or another module)
+    compiles again, where it used to keep any air.xclbin it found."""
+    from host_args import REPO
+
+    sys.path.insert(0, os.path.join(REPO, "emulator"))
+    from int4awq.run import air_run
+
+    obj = tmp_path / "k.o"
+    obj.write_bytes(b"object 1")
+    monkeypatch.setattr(air_run, "kernel_object", lambda cfg: str(obj))
+    compiled = []
+
+    def compile_only(cfg, module, options, build_dir):
+        compiled.append(module)
+        os.makedirs(build_dir, exist_ok=True)
+        (tmp_path / "build" / "air.xclbin").write_text(module)
+        return 0
+
+    monkeypatch.setattr(air_run, "compile_only", compile_only)
+    cfg = types.SimpleNamespace(name="probe")
+    build = str(tmp_path / "build")
+    for module in ("module A", "module A"):
+        air_run.compile_once(cfg, lambda m=module: m, {}, build)
+    obj.write_bytes(b"object 2")
+    air_run.compile_once(cfg, lambda: "module A", {}, build)
+    air_run.compile_once(cfg, lambda: "module B", {}, build)
+    assert compiled == ["module A", "module A", "module B"]
