@@ -509,7 +509,7 @@ def _design_args(ladder: Ladder, number: int, build_dir: str, stack: int | None)
 
 
 def _compile(cfg, build_dir: str) -> None:
-    """aircc for npu2 into build_dir (Peano object included), unless already there."""
+    """aircc for npu2 into build_dir (Peano object included), unless this very design is compiled there."""
     from int4awq.run.air_run import compile_once
 
     builder = host_run.builder_of(cfg)

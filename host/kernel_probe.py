@@ -444,7 +444,7 @@ class ProbeRunner:
         return os.path.join(self.build_root, probe.name)
 
     def compile(self, probe: Probe) -> None:
-        """aircc for npu2 (with the Peano object), unless already compiled."""
+        """aircc for npu2 (with the Peano object), unless this very design is compiled there."""
         from int4awq.run.air_run import compile_once
 
         compile_once(
