@@ -223,6 +223,11 @@ def _main(argv) -> int:
         f"token = {1 / token_s:.1f} tok/s in {dispatches} dispatch{'es' if dispatches > 1 else ''} "
         f"(context {model.context})"
     )
+    if runner is not None and getattr(runner, "calls", None):
+        print(
+            f"host <-> NPU the last token: {sum(c.written for c in runner.calls) / 1e3:.0f} KB written, "
+            f"{sum(c.read_back for c in runner.calls) / 1e3:.0f} KB read (the buffers kept on the device)"
+        )
     if runner is not None and runner.timed:
         print(
             f"as compiled (the simulator's timed mode, MODELLED): the last token's {len(runner.timed)} "
