@@ -65,25 +65,21 @@ def compiled_key(module_text: str, options: dict, objects: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def kernel_object(cfg) -> str | None:
-    """The configuration's Peano kernel object, built (make is incremental, so an object never outlives a
-    source edit, as mlir-air's Makefiles rebuild theirs); None, with the reason printed, when it cannot be.
-    """
-    obj = os.path.join(KERNEL_BUILD, cfg.kernel_object)
-    dims = cfg.kernel.make_args()
-    made = (
-        subprocess.run(
-            ["make", "-C", os.path.join(REPO, "kernels"), "peano", *dims]
-        ).returncode
-        == 0
+def peano_object(name: str, make_args: list[str]) -> str:
+    """kernels/build/<name>, built with Peano (`make -C kernels peano <make_args>`) every time it is asked
+    for: make is incremental, so an object never outlives a source edit, as mlir-air's Makefiles rebuild
+    theirs. A ConfigError when it cannot be built (make's output is above)."""
+    from ..errors import ConfigError
+
+    obj = os.path.join(KERNEL_BUILD, name)
+    made = subprocess.run(
+        ["make", "-C", os.path.join(REPO, "kernels"), "peano", *make_args]
     )
-    if not made or not os.path.isfile(obj):
-        print(
-            f"error: kernel object {obj} could not be built (make -C kernels peano {' '.join(dims)}; "
-            "its output is above)",
-            file=sys.stderr,
+    if made.returncode or not os.path.isfile(obj):
+        raise ConfigError(
+            f"kernel object {obj} could not be built (make -C kernels peano {' '.join(make_args)}; "
+            "its output is above)"
         )
-        return None
     return obj
 
 
@@ -93,9 +89,13 @@ def compile_only(cfg, module, backend_options: dict, build_dir: str | None) -> i
     """
     from air.backend.xrt import XRTBackend
 
+    from ..errors import ConfigError
+
     build_dir = build_dir or os.path.join(REPO, "build", "npu", cfg.name)
-    obj = kernel_object(cfg)
-    if obj is None:
+    try:
+        peano_object(cfg.kernel_object, cfg.kernel.make_args())
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     os.makedirs(build_dir, exist_ok=True)
     link = os.path.join(build_dir, cfg.kernel_object)
@@ -118,9 +118,7 @@ def compile_once(cfg, build_module, backend_options: dict, build_dir: str) -> No
     from ..errors import ConfigError
 
     module = build_module()
-    obj = kernel_object(cfg)
-    if obj is None:
-        raise ConfigError(f"the kernel object of {cfg.name} could not be built")
+    obj = peano_object(cfg.kernel_object, cfg.kernel.make_args())
     key = compiled_key(str(module), backend_options, [obj])
     stamp = os.path.join(build_dir, "compiled.key")
     if os.path.isfile(os.path.join(build_dir, "air.xclbin")) and os.path.isfile(stamp):

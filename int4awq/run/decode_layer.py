@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 from ..design import compiler, layer
-from .air_run import compiled_key
 from ..errors import ConfigError, emulator_failure
 from ..formats.fuse import fusable_runs, fuse_columns, offsets
 from ..formats.quant import random_activations
@@ -40,10 +38,10 @@ from ..formats.rope import rotate_f64
 from ..kernel import record
 from ..kernel.eltwise_model import RMS_EPSILON
 from ..kernel.kernel_model import ELTWISE_OBJECT
+from .air_run import compiled_key, peano_object
 from .reference import check, dequantize
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KERNELS = os.path.join(REPO, "kernels")
 
 RAN = {"emu": "emulated", "sim": "simulated", "npu": "on the NPU"}
 # o_proj, v_proj (the host's attention) and the FFN's three, as decoder_layer_names orders the seven
@@ -215,12 +213,7 @@ def _peano_objects(gemvs, build_dir: str, kernels=None) -> list[str]:
         made = {k.lib_name(): k.make_args() for k in kernels}
     objects = []
     for name, args in made.items():
-        obj = os.path.join(KERNELS, "build", name)
-        proc = subprocess.run(["make", "-C", KERNELS, "peano", *args])
-        if proc.returncode or not os.path.isfile(obj):
-            raise ConfigError(
-                f"kernel object {obj} could not be built (make -C kernels peano {' '.join(args)})"
-            )
+        obj = peano_object(name, args)
         link = os.path.join(build_dir, name)
         if not os.path.exists(link):
             os.symlink(obj, link)
@@ -328,9 +321,8 @@ def load_on_npu(module, options: dict, build_dir: str, gemvs=(), kernels=None):
                 if path and (field == "binary" or os.path.isfile(path)):
                     shutil.copy2(path, kept)
                     info[field] = os.path.basename(path)
-            with open(
-                meta, "w"
-            ) as f:  # last: a kept folder without it is compiled again
+            # written last: a kept folder without it is compiled again
+            with open(meta, "w") as f:
                 json.dump(info, f)
         with open(meta) as f:
             info = json.load(f)

@@ -330,8 +330,8 @@ class Llama:
 
     def prefill(self, tokens: list[int], project=None) -> np.ndarray:
         """The logits after the prompt, from position 0: each projection the GEMM's at its default
-        configuration for M = the prompt's length (prefill_gemms; its kernel model's, or project's: see
-        forward)."""
+        configuration for the prompt (prefill_gemms, at M = prefill_rows of its length; its kernel model's,
+        or project's: see forward)."""
         tiles = [
             {j: cfg.tile_k_l1 for j, (cfg, _) in gemms.items()}
             for gemms in self.prefill_gemms(len(tokens))
@@ -553,8 +553,8 @@ class Dispatches:
         return [np.asarray(a) for a in out]
 
     def prefill(self, tokens: list[int], progress=None) -> np.ndarray:
-        """The prompt's logits, its projections through the GEMM design on this backend at M = the
-        prompt's length (decode_layer.run_gemm at Llama.prefill_gemms' configurations: q, k, v and gate
+        """The prompt's logits, its projections through the GEMM design on this backend (decode_layer.run_gemm
+        at Llama.prefill_gemms' configurations, the prompt's rows padded with zeros: q, k, v and gate
         with up fused as the decode path fuses them); the rest (RMSNorm, RoPE, the attention row by row,
         the residuals, SwiGLU, the LM head on the last row) the kernels' numpy models on the host, as the
         model backend's prefill, whose logits and KV cache these are bit for bit. progress: given a line

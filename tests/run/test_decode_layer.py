@@ -520,7 +520,7 @@ def test_compile_once_keeps_a_compile_only_for_the_same_module_and_kernel_object
 
     obj = tmp_path / "k.o"
     obj.write_bytes(b"object 1")
-    monkeypatch.setattr(air_run, "kernel_object", lambda cfg: str(obj))
+    monkeypatch.setattr(air_run, "peano_object", lambda name, args: str(obj))
     compiled = []
 
     def compile_only(cfg, module, options, build_dir):
@@ -530,7 +530,9 @@ def test_compile_once_keeps_a_compile_only_for_the_same_module_and_kernel_object
         return 0
 
     monkeypatch.setattr(air_run, "compile_only", compile_only)
-    cfg = types.SimpleNamespace(name="probe")
+    cfg = types.SimpleNamespace(
+        name="probe", kernel_object="k.o", kernel=types.SimpleNamespace(make_args=list)
+    )
     build = str(tmp_path / "build")
     for module in ("module A", "module A"):
         air_run.compile_once(cfg, lambda m=module: m, {}, build)
